@@ -1,0 +1,290 @@
+"""Kafka's topic and broker config keys: names, types, defaults, validation.
+
+``TOPIC_CONFIGS`` and ``BROKER_CONFIGS`` are the single source of truth for the
+config vocabulary; names and defaults are Kafka's (3.x), with one documented
+deviation: ``segment.bytes`` / ``log.segment.bytes`` accept anything from 1024
+bytes (Kafka 4 requires 1 MiB, Kafka 3 only 14 bytes) so tests can roll small
+segments.
+
+Every topic config names its ``broker_synonym``, the broker config providing its
+default (``retention.ms`` <- ``log.retention.ms``); every synonym is itself a key
+of ``BROKER_CONFIGS``. See :mod:`controller.broker_config` for how the broker's
+values resolve (``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``).
+
+Immutable; thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from controller.configdef import (
+    ConfigDef,
+    ConfigKind,
+    InvalidConfigValue,
+    Validator,
+    at_least,
+    between,
+)
+from local_tier.errors import InvalidConfigError
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "TOPIC_CONFIGS",
+    "check_topic_config_combination",
+    "validate_topic_config",
+]
+
+_LONG_MAX = str(2**63 - 1)
+_WEEK_MS = str(7 * 24 * 3600 * 1000)
+_COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_CLEANUP_POLICIES = ("delete", "compact")
+_MIN_SEGMENT_BYTES = 1024
+
+
+def _table(*defs: ConfigDef) -> Mapping[str, ConfigDef]:
+    return {d.name: d for d in sorted(defs, key=lambda d: d.name)}
+
+
+def _topic(
+    name: str,
+    kind: ConfigKind,
+    default: str | None,
+    synonym: str | None,
+    doc: str,
+    *,
+    validator: Validator | None = None,
+    valid_values: tuple[str, ...] = (),
+) -> ConfigDef:
+    return ConfigDef(name, kind, default, doc, validator, valid_values, synonym)
+
+
+# fmt: off
+TOPIC_CONFIGS: Mapping[str, ConfigDef] = _table(
+    _topic("cleanup.policy", "list", "delete", "log.cleanup.policy",
+           "delete: drop old segments by retention; compact: keep the last value per key.",
+           valid_values=_CLEANUP_POLICIES),
+    _topic("compression.type", "string", "producer", "compression.type",
+           "Final compression of the topic's batches; producer keeps the producer's codec.",
+           valid_values=_COMPRESSION_TYPES),
+    _topic("delete.retention.ms", "long", "86400000", "log.cleaner.delete.retention.ms",
+           "How long delete tombstones are kept on compacted topics.", validator=at_least(0)),
+    _topic("file.delete.delay.ms", "long", "60000", "log.segment.delete.delay.ms",
+           "Time to wait before deleting a file from the filesystem.", validator=at_least(0)),
+    _topic("flush.messages", "long", _LONG_MAX, "log.flush.interval.messages",
+           "Force an fsync after this many messages (default: rely on the page cache).",
+           validator=at_least(1)),
+    _topic("flush.ms", "long", _LONG_MAX, "log.flush.interval.ms",
+           "Force an fsync after this much time (default: rely on the page cache).",
+           validator=at_least(0)),
+    _topic("index.interval.bytes", "int", "4096", "log.index.interval.bytes",
+           "Bytes of log between two offset index entries.", validator=at_least(0)),
+    _topic("local.retention.bytes", "long", "-2", "log.local.retention.bytes",
+           "Bytes kept on local disk before tiered segments are deleted locally; "
+           "-2 means retention.bytes.", validator=at_least(-2)),
+    _topic("local.retention.ms", "long", "-2", "log.local.retention.ms",
+           "Time a tiered segment stays on local disk; -2 means retention.ms.",
+           validator=at_least(-2)),
+    _topic("max.compaction.lag.ms", "long", _LONG_MAX, "log.cleaner.max.compaction.lag.ms",
+           "Maximum time a message stays ineligible for compaction.", validator=at_least(1)),
+    _topic("max.message.bytes", "int", "1048588", "message.max.bytes",
+           "Largest record batch size allowed.", validator=at_least(0)),
+    _topic("message.timestamp.after.max.ms", "long", _LONG_MAX,
+           "log.message.timestamp.after.max.ms",
+           "Largest allowed amount a CreateTime timestamp may be ahead of the broker.",
+           validator=at_least(0)),
+    _topic("message.timestamp.before.max.ms", "long", _LONG_MAX,
+           "log.message.timestamp.before.max.ms",
+           "Largest allowed amount a CreateTime timestamp may be behind the broker.",
+           validator=at_least(0)),
+    _topic("message.timestamp.type", "string", "CreateTime", "log.message.timestamp.type",
+           "Whether record timestamps are the producer's or the broker's append time.",
+           valid_values=_TIMESTAMP_TYPES),
+    _topic("min.cleanable.dirty.ratio", "double", "0.5", "log.cleaner.min.cleanable.ratio",
+           "Dirty ratio above which the log is compacted.", validator=between(0, 1)),
+    _topic("min.compaction.lag.ms", "long", "0", "log.cleaner.min.compaction.lag.ms",
+           "Minimum time a message stays uncompacted.", validator=at_least(0)),
+    _topic("min.insync.replicas", "int", "1", "min.insync.replicas",
+           "Replicas that must acknowledge an acks=all write.", validator=at_least(1)),
+    _topic("preallocate", "boolean", "false", "log.preallocate",
+           "Preallocate the file of a new segment."),
+    _topic("remote.storage.enable", "boolean", "false", None,
+           "Tier sealed segments to the object store (needs "
+           "remote.log.storage.system.enable on the broker)."),
+    _topic("retention.bytes", "long", "-1", "log.retention.bytes",
+           "Largest size of a partition before old segments are deleted; -1: no limit."),
+    _topic("retention.ms", "long", _WEEK_MS, "log.retention.ms",
+           "Longest time a segment is kept; -1: forever.", validator=at_least(-1)),
+    _topic("segment.bytes", "int", "1073741824", "log.segment.bytes",
+           f"Segment file size; at least {_MIN_SEGMENT_BYTES} (smaller than Kafka's minimum, "
+           "so tests can roll small segments).", validator=at_least(_MIN_SEGMENT_BYTES)),
+    _topic("segment.index.bytes", "int", "10485760", "log.index.size.max.bytes",
+           "Size of the offset and time index of a segment.", validator=at_least(4)),
+    _topic("segment.jitter.ms", "long", "0", "log.roll.jitter.ms",
+           "Random jitter subtracted from segment.ms.", validator=at_least(0)),
+    _topic("segment.ms", "long", _WEEK_MS, "log.roll.ms",
+           "Roll a new segment after this much time even if it is not full.",
+           validator=at_least(1)),
+    _topic("unclean.leader.election.enable", "boolean", "false",
+           "unclean.leader.election.enable",
+           "Allow an out-of-sync replica to become leader (may lose data)."),
+)
+# fmt: on
+
+
+# fmt: off
+BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
+    ConfigDef("node.id", "int", "1", "This node's id in the cluster.", validator=at_least(0)),
+    ConfigDef("broker.id", "int", None, "Legacy name of node.id; must equal it when both are set.",
+            validator=at_least(0)),
+    ConfigDef("listeners", "string", "PLAINTEXT://:9092", "Addresses the broker listens on."),
+    ConfigDef("advertised.listeners", "string", None, "Addresses given to clients."),
+    ConfigDef("log.dirs", "string", None, "Directories of the local tier (overrides log.dir)."),
+    ConfigDef("log.dir", "string", "/tmp/kafka-logs", "Directory of the local tier."),
+    ConfigDef("num.partitions", "int", "1", "Default partition count of new topics.",
+            validator=at_least(1)),
+    ConfigDef("default.replication.factor", "int", "1", "Default replication factor of new topics.",
+            validator=at_least(1)),
+    ConfigDef("auto.create.topics.enable", "boolean", "true",
+            "Create a topic when a client asks for metadata of an unknown one."),
+    ConfigDef("delete.topic.enable", "boolean", "true", "Allow topics to be deleted."),
+    ConfigDef("message.max.bytes", "int", "1048588", "Largest record batch size allowed.",
+            validator=at_least(0)),
+    ConfigDef("log.segment.bytes", "int", "1073741824", "Segment file size.",
+            validator=at_least(_MIN_SEGMENT_BYTES)),
+    ConfigDef("log.roll.ms", "long", None, "Time before a new segment is rolled (wins over hours).",
+            validator=at_least(1)),
+    ConfigDef("log.roll.hours", "int", "168", "Time before a new segment is rolled, in hours.",
+            validator=at_least(1)),
+    ConfigDef("log.roll.jitter.ms", "long", None, "Maximum jitter subtracted from the roll time.",
+            validator=at_least(0)),
+    ConfigDef("log.roll.jitter.hours", "int", "0", "Maximum roll jitter, in hours.",
+            validator=at_least(0)),
+    ConfigDef("log.retention.ms", "long", None, "Retention time in ms; -1: forever (wins)."),
+    ConfigDef("log.retention.minutes", "int", None, "Retention time in minutes (over hours)."),
+    ConfigDef("log.retention.hours", "int", "168", "Retention time in hours."),
+    ConfigDef("log.retention.bytes", "long", "-1", "Retention size of a partition; -1: none."),
+    ConfigDef("log.retention.check.interval.ms", "long", "300000",
+            "How often the retention policies are checked.", validator=at_least(1)),
+    ConfigDef("log.index.interval.bytes", "int", "4096", "Bytes between offset index entries.",
+            validator=at_least(0)),
+    ConfigDef("log.index.size.max.bytes", "int", "10485760", "Size of a segment's indexes.",
+            validator=at_least(4)),
+    ConfigDef("log.flush.interval.messages", "long", _LONG_MAX, "Messages before an fsync.",
+            validator=at_least(1)),
+    ConfigDef("log.flush.interval.ms", "long", None,
+            "Time before an fsync; unset: log.flush.scheduler.interval.ms."),
+    ConfigDef("log.flush.scheduler.interval.ms", "long", _LONG_MAX,
+            "How often the flusher checks whether a log needs an fsync."),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", "60000",
+            "How often the recovery point checkpoint is written.", validator=at_least(0)),
+    ConfigDef("log.message.timestamp.type", "string", "CreateTime", "Default timestamp type.",
+            valid_values=_TIMESTAMP_TYPES),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", _LONG_MAX,
+            "Default of message.timestamp.before.max.ms.", validator=at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", _LONG_MAX,
+            "Default of message.timestamp.after.max.ms.", validator=at_least(0)),
+    ConfigDef("log.cleanup.policy", "list", "delete", "Default cleanup policy.",
+            valid_values=_CLEANUP_POLICIES),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", "86400000",
+            "Default of delete.retention.ms.", validator=at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", _LONG_MAX,
+            "Default of max.compaction.lag.ms.", validator=at_least(1)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", "0.5",
+            "Default of min.cleanable.dirty.ratio.", validator=between(0, 1)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", "0",
+            "Default of min.compaction.lag.ms.", validator=at_least(0)),
+    ConfigDef("log.preallocate", "boolean", "false", "Default of preallocate."),
+    ConfigDef("log.segment.delete.delay.ms", "long", "60000", "Default of file.delete.delay.ms.",
+            validator=at_least(0)),
+    ConfigDef("log.local.retention.ms", "long", "-2", "Default of local.retention.ms.",
+            validator=at_least(-2)),
+    ConfigDef("log.local.retention.bytes", "long", "-2", "Default of local.retention.bytes.",
+            validator=at_least(-2)),
+    ConfigDef("remote.log.storage.system.enable", "boolean", "false",
+            "Enable tiered storage on this broker (topics opt in with remote.storage.enable)."),
+    ConfigDef("compression.type", "string", "producer", "Default compression of topics.",
+            valid_values=_COMPRESSION_TYPES),
+    ConfigDef("min.insync.replicas", "int", "1", "Default of min.insync.replicas.",
+            validator=at_least(1)),
+    ConfigDef("unclean.leader.election.enable", "boolean", "false",
+            "Default of unclean.leader.election.enable."),
+    ConfigDef("socket.request.max.bytes", "int", "104857600", "Largest request accepted.",
+            validator=at_least(1)),
+    ConfigDef("fetch.max.bytes", "int", "57671680", "Largest fetch response.",
+            validator=at_least(1024)),
+    ConfigDef("replica.fetch.max.bytes", "int", "1048576", "Bytes fetched per partition by followers.",
+            validator=at_least(0)),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", "3000",
+            "Delay before the first rebalance of a new group."),
+    ConfigDef("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets.",
+            validator=at_least(1)),
+    ConfigDef("offsets.retention.minutes", "int", "10080", "Retention of committed offsets.",
+            validator=at_least(1)),
+    ConfigDef("queued.max.requests", "int", "500", "Requests queued before reads stop.",
+            validator=at_least(1)),
+    ConfigDef("num.io.threads", "int", "8", "Threads processing requests.", validator=at_least(1)),
+    ConfigDef("remote.log.reader.threads", "int", "10", "Threads of the tiered fetch pool.",
+            validator=at_least(1)),
+    ConfigDef("remote.fetch.max.wait.ms", "int", "500",
+            "Longest wait of a fetch that reads the remote tier.", validator=at_least(1)),
+)
+# fmt: on
+
+
+def validate_topic_config(name: str, value: str | None) -> str:
+    """The normalised value of one topic config; raises ``InvalidConfigError``."""
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise InvalidConfigError(f"Unknown topic config name: {name}")
+    if value is None:
+        raise InvalidConfigError(f"Null value not supported for topic configs: {name}")
+    try:
+        return definition.normalize(value)
+    except InvalidConfigValue as err:
+        raise InvalidConfigError(str(err)) from None
+
+
+def check_topic_config_combination(
+    effective: Mapping[str, str],
+    previous: Mapping[str, str] | None,
+    remote_log_storage_enabled: bool,
+) -> None:
+    """Kafka's cross-key checks on a topic's complete effective config.
+
+    ``previous`` is the effective config before an alter (None on create);
+    ``remote_log_storage_enabled`` is the broker's ``remote.log.storage.system.enable``.
+    Raises ``InvalidConfigError``.
+    """
+    if effective["remote.storage.enable"] != "true":
+        if previous is not None and previous["remote.storage.enable"] == "true":
+            raise InvalidConfigError(
+                "Disabling remote storage feature on the topic level is not supported."
+            )
+        return
+    if not remote_log_storage_enabled:
+        raise InvalidConfigError(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be "
+            "configured with remote log storage (set remote.log.storage.system.enable=true)."
+        )
+    if "compact" in effective["cleanup.policy"].split(","):
+        raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+    for local_key, total_key in (
+        ("local.retention.ms", "retention.ms"),
+        ("local.retention.bytes", "retention.bytes"),
+    ):
+        _check_local_retention(local_key, effective[local_key], total_key, effective[total_key])
+
+
+def _check_local_retention(local_key: str, local: str, total_key: str, total: str) -> None:
+    local_value, total_value = int(local), int(total)
+    if local_value == -2 or total_value == -1:
+        return
+    if local_value == -1:
+        reason = f"Value must not be -1 as {total_key} value is set as {total_value}."
+    elif local_value > total_value:
+        reason = f"Value must not be more than {total_key} property value: {total_value}"
+    else:
+        return
+    raise InvalidConfigError(f"Invalid value {local} for configuration {local_key}: {reason}")

@@ -1,0 +1,92 @@
+"""Where the cluster metadata document lives, read and written with compare-and-set.
+
+:class:`MetadataStore` is the seam: one opaque document plus an opaque version.
+``write(data, expected_version)`` succeeds only if the stored version is still
+``expected_version`` (None: nothing is stored yet), else raises
+:class:`MetadataConflict`. That is all the controller needs for the
+read-change-CAS cycle (see ``docs/adr/0001-metadata-in-the-object-store.md``).
+
+:class:`ObjectStoreMetadataStore` keeps the document as one object and maps the
+cycle onto ``put_if_absent`` / ``put_if_match``; the version is the object's etag.
+Blocking I/O; thread-safe (all state is in the object store).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from local_tier.errors import KafkaStorageError
+from remote_tier.store import ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed
+
+__all__ = ["MetadataConflict", "MetadataStore", "ObjectStoreMetadataStore"]
+
+_CONSISTENT_READ_ATTEMPTS = 10
+
+
+class MetadataConflict(Exception):
+    """Someone else wrote the metadata since the version this write expected."""
+
+
+class MetadataStore(Protocol):
+    """A single versioned document with compare-and-set writes. Blocking."""
+
+    def read(self) -> tuple[bytes, str] | None:
+        """The document and its version, or None if it was never written."""
+        ...
+
+    def write(self, data: bytes, expected_version: str | None) -> str:
+        """Store ``data`` if the current version is ``expected_version`` (None: must not
+        exist yet); returns the new version; raises :class:`MetadataConflict`."""
+        ...
+
+
+class ObjectStoreMetadataStore:
+    """The metadata document as one object at ``key`` of an :class:`ObjectStore`.
+
+    A read is ``head``, ``get``, ``head`` again, retried until both heads agree, so
+    the returned version is the etag of exactly the returned bytes. That relies on
+    a document never repeating its bytes; the controller guarantees it with a
+    revision counter inside the document.
+
+    Object store failures other than a lost precondition become
+    ``KafkaStorageError`` (retriable from the client's point of view).
+    """
+
+    def __init__(self, store: ObjectStore, key: str = "cluster/metadata.json") -> None:
+        self._store = store
+        self._key = key
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    def read(self) -> tuple[bytes, str] | None:
+        try:
+            for _ in range(_CONSISTENT_READ_ATTEMPTS):
+                try:
+                    before = self._store.head(self._key).etag
+                    data = self._store.get(self._key)
+                    after = self._store.head(self._key).etag
+                except ObjectNotFound:
+                    return None
+                if before == after:
+                    return data, after
+        except ObjectStoreError as err:
+            raise _storage_error("read", self._key, err) from err
+        raise KafkaStorageError(
+            f"cluster metadata {self._key!r} kept changing while being read; retry"
+        )
+
+    def write(self, data: bytes, expected_version: str | None) -> str:
+        try:
+            if expected_version is None:
+                return self._store.put_if_absent(self._key, data)
+            return self._store.put_if_match(self._key, data, expected_version)
+        except PreconditionFailed as err:
+            raise MetadataConflict(str(err)) from err
+        except ObjectStoreError as err:
+            raise _storage_error("write", self._key, err) from err
+
+
+def _storage_error(op: str, key: str, err: ObjectStoreError) -> KafkaStorageError:
+    return KafkaStorageError(f"cannot {op} cluster metadata {key!r}: {err}")

@@ -1,0 +1,123 @@
+"""Record batch compression codecs (the low three bits of a v2 batch's attributes).
+
+* gzip: the standard library.
+* snappy: ``cramjam``. Decoding accepts both raw snappy and the xerial framing
+  written by the Java client (``b"\\x82SNAPPY\\x00"``, int32 version, int32
+  compat, then repeated ``[int32 length, raw snappy block]``); encoding writes the
+  xerial framing with 32 KiB blocks, as the Java client does (librdkafka and
+  kafka-python read it).
+* lz4: the LZ4 *frame* format (``lz4.frame``), as Kafka ≥ 0.10 uses it.
+* zstd: ``zstandard``; decoding uses a streaming decompressor because producers
+  (librdkafka, Java) write frames without a content size.
+
+Any failure of a third-party decoder is translated here, once, into
+:class:`~local_tier.errors.CorruptRecordError`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from enum import IntEnum
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from local_tier.errors import CorruptRecordError, UnsupportedCompressionTypeError
+
+__all__ = ["Compression", "compress", "decompress"]
+
+
+class Compression(IntEnum):
+    """Kafka's compression codec ids."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+_DECODE_ERRORS = (
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    zlib.error,
+    zstandard.ZstdError,
+    cramjam.DecompressionError,
+)
+_ZSTD_COMPRESSOR = zstandard.ZstdCompressor()
+_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+
+
+def _codec(codec: int) -> Compression:
+    try:
+        return Compression(codec)
+    except ValueError:
+        raise UnsupportedCompressionTypeError(f"unknown compression codec {codec}") from None
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Compress ``data`` with ``codec`` (``Compression.NONE`` returns the bytes unchanged)."""
+    kind = _codec(codec)
+    if kind is Compression.NONE:
+        return bytes(data)
+    if kind is Compression.GZIP:
+        return gzip.compress(data, mtime=0)
+    if kind is Compression.SNAPPY:
+        return _xerial_encode(memoryview(data))
+    if kind is Compression.LZ4:
+        return bytes(lz4.frame.compress(data))
+    return bytes(_ZSTD_COMPRESSOR.compress(data))
+
+
+def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``."""
+    kind = _codec(codec)
+    if kind is Compression.NONE:
+        return bytes(data)
+    try:
+        if kind is Compression.GZIP:
+            return gzip.decompress(data)
+        if kind is Compression.SNAPPY:
+            return _snappy_decode(memoryview(data))
+        if kind is Compression.LZ4:
+            return bytes(lz4.frame.decompress(data))
+        return bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
+
+
+def _xerial_encode(data: memoryview) -> bytes:
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK]))
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decode(data: memoryview) -> bytes:
+    if len(data) < 16 or data[:8] != _XERIAL_MAGIC:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    # The version/compat ints are ignored: some producers write them little-endian.
+    out: list[bytes] = []
+    pos = 16
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise ValueError("truncated xerial snappy block length")
+        (length,) = _INT32.unpack_from(data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise ValueError("truncated xerial snappy block")
+        out.append(bytes(cramjam.snappy.decompress_raw(data[pos : pos + length])))
+        pos += length
+    return b"".join(out)

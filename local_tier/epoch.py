@@ -1,0 +1,97 @@
+"""LeaderEpochCache: which leader epoch started at which offset, persisted per partition."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from local_tier.checkpoint import read_checkpoint, write_checkpoint
+
+__all__ = ["LEADER_EPOCH_CHECKPOINT", "UNDEFINED_EPOCH_OFFSET", "LeaderEpochCache"]
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH_OFFSET = (-1, -1)
+
+_log = logging.getLogger("strata.local_tier")
+
+
+class LeaderEpochCache:
+    """``(epoch, start_offset)`` entries in the partition dir's ``leader-epoch-checkpoint``.
+
+    Invariants: epochs and start offsets strictly increase; the file always
+    matches memory after a mutating call (atomic temp + fsync + rename).
+    Thread-safety: not thread-safe; mutated only on the broker's event loop thread.
+    """
+
+    def __init__(self, path: Path, log_end_offset: Callable[[], int]) -> None:
+        self.path = path
+        self._log_end_offset = log_end_offset
+        self._entries: list[tuple[int, int]] = [
+            (int(epoch), int(start)) for epoch, start in read_checkpoint(path)
+        ]
+
+    @property
+    def entries(self) -> list[tuple[int, int]]:
+        return list(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest epoch, -1 when none was assigned."""
+        return self._entries[-1][0] if self._entries else -1
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (ignored unless newer than the latest)."""
+        if self._entries:
+            latest_epoch, latest_start = self._entries[-1]
+            if epoch <= latest_epoch:
+                if epoch < latest_epoch:
+                    _log.warning(
+                        "%s: ignoring epoch %d at offset %d, older than latest epoch %d",
+                        self.path.parent.name,
+                        epoch,
+                        start_offset,
+                        latest_epoch,
+                    )
+                return
+            if start_offset < latest_start:
+                self._entries = [e for e in self._entries if e[1] < start_offset]
+        self._entries.append((epoch, start_offset))
+        self._persist()
+
+    def end_offset_for(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer ``(epoch, end_offset)``.
+
+        The latest epoch ends at the log end offset; an older one ends where the
+        next known epoch starts, reported with the largest known epoch ≤ ``epoch``
+        (or ``epoch`` itself when it precedes them all). ``(-1, -1)`` for an
+        epoch newer than the latest, or an empty cache.
+        """
+        if not self._entries or epoch > self.latest_epoch:
+            return UNDEFINED_EPOCH_OFFSET
+        if epoch == self.latest_epoch:
+            return epoch, self._log_end_offset()
+        floor = epoch
+        for known, start in self._entries:
+            if known > epoch:
+                return floor, start
+            floor = known
+        raise AssertionError("unreachable: an epoch below the latest has a successor")
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop entries starting at or after ``end_offset`` (the log was cut there)."""
+        kept = [e for e in self._entries if e[1] < end_offset]
+        if len(kept) != len(self._entries):
+            self._entries = kept
+            self._persist()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Forget offsets below ``start_offset``; the epoch covering it now starts there."""
+        below = [e for e in self._entries if e[1] <= start_offset]
+        if not below or (len(below) == 1 and below[0][1] == start_offset):
+            return
+        self._entries = [(below[-1][0], start_offset), *self._entries[len(below) :]]
+        self._persist()
+
+    def _persist(self) -> None:
+        write_checkpoint(self.path, self._entries)

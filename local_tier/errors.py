@@ -1,0 +1,175 @@
+"""Strata's exception hierarchy, drawn once.
+
+Every error that can reach a Kafka client is a :class:`KafkaError` subclass that
+carries the Kafka error code (``code``, a :class:`kio.schema.errors.ErrorCode`,
+which knows its ``retriable`` flag). Request handlers catch ``KafkaError`` and
+turn it into the per-partition or per-topic error code of the response; any
+other exception is a bug and becomes ``UNKNOWN_SERVER_ERROR`` for that request
+only, never a dead broker.
+
+::
+
+    KafkaError
+    ├── OffsetOutOfRangeError          OFFSET_OUT_OF_RANGE (1)
+    ├── CorruptRecordError             CORRUPT_MESSAGE (2)
+    ├── UnknownTopicOrPartitionError   UNKNOWN_TOPIC_OR_PARTITION (3)
+    ├── RecordTooLargeError            MESSAGE_TOO_LARGE (10)
+    ├── InvalidTopicError              INVALID_TOPIC_EXCEPTION (17)
+    ├── RecordBatchTooLargeError       RECORD_LIST_TOO_LARGE (18)
+    ├── InvalidRequiredAcksError       INVALID_REQUIRED_ACKS (21)
+    ├── InvalidTimestampError          INVALID_TIMESTAMP (32)
+    ├── UnsupportedVersionError        UNSUPPORTED_VERSION (35)
+    ├── TopicAlreadyExistsError        TOPIC_ALREADY_EXISTS (36)
+    ├── InvalidPartitionsError         INVALID_PARTITIONS (37)
+    ├── InvalidReplicationFactorError  INVALID_REPLICATION_FACTOR (38)
+    ├── InvalidRequestError            INVALID_REQUEST (42)
+    ├── UnsupportedForMessageFormatError UNSUPPORTED_FOR_MESSAGE_FORMAT (43)
+    ├── PolicyViolationError           POLICY_VIOLATION (44)
+    ├── InvalidConfigError             INVALID_CONFIG (40)
+    ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
+    ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
+    ├── InvalidRecordError             INVALID_RECORD (87)
+    └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
+
+Foreign exceptions (``OSError``, botocore errors) are translated at the edge
+where they are raised, once.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+__all__ = [
+    "CorruptRecordError",
+    "ErrorCode",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
+    "InvalidRecordError",
+    "InvalidReplicationFactorError",
+    "InvalidRequestError",
+    "InvalidRequiredAcksError",
+    "InvalidTimestampError",
+    "InvalidTopicError",
+    "KafkaError",
+    "KafkaStorageError",
+    "OffsetOutOfRangeError",
+    "PolicyViolationError",
+    "RecordBatchTooLargeError",
+    "RecordTooLargeError",
+    "TopicAlreadyExistsError",
+    "UnknownTopicIdError",
+    "UnknownTopicOrPartitionError",
+    "UnsupportedCompressionTypeError",
+    "UnsupportedForMessageFormatError",
+    "UnsupportedVersionError",
+    "for_code",
+]
+
+
+class KafkaError(Exception):
+    """An error with a Kafka error code; ``str(err)`` is the message sent to clients."""
+
+    code: ErrorCode = ErrorCode.unknown_server_error
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.code.retriable)
+
+    @property
+    def kafka_name(self) -> str:
+        return self.code.name.upper()
+
+    @property
+    def message(self) -> str:
+        return str(self) or self.kafka_name
+
+
+class OffsetOutOfRangeError(KafkaError):
+    code = ErrorCode.offset_out_of_range
+
+
+class CorruptRecordError(KafkaError):
+    code = ErrorCode.corrupt_message
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class RecordTooLargeError(KafkaError):
+    code = ErrorCode.message_too_large
+
+
+class InvalidTopicError(KafkaError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class RecordBatchTooLargeError(KafkaError):
+    code = ErrorCode.record_list_too_large
+
+
+class InvalidRequiredAcksError(KafkaError):
+    code = ErrorCode.invalid_required_acks
+
+
+class InvalidTimestampError(KafkaError):
+    code = ErrorCode.invalid_timestamp
+
+
+class UnsupportedVersionError(KafkaError):
+    code = ErrorCode.unsupported_version
+
+
+class TopicAlreadyExistsError(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactorError(KafkaError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class InvalidConfigError(KafkaError):
+    code = ErrorCode.invalid_config
+
+
+class InvalidRequestError(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+class UnsupportedForMessageFormatError(KafkaError):
+    code = ErrorCode.unsupported_for_message_format
+
+
+class PolicyViolationError(KafkaError):
+    code = ErrorCode.policy_violation
+
+
+class KafkaStorageError(KafkaError):
+    code = ErrorCode.kafka_storage_error
+
+
+class UnsupportedCompressionTypeError(KafkaError):
+    code = ErrorCode.unsupported_compression_type
+
+
+class InvalidRecordError(KafkaError):
+    code = ErrorCode.invalid_record
+
+
+class UnknownTopicIdError(KafkaError):
+    code = ErrorCode.unknown_topic_id
+
+
+_BY_CODE: dict[int, type[KafkaError]] = {
+    cls.code.value: cls
+    for cls in list(KafkaError.__subclasses__())
+}
+
+
+def for_code(code: int) -> type[KafkaError]:
+    """The exception class for a Kafka error code (``KafkaError`` if none is specific)."""
+    return _BY_CODE.get(code, KafkaError)

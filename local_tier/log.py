@@ -1,0 +1,551 @@
+"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from local_tier.config import LogConfig
+from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from local_tier.errors import InvalidRequestError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from local_tier.index import CorruptIndexError
+from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
+from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "FetchDataInfo",
+    "Log",
+    "LogAppendInfo",
+]
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+_INT32_MAX = 2**31 - 1
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+_log = logging.getLogger("strata.local_tier")
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append assigned: offsets ``first_offset..last_offset`` inclusive."""
+
+    first_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 for CreateTime topics
+    log_start_offset: int
+    record_count: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """Whole batches for a fetch, as file regions (usually one) to sendfile in order."""
+
+    start_offset: int
+    regions: list[FileRegion]
+    size: int
+    high_watermark: int
+    log_start_offset: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Log:
+    """One partition's log in ``<log_dir>/<topic>-<partition>/``.
+
+    Invariants: segments are sorted by base offset and contiguous (each one's
+    ``next_offset`` is the next one's ``base_offset``); the last is the active
+    segment, the only one appended to; ``log_start_offset ≤ high_watermark ≤
+    log_end_offset``; every offset below ``recovery_point`` is fsynced;
+    ``leader-epoch-checkpoint`` holds no epoch starting beyond the log end.
+
+    Thread-safety: not thread-safe: mutated only on the broker's event loop
+    thread. The one exception is the fsync that follows a roll (or
+    :meth:`schedule_flush`), which runs on ``scheduler`` (the LogManager's
+    single flush thread) and then advances ``recovery_point`` under a small lock.
+    Without a scheduler those flushes run inline.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        topic: str,
+        partition: int,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        needs_recovery: bool,
+        log_start_offset: int | None = None,
+        scheduler: Executor | None = None,
+    ) -> None:
+        self.dir = dir
+        self._topic = topic
+        self._partition = partition
+        self._config = config
+        self._scheduler = scheduler
+        self._lock = threading.Lock()  # guards _recovery_point against the flush thread
+        self._pending_flushes: list[Future[None]] = []
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._unflushed_messages = 0
+        self._last_flush_ms = _now_ms()
+        self._closed = False
+        dir.mkdir(parents=True, exist_ok=True)
+        self._load(recovery_point, needs_recovery)
+        leo = self.log_end_offset
+        self._log_start_offset = min(max(log_start_offset or 0, self._bases[0]), leo)
+        self._high_watermark = leo
+        self._leader_epoch_cache = LeaderEpochCache(
+            dir / LEADER_EPOCH_CHECKPOINT, lambda: self.log_end_offset
+        )
+        self._leader_epoch_cache.truncate_from_end(leo)
+        self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
+
+    # ------------------------------------------------------------------ loading
+
+    def _load(self, recovery_point: int, needs_recovery: bool) -> None:
+        self._remove_leftovers()
+        bases = sorted(
+            int(path.stem)
+            for path in self.dir.glob("*.log")
+            if path.stem.isdigit() and len(path.stem) == 20
+        )
+        for base in bases:
+            self._add_segment(LogSegment.open(self.dir, base, self._config))
+        if not self._segments:
+            self._add_segment(LogSegment.open(self.dir, 0, self._config, create=True))
+        first_unflushed = max(0, bisect_right(self._bases, recovery_point) - 1)
+        recovered: list[LogSegment] = []
+        for index, segment in enumerate(self._segments):
+            if needs_recovery and index >= first_unflushed:
+                recovered.append(segment)
+                truncated = self._recover_segment(segment)
+            else:
+                try:
+                    segment.sanity_check()
+                    continue
+                except CorruptIndexError as exc:
+                    _log.warning(
+                        "%s: %s; rebuilding the indexes of %s",
+                        self.name,
+                        exc,
+                        segment.log_path.name,
+                    )
+                    truncated = self._recover_segment(segment)
+            if truncated:
+                self._drop_segments_after(index)
+                break
+        for segment in recovered:
+            segment.flush()
+        with self._lock:
+            self._recovery_point = (
+                self.log_end_offset
+                if needs_recovery
+                else max(self._bases[0], min(recovery_point, self.log_end_offset))
+            )
+
+    def _remove_leftovers(self) -> None:
+        for path in self.dir.iterdir():
+            if path.name.endswith(_LEFTOVER_SUFFIXES):
+                _log.info("%s: removing leftover file %s", self.name, path.name)
+                path.unlink(missing_ok=True)
+            elif path.suffix in (".index", ".timeindex") and not path.with_suffix(".log").exists():
+                _log.info("%s: removing index %s without a log", self.name, path.name)
+                path.unlink(missing_ok=True)
+
+    def _recover_segment(self, segment: LogSegment) -> int:
+        truncated = segment.recover(self._config.max_message_bytes)
+        if truncated:
+            _log.warning(
+                "Recovery of %s: truncated %d invalid bytes at position %d of segment %s (%s)",
+                self.name,
+                truncated,
+                segment.size,
+                segment.log_path.name,
+                segment.recovery_error,
+            )
+        return truncated
+
+    def _drop_segments_after(self, index: int) -> None:
+        for segment in self._segments[index + 1 :]:
+            _log.warning(
+                "%s: deleting segment %s, which follows a truncated segment",
+                self.name,
+                segment.log_path.name,
+            )
+            segment.remove_files()
+        del self._segments[index + 1 :]
+        del self._bases[index + 1 :]
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def name(self) -> str:
+        return f"{self._topic}-{self._partition}"
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply new topic configs (index sizes apply to segments created from now on)."""
+        self._config = config
+        for segment in self._segments:
+            segment.config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        with self._lock:
+            return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The live segments, oldest first (a copy)."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._leader_epoch_cache
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    # ------------------------------------------------------------------ append
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        validated: ValidatedRecords | None = None,
+        now_ms: int | None = None,
+    ) -> LogAppendInfo:
+        """Validate (unless done), assign offsets, stamp and append a Produce record set.
+
+        Per-batch work only. Does not move the high watermark.
+        """
+        config = self._config
+        if validated is None:
+            validated = validate_batches(records, max_message_bytes=config.max_message_bytes)
+        if validated.size > config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"record set of {validated.size} bytes exceeds segment.bytes ({config.segment_bytes})"
+            )
+        now = _now_ms() if now_ms is None else now_ms
+        append_time = now if config.message_timestamp_type == "LogAppendTime" else None
+        buf = bytearray(records)
+        first_offset = offset = self.log_end_offset
+        for position, header in validated.headers:
+            stamp_batch(
+                buf,
+                position,
+                base_offset=offset,
+                leader_epoch=leader_epoch,
+                log_append_time_ms=append_time,
+            )
+            offset += header.last_offset_delta + 1
+        last_offset = offset - 1
+        if append_time is None:
+            max_timestamp = validated.max_timestamp
+            offset_of_max = first_offset + validated.shallow_offset_of_max_timestamp
+        else:
+            max_timestamp, offset_of_max = append_time, first_offset
+        segment = self._maybe_roll(len(buf), now, last_offset)
+        segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now)
+        if leader_epoch > self._leader_epoch_cache.latest_epoch:
+            self._leader_epoch_cache.assign(leader_epoch, first_offset)
+        self._unflushed_messages += validated.record_count
+        if self._unflushed_messages >= config.flush_messages:
+            self.flush(now_ms=now)
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            log_append_time_ms=-1 if append_time is None else append_time,
+            log_start_offset=self._log_start_offset,
+            record_count=validated.record_count,
+            size=len(buf),
+        )
+
+    def _maybe_roll(self, size: int, now_ms: int, last_offset: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.size == 0:
+            return segment
+        config = self._config
+        created = segment.created_ms
+        if (
+            segment.size + size > config.segment_bytes
+            or (created is not None and now_ms - created > config.segment_ms)
+            or segment.is_full()
+            or last_offset - segment.base_offset > _INT32_MAX
+        ):
+            return self.roll(now_ms)
+        return segment
+
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset; fsync the old ones in the background."""
+        active = self._segments[-1]
+        new_base = self.log_end_offset
+        if active.base_offset == new_base:
+            return active  # already empty at the log end
+        active.on_become_inactive()
+        segment = LogSegment.open(self.dir, new_base, self._config, create=True)
+        self._add_segment(segment)
+        _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
+        self._flush_up_to(new_base, background=True)
+        return segment
+
+    # ------------------------------------------------------------------ flush
+
+    def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: the log end), inline."""
+        self._flush_up_to(self.log_end_offset if offset is None else offset, background=False)
+        self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+
+    def schedule_flush(self, now_ms: int | None = None) -> None:
+        """Like :meth:`flush` to the log end, but on the scheduler thread when there is one."""
+        self._flush_up_to(self.log_end_offset, background=True)
+        self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+
+    def _flush_up_to(self, offset: int, *, background: bool) -> None:
+        offset = min(offset, self.log_end_offset)
+        recovery_point = self.recovery_point
+        if offset <= recovery_point:
+            return
+        segments = [
+            s for s in self._segments if s.base_offset < offset and s.next_offset > recovery_point
+        ]
+        if offset == self.log_end_offset:
+            self._unflushed_messages = 0
+
+        def job() -> None:
+            try:
+                for segment in segments:
+                    segment.flush()
+            except (OSError, ValueError):  # ValueError: a descriptor closed meanwhile
+                _log.exception("%s: flush up to offset %d failed", self.name, offset)
+                return
+            with self._lock:
+                self._recovery_point = max(self._recovery_point, offset)
+
+        if background and self._scheduler is not None:
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(self._scheduler.submit(job))
+        else:
+            job()
+
+    def wait_for_flushes(self) -> None:
+        """Block until background flushes submitted so far are done."""
+        for future in self._pending_flushes:
+            future.result()
+        self._pending_flushes.clear()
+
+    # ------------------------------------------------------------------ read
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
+        self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+        return self._high_watermark
+
+    def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
+        return OffsetOutOfRangeError(
+            f"offset {offset} is out of range for partition {self.name}: valid offsets are "
+            f"[{self._log_start_offset}, {self.log_end_offset}]"
+        )
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Whole batches from the one containing ``start_offset``, below ``max_offset`` (default: HW)."""
+        if start_offset < self._log_start_offset or start_offset > self.log_end_offset:
+            raise self._out_of_range(start_offset)
+        limit = self._high_watermark if max_offset is None else max_offset
+        empty = FetchDataInfo(start_offset, [], 0, self._high_watermark, self._log_start_offset)
+        if start_offset >= limit:
+            return empty
+        for segment in self._segments[max(0, bisect_right(self._bases, start_offset) - 1) :]:
+            region = segment.read(start_offset, max_bytes, None, min_one_message, max_offset=limit)
+            if region is not None:
+                return FetchDataInfo(
+                    start_offset,
+                    [region] if region.length else [],
+                    region.length,
+                    self._high_watermark,
+                    self._log_start_offset,
+                )
+        return empty
+
+    def fetch_offset_by_timestamp(
+        self, timestamp: int, *, max_offset: int | None = None
+    ) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` for ListOffsets, only offsets below ``max_offset`` (default: HW).
+
+        ``timestamp ≥ 0``: the first record with a timestamp ≥ it. Special values:
+        ``MAX_TIMESTAMP`` (-3) the record holding the max timestamp,
+        ``EARLIEST_TIMESTAMP`` (-2) ``(log_start_offset, -1)``,
+        ``LATEST_TIMESTAMP`` (-1) ``(max_offset, -1)``.
+        """
+        limit = self._high_watermark if max_offset is None else max_offset
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, -1
+        if timestamp == LATEST_TIMESTAMP:
+            return limit, -1
+        found: tuple[int, int] | None = None
+        if timestamp == MAX_TIMESTAMP:
+            best = max(self._segments, key=lambda s: s.max_timestamp)
+            if best.max_timestamp >= 0:
+                found = best.offset_of_max_timestamp, best.max_timestamp
+        elif timestamp >= 0:
+            for segment in self._segments:
+                if segment.max_timestamp < timestamp:
+                    continue
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    break
+        else:
+            raise InvalidRequestError(f"unsupported ListOffsets timestamp {timestamp}")
+        if found is None or found[0] >= limit or found[0] < self._log_start_offset:
+            return None
+        return found
+
+    # ------------------------------------------------------------------ retention
+
+    def delete_retention_segments(self, now_ms: int) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted."""
+        self._remove_due_deletes(now_ms)
+        deleted = 0
+        while True:
+            segment = self._segments[0]
+            reason = self._retention_reason(segment, now_ms)
+            if reason is None:
+                break
+            upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
+            if upper > self._high_watermark:
+                break
+            if segment is self._segments[-1]:
+                if segment.size == 0:
+                    break
+                self.roll(now_ms)
+            self._delete_segment(segment, now_ms, reason)
+            deleted += 1
+        if deleted:
+            self.maybe_increment_log_start_offset(self._bases[0])
+        return deleted
+
+    def _retention_reason(self, segment: LogSegment, now_ms: int) -> str | None:
+        config = self._config
+        upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
+        if upper <= self._log_start_offset and segment.size > 0:
+            return f"log start offset {self._log_start_offset} breach"
+        if config.retention_ms >= 0 and now_ms - segment.largest_timestamp > config.retention_ms:
+            return f"retention.ms {config.retention_ms} breach"
+        if (
+            config.retention_bytes >= 0
+            and self.size_in_bytes - segment.size >= config.retention_bytes
+        ):
+            return f"retention.bytes {config.retention_bytes} breach"
+        return None
+
+    def _delete_segment(self, segment: LogSegment, now_ms: int, reason: str) -> None:
+        _log.info("%s: deleting segment %s due to %s", self.name, segment.log_path.name, reason)
+        del self._segments[0]
+        del self._bases[0]
+        segment.delete()
+        self._pending_deletes.append((now_ms + self._config.file_delete_delay_ms, segment))
+        self._remove_due_deletes(now_ms)
+
+    def _remove_due_deletes(self, now_ms: int) -> None:
+        due = [s for when, s in self._pending_deletes if when <= now_ms]
+        if due:
+            self.wait_for_flushes()  # a queued fsync may still name these descriptors
+            self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now_ms]
+            for segment in due:
+                segment.remove_files()
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset (DeleteRecords, tiering); never beyond the high watermark."""
+        if offset > self._high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.name} to {offset}, "
+                f"beyond the high watermark {self._high_watermark}"
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Wait for background flushes and close every file (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.wait_for_flushes()
+        for segment in self._segments:
+            segment.close()
+        for _, segment in self._pending_deletes:
+            segment.remove_files()
+        self._pending_deletes.clear()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.name}, log_start_offset={self._log_start_offset}, "
+            f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})"
+        )

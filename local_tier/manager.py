@@ -1,0 +1,161 @@
+"""LogManager: every partition log under one log directory, plus its checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from local_tier.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    fsync_dir,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from local_tier.config import LogConfig
+from local_tier.log import Log
+
+__all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
+
+CLEAN_SHUTDOWN_FILE = ".strata_cleanshutdown"
+_DELETE_SUFFIX = "-delete"
+_log = logging.getLogger("strata.local_tier")
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int] | None:
+    """``"my.topic-name-3"`` → ``("my.topic-name", 3)``; None when it is not a partition dir."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    """Owns the :class:`Log` of every partition in ``log_dir``.
+
+    Files it holds: the partition directories, ``recovery-point-offset-checkpoint``,
+    ``log-start-offset-checkpoint`` and the clean-shutdown marker
+    ``.strata_cleanshutdown``, which exists only between :meth:`shutdown` and the
+    next :meth:`load` (so a crash after loading means recovery at the next start).
+
+    Thread-safety: not thread-safe: called on the broker's event loop thread. It
+    owns one flush thread (a single-worker executor) that runs the fsyncs that
+    follow a segment roll or a flush.ms flush.
+    """
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
+
+    def load(self, config_for: Callable[[str], LogConfig]) -> None:
+        """Open every partition dir; recover from the checkpointed recovery points after a crash."""
+        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        if not clean:
+            _log.warning(
+                "%s: no clean shutdown marker; recovering unflushed segments", self.log_dir
+            )
+        for path in sorted(self.log_dir.iterdir()):
+            if not path.is_dir():
+                continue
+            if path.name.endswith(_DELETE_SUFFIX):
+                _log.info("removing partition directory %s left over from a delete", path.name)
+                shutil.rmtree(path, ignore_errors=True)
+                continue
+            parsed = parse_log_dir_name(path.name)
+            if parsed is None:
+                _log.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                continue
+            topic, partition = parsed
+            self._logs[parsed] = Log(
+                path,
+                topic,
+                partition,
+                config_for(topic),
+                recovery_point=recovery_points.get(parsed, 0),
+                needs_recovery=not clean,
+                log_start_offset=start_offsets.get(parsed),
+                scheduler=self._executor,
+            )
+        if clean:
+            marker.unlink()
+            fsync_dir(self.log_dir)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
+        """The partition's log, created empty in ``<topic>-<partition>/`` when missing."""
+        log = self._logs.get((topic, partition))
+        if log is None:
+            log = Log(
+                self.log_dir / f"{topic}-{partition}",
+                topic,
+                partition,
+                config,
+                needs_recovery=False,
+                scheduler=self._executor,
+            )
+            self._logs[(topic, partition)] = log
+        return log
+
+    def all_logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        for (name, _), log in self._logs.items():
+            if name == topic:
+                log.update_config(config)
+
+    def delete_logs(self, topic: str) -> None:
+        """Close the topic's logs, rename each dir to ``<dir>.<uuid>-delete``, then remove it."""
+        for key in [key for key in self._logs if key[0] == topic]:
+            log = self._logs.pop(key)
+            log.close()
+            doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+            log.dir.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the recovery points and log start offsets of every log, atomically."""
+        write_offset_checkpoint(
+            self.log_dir / RECOVERY_POINT_CHECKPOINT,
+            {key: log.recovery_point for key, log in self._logs.items()},
+        )
+        write_offset_checkpoint(
+            self.log_dir / LOG_START_OFFSET_CHECKPOINT,
+            {key: log.log_start_offset for key, log in self._logs.items()},
+        )
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = sum(log.delete_retention_segments(now_ms) for log in self._logs.values())
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def run_flush(self, now_ms: int) -> None:
+        """Flush (on the flush thread) every log whose flush.ms has elapsed."""
+        for log in self._logs.values():
+            if now_ms - log.last_flush_ms >= log.config.flush_ms:
+                log.schedule_flush(now_ms)
+
+    def shutdown(self) -> None:
+        """Flush and close all logs, checkpoint, write the clean-shutdown marker, stop the flush thread."""
+        for log in self._logs.values():
+            log.wait_for_flushes()
+            log.flush()
+            log.close()
+        self.checkpoint()
+        (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
+        fsync_dir(self.log_dir)
+        self._executor.shutdown(wait=True)

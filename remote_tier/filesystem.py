@@ -1,0 +1,284 @@
+"""An :class:`~remote_tier.store.ObjectStore` on a local directory.
+
+This is the store behind ``strata up``'s embedded mode and the reference for the
+contract tests. Object ``a/b/c`` is the regular file ``<root>/a/b/c``.
+
+Invariants:
+
+* Every object is a regular file under ``root``; a file or directory whose name
+  starts with ``.strata`` is internal (the lock file, temp files) and never an
+  object, so keys may not contain such a segment.
+* Keys are relative ``/``-separated paths with no empty, ``.`` or ``..`` segment;
+  anything else would escape ``root`` or be ambiguous and raises ``ValueError``.
+  Unlike S3, ``a`` and ``a/b`` cannot both exist (a file is not a directory).
+* Writes are atomic: the bytes go to a temp file in the destination directory,
+  are fsynced, and replace the object with ``os.replace`` (then the directory
+  is fsynced). A reader sees the old object or the new one, never a mix.
+* The etag is the hex MD5 of the content, like S3 for single-part uploads.
+
+Thread- and process-safety: every call is safe from any thread of any process
+sharing ``root``. The final step of every mutation (precondition check, then
+replace or unlink) runs under an exclusive ``fcntl.flock`` on ``<root>/.strata.lock``,
+opened per call, so conditional puts are atomic against other threads and other
+processes alike. Writing the temp file happens outside the lock. Blocking: never
+call it on the event loop.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from remote_tier.store import (
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    PreconditionFailed,
+    clamp_range,
+)
+
+__all__ = ["FileSystemObjectStore"]
+
+_INTERNAL = ".strata"
+_LOCK_NAME = ".strata.lock"
+_TMP_PREFIX = ".strata-tmp-"
+_HASH_CHUNK = 1 << 20
+# An etag is cached only for files unmodified for this long, so a later file that
+# reuses the inode number, size and (coarse) mtime can never hit a stale entry.
+_SETTLED_NS = 2_000_000_000
+_MAX_CACHED_ETAGS = 10_000
+
+_StatKey = tuple[int, int, int, int]
+
+
+class FileSystemObjectStore:
+    """Objects as files under ``root`` (see the module docstring for invariants).
+
+    Thread-safe and multi-process-safe; blocking.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self._root = Path(root).absolute()
+        self._lock_path = self._root / _LOCK_NAME
+        self._etags: dict[_StatKey, str] = {}
+        self._etags_lock = threading.Lock()
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise self._unavailable("create", str(self._root), err) from err
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"FileSystemObjectStore({str(self._root)!r})"
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                lo, hi = clamp_range(os.fstat(f.fileno()).st_size, start, end)
+                f.seek(lo)
+                return f.read(hi - lo)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as err:
+            raise self._unavailable("read", key, err) from err
+
+    def head(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            size, etag = self._size_and_etag(path)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as err:
+            raise self._unavailable("stat", key, err) from err
+        return ObjectInfo(key, size, etag)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        start_dir = self._prefix_dir(prefix)
+        found: list[ObjectInfo] = []
+        for dirpath, dirnames, filenames in os.walk(start_dir):
+            rel = Path(dirpath).relative_to(self._root).as_posix()
+            base = "" if rel == "." else rel + "/"
+            dirnames[:] = [d for d in dirnames if _may_hold(base + d + "/", prefix)]
+            for name in filenames:
+                key = base + name
+                if name.startswith(_INTERNAL) or not key.startswith(prefix):
+                    continue
+                try:
+                    size, etag = self._size_and_etag(Path(dirpath, name))
+                except (FileNotFoundError, IsADirectoryError):
+                    continue  # deleted while listing
+                except OSError as err:
+                    raise self._unavailable("list", key, err) from err
+                found.append(ObjectInfo(key, size, etag))
+        found.sort(key=lambda info: info.key)
+        return iter(found)
+
+    # -- writes -----------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._write(key, data, None)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        def check(path: Path) -> None:
+            if path.exists():
+                raise PreconditionFailed(f"object {key!r} already exists")
+
+        return self._write(key, data, check)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        def check(path: Path) -> None:
+            try:
+                _, current = self._size_and_etag(path)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                raise PreconditionFailed(f"object {key!r} does not exist") from None
+            if current != etag:
+                raise PreconditionFailed(
+                    f"object {key!r} has etag {current}, not the expected {etag}"
+                )
+
+        return self._write(key, data, check)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            with self._locked():
+                path.unlink(missing_ok=True)
+            _fsync_dir(path.parent)
+        except (IsADirectoryError, NotADirectoryError, FileNotFoundError):
+            return
+        except OSError as err:
+            raise self._unavailable("delete", key, err) from err
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _write(self, key: str, data: bytes, check: Callable[[Path], None] | None) -> str:
+        path = self._path(key)
+        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _write_temp(path, data)
+        except (FileExistsError, NotADirectoryError) as err:
+            raise _shadowed(key) from err
+        except OSError as err:
+            raise self._unavailable("write", key, err) from err
+        try:
+            with self._locked():
+                if check is not None:
+                    check(path)
+                os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except IsADirectoryError as err:
+            raise _shadowed(key) from err
+        except OSError as err:
+            raise self._unavailable("write", key, err) from err
+        finally:
+            tmp.unlink(missing_ok=True)  # a no-op once replaced
+        return etag
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        # A descriptor per call: flock excludes other descriptors of this process
+        # (other threads) as well as other processes.
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _size_and_etag(self, path: Path) -> tuple[int, str]:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            stat_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            settled = st.st_mtime_ns < time.time_ns() - _SETTLED_NS
+            if settled:
+                with self._etags_lock:
+                    cached = self._etags.get(stat_key)
+                if cached is not None:
+                    return st.st_size, cached
+            digest = hashlib.md5(usedforsecurity=False)
+            while chunk := f.read(_HASH_CHUNK):
+                digest.update(chunk)
+        etag = digest.hexdigest()
+        if settled:
+            with self._etags_lock:
+                if len(self._etags) >= _MAX_CACHED_ETAGS:
+                    self._etags.clear()
+                self._etags[stat_key] = etag
+        return st.st_size, etag
+
+    def _path(self, key: str) -> Path:
+        segments = key.split("/")
+        if not key or any(s in ("", ".", "..") for s in segments) or "\0" in key:
+            raise ValueError(
+                f"invalid object key {key!r}: keys are relative '/'-separated paths "
+                "without empty, '.' or '..' segments"
+            )
+        if any(s.startswith(_INTERNAL) for s in segments):
+            raise ValueError(f"invalid object key {key!r}: '{_INTERNAL}*' names are reserved")
+        return self._root.joinpath(*segments)
+
+    def _prefix_dir(self, prefix: str) -> Path:
+        dirs = prefix.split("/")[:-1]
+        if prefix.startswith("/") or any(s in ("", ".", "..") for s in dirs) or "\0" in prefix:
+            raise ValueError(f"invalid key prefix {prefix!r}")
+        return self._root.joinpath(*dirs)
+
+    def _unavailable(self, op: str, key: str, err: OSError) -> ObjectStoreUnavailable:
+        return ObjectStoreUnavailable(
+            f"filesystem object store at {self._root}: cannot {op} {key!r}: "
+            f"{err.strerror or err}. Check that the directory exists, is writable by "
+            "this user, and that the disk is not full."
+        )
+
+
+def _may_hold(dir_prefix: str, prefix: str) -> bool:
+    """Whether keys under ``dir_prefix`` (ends with '/') can start with ``prefix``."""
+    if dir_prefix[:-1].rsplit("/", 1)[-1].startswith(_INTERNAL):
+        return False
+    return dir_prefix.startswith(prefix) or prefix.startswith(dir_prefix)
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _shadowed(key: str) -> ObjectStoreError:
+    return ObjectStoreError(
+        f"cannot write {key!r}: on the filesystem store one key cannot be both an "
+        "object and the prefix of another (a file is not a directory)"
+    )

@@ -1,0 +1,127 @@
+"""The one seam between Strata and the bucket: :class:`ObjectStore`.
+
+Everything that reads or writes object storage (segment upload, manifests,
+cluster metadata, Spark) goes through this protocol, so the filesystem store and
+the S3 store are interchangeable and run the same contract tests.
+
+Semantics every implementation must keep (they are S3's):
+
+* Keys are ``/``-separated strings; there are no directories, only prefixes.
+* ``put`` replaces an object atomically: a reader sees the old bytes or the new
+  bytes, never a mix. The returned etag identifies the content that was written.
+* ``put_if_absent`` and ``put_if_match`` are atomic compare-and-set operations
+  (S3's ``If-None-Match: *`` and ``If-Match: <etag>``): of several writers racing
+  on one key with the same expected state, exactly one succeeds and the others
+  get :class:`PreconditionFailed`.
+* ``get(key, start, end)`` returns bytes ``[start, end)``; ``end`` beyond the
+  object's size is clamped to it, and a ``start`` at or beyond the size gives
+  ``b""``. A missing key raises :class:`ObjectNotFound` whatever the range.
+* ``list(prefix)`` yields the objects whose key starts with ``prefix``, sorted by
+  key. ``delete`` is idempotent.
+
+Every call is **blocking I/O**. Never call an ``ObjectStore`` on the event loop:
+use a worker thread (the tiered fetch pool, the uploader thread, or
+``asyncio.to_thread``). Implementations are thread-safe.
+
+Error hierarchy (foreign exceptions such as ``OSError`` or botocore errors are
+translated into these at the implementation's edge, once)::
+
+    ObjectStoreError
+    ├── ObjectNotFound           the key does not exist
+    ├── PreconditionFailed       a conditional put lost: exists / etag differs / gone
+    └── ObjectStoreUnavailable   the store cannot be reached or used; says what to check
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+__all__ = [
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjectStoreError",
+    "ObjectStoreUnavailable",
+    "PreconditionFailed",
+    "clamp_range",
+]
+
+
+class ObjectStoreError(Exception):
+    """Base of every error an :class:`ObjectStore` raises."""
+
+
+class ObjectNotFound(ObjectStoreError):
+    """The key does not exist (``str(err)`` names it)."""
+
+
+class PreconditionFailed(ObjectStoreError):
+    """A conditional put lost: the object exists, or its etag differs, or it is gone."""
+
+
+class ObjectStoreUnavailable(ObjectStoreError):
+    """The store cannot be used right now; the message tells the user what to check."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What ``head`` and ``list`` report about one object.
+
+    ``etag`` is opaque: compare it for equality only (it happens to be the hex MD5
+    of the content for single-part S3 uploads and for the filesystem store).
+    """
+
+    key: str
+    size: int
+    etag: str
+
+
+def clamp_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """``[start, end)`` of ``get`` resolved against an object of ``size`` bytes.
+
+    Defaults to the whole object; ``end`` is clamped to ``size`` and a ``start`` at or
+    past the end gives an empty range. A negative bound or ``end < start`` is a caller bug
+    (``ValueError``), checked the same way by every implementation.
+    """
+    if (start is not None and start < 0) or (end is not None and end < (start or 0)):
+        raise ValueError(f"invalid byte range [{start}, {end})")
+    hi = size if end is None else min(end, size)
+    return min(start or 0, hi), hi
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A bucket of immutable-per-version objects with compare-and-set puts.
+
+    Blocking; thread-safe; never to be called on the event loop.
+    """
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of ``key`` (whole object by default); ``ObjectNotFound``."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo:
+        """Size and etag of ``key``; ``ObjectNotFound`` if missing."""
+        ...
+
+    def put(self, key: str, data: bytes) -> str:
+        """Create or replace ``key`` atomically; returns the new etag."""
+        ...
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create ``key``; ``PreconditionFailed`` if it already exists."""
+        ...
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace ``key`` only if its current etag is ``etag``; else ``PreconditionFailed``."""
+        ...
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Objects whose key starts with ``prefix``, sorted by key."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``; deleting a missing key is not an error."""
+        ...

@@ -1,0 +1,1 @@
+"""The Strata broker process: Kafka-protocol server, handlers, CLI (``strata``)."""

@@ -1,0 +1,78 @@
+"""``strata up``: run a single-node broker in the foreground until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+from pathlib import Path
+
+from controller.configs import BrokerConfig
+from service.broker import Broker, cancel_and_wait
+from service.handlers import Router
+from service.server import KafkaServer
+
+__all__ = ["parse_hostport", "run_broker"]
+
+log = logging.getLogger("strata")
+
+
+def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value, default_port
+    host = host.strip("[]")
+    return host or "0.0.0.0", int(port)
+
+
+async def _serve(data_dir: Path, config: BrokerConfig, host: str, port: int, advertise: str | None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    probe_port = port
+    if advertise:
+        adv_host, adv_port = parse_hostport(advertise, port)
+    else:
+        adv_host = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
+        adv_port = port
+    broker = Broker(data_dir=data_dir, config=config, advertised_host=adv_host, advertised_port=adv_port)
+    server = KafkaServer(
+        Router(broker),
+        host,
+        probe_port,
+        max_request_bytes=config.get_int("socket.request.max.bytes"),
+        max_inflight_per_connection=config.get_int("queued.max.requests"),
+    )
+    await server.start()
+    if port == 0:  # ephemeral port: advertise the one we got
+        broker.advertised_port = server.port
+    broker.open()
+    background = asyncio.create_task(broker.run_background(), name="log-maintenance")
+    print(
+        f"strata: broker {broker.node_id} of cluster {broker.controller.cluster_id} "
+        f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}",
+        flush=True,
+    )
+    try:
+        await stop.wait()
+    finally:
+        print("strata: shutting down", flush=True)
+        await server.close()
+        await cancel_and_wait(background)
+        broker.close()
+        print("strata: stopped cleanly", flush=True)
+
+
+def run_broker(data_dir: Path, config: BrokerConfig, listen: str, advertise: str | None) -> int:
+    host, port = parse_hostport(listen, 9092)
+    try:
+        asyncio.run(_serve(data_dir, config, host, port, advertise))
+    except OSError as exc:
+        log.error("cannot start the broker on %s: %s", listen, exc)
+        print(f"strata: cannot listen on {listen}: {exc.strerror or exc}. "
+              "Is another broker running? Pick a port with --listen HOST:PORT.")
+        return 1
+    return 0

@@ -1,0 +1,207 @@
+"""The broker: wires the controller, the local logs and the fetch waiters together.
+
+Handlers talk to the :class:`Broker`; it owns no protocol code and touches no
+segment files itself (``local_tier`` does). Single-node: this broker leads every
+partition at leader epoch 0 and the high watermark follows the log end offset
+after each append (there are no followers to wait for, so ``acks=-1`` is
+satisfied at once, as with ``min.insync.replicas=1``).
+
+Not thread-safe: everything runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from controller.configs import BrokerConfig
+from controller.metadata import (
+    Controller,
+    MetadataEvent,
+    ObjectStoreMetadataStore,
+    PartitionsCreated,
+    TopicConfigChanged,
+    TopicCreated,
+    TopicDeleted,
+    TopicInfo,
+)
+from fetch.planner import PartitionData
+from fetch.waiter import AppendWaiters
+from local_tier.config import LogConfig
+from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
+from local_tier.log import Log, LogAppendInfo
+from local_tier.manager import LogManager
+from remote_tier.filesystem import FileSystemObjectStore
+
+__all__ = ["Broker"]
+
+log = logging.getLogger("strata.broker")
+
+
+class Broker:
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        config: BrokerConfig,
+        advertised_host: str,
+        advertised_port: int,
+    ) -> None:
+        self.data_dir = data_dir
+        self.config = config
+        self.node_id = config.get_int("node.id")
+        self.leader_epoch = 0
+        self.fetch_max_bytes = config.get_int("fetch.max.bytes")
+        self.auto_create_topics = config.get_bool("auto.create.topics.enable")
+        self.advertised_host = advertised_host
+        self.advertised_port = advertised_port
+        self.waiters = AppendWaiters()
+        self.requests: Counter[str] = Counter()
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self.bytes_in: Counter[str] = Counter()
+        self.bytes_out: Counter[str] = Counter()
+        self.records_in: Counter[str] = Counter()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.object_store = FileSystemObjectStore(data_dir / "bucket")
+        self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
+        self.logs = LogManager(data_dir / "logs")
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def open(self) -> None:
+        """Register, load and recover the local logs, and reconcile them with the metadata."""
+        self.controller.register_broker(self.advertised_host, self.advertised_port)
+        self.logs.load(self._log_config)
+        known = {t.name: t for t in self.controller.topics()}
+        for topic in {tp[0] for tp in self.logs.all_logs()} - set(known):
+            log.warning("deleting local logs of %r: the topic no longer exists", topic)
+            self.logs.delete_logs(topic)
+        for info in known.values():
+            self._ensure_logs(info)
+        self.controller.add_listener(self._on_metadata_event)
+
+    def close(self) -> None:
+        self.waiters.notify_all()
+        self.logs.shutdown()
+
+    async def run_background(self) -> None:
+        """Retention, flush and checkpoint schedules, like Kafka's log manager."""
+        retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
+        flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
+        checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
+        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, 1.0))
+        next_retention = next_flush = next_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(tick)
+            now = time.monotonic()
+            now_ms = int(time.time() * 1000)
+            try:
+                if now >= next_retention:
+                    next_retention = now + retention_s
+                    if deleted := self.logs.run_retention(now_ms):
+                        log.info("retention deleted %d segment(s)", deleted)
+                if now >= next_flush:
+                    next_flush = now + flush_s
+                    self.logs.run_flush(now_ms)
+                if now >= next_checkpoint:
+                    next_checkpoint = now + checkpoint_s
+                    self.logs.checkpoint()
+            except Exception:  # a failing schedule must not stop the others
+                log.exception("background log maintenance failed")
+
+    # -- topics ------------------------------------------------------------
+
+    def _log_config(self, topic: str) -> LogConfig:
+        if self.controller.topic(topic) is None:
+            return LogConfig.from_properties(self.config.topic_defaults())
+        return LogConfig.from_properties(self.controller.effective_topic_config(topic))
+
+    def _ensure_logs(self, info: TopicInfo) -> None:
+        cfg = self._log_config(info.name)
+        for p in range(info.partitions):
+            self.logs.get_or_create_log(info.name, p, cfg)
+
+    def _on_metadata_event(self, event: MetadataEvent) -> None:
+        if isinstance(event, (TopicCreated, PartitionsCreated)):
+            self._ensure_logs(event.topic)
+        elif isinstance(event, TopicDeleted):
+            self.logs.delete_logs(event.topic.name)
+            self.waiters.notify_all()
+        elif isinstance(event, TopicConfigChanged):
+            self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        return self.controller.create_topic(
+            name, num_partitions, replication_factor, configs or {}, validate_only
+        )
+
+    def delete_topic(self, name: str) -> TopicInfo:
+        return self.controller.delete_topic(name)
+
+    def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
+        return self.controller.create_partitions(name, total, validate_only)
+
+    def alter_topic_configs(
+        self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool
+    ) -> TopicInfo:
+        return self.controller.incremental_alter_configs(name, ops, validate_only)
+
+    # -- data path ---------------------------------------------------------
+
+    def log_for(self, topic: str, partition: int) -> Log:
+        found = self.logs.get_log(topic, partition)
+        if found is None:
+            raise UnknownTopicOrPartitionError(
+                f"this server does not host partition {partition} of topic {topic!r}"
+            )
+        return found
+
+    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+        target = self.log_for(topic, partition)
+        info = target.append_as_leader(records, self.leader_epoch)
+        target.update_high_watermark(target.log_end_offset)
+        self.bytes_in[topic] += info.size
+        self.records_in[topic] += info.record_count
+        self.waiters.notify(topic, partition)
+        return info
+
+    # -- counters (exported as metrics by the admin API) --------------------
+
+    def metrics_request(self, api: str) -> None:
+        self.requests[api] += 1
+
+    def metrics_error(self, api: str, code: ErrorCode) -> None:
+        self.errors[(api, code.name.upper())] += 1
+
+    def metrics_fetch(self, data: Sequence[PartitionData]) -> None:
+        for d in data:
+            if d.size:
+                self.bytes_out[d.topic] += d.size
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "cluster_id": self.controller.cluster_id,
+            "data_dir": str(self.data_dir),
+            "listener": f"{self.advertised_host}:{self.advertised_port}",
+        }
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,115 @@
+"""Fetch response encoding (v4-v12) as a list of byte strings and file regions.
+
+Record data is never copied into the response: each partition's records are
+one or more :class:`local_tier.segment.FileRegion` that the connection sends
+with ``sendfile``. Everything around them is encoded here by hand, following
+Kafka's ``FetchResponse.json`` (non-flexible up to v11, flexible from v12).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+from fetch.planner import PartitionData
+from local_tier.segment import FileRegion
+
+__all__ = ["ResponsePart", "encode_fetch_response", "frame_size"]
+
+ResponsePart = bytes | FileRegion
+
+_I32 = struct.Struct(">i")
+_I16_I32 = struct.Struct(">hi")
+_I32_I16 = struct.Struct(">ih")
+_PART_FIXED = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
+_I64 = struct.Struct(">q")
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _string(value: str, flexible: bool) -> bytes:
+    raw = value.encode()
+    if flexible:
+        return _uvarint(len(raw) + 1) + raw
+    return struct.pack(">h", len(raw)) + raw
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else _I32.pack(n)
+
+
+def encode_fetch_response(
+    version: int,
+    correlation_id: int,
+    partitions: Sequence[PartitionData],
+    *,
+    throttle_ms: int = 0,
+    error_code: int = 0,
+    session_id: int = 0,
+    read_committed: bool = False,
+) -> list[ResponsePart]:
+    """The whole response frame (size prefix included) as parts to send in order."""
+    if not 4 <= version <= 12:
+        raise ValueError(f"Fetch v{version} is not supported")
+    flexible = version >= 12
+    head = bytearray()
+    head += _I32.pack(correlation_id)
+    if flexible:
+        head += b"\0"  # response header v1: tagged fields
+    head += _I32.pack(throttle_ms)
+    if version >= 7:
+        head += _I16_I32.pack(error_code, session_id)
+
+    topics: list[tuple[str, list[PartitionData]]] = []
+    for p in partitions:
+        if topics and topics[-1][0] == p.topic:
+            topics[-1][1].append(p)
+        else:
+            topics.append((p.topic, [p]))
+
+    parts: list[ResponsePart] = []
+    buf = head
+    buf += _array_len(len(topics), flexible)
+    for name, plist in topics:
+        buf += _string(name, flexible)
+        buf += _array_len(len(plist), flexible)
+        for p in plist:
+            buf += _PART_FIXED.pack(
+                p.partition, int(p.error_code), p.high_watermark, p.last_stable_offset
+            )
+            if version >= 5:
+                buf += _I64.pack(p.log_start_offset)
+            # aborted transactions: null unless read_committed (then empty: no transactions)
+            if read_committed:
+                buf += _array_len(0, flexible)
+            else:
+                buf += b"\0" if flexible else _I32.pack(-1)
+            if version >= 11:
+                buf += _I32.pack(-1)  # preferred read replica: none
+            size = sum(r.length for r in p.regions)
+            buf += _uvarint(size + 1) if flexible else _I32.pack(size)
+            if size:
+                parts.append(bytes(buf))
+                parts.extend(p.regions)
+                buf = bytearray()
+            if flexible:
+                buf += b"\0"  # partition tagged fields
+        if flexible:
+            buf += b"\0"  # topic tagged fields
+    if flexible:
+        buf += b"\0"  # response tagged fields
+    parts.append(bytes(buf))
+    total = frame_size(parts)
+    parts[0] = _I32.pack(total) + parts[0]  # type: ignore[operator]
+    return parts
+
+
+def frame_size(parts: Sequence[ResponsePart]) -> int:
+    return sum(len(p) if isinstance(p, bytes) else p.length for p in parts)

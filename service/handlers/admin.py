@@ -1,0 +1,223 @@
+"""Topic and config administration: CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs, IncrementalAlterConfigs, DescribeCluster."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from local_tier.errors import (
+    ErrorCode,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicIdError,
+)
+from service.handlers.router import RequestContext
+from service.protocol import build, response_module
+
+__all__ = [
+    "handle_create_partitions",
+    "handle_create_topics",
+    "handle_delete_topics",
+    "handle_describe_cluster",
+    "handle_describe_configs",
+    "handle_incremental_alter_configs",
+]
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, Any]:
+    ctx.broker.metrics_error(api, exc.code)
+    return {"error_code": exc.code, "error_message": exc.message}
+
+
+def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(19, ctx.version)
+    counts = Counter(t.name for t in request.topics)
+    validate_only = bool(getattr(request, "validate_only", False))
+    results = []
+    for topic in request.topics:
+        fields: dict[str, Any] = {"name": topic.name, "topic_id": _ZERO_UUID}
+        try:
+            if counts[topic.name] > 1:
+                raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+            partitions = int(topic.num_partitions)
+            replication = int(topic.replication_factor)
+            if topic.assignments:
+                if partitions != -1 or replication != -1:
+                    raise InvalidRequestError(
+                        "give either a replica assignment or partitions and replication factor"
+                    )
+                partitions = len(topic.assignments)
+                replication = len(topic.assignments[0].broker_ids)
+            configs = {c.name: c.value for c in topic.configs}
+            if any(v is None for v in configs.values()):
+                raise InvalidRequestError("a topic config in CreateTopics has a null value")
+            info = broker.create_topic(
+                topic.name,
+                num_partitions=partitions,
+                replication_factor=replication,
+                configs=configs,
+                validate_only=validate_only,
+            )
+            config_cls = getattr(mod, "CreatableTopicConfigs", None)  # v5+
+            entries = broker.config.topic_entries(info.configs) if config_cls else []
+            fields.update(
+                topic_id=info.topic_id,
+                error_code=ErrorCode.none,
+                error_message=None,
+                num_partitions=info.partitions,
+                replication_factor=1,
+                configs=tuple(
+                    build(
+                        config_cls,
+                        name=e.name,
+                        value=e.value,
+                        read_only=e.read_only,
+                        config_source=e.source,
+                        is_sensitive=e.sensitive,
+                    )
+                    for e in entries
+                ),
+            )
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1)
+        results.append(build(mod.CreatableTopicResult, **fields))
+    return build(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
+
+
+def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(20, ctx.version)
+    if hasattr(request, "topics"):
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        fields: dict[str, Any] = {"name": name, "topic_id": topic_id or _ZERO_UUID}
+        try:
+            if name is None:
+                info = broker.controller.topic_by_id(topic_id) if topic_id else None
+                if info is None:
+                    raise UnknownTopicIdError(f"unknown topic id {topic_id}")
+                name = info.name
+            info = broker.delete_topic(name)
+            fields.update(name=info.name, topic_id=info.topic_id, error_code=ErrorCode.none)
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "DeleteTopics", exc))
+        results.append(build(mod.DeletableTopicResult, **fields))
+    return build(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
+
+
+def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(37, ctx.version)
+    results = []
+    for topic in request.topics:
+        fields: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none}
+        try:
+            broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "CreatePartitions", exc))
+        results.append(build(mod.CreatePartitionsTopicResult, **fields))
+    return build(mod.CreatePartitionsResponse, throttle_time=0, results=tuple(results))
+
+
+def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
+    controller = ctx.broker.controller
+    mod = response_module(32, ctx.version)
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    docs = bool(getattr(request, "include_documentation", False))
+    results = []
+    for res in request.resources:
+        keys = list(res.configuration_keys) if res.configuration_keys is not None else None
+        fields: dict[str, Any] = {
+            "resource_type": res.resource_type,
+            "resource_name": res.resource_name,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
+        try:
+            rtype = int(res.resource_type)
+            if rtype == RESOURCE_TOPIC:
+                entries = controller.describe_topic_config(res.resource_name, keys)
+            elif rtype == RESOURCE_BROKER:
+                if res.resource_name not in ("", str(ctx.broker.node_id)):
+                    raise InvalidRequestError(f"unknown broker {res.resource_name!r}")
+                entries = controller.describe_broker_config(keys)
+            else:
+                raise InvalidRequestError(f"resource type {rtype} is not supported")
+            fields["configs"] = tuple(
+                build(
+                    mod.DescribeConfigsResourceResult,
+                    name=e.name,
+                    value=e.value,
+                    read_only=e.read_only,
+                    config_source=e.source,
+                    is_sensitive=e.sensitive,
+                    synonyms=tuple(
+                        build(mod.DescribeConfigsSynonym, name=n, value=v, source=s)
+                        for n, v, s in e.synonyms
+                    )
+                    if synonyms
+                    else (),
+                    config_type=e.config_type,
+                    documentation=e.documentation if docs else None,
+                )
+                for e in entries
+            )
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "DescribeConfigs", exc), configs=())
+        results.append(build(mod.DescribeConfigsResult, **fields))
+    return build(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
+
+
+def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(44, ctx.version)
+    results = []
+    for res in request.resources:
+        fields: dict[str, Any] = {
+            "resource_type": res.resource_type,
+            "resource_name": res.resource_name,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+        }
+        try:
+            if int(res.resource_type) != RESOURCE_TOPIC:
+                raise InvalidRequestError(
+                    "only topic configs can be altered at run time; "
+                    "change broker configs with `strata up --set KEY=VALUE` and restart"
+                )
+            ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
+            broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "IncrementalAlterConfigs", exc))
+        results.append(build(mod.AlterConfigsResourceResponse, **fields))
+    return build(mod.IncrementalAlterConfigsResponse, throttle_time=0, responses=tuple(results))
+
+
+def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    controller = ctx.broker.controller
+    mod = response_module(60, ctx.version)
+    brokers = tuple(
+        build(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+        for b in controller.brokers()
+    )
+    return build(
+        mod.DescribeClusterResponse,
+        throttle_time=0,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=controller.cluster_id,
+        controller_id=controller.controller_id,
+        brokers=brokers,
+        cluster_authorized_operations=-2147483648,
+    )

@@ -1,0 +1,114 @@
+"""The routing table and the dispatcher that the server calls for every frame."""
+
+from __future__ import annotations
+
+import inspect
+from functools import cache
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from local_tier.errors import ErrorCode
+from service.protocol import FrameError, RequestHeader, decode_request, encode_response, peek_api
+
+if TYPE_CHECKING:
+    from service.broker import Broker
+    from service.server import Connection, Response
+
+__all__ = ["ApiSpec", "RequestContext", "Router", "api_table"]
+
+log = logging.getLogger("strata.server")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    header: RequestHeader
+    broker: Broker
+    connection: Connection | None
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+Handler = Callable[[RequestContext, Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+@cache
+def api_table() -> dict[int, ApiSpec]:
+    """api key → spec: the single source of what this broker implements."""
+    from service.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+
+    specs = [
+        ApiSpec(0, "Produce", 3, 9, produce.handle_produce),
+        ApiSpec(1, "Fetch", 4, 12, fetch.handle_fetch),
+        ApiSpec(2, "ListOffsets", 1, 8, list_offsets.handle_list_offsets),
+        ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
+        ApiSpec(18, "ApiVersions", 0, 3, api_versions.handle_api_versions),
+        ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
+        ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
+        ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+        ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
+        ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
+        ApiSpec(60, "DescribeCluster", 0, 1, admin.handle_describe_cluster),
+    ]
+    return {s.key: s for s in specs}
+
+
+_UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
+
+
+class Router:
+    """Turns a request frame into an awaitable response for the connection."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def dispatch(self, frame: bytes, conn: Connection | None) -> Awaitable[Response]:
+        api_key, version, correlation_id = peek_api(frame)
+        spec = api_table().get(api_key)
+        if spec is None:
+            raise FrameError(f"unknown API key {api_key}")
+        if not spec.min_version <= version <= spec.max_version:
+            if api_key == 18:
+                return _ready(_api_versions_unsupported(correlation_id))
+            raise FrameError(
+                f"{spec.name} v{version} is not supported "
+                f"(this broker implements v{spec.min_version}-v{spec.max_version})"
+            )
+        header, body = decode_request(frame)
+        return self._run(spec, RequestContext(header, self._broker, conn), body)
+
+    async def _run(self, spec: ApiSpec, ctx: RequestContext, body: Any) -> Response:
+        self._broker.metrics_request(spec.name)
+        result = spec.handler(ctx, body)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None or isinstance(result, (list, bytes)):
+            return result
+        return encode_response(ctx.header, result)
+
+
+async def _ready(value: Response) -> Response:
+    return value
+
+
+def _api_versions_unsupported(correlation_id: int) -> bytes:
+    """ApiVersions v0 answer with UNSUPPORTED_VERSION and our ranges (KIP-511 fallback)."""
+    specs = sorted(api_table().values(), key=lambda s: s.key)
+    body = b"".join(struct.pack(">hhh", s.key, s.min_version, s.max_version) for s in specs)
+    head = _UNSUPPORTED_VERSION_HEAD.pack(
+        4 + 2 + 4 + len(body), correlation_id, int(ErrorCode.unsupported_version), len(specs)
+    )
+    return head + body

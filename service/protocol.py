@@ -1,0 +1,182 @@
+"""Sans-I/O Kafka protocol layer: frames in, typed requests out; responses to bytes.
+
+Request and response bodies are kio entities (generated from Kafka's own JSON
+message schemas), so every version's layout, flexible encoding (compact arrays,
+tagged fields) and header version come from the schema, not from hand-written
+tables. The one exception is the Fetch response, which :mod:`service.fetch_codec`
+writes by hand so that record data can be sent with ``sendfile``.
+
+Nothing here does I/O or imports asyncio.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields
+from functools import cache
+from typing import Any
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+from kio.static.primitive import TZAware
+
+__all__ = [
+    "FrameError",
+    "RequestHeader",
+    "build",
+    "decode_request",
+    "encode_response",
+    "peek_api",
+    "response_module",
+]
+
+_I16_I16_I32 = struct.Struct(">hhi")
+_I32 = struct.Struct(">i")
+
+
+class FrameError(Exception):
+    """The bytes are not a request we can answer; the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame (without its size prefix)."""
+    if len(frame) < 8:
+        raise FrameError(f"request of {len(frame)} bytes is shorter than a request header")
+    return _I16_I16_I32.unpack_from(frame, 0)
+
+
+@cache
+def _request_reader(api_key: int, version: int) -> tuple[Callable[..., Any], Callable[..., Any], bool]:
+    schema = load_request_schema(api_key, version)
+    header_schema = schema.__header_schema__
+    return entity_reader(header_schema), entity_reader(schema), bool(schema.__flexible__)
+
+
+def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
+    """Decode header and body of a request whose api key and version are supported."""
+    api_key, version, _ = peek_api(frame)
+    read_header, read_body, flexible = _request_reader(api_key, version)
+    try:
+        header, header_size = read_header(frame, 0)
+        body, body_size = read_body(frame, header_size)
+        end = header_size + body_size
+    except (SerialError, ValueError, TypeError, IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise FrameError(f"malformed request (api {api_key} v{version}): {exc}") from exc
+    if end != len(frame):
+        raise FrameError(
+            f"malformed request (api {api_key} v{version}): {len(frame) - end} trailing bytes"
+        )
+    return (
+        RequestHeader(api_key, version, header.correlation_id, header.client_id, flexible),
+        body,
+    )
+
+
+@cache
+def response_module(api_key: int, version: int) -> types.ModuleType:
+    """The kio module holding the response entity and its nested entities."""
+    return sys.modules[load_response_schema(api_key, version).__module__]
+
+
+@cache
+def _response_writer(api_key: int, version: int) -> tuple[Callable[..., Any], bool]:
+    schema = load_response_schema(api_key, version)
+    # ApiVersions answers with header v0 even in flexible versions (KIP-511).
+    header_flexible = schema.__header_schema__.__module__.endswith(".v1.header")
+    return entity_writer(schema), header_flexible
+
+
+def encode_response(header: RequestHeader, body: Any) -> bytes:
+    """Size-prefixed response frame: size, correlation id, [tagged fields], body."""
+    write, header_flexible = _response_writer(header.api_key, header.api_version)
+    buf = io.BytesIO()
+    buf.write(b"\0\0\0\0")
+    buf.write(_I32.pack(header.correlation_id))
+    if header_flexible:
+        buf.write(b"\0")  # empty tagged fields
+    write(buf, body)
+    data = buf.getbuffer()
+    _I32.pack_into(data, 0, len(data) - 4)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# Building response entities across versions
+
+
+def _ms_to_timedelta(value: Any) -> Any:
+    return datetime.timedelta(milliseconds=value) if isinstance(value, int) else value
+
+
+def _ms_to_datetime(value: Any) -> Any:
+    if isinstance(value, int):
+        if value < 0:
+            return None
+        return datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
+    return value
+
+
+_CONVERT: Mapping[str, Callable[[Any], Any]] = {
+    "timedelta_i32": _ms_to_timedelta,
+    "timedelta_i64": _ms_to_timedelta,
+    "datetime_i64": _ms_to_datetime,
+    "error_code": lambda v: ErrorCode(v) if isinstance(v, int) else v,
+}
+
+
+@cache
+def _field_plan(cls: type) -> tuple[tuple[str, str | None, bool, bool], ...]:
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for f in fields(cls):
+        required = f.default is MISSING and f.default_factory is MISSING
+        is_tuple = typing.get_origin(hints.get(f.name)) is tuple
+        plan.append((f.name, f.metadata.get("kafka_type"), required, is_tuple))
+    return tuple(plan)
+
+
+def build(cls: type, **values: Any) -> Any:
+    """Make a kio entity of any version from plain values.
+
+    Values for fields this version lacks are dropped; missing required tuples
+    default to ``()``; milliseconds become ``timedelta``/``datetime`` where the
+    schema says so (``-1`` timestamps become null).
+    """
+    kwargs: dict[str, Any] = {}
+    for name, kafka_type, required, is_tuple in _field_plan(cls):
+        if name in values:
+            value = values[name]
+            convert = _CONVERT.get(kafka_type or "")
+            kwargs[name] = convert(value) if convert is not None else value
+        elif required and is_tuple:
+            kwargs[name] = ()
+        elif required and kafka_type == "datetime_i64":
+            kwargs[name] = None
+    return cls(**kwargs)
+
+
+def tz_to_ms(value: TZAware | datetime.datetime | None) -> int:
+    return -1 if value is None else int(value.timestamp() * 1000)
+
+
+def timedelta_to_ms(value: datetime.timedelta | int) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

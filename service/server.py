@@ -1,0 +1,249 @@
+"""The Kafka-protocol TCP server: read frames, dispatch, write responses in order.
+
+Each connection has a reader (frames in, one handler call each, in arrival
+order) and a writer (responses out in request order). Handlers may run
+concurrently (a long-polling Fetch does not stop the reader), but responses
+leave in the order the requests came, as Kafka requires. Record data goes out
+with ``os.sendfile`` straight from the page cache.
+
+A malformed frame, an unknown API key or an unsupported version closes that one
+connection with a log line; the broker and other connections carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable
+from typing import Any
+
+from local_tier.segment import FileRegion
+from service.protocol import FrameError
+
+__all__ = ["KafkaServer", "Response"]
+
+log = logging.getLogger("strata.server")
+
+_I32 = struct.Struct(">i")
+_READ_CHUNK = 256 * 1024
+
+#: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
+Response = bytes | list[bytes | FileRegion] | None
+
+
+class Dispatcher:  # pragma: no cover - structural type only
+    def dispatch(self, frame: bytes, conn: "Connection") -> Awaitable[Response]: ...
+
+
+class KafkaServer:
+    """Accepts connections on one listener; ``dispatcher`` turns frames into responses."""
+
+    def __init__(
+        self,
+        dispatcher: Any,
+        host: str,
+        port: int,
+        *,
+        max_request_bytes: int = 100 * 1024 * 1024,
+        max_inflight_per_connection: int = 100,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._host = host
+        self._port = port
+        self._max_request_bytes = max_request_bytes
+        self._max_inflight = max_inflight_per_connection
+        self._sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._connections: set[Connection] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._sock is not None
+        return int(self._sock.getsockname()[1])
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._sock = sock
+        self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            try:
+                client, addr = await loop.sock_accept(self._sock)
+            except OSError as exc:  # e.g. EMFILE: keep serving the connections we have
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(self, client, f"{addr[0]}:{addr[1]}")
+            self._connections.add(conn)
+            conn.start()
+
+    async def close(self) -> None:
+        if self._accept_task is not None:
+            self._accept_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accept_task
+        if self._sock is not None:
+            self._sock.close()
+        for conn in list(self._connections):
+            await conn.close()
+
+
+class Connection:
+    """One client connection. Not thread-safe: lives on the event loop."""
+
+    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self._queue: asyncio.Queue[asyncio.Future[Response] | None] = asyncio.Queue(
+            server._max_inflight
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.peer}"),
+            asyncio.create_task(self._write_loop(), name=f"kafka-write-{self.peer}"),
+        ]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        self.server._connections.discard(self)
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        buf = bytearray()
+        try:
+            while True:
+                while len(buf) < 4:
+                    chunk = await loop.sock_recv(self.sock, _READ_CHUNK)
+                    if not chunk:
+                        if buf:
+                            log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    buf += chunk
+                (size,) = _I32.unpack_from(buf, 0)
+                if size < 8 or size > self.server._max_request_bytes:
+                    log.warning(
+                        "closing connection %s: request size %d outside [8, %d]",
+                        self.peer,
+                        size,
+                        self.server._max_request_bytes,
+                    )
+                    await self.close()
+                    return
+                while len(buf) < 4 + size:
+                    want = max(_READ_CHUNK, 4 + size - len(buf))
+                    chunk = await loop.sock_recv(self.sock, want)
+                    if not chunk:
+                        log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    buf += chunk
+                frame = bytes(memoryview(buf)[4 : 4 + size])
+                del buf[: 4 + size]
+                try:
+                    result = self.server._dispatcher.dispatch(frame, self)
+                except FrameError as exc:
+                    log.warning("closing connection %s: %s", self.peer, exc)
+                    await self._finish_reading()
+                    return
+                fut = asyncio.ensure_future(result)
+                await self._queue.put(fut)
+        except (ConnectionError, OSError):
+            await self.close()
+        except asyncio.CancelledError:
+            raise
+
+    async def _finish_reading(self) -> None:
+        """No more requests: let the writer send what is pending, then close."""
+        await self._queue.put(None)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                fut = await self._queue.get()
+                if fut is None:
+                    break
+                try:
+                    response = await fut
+                except FrameError as exc:
+                    log.warning("closing connection %s: %s", self.peer, exc)
+                    break
+                except Exception:
+                    log.exception("handler failed; closing connection %s", self.peer)
+                    break
+                if response is None:
+                    continue
+                if isinstance(response, bytes):
+                    await loop.sock_sendall(self.sock, response)
+                    continue
+                for part in response:
+                    if isinstance(part, bytes):
+                        await loop.sock_sendall(self.sock, part)
+                    else:
+                        await _sendfile(loop, self.sock, part)
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s: %s", self.peer, exc)
+        finally:
+            await self.close()
+
+
+async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:
+    """Zero-copy send of a file region (page cache → socket), waiting when the socket is full."""
+    fd_out = sock.fileno()
+    fd_in = region.file.fileno()
+    offset = region.position
+    remaining = region.length
+    while remaining > 0:
+        try:
+            sent = os.sendfile(fd_out, fd_in, offset, remaining)
+        except BlockingIOError:
+            await _writable(loop, fd_out)
+            continue
+        if sent == 0:  # the file is shorter than the region: never send a short frame
+            raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
+        offset += sent
+        remaining -= sent
+
+
+def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def _ready() -> None:
+        loop.remove_writer(fd)
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, _ready)
+    fut.add_done_callback(lambda _: loop.remove_writer(fd))
+    return fut

@@ -1,0 +1,255 @@
+"""Shared test fixtures: a real Strata broker as a subprocess, and kcat.
+
+``broker`` (function scope) and ``module_broker`` (module scope) start
+``python -m service up`` on a free loopback port with its own data dir and hand
+back a :class:`BrokerProcess`. ``start_broker`` / ``module_start_broker`` are
+factories for brokers with extra ``--set`` options::
+
+    def test_x(start_broker):
+        b = start_broker(sets={"log.segment.bytes": "65536"})
+
+Every broker started through these fixtures is killed at teardown, and its
+stdout+stderr are kept in ``<tmp>/broker-<port>.log`` (``.log_text()``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BROKER_START_TIMEOUT_S = 30.0
+BROKER_STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: the repo importable, output unbuffered."""
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.pop("STRATA_BOOTSTRAP", None)
+    return env
+
+
+class BrokerProcess:
+    """One ``python -m service up`` subprocess with a fixed data dir and port.
+
+    ``restart()`` starts it again on the same data dir and port. The log file
+    collects the output of every run, each started with a marker line.
+    """
+
+    def __init__(self, data_dir: Path, port: int, sets: Mapping[str, str] | None = None,
+                 log_path: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.host = "127.0.0.1"
+        self.bootstrap = f"{self.host}:{port}"
+        self.sets = dict(sets or {})
+        self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.runs = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        extra: list[str] = []
+        for key, value in self.sets.items():
+            extra += ["--set", f"{key}={value}"]
+        return [sys.executable, "-m", "service", "up", "--data-dir", str(self.data_dir),
+                "--listen", self.bootstrap, *extra]
+
+    def start(self) -> BrokerProcess:
+        if self.running:
+            raise RuntimeError("broker already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.runs += 1
+        self._close_log()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - held across the run
+        self._log.write(f"\n===== strata test harness: start #{self.runs}: "
+                        f"{' '.join(self.command())}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            self.command(), cwd=REPO_ROOT, env=subprocess_env(),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._wait_until_listening()
+        return self
+
+    def _wait_until_listening(self) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + BROKER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            code = self.proc.poll()
+            if code is not None:
+                raise RuntimeError(
+                    f"broker exited with code {code} before listening on {self.bootstrap}; "
+                    f"log:\n{self.log_tail()}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"broker did not listen on {self.bootstrap} within "
+                           f"{BROKER_START_TIMEOUT_S:.0f}s; log:\n{self.log_tail()}")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, timeout: float = BROKER_STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not exit in time. Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close_log()
+        return self.proc.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL (no clean shutdown) and wait."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_log()
+        return self.proc.returncode
+
+    def restart(self, clean: bool = True) -> BrokerProcess:
+        """Stop (SIGTERM when ``clean``, else SIGKILL) and start on the same dir and port."""
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    # -- inspection ---------------------------------------------------------------------
+
+    def log_text(self) -> str:
+        if self._log is not None:
+            self._log.flush()
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return self.log_text()[-chars:]
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the broker process so far, from /proc/PID/stat."""
+        with open(f"/proc/{self.pid}/stat") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(")") + 2:].split()
+        # fields[0] is field 3 (state); utime is field 14, stime field 15.
+        ticks = int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def __repr__(self) -> str:
+        return f"BrokerProcess({self.bootstrap}, data_dir={self.data_dir})"
+
+
+BrokerFactory = Callable[..., BrokerProcess]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.x loads its protocol schemas with importlib.resources' legacy
+    # read_text at import time; the warning is attributed to importlib, so the
+    # "kafka.*" module filter in pyproject does not catch it.
+    config.addinivalue_line(
+        "filterwarnings",
+        r"ignore:.* is deprecated\. Use files\(\) instead:DeprecationWarning")
+
+
+class _BrokerPool:
+    """Starts brokers in a tmp dir and kills all of them at teardown."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.brokers: list[BrokerProcess] = []
+
+    def __call__(self, sets: Mapping[str, str] | None = None, **kw: Any) -> BrokerProcess:
+        n = len(self.brokers)
+        broker = BrokerProcess(self.tmp / f"broker{n}" / "data", free_port(), sets=sets, **kw)
+        self.brokers.append(broker)
+        return broker.start()
+
+    def close(self) -> None:
+        for broker in self.brokers:
+            try:
+                broker.kill()
+            except Exception as exc:  # noqa: BLE001 - teardown must reach every broker
+                print(f"could not kill {broker}: {exc}", file=sys.stderr)
+
+
+@pytest.fixture
+def start_broker(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Factory for function-scoped brokers: ``start_broker(sets={...})``."""
+    pool = _BrokerPool(tmp_path)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def module_start_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+    """Factory for module-scoped brokers: ``module_start_broker(sets={...})``."""
+    pool = _BrokerPool(tmp_path_factory.mktemp("brokers"))
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def broker(start_broker: BrokerFactory) -> BrokerProcess:
+    """A fresh broker with default configs for one test."""
+    return start_broker()
+
+
+@pytest.fixture(scope="module")
+def module_broker(module_start_broker: BrokerFactory) -> BrokerProcess:
+    """A broker shared by the tests of one module (use distinct topic names)."""
+    return module_start_broker()
+
+
+@pytest.fixture(scope="session")
+def kcat() -> str:
+    """Path of the kcat binary; skips the test when kcat is not installed."""
+    path = shutil.which("kcat") or shutil.which("kafkacat")
+    if path is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat)")
+    return path
