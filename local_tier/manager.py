@@ -59,7 +59,8 @@ class LogManager:
         clean = marker.exists()
         recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
-        if not clean:
+        has_logs = any(p.is_dir() for p in self.log_dir.iterdir())
+        if not clean and has_logs:
             _log.warning(
                 "%s: no clean shutdown marker; recovering unflushed segments", self.log_dir
             )

@@ -220,10 +220,14 @@ def _describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | Non
     detail = err.str()
     bootstrap = getattr(args, "bootstrap_server", DEFAULT_BOOTSTRAP)
     name = subject or getattr(args, "topic", None) or getattr(args, "name", None)
-    if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
-                KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
-        return (f"no answer from a broker at {bootstrap} ({detail}): "
-                "is `strata up` running and reachable?")
+    if code in (KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE):
+        return f"cannot reach a broker at {bootstrap} ({detail}): is `strata up` running?"
+    if code == KafkaError._TRANSPORT:
+        return (f"the broker at {bootstrap} dropped the connection ({detail}): "
+                "is it a Kafka listener? see the broker's log")
+    if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+        return (f"no answer from the broker at {bootstrap} in time ({detail}): "
+                "is `strata up` healthy? see its log")
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
         topic = f"topic {name!r}" if name else "the topic"
         return f"{topic} does not exist: create it with `strata topics create`"
@@ -233,7 +237,7 @@ def _describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | Non
         return f"topic {name!r} already exists (pass --if-not-exists to accept that)"
     if code == KafkaError.INVALID_CONFIG:
         return f"the broker refused a config value: {detail}"
-    if code == KafkaError.INVALID_TOPIC_EXCEPTION:
+    if code == KafkaError.TOPIC_EXCEPTION:
         return f"invalid topic name {name!r}: {detail}"
     if code == KafkaError.INVALID_PARTITIONS:
         return f"invalid partition count: {detail}"
@@ -352,7 +356,7 @@ def _topic_metadata(md: Any, name: str, args: argparse.Namespace) -> Any:
 
 def _topics_create(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaError
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = _admin(args)
     new = NewTopic(
@@ -379,7 +383,10 @@ def _topics_list(args: argparse.Namespace) -> int:
 
 def _topics_describe(args: argparse.Namespace) -> int:
     from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import ConfigResource, ConfigSource
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ConfigResource,
+        ConfigSource,
+    )
 
     admin = _admin(args)
     md = _metadata(admin, args)
@@ -437,7 +444,7 @@ def _topics_delete(args: argparse.Namespace) -> int:
 
 
 def _topics_alter(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
