@@ -79,10 +79,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         end = header_size + body_size
     except (SerialError, ValueError, TypeError, IndexError, struct.error, UnicodeDecodeError) as exc:
         raise FrameError(f"malformed request (api {api_key} v{version}): {exc}") from exc
-    if end != len(frame):
-        raise FrameError(
-            f"malformed request (api {api_key} v{version}): {len(frame) - end} trailing bytes"
-        )
+    if end > len(frame):
+        raise FrameError(f"malformed request (api {api_key} v{version}): truncated")
+    # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends a few after
+    # Metadata v12 (fields of newer versions).
     return (
         RequestHeader(api_key, version, header.correlation_id, header.client_id, flexible),
         body,

@@ -188,15 +188,6 @@ class BrokerProcess:
 BrokerFactory = Callable[..., BrokerProcess]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # kafka-python 3.x loads its protocol schemas with importlib.resources' legacy
-    # read_text at import time; the warning is attributed to importlib, so the
-    # "kafka.*" module filter in pyproject does not catch it.
-    config.addinivalue_line(
-        "filterwarnings",
-        r"ignore:.* is deprecated\. Use files\(\) instead:DeprecationWarning")
-
-
 class _BrokerPool:
     """Starts brokers in a tmp dir and kills all of them at teardown."""
 
