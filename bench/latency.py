@@ -3,9 +3,9 @@
 Two roles, each run as its own process by ``bench/foundation.py``:
 
     python bench/latency.py consume --bootstrap H:P --topic T --count N --out FILE
-    python bench/latency.py produce --bootstrap H:P --topic T --rate R --seconds S
+    python bench/latency.py produce --bootstrap H:P --topic T --rate R --seconds S --linger-ms L
 
-The producer (acks=1, linger.ms=0) sends ``rate`` records/s for ``seconds``, each a
+The producer (acks=1, linger.ms=L: 1 by default, 0 also measured) sends ``rate`` records/s for ``seconds``, each a
 100-byte value starting with its sequence number and ``time.time_ns()`` taken just
 before ``produce()``. The consumer (fetch.wait.max.ms=100, fetch.min.bytes=1,
 reading partition 0 from offset 0 of a fresh topic) stamps ``time.time_ns()`` when
@@ -25,14 +25,14 @@ import time
 _HEAD = struct.Struct(">qq")  # sequence number, send time (ns since the epoch)
 RECORD_SIZE = 100
 
-PRODUCER_CONFIG = {"acks": "1", "linger.ms": 0, "enable.idempotence": False}
+PRODUCER_CONFIG = {"acks": "1", "enable.idempotence": False}
 CONSUMER_CONFIG = {"fetch.wait.max.ms": 100, "fetch.min.bytes": 1}
 
 
 def _produce(args: argparse.Namespace) -> int:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": args.bootstrap, **PRODUCER_CONFIG})
+    p = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": args.linger_ms, **PRODUCER_CONFIG})
     pad = b"x" * (RECORD_SIZE - _HEAD.size)
     total = int(args.rate * args.seconds)
     interval = 1.0 / args.rate
@@ -114,6 +114,7 @@ def main() -> int:
     p.add_argument("--topic", required=True)
     p.add_argument("--rate", type=float, default=5000)
     p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--linger-ms", type=int, default=1)
     p.set_defaults(func=_produce)
     c = sub.add_parser("consume")
     c.add_argument("--bootstrap", required=True)
