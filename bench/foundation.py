@@ -564,6 +564,17 @@ def fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _kept_sections(md_path: Path) -> str:
+    """Sections other benchmarks own (between ``<!-- NAME:start -->`` and
+    ``<!-- NAME:end -->`` markers) survive a rewrite of this report."""
+    if not md_path.exists():
+        return ""
+    old = md_path.read_text()
+    blocks = [m.group(0).strip("\n") for m in
+              re.finditer(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", old, flags=re.S)]
+    return "".join("\n\n" + b + "\n" for b in blocks)
+
+
 def write_reports(data: dict, md_path: Path) -> None:
     json_path = md_path.with_suffix(".json")
     json_path.write_text(json.dumps(data, indent=2) + "\n")
@@ -719,7 +730,7 @@ def write_reports(data: dict, md_path: Path) -> None:
         for n in data["notes"]:
             L.append(f"- {n}")
         L.append("")
-    md_path.write_text("\n".join(L))
+    md_path.write_text("\n".join(L) + _kept_sections(md_path))
     log(f"wrote {md_path} and {json_path}")
 
 

@@ -160,16 +160,26 @@ class Connection:
                     )
                     await self.close()
                     return
-                while len(buf) < 4 + size:
-                    want = max(_READ_CHUNK, 4 + size - len(buf))
-                    chunk = await loop.sock_recv(self.sock, want)
-                    if not chunk:
-                        log.info("connection %s closed mid-frame", self.peer)
-                        await self._finish_reading()
-                        return
-                    buf += chunk
-                frame = bytes(memoryview(buf)[4 : 4 + size])
-                del buf[: 4 + size]
+                frame: bytes | bytearray
+                if len(buf) >= 4 + size:
+                    frame = bytes(memoryview(buf)[4 : 4 + size])
+                    del buf[: 4 + size]
+                else:
+                    # A large request: receive straight into a buffer of its size
+                    # (no copies of the buffered remainder, no re-appends).
+                    frame = bytearray(size)
+                    have = len(buf) - 4
+                    frame[:have] = memoryview(buf)[4:]
+                    buf.clear()
+                    view = memoryview(frame)
+                    while have < size:
+                        got = await loop.sock_recv_into(self.sock, view[have:])
+                        if not got:
+                            log.info("connection %s closed mid-frame", self.peer)
+                            await self._finish_reading()
+                            return
+                        have += got
+                    view.release()
                 try:
                     result = self.server._dispatcher.dispatch(frame, self)
                 except FrameError as exc:
@@ -180,8 +190,6 @@ class Connection:
                 await self._queue.put(fut)
         except (ConnectionError, OSError):
             await self.close()
-        except asyncio.CancelledError:
-            raise
 
     async def _finish_reading(self) -> None:
         """No more requests: let the writer send what is pending, then close."""
