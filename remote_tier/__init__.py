@@ -1,12 +1,25 @@
 """Remote tier: the object store seam and what lives in the bucket.
 
-Everything here is blocking I/O and must run off the event loop. See
-:mod:`remote_tier.store` for the :class:`ObjectStore` contract and its errors.
+Everything here is blocking I/O and must run off the event loop (on the uploader
+or tiered-fetch threads). See :mod:`remote_tier.store` for the
+:class:`ObjectStore` contract, :mod:`remote_tier.errors` for the errors,
+:mod:`remote_tier.layout` and ``docs/object-layout.md`` for the bucket layout.
 """
 
 from __future__ import annotations
 
+from remote_tier.errors import (
+    FencedError,
+    ManifestConflictError,
+    ManifestFormatError,
+    RemoteStorageError,
+    SegmentOverlapError,
+)
 from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.layout import PartitionLayout, SegmentFile
+from remote_tier.manifest import FORMAT_VERSION, ManifestStore, PartitionManifest, RemoteSegment
+from remote_tier.retrying import RetryingObjectStore
+from remote_tier.s3 import S3ObjectStore
 from remote_tier.store import (
     ObjectInfo,
     ObjectNotFound,
@@ -16,14 +29,33 @@ from remote_tier.store import (
     PreconditionFailed,
     clamp_range,
 )
+from remote_tier.uploader import RemoteLogManager, SegmentSummary, summarize_segment
+from remote_tier.url import open_object_store
 
 __all__ = [
+    "FORMAT_VERSION",
+    "FencedError",
     "FileSystemObjectStore",
+    "ManifestConflictError",
+    "ManifestFormatError",
+    "ManifestStore",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",
     "ObjectStoreError",
     "ObjectStoreUnavailable",
+    "PartitionLayout",
+    "PartitionManifest",
     "PreconditionFailed",
+    "RemoteLogManager",
+    "RemoteSegment",
+    "RemoteStorageError",
+    "RetryingObjectStore",
+    "S3ObjectStore",
+    "SegmentFile",
+    "SegmentOverlapError",
+    "SegmentSummary",
     "clamp_range",
+    "open_object_store",
+    "summarize_segment",
 ]

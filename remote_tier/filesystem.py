@@ -99,12 +99,11 @@ class FileSystemObjectStore:
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:
-            size, etag = self._size_and_etag(path)
+            return self._info(key, path)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
         except OSError as err:
             raise self._unavailable("stat", key, err) from err
-        return ObjectInfo(key, size, etag)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         start_dir = self._prefix_dir(prefix)
@@ -118,12 +117,11 @@ class FileSystemObjectStore:
                 if name.startswith(_INTERNAL) or not key.startswith(prefix):
                     continue
                 try:
-                    size, etag = self._size_and_etag(Path(dirpath, name))
+                    found.append(self._info(key, Path(dirpath, name)))
                 except (FileNotFoundError, IsADirectoryError):
                     continue  # deleted while listing
                 except OSError as err:
                     raise self._unavailable("list", key, err) from err
-                found.append(ObjectInfo(key, size, etag))
         found.sort(key=lambda info: info.key)
         return iter(found)
 
@@ -131,6 +129,10 @@ class FileSystemObjectStore:
 
     def put(self, key: str, data: bytes) -> str:
         return self._write(key, data, None)
+
+    def put_file(self, key: str, path: Path) -> str:
+        """Copies ``path`` in chunks to a temp file (hashing as it goes), then replaces."""
+        return self._write(key, Path(path), None)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         def check(path: Path) -> None:
@@ -142,7 +144,7 @@ class FileSystemObjectStore:
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         def check(path: Path) -> None:
             try:
-                _, current = self._size_and_etag(path)
+                _, current, _ = self._size_etag_mtime(path)
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 raise PreconditionFailed(f"object {key!r} does not exist") from None
             if current != etag:
@@ -165,15 +167,21 @@ class FileSystemObjectStore:
 
     # -- helpers ----------------------------------------------------------------
 
-    def _write(self, key: str, data: bytes, check: Callable[[Path], None] | None) -> str:
+    def _write(self, key: str, source: bytes | Path, check: Callable[[Path], None] | None) -> str:
         path = self._path(key)
-        etag = hashlib.md5(data, usedforsecurity=False).hexdigest()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = _write_temp(path, data)
         except (FileExistsError, NotADirectoryError) as err:
             raise _shadowed(key) from err
         except OSError as err:
+            raise self._unavailable("write", key, err) from err
+        try:
+            tmp, etag = _write_temp(path, source)
+        except (FileExistsError, NotADirectoryError) as err:
+            raise _shadowed(key) from err
+        except OSError as err:
+            if isinstance(source, Path) and err.filename == str(source):
+                raise  # the caller's source file is missing or unreadable: not the store's fault
             raise self._unavailable("write", key, err) from err
         try:
             with self._locked():
@@ -200,7 +208,11 @@ class FileSystemObjectStore:
         finally:
             os.close(fd)
 
-    def _size_and_etag(self, path: Path) -> tuple[int, str]:
+    def _info(self, key: str, path: Path) -> ObjectInfo:
+        size, etag, mtime_ns = self._size_etag_mtime(path)
+        return ObjectInfo(key, size, etag, mtime_ns // 1_000_000)
+
+    def _size_etag_mtime(self, path: Path) -> tuple[int, str, int]:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
             stat_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -209,7 +221,7 @@ class FileSystemObjectStore:
                 with self._etags_lock:
                     cached = self._etags.get(stat_key)
                 if cached is not None:
-                    return st.st_size, cached
+                    return st.st_size, cached, st.st_mtime_ns
             digest = hashlib.md5(usedforsecurity=False)
             while chunk := f.read(_HASH_CHUNK):
                 digest.update(chunk)
@@ -219,7 +231,7 @@ class FileSystemObjectStore:
                 if len(self._etags) >= _MAX_CACHED_ETAGS:
                     self._etags.clear()
                 self._etags[stat_key] = etag
-        return st.st_size, etag
+        return st.st_size, etag, st.st_mtime_ns
 
     def _path(self, key: str) -> Path:
         segments = key.split("/")
@@ -253,20 +265,34 @@ def _may_hold(dir_prefix: str, prefix: str) -> bool:
     return dir_prefix.startswith(prefix) or prefix.startswith(dir_prefix)
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
+def _write_temp(path: Path, source: bytes | Path) -> tuple[Path, str]:
+    """Writes ``source`` (bytes, or a file copied in chunks) to a new fsynced temp
+    file beside ``path``; returns it and the content's MD5."""
+    digest = hashlib.md5(usedforsecurity=False)
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        if isinstance(source, Path):
+            with open(source, "rb") as src:
+                while chunk := src.read(_HASH_CHUNK):
+                    digest.update(chunk)
+                    _write_all(fd, chunk)
+        else:
+            digest.update(source)
+            _write_all(fd, source)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
-    return tmp
+    return tmp, digest.hexdigest()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -23,20 +23,24 @@ Every call is **blocking I/O**. Never call an ``ObjectStore`` on the event loop:
 use a worker thread (the tiered fetch pool, the uploader thread, or
 ``asyncio.to_thread``). Implementations are thread-safe.
 
-Error hierarchy (foreign exceptions such as ``OSError`` or botocore errors are
-translated into these at the implementation's edge, once)::
-
-    ObjectStoreError
-    ├── ObjectNotFound           the key does not exist
-    ├── PreconditionFailed       a conditional put lost: exists / etag differs / gone
-    └── ObjectStoreUnavailable   the store cannot be reached or used; says what to check
+Errors are drawn in :mod:`remote_tier.errors` (foreign exceptions such as
+``OSError`` or botocore errors are translated into them at the implementation's
+edge, once) and re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+from remote_tier.errors import (
+    ObjectNotFound,
+    ObjectStoreError,
+    ObjectStoreUnavailable,
+    PreconditionFailed,
+)
 
 __all__ = [
     "ObjectInfo",
@@ -49,33 +53,21 @@ __all__ = [
 ]
 
 
-class ObjectStoreError(Exception):
-    """Base of every error an :class:`ObjectStore` raises."""
-
-
-class ObjectNotFound(ObjectStoreError):
-    """The key does not exist (``str(err)`` names it)."""
-
-
-class PreconditionFailed(ObjectStoreError):
-    """A conditional put lost: the object exists, or its etag differs, or it is gone."""
-
-
-class ObjectStoreUnavailable(ObjectStoreError):
-    """The store cannot be used right now; the message tells the user what to check."""
-
-
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
     """What ``head`` and ``list`` report about one object.
 
     ``etag`` is opaque: compare it for equality only (it happens to be the hex MD5
     of the content for single-part S3 uploads and for the filesystem store).
+    ``last_modified_ms`` is when the current version was written (milliseconds
+    since the epoch; S3 keeps whole seconds in listings). It does not take part in
+    equality: two infos are equal when key, size and etag are.
     """
 
     key: str
     size: int
     etag: str
+    last_modified_ms: int = field(default=0, compare=False)
 
 
 def clamp_range(size: int, start: int | None, end: int | None) -> tuple[int, int]:
@@ -103,11 +95,19 @@ class ObjectStore(Protocol):
         ...
 
     def head(self, key: str) -> ObjectInfo:
-        """Size and etag of ``key``; ``ObjectNotFound`` if missing."""
+        """Size, etag and modification time of ``key``; ``ObjectNotFound`` if missing."""
         ...
 
     def put(self, key: str, data: bytes) -> str:
         """Create or replace ``key`` atomically; returns the new etag."""
+        ...
+
+    def put_file(self, key: str, path: Path) -> str:
+        """Create or replace ``key`` with the content of the file at ``path``; returns the etag.
+
+        Streams from disk (never the whole file in memory); large files may go up in
+        parts (the etag is then not an MD5). Atomic like :meth:`put`.
+        """
         ...
 
     def put_if_absent(self, key: str, data: bytes) -> str:

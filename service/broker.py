@@ -38,6 +38,7 @@ from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from remote_tier.filesystem import FileSystemObjectStore
+from service.groups import GroupCoordinator, start_coordinator
 
 __all__ = ["Broker"]
 
@@ -71,6 +72,7 @@ class Broker:
         self.object_store = FileSystemObjectStore(data_dir / "bucket")
         self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
         self.logs = LogManager(data_dir / "logs")
+        self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -85,8 +87,11 @@ class Broker:
         for info in known.values():
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
+        self.groups = start_coordinator(self)
 
     def close(self) -> None:
+        if self.groups is not None:
+            self.groups.shutdown()
         self.waiters.notify_all()
         self.logs.shutdown()
 

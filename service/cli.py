@@ -52,9 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override a broker config, e.g. --set log.segment.bytes=1048576")
     up.set_defaults(func=_cmd_up)
 
-    from service import client_commands
+    from service import client_commands, group_commands
 
     client_commands.register(sub)
+    group_commands.register(sub)
     return parser
 
 

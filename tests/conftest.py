@@ -244,3 +244,13 @@ def kcat() -> str:
     if path is None:
         pytest.skip("kcat is not installed (apt-get install -y kcat)")
     return path
+
+
+# S3 endpoints (moto server over HTTP; MinIO where Docker exists) for every test directory.
+# Imported last: the module uses free_port from here.
+from tests.s3_fixtures import (  # noqa: E402, F401
+    minio,
+    moto_server,
+    s3_bucket,
+    s3_credentials_env,
+)

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from local_tier.errors import ErrorCode, KafkaError, UnknownTopicIdError, UnknownTopicOrPartitionError
+from service.groups.records import OFFSETS_TOPIC
 from service.handlers.router import RequestContext
 from service.protocol import build, response_module
 
@@ -68,7 +69,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 error_code=ErrorCode.none,
                 name=info.name,
                 topic_id=info.topic_id,
-                is_internal=info.name.startswith("__"),
+                is_internal=info.name == OFFSETS_TOPIC,
                 partitions=partitions,
                 topic_authorized_operations=_NO_OPS,
             )

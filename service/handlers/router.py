@@ -48,7 +48,7 @@ class ApiSpec:
 @cache
 def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
-    from service.handlers import admin, api_versions, fetch, list_offsets, metadata, produce
+    from service.handlers import admin, api_versions, fetch, groups, list_offsets, metadata, produce
 
     specs = [
         ApiSpec(0, "Produce", 3, 9, produce.handle_produce),
@@ -62,6 +62,17 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
         ApiSpec(60, "DescribeCluster", 0, 1, admin.handle_describe_cluster),
+        ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit),
+        ApiSpec(9, "OffsetFetch", 1, 9, groups.handle_offset_fetch),
+        ApiSpec(10, "FindCoordinator", 0, 5, groups.handle_find_coordinator),
+        ApiSpec(11, "JoinGroup", 0, 9, groups.handle_join_group),
+        ApiSpec(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
+        ApiSpec(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
+        ApiSpec(14, "SyncGroup", 0, 5, groups.handle_sync_group),
+        ApiSpec(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
+        ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
+        ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
+        ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
     ]
     return {s.key: s for s in specs}
 
@@ -75,7 +86,7 @@ class Router:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def dispatch(self, frame: bytes, conn: Connection | None) -> Awaitable[Response]:
+    def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
         api_key, version, correlation_id = peek_api(frame)
         spec = api_table().get(api_key)
         if spec is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from . import helpers, rawkafka
 
@@ -72,12 +73,18 @@ def assert_retention_outcome(broker: Any, topic: str, n: int, files_before: list
 def test_retention_bytes_deletes_oldest_segments(retention_broker: Any) -> None:
     topic = helpers.topic_name("retention-bytes")
     helpers.create_topic(retention_broker.bootstrap, topic,
-                         config={"retention.bytes": str(4 * SEGMENT_BYTES),
-                                 "segment.bytes": str(SEGMENT_BYTES)})
+                         config={"segment.bytes": str(SEGMENT_BYTES)})
     n = 1500  # ~400 KB: ~25 segments
     produce_many_segments(retention_broker.bootstrap, topic, n)
     files_before = segment_files(retention_broker.data_dir, topic)
     assert len(files_before) >= 10, [p.name for p in files_before]
+    # Set the limit only now (the log picks up the altered config), so nothing
+    # was deleted before the files were counted.
+    admin = helpers.admin(retention_broker.bootstrap)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.bytes", str(4 * SEGMENT_BYTES),
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=15)
 
     low = wait_for_log_start(retention_broker.bootstrap, topic, 0)
 
@@ -103,9 +110,9 @@ def test_retention_ms_deletes_segments_older_than_the_limit(retention_broker: An
     assert high == n
     assert rawkafka.fetch(retention_broker.bootstrap, topic, 0, 0).error_code == (
         rawkafka.OFFSET_OUT_OF_RANGE)
-    if low < n:
-        msgs = helpers.consume(retention_broker.bootstrap, topic, [0], n - low)
-        assert [m.offset() for m in msgs] == list(range(low, n))
+    # Retention keeps running with so short a limit (the expired active segment
+    # goes too, as in Kafka), so what is left to read is checked by the
+    # retention.bytes test; here: the end offset never moves back.
     deadline = time.monotonic() + 30
     while set(files_before) <= set(segment_files(retention_broker.data_dir, topic)):
         assert time.monotonic() < deadline, "no segment file was deleted"

@@ -1,0 +1,250 @@
+"""Tiered reads: fetches below the local log start, served from the bucket.
+
+Reads run on a bounded pool of tiered-fetch threads (``remote.log.reader.threads``),
+never on the event loop. Segment objects are read with ranged GETs in fixed-size
+chunks that go through a byte-bounded LRU :class:`ChunkCache`; concurrent misses
+of one chunk share one GET. A sequential reader gets the next chunk fetched
+ahead (read-ahead) while it consumes the current one. Remote offset indexes are
+cached per segment.
+
+Memory is bounded by the cache capacity plus, per tiered-fetch thread, one
+response's ``max_bytes``: a hundred consumers reading history at once queue on
+the pool instead of each holding its own buffers (the failure of KAFKA-19763).
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from local_tier.errors import OffsetOutOfRangeError
+from local_tier.records import LOG_OVERHEAD, read_batch_header
+
+__all__ = ["ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource"]
+
+_HEADER_BYTES = 61
+_INDEX_ENTRY = struct.Struct(">ii")
+
+
+class RemoteSegmentSource(Protocol):
+    """How the reader reaches a remote segment's objects (blocking calls)."""
+
+    def cache_key(self, segment: object) -> Hashable:
+        """Identity of the segment's ``.log`` object (unique per upload)."""
+        ...
+
+    def get_range(self, segment: object, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the segment's ``.log`` object."""
+        ...
+
+    def get_offset_index(self, segment: object) -> bytes:
+        """The segment's whole ``.index`` object."""
+        ...
+
+
+class ChunkCache:
+    """LRU of object chunks, bounded in bytes. Thread-safe.
+
+    ``get`` returns the cached chunk or loads it once, however many threads ask
+    for it at the same time.
+    """
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity_bytes = capacity_bytes
+        self._chunks: OrderedDict[Hashable, bytes] = OrderedDict()
+        self._loading: dict[Hashable, Future[bytes]] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    def contains(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._chunks or key in self._loading
+
+    def get(self, key: Hashable, load: Callable[[], bytes]) -> bytes:
+        with self._lock:
+            chunk = self._chunks.get(key)
+            if chunk is not None:
+                self._chunks.move_to_end(key)
+                self.hits += 1
+                return chunk
+            pending = self._loading.get(key)
+            if pending is None:
+                self.misses += 1
+                pending = Future()
+                self._loading[key] = pending
+                owner = True
+            else:
+                self.hits += 1
+                owner = False
+        if not owner:
+            return pending.result()
+        try:
+            data = load()
+        except BaseException as exc:
+            with self._lock:
+                del self._loading[key]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            del self._loading[key]
+            if len(data) <= self.capacity_bytes:
+                self._chunks[key] = data
+                self._size += len(data)
+                while self._size > self.capacity_bytes:
+                    _, evicted = self._chunks.popitem(last=False)
+                    self._size -= len(evicted)
+        pending.set_result(data)
+        return data
+
+    @property
+    def hit_ratio(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteReadResult:
+    records: bytes
+    first_batch_offset: int
+
+
+class RemoteReader:
+    """Reads whole batches of remote segments within a byte budget, on its own threads."""
+
+    def __init__(
+        self,
+        source: RemoteSegmentSource,
+        *,
+        threads: int = 10,
+        chunk_bytes: int = 1024 * 1024,
+        cache_bytes: int = 256 * 1024 * 1024,
+        index_cache_entries: int = 1024,
+        read_ahead_chunks: int = 1,
+    ) -> None:
+        self._source = source
+        self._chunk = chunk_bytes
+        self.cache = ChunkCache(cache_bytes)
+        self._read_ahead = read_ahead_chunks
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="strata-tiered-fetch")
+        self._indexes: OrderedDict[Hashable, tuple[list[int], list[int]]] = OrderedDict()
+        self._index_entries = index_cache_entries
+        self._lock = threading.Lock()
+        self._queued = 0
+
+    @property
+    def queue_depth(self) -> int:
+        """Reads submitted and not finished yet."""
+        return self._queued
+
+    def submit(
+        self, segment: object, segment_size: int, offset: int, max_bytes: int, min_one_message: bool
+    ) -> Future[RemoteReadResult]:
+        with self._lock:
+            self._queued += 1
+        fut = self._pool.submit(self.read, segment, segment_size, offset, max_bytes, min_one_message)
+        fut.add_done_callback(self._done)
+        return fut
+
+    def _done(self, _: Future[RemoteReadResult]) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- blocking part, on a tiered-fetch thread ----------------------------
+
+    def read(
+        self, segment: object, segment_size: int, offset: int, max_bytes: int, min_one_message: bool
+    ) -> RemoteReadResult:
+        """Whole batches from the one containing ``offset``, within ``max_bytes`` (KIP-74)."""
+        key = self._source.cache_key(segment)
+        pos = self._index_position(segment, key, offset)
+        # find the batch holding ``offset``
+        while True:
+            if pos + LOG_OVERHEAD > segment_size:
+                raise OffsetOutOfRangeError(f"offset {offset} is past the end of remote segment {key}")
+            header = read_batch_header(self._bytes(segment, key, segment_size, pos, pos + _HEADER_BYTES))
+            if header.last_offset >= offset:
+                break
+            pos += header.size
+        start = end = pos
+        first = header.base_offset
+        while end < segment_size:
+            if end != start:
+                header = read_batch_header(
+                    self._bytes(segment, key, segment_size, end, end + _HEADER_BYTES)
+                )
+            if end + header.size > segment_size:
+                break  # incomplete tail: never hand out a partial batch
+            if end - start + header.size > max_bytes and not (end == start and min_one_message):
+                break
+            end += header.size
+        data = self._bytes(segment, key, segment_size, start, end) if end > start else b""
+        self._prefetch(segment, key, segment_size, end)
+        return RemoteReadResult(data, first)
+
+    def _index_position(self, segment: object, key: Hashable, offset: int) -> int:
+        with self._lock:
+            entry = self._indexes.get(key)
+            if entry is not None:
+                self._indexes.move_to_end(key)
+        if entry is None:
+            raw = self._source.get_offset_index(segment)
+            n = len(raw) // _INDEX_ENTRY.size
+            rel: list[int] = []
+            positions: list[int] = []
+            for i in range(n):
+                r, p = _INDEX_ENTRY.unpack_from(raw, i * _INDEX_ENTRY.size)
+                if rel and (r <= rel[-1] or p < positions[-1]):
+                    break  # not monotonic: trust what came before (it is only a hint)
+                rel.append(r)
+                positions.append(p)
+            entry = (rel, positions)
+            with self._lock:
+                self._indexes[key] = entry
+                while len(self._indexes) > self._index_entries:
+                    self._indexes.popitem(last=False)
+        base = int(getattr(segment, "base_offset"))
+        rel, positions = entry
+        i = bisect.bisect_right(rel, offset - base) - 1
+        return positions[i] if i >= 0 else 0
+
+    def _chunk_bytes(self, segment: object, key: Hashable, size: int, index: int) -> bytes:
+        start = index * self._chunk
+        end = min(size, start + self._chunk)
+        return self.cache.get((key, index), lambda: self._source.get_range(segment, start, end))
+
+    def _bytes(self, segment: object, key: Hashable, size: int, start: int, end: int) -> bytes:
+        end = min(end, size)
+        first, last = start // self._chunk, (end - 1) // self._chunk
+        parts = []
+        for index in range(first, last + 1):
+            chunk = self._chunk_bytes(segment, key, size, index)
+            lo = start - index * self._chunk if index == first else 0
+            hi = end - index * self._chunk if index == last else len(chunk)
+            parts.append(chunk[lo:hi])
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _prefetch(self, segment: object, key: Hashable, size: int, pos: int) -> None:
+        """Read-ahead: fetch the next chunks in the background if they are not cached."""
+        next_index = pos // self._chunk
+        for index in range(next_index, next_index + self._read_ahead):
+            if index * self._chunk >= size or self.cache.contains((key, index)):
+                continue
+            try:
+                self._pool.submit(self._chunk_bytes, segment, key, size, index)
+            except RuntimeError:  # pool shut down
+                return

@@ -1,0 +1,344 @@
+"""Partition manifests: which remote segments of a partition are committed.
+
+A segment is visible to readers only once the partition's ``manifest.json`` lists
+it. The manifest is written only by compare-and-set (:meth:`ManifestStore.update`:
+read with its etag, change, ``put_if_match``; on conflict re-read and retry) and
+is fenced by the writer's leader epoch: a writer whose epoch is below the stored
+one gets :class:`FencedError` and writes nothing.
+
+The JSON format is versioned (``format_version``) and documented in
+``docs/object-layout.md``; a reader refuses a version it does not know.
+
+:class:`RemoteSegment` and :class:`PartitionManifest` are frozen values (thread-safe).
+:class:`ManifestStore` keeps no state besides its store: thread-safe, and safe
+across processes (the compare-and-set is the only synchronisation). Blocking I/O:
+never call it on the event loop.
+
+Invariants of a manifest: segments are sorted by base offset and do not overlap;
+every segment's ``last_offset >= log_start_offset`` (segments wholly below it are
+removed); ``revision`` grows by one on every write, so no two versions have the
+same bytes (and etag).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from remote_tier.errors import (
+    FencedError,
+    ManifestConflictError,
+    ManifestFormatError,
+    ObjectNotFound,
+    PreconditionFailed,
+)
+from remote_tier.layout import PartitionLayout
+from remote_tier.store import ObjectStore
+
+__all__ = [
+    "FORMAT_VERSION",
+    "ManifestStore",
+    "PartitionManifest",
+    "RemoteSegment",
+]
+
+FORMAT_VERSION = 1
+_CONSISTENT_READ_ATTEMPTS = 10
+_log = logging.getLogger("strata.remote_tier")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    """One committed remote segment (the ``.log`` bytes exactly as on local disk).
+
+    ``leader_epoch`` is the epoch of the leader that uploaded it;
+    ``epochs`` is the leader-epoch history inside the segment, from its batches'
+    partition leader epochs: ``(epoch, first offset of that epoch)`` pairs,
+    ascending. ``size_bytes`` is the ``.log`` object's size; ``last_offset`` the
+    last offset of the last complete batch.
+    """
+
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    min_timestamp: int
+    max_timestamp: int
+    leader_epoch: int
+    record_count: int
+    upload_id: str
+    epochs: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base_offset": self.base_offset,
+            "last_offset": self.last_offset,
+            "size_bytes": self.size_bytes,
+            "min_timestamp": self.min_timestamp,
+            "max_timestamp": self.max_timestamp,
+            "leader_epoch": self.leader_epoch,
+            "record_count": self.record_count,
+            "upload_id": self.upload_id,
+            "epochs": [[epoch, start] for epoch, start in self.epochs],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> RemoteSegment:
+        return cls(
+            base_offset=_int(obj, "base_offset"),
+            last_offset=_int(obj, "last_offset"),
+            size_bytes=_int(obj, "size_bytes"),
+            min_timestamp=_int(obj, "min_timestamp"),
+            max_timestamp=_int(obj, "max_timestamp"),
+            leader_epoch=_int(obj, "leader_epoch"),
+            record_count=_int(obj, "record_count"),
+            upload_id=_str(obj, "upload_id"),
+            epochs=tuple((int(e), int(s)) for e, s in obj.get("epochs", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionManifest:
+    """The committed remote state of one partition (see the module invariants)."""
+
+    topic: str
+    topic_id: str
+    partition: int
+    leader_epoch: int
+    log_start_offset: int
+    segments: tuple[RemoteSegment, ...] = ()
+    revision: int = 0
+    _bases: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "topic_id", str(uuid.UUID(str(self.topic_id))))
+        object.__setattr__(self, "_bases", tuple(s.base_offset for s in self.segments))
+        for before, after in zip(self.segments, self.segments[1:]):
+            if after.base_offset <= before.last_offset:
+                raise ManifestFormatError(
+                    f"manifest of {self.topic}-{self.partition}: segment at "
+                    f"{after.base_offset} overlaps or precedes the one at {before.base_offset}"
+                )
+
+    @classmethod
+    def empty(
+        cls, topic: str, topic_id: str | uuid.UUID, partition: int, leader_epoch: int
+    ) -> PartitionManifest:
+        return cls(topic, str(topic_id), partition, leader_epoch, 0)
+
+    # -- queries ----------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """One past the last remote offset (``log_start_offset`` when there is none)."""
+        if not self.segments:
+            return self.log_start_offset
+        return max(self.segments[-1].next_offset, self.log_start_offset)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self.segments)
+
+    def segment_for(self, offset: int) -> RemoteSegment | None:
+        """The segment holding ``offset``, else the first one after it (a gap);
+        None when ``offset`` is below ``log_start_offset`` or at/after ``next_offset``."""
+        if offset < self.log_start_offset or offset >= self.next_offset:
+            return None
+        i = bisect.bisect_right(self._bases, offset) - 1
+        if i >= 0 and self.segments[i].last_offset >= offset:
+            return self.segments[i]
+        return self.segments[i + 1] if i + 1 < len(self.segments) else None
+
+    def segments_after(self, offset: int) -> tuple[RemoteSegment, ...]:
+        """The segments whose base offset is above ``offset``, in order."""
+        return self.segments[bisect.bisect_right(self._bases, offset) :]
+
+    def segment_for_timestamp(self, timestamp: int) -> RemoteSegment | None:
+        """The first segment holding a record with a timestamp at or after ``timestamp``."""
+        return next((s for s in self.segments if s.max_timestamp >= timestamp), None)
+
+    def find(self, base_offset: int) -> RemoteSegment | None:
+        """The segment covering ``base_offset`` (``base <= base_offset <= last``), if any."""
+        i = bisect.bisect_right(self._bases, base_offset) - 1
+        if i >= 0 and self.segments[i].last_offset >= base_offset:
+            return self.segments[i]
+        return None
+
+    # -- changes (new values) -------------------------------------------------------
+
+    def with_segment(self, segment: RemoteSegment) -> PartitionManifest:
+        """This manifest plus ``segment`` (which must not overlap any segment)."""
+        segments = sorted((*self.segments, segment), key=lambda s: s.base_offset)
+        return replace(self, segments=tuple(segments))
+
+    def without(self, removed: Sequence[RemoteSegment], log_start_offset: int) -> PartitionManifest:
+        """This manifest less ``removed``, with the log start offset raised to
+        ``log_start_offset`` (never lowered)."""
+        gone = {s.upload_id for s in removed}
+        return replace(
+            self,
+            segments=tuple(s for s in self.segments if s.upload_id not in gone),
+            log_start_offset=max(self.log_start_offset, log_start_offset),
+        )
+
+    # -- JSON -----------------------------------------------------------------------
+
+    def to_json_bytes(self) -> bytes:
+        doc = {
+            "format_version": FORMAT_VERSION,
+            "topic": self.topic,
+            "topic_id": self.topic_id,
+            "partition": self.partition,
+            "leader_epoch": self.leader_epoch,
+            "log_start_offset": self.log_start_offset,
+            "revision": self.revision,
+            "segments": [s.to_json() for s in self.segments],
+        }
+        return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> PartitionManifest:
+        """Parse a manifest; :class:`ManifestFormatError` for bad JSON or an unknown version."""
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ManifestFormatError(f"partition manifest is not valid JSON: {err}") from err
+        if not isinstance(doc, dict):
+            raise ManifestFormatError("partition manifest is not a JSON object")
+        version = doc.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ManifestFormatError(
+                f"partition manifest has format_version {version!r}; this Strata reads "
+                f"only version {FORMAT_VERSION} (a newer Strata probably wrote it: upgrade)"
+            )
+        try:
+            return cls(
+                topic=_str(doc, "topic"),
+                topic_id=_str(doc, "topic_id"),
+                partition=_int(doc, "partition"),
+                leader_epoch=_int(doc, "leader_epoch"),
+                log_start_offset=_int(doc, "log_start_offset"),
+                revision=_int(doc, "revision"),
+                segments=tuple(RemoteSegment.from_json(s) for s in doc.get("segments", ())),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise ManifestFormatError(f"partition manifest is malformed: {err!r}") from err
+
+
+def _int(obj: Mapping[str, Any], name: str) -> int:
+    value = obj[name]
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    return value
+
+
+def _str(obj: Mapping[str, Any], name: str) -> str:
+    value = obj[name]
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, not {value!r}")
+    return value
+
+
+ManifestChange = Callable[[PartitionManifest | None], PartitionManifest | None]
+"""Given the current manifest (None: none yet), the new one, or None (or the same
+object) to write nothing. Called again after every lost compare-and-set, so it
+must be a pure function of its argument."""
+
+
+class ManifestStore:
+    """Loads and compare-and-sets partition manifests in ``store`` under ``prefix``.
+
+    Stateless (thread-safe, multi-process-safe); blocking.
+    """
+
+    def __init__(self, store: ObjectStore, prefix: str = "", *, max_attempts: int = 10) -> None:
+        self._store = store
+        self._prefix = prefix
+        self._max_attempts = max_attempts
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._store
+
+    def layout(self, topic_id: str | uuid.UUID, partition: int) -> PartitionLayout:
+        return PartitionLayout(self._prefix, str(topic_id), partition)
+
+    def load(
+        self, topic_id: str | uuid.UUID, partition: int
+    ) -> tuple[PartitionManifest, str] | None:
+        """The committed manifest and its etag, or None when the partition has none.
+
+        A consistent read (``head``, ``get``, ``head`` until both etags agree), so the
+        etag is exactly that of the returned manifest.
+        """
+        key = self.layout(topic_id, partition).manifest_key
+        for _ in range(_CONSISTENT_READ_ATTEMPTS):
+            try:
+                before = self._store.head(key).etag
+                data = self._store.get(key)
+                after = self._store.head(key).etag
+            except ObjectNotFound:
+                return None
+            if before == after:
+                return PartitionManifest.from_json_bytes(data), after
+        raise ManifestConflictError(f"manifest {key!r} kept changing while being read; retry")
+
+    def update(
+        self,
+        topic_id: str | uuid.UUID,
+        partition: int,
+        fn: ManifestChange,
+        *,
+        leader_epoch: int,
+    ) -> PartitionManifest | None:
+        """Apply ``fn`` by compare-and-set; returns the manifest now committed.
+
+        The written manifest carries ``leader_epoch`` and the next revision. Raises
+        :class:`FencedError` when the stored manifest's leader epoch is above
+        ``leader_epoch``, :class:`ManifestConflictError` after ``max_attempts`` lost
+        races, and lets :class:`ObjectStoreUnavailable` through (the write may or
+        may not have happened: load again to know).
+        """
+        layout = self.layout(topic_id, partition)
+        for _ in range(self._max_attempts):
+            loaded = self.load(topic_id, partition)
+            current, etag = loaded if loaded is not None else (None, None)
+            if current is not None and current.leader_epoch > leader_epoch:
+                raise FencedError(
+                    f"{current.topic}-{partition}: the manifest belongs to leader epoch "
+                    f"{current.leader_epoch}; this writer's epoch {leader_epoch} is fenced"
+                )
+            changed = fn(current)
+            if changed is None or changed is current:
+                return current
+            new = replace(
+                changed,
+                leader_epoch=leader_epoch,
+                revision=(current.revision + 1) if current is not None else 0,
+            )
+            data = new.to_json_bytes()
+            try:
+                if etag is None:
+                    self._store.put_if_absent(layout.manifest_key, data)
+                else:
+                    self._store.put_if_match(layout.manifest_key, data, etag)
+            except PreconditionFailed:
+                _log.debug("manifest %s changed under us; retrying", layout.manifest_key)
+                continue
+            return new
+        raise ManifestConflictError(
+            f"manifest {layout.manifest_key!r}: {self._max_attempts} compare-and-set "
+            "attempts lost to concurrent writers; retry later"
+        )
+
+    def delete(self, topic_id: str | uuid.UUID, partition: int) -> None:
+        """Remove the manifest (topic deletion); idempotent."""
+        self._store.delete(self.layout(topic_id, partition).manifest_key)

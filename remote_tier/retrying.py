@@ -1,0 +1,100 @@
+"""RetryingObjectStore: bounded retries with exponential backoff around any ObjectStore.
+
+Each call is retried on :class:`ObjectStoreUnavailable` only, at most
+``max_attempts`` times in all, sleeping ``backoff_s``, then twice that, ... up to
+``max_backoff_s`` between attempts; the last error is raised. Other errors
+(``ObjectNotFound``, ``PreconditionFailed``) pass through at once.
+
+Retrying a conditional put is safe: if the first attempt did happen and only its
+answer was lost, the retry gets :class:`PreconditionFailed`, and a
+compare-and-set cycle then re-reads and sees its own write (see
+``RemoteLogManager.upload_segment``). Retrying a plain ``put`` or ``put_file``
+rewrites the same bytes, and ``delete`` is idempotent.
+
+Thread-safe if the wrapped store is (it holds no mutable state). Blocking, and
+its backoff sleeps block too: never call it on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from remote_tier.errors import ObjectStoreUnavailable
+from remote_tier.store import ObjectInfo, ObjectStore
+
+__all__ = ["RetryingObjectStore"]
+
+_log = logging.getLogger("strata.remote_tier")
+_T = TypeVar("_T")
+
+
+class RetryingObjectStore:
+    """Delegates to ``inner``, retrying unavailable-store failures (see module docstring)."""
+
+    def __init__(
+        self,
+        inner: ObjectStore,
+        *,
+        max_attempts: int = 5,
+        backoff_s: float = 0.1,
+        max_backoff_s: float = 5.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.inner = inner
+        self._max_attempts = max_attempts
+        self._backoff_s = backoff_s
+        self._max_backoff_s = max_backoff_s
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return f"RetryingObjectStore({self.inner!r}, max_attempts={self._max_attempts})"
+
+    def _call(self, what: str, op: Callable[[], _T]) -> _T:
+        delay = self._backoff_s
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return op()
+            except ObjectStoreUnavailable as err:
+                if attempt == self._max_attempts:
+                    raise
+                _log.warning(
+                    "%s failed (attempt %d of %d), retrying in %.2fs: %s",
+                    what,
+                    attempt,
+                    self._max_attempts,
+                    delay,
+                    err,
+                )
+                self._sleep(delay)
+                delay = min(delay * 2, self._max_backoff_s)
+        raise AssertionError("unreachable")
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        return self._call(f"get {key!r}", lambda: self.inner.get(key, start, end))
+
+    def head(self, key: str) -> ObjectInfo:
+        return self._call(f"head {key!r}", lambda: self.inner.head(key))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        return iter(self._call(f"list {prefix!r}", lambda: list(self.inner.list(prefix))))
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._call(f"put {key!r}", lambda: self.inner.put(key, data))
+
+    def put_file(self, key: str, path: Path) -> str:
+        return self._call(f"put {key!r}", lambda: self.inner.put_file(key, path))
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self._call(f"put {key!r}", lambda: self.inner.put_if_absent(key, data))
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self._call(f"put {key!r}", lambda: self.inner.put_if_match(key, data, etag))
+
+    def delete(self, key: str) -> None:
+        self._call(f"delete {key!r}", lambda: self.inner.delete(key))

@@ -1,0 +1,330 @@
+"""An :class:`~remote_tier.store.ObjectStore` on an S3-compatible bucket, through boto3.
+
+Works with AWS S3, MinIO and moto's server. Object ``k`` is ``<prefix>/k`` in
+``bucket`` (``prefix`` may be empty).
+
+* Conditional writes are S3's: ``put_if_absent`` sends ``If-None-Match: *``,
+  ``put_if_match`` sends ``If-Match: "<etag>"``; a 412 (or a 409
+  ``ConditionalRequestConflict``, S3's answer to a concurrent conditional write,
+  or a 404 for ``If-Match`` on a missing key) becomes :class:`PreconditionFailed`.
+* ``get`` with a range sends ``Range: bytes=a-b`` (inclusive), so only the asked
+  bytes cross the network.
+* ``put_file`` streams from disk; files of at least ``multipart_threshold`` bytes
+  go up as a multipart upload (boto3's transfer manager; parts are retried and a
+  failed upload is aborted). Its etag is then S3's multipart etag, not an MD5.
+* Credentials come from the explicit ``access_key`` / ``secret_key`` when given,
+  else from the usual AWS chain (environment, shared config and credentials
+  files, container or instance roles).
+* ``path_style`` (the default) addresses ``endpoint/bucket/key``, which MinIO and
+  moto need; AWS accepts it too.
+* Transient failures (connection errors, throttling, 5xx) are retried by
+  botocore's ``standard`` retry mode, with exponential backoff and jitter, at most
+  ``max_attempts`` times per call.
+
+Every botocore / urllib3 exception is translated once, in :meth:`S3ObjectStore._edge`,
+into :class:`ObjectNotFound`, :class:`PreconditionFailed` or
+:class:`ObjectStoreUnavailable` (whose message says what to check: the endpoint,
+that the bucket exists, the credentials).
+
+Thread-safety: safe to share between threads (one boto3 client, which is
+thread-safe). Blocking: every method does network I/O; call it from the
+tiered-storage threads (uploader, tiered fetch pool), never on the event loop.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.exceptions
+import urllib3.exceptions
+from boto3.exceptions import S3UploadFailedError
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+from remote_tier.errors import ObjectNotFound, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.store import ObjectInfo, clamp_range
+
+__all__ = ["DEFAULT_MULTIPART_THRESHOLD", "S3ObjectStore"]
+
+DEFAULT_MULTIPART_THRESHOLD = 64 * 1024 * 1024
+_DEFAULT_REGION = "us-east-1"
+_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound"})
+_LOST_CONDITION = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
+_CREDENTIALS = frozenset(
+    {
+        "AccessDenied",
+        "403",
+        "Forbidden",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+    }
+)
+
+
+class S3ObjectStore:
+    """Objects under ``prefix`` in an S3 ``bucket`` (see the module docstring).
+
+    Thread-safe; blocking (network I/O on every call).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        path_style: bool = True,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        multipart_chunksize: int | None = None,
+        max_attempts: int = 3,
+        connect_timeout_s: float = 5.0,
+        read_timeout_s: float = 30.0,
+        max_pool_connections: int = 32,
+    ) -> None:
+        if (access_key is None) != (secret_key is None):
+            raise ValueError("give both access_key and secret_key, or neither")
+        self._bucket = bucket
+        self._prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._endpoint_url = endpoint_url
+        session = boto3.session.Session(
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            aws_session_token=session_token,
+            region_name=region,
+        )
+        self._region = region or session.region_name or _DEFAULT_REGION
+        config = Config(
+            region_name=self._region,
+            s3={"addressing_style": "path" if path_style else "auto"},
+            retries={"mode": "standard", "total_max_attempts": max_attempts},
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            max_pool_connections=max_pool_connections,
+            # Only send/validate checksums where S3 requires them: MinIO and older
+            # S3-compatible stores reject the newer default trailing checksums.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+        chunk = multipart_chunksize or max(8 * 1024 * 1024, multipart_threshold // 8)
+        self._transfer = TransferConfig(
+            multipart_threshold=multipart_threshold,
+            multipart_chunksize=chunk,
+            max_concurrency=4,
+        )
+        self._multipart_threshold = multipart_threshold
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix inside the bucket, ``""`` or ending with ``/``."""
+        return self._prefix
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL in use (AWS's regional endpoint when none was given)."""
+        return str(self._endpoint_url or self._client.meta.endpoint_url)
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore(s3://{self._bucket}/{self._prefix} at {self.endpoint})"
+
+    # -- configuration check ----------------------------------------------------
+
+    def check(self) -> None:
+        """Verify that the endpoint answers, the bucket exists and the credentials work.
+
+        Raises :class:`ObjectStoreUnavailable` with a message naming what to fix.
+        Meant for start-up, so bad configuration fails at once and clearly.
+        """
+        with self._edge("check", "", bucket_level=True):
+            self._client.head_bucket(Bucket=self._bucket)
+        with self._edge("list", self._prefix):
+            self._client.list_objects_v2(Bucket=self._bucket, Prefix=self._prefix, MaxKeys=1)
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        lo, hi = clamp_range(sys.maxsize, start, end)  # validates the range
+        if start is None and end is None:
+            args: dict[str, Any] = {}
+        elif hi == lo:
+            self.head(key)  # an empty range still needs the object to exist
+            return b""
+        else:
+            args = {"Range": f"bytes={lo}-" if end is None else f"bytes={lo}-{hi - 1}"}
+        with self._edge("get", key):
+            try:
+                response = self._client.get_object(Bucket=self._bucket, Key=self._key(key), **args)
+            except botocore.exceptions.ClientError as err:
+                if _code(err) in ("InvalidRange", "416"):
+                    return b""  # start at or past the end of an existing object
+                raise
+            body = response["Body"]
+            try:
+                return bytes(body.read())
+            finally:
+                body.close()
+
+    def head(self, key: str) -> ObjectInfo:
+        with self._edge("head", key):
+            response = self._client.head_object(Bucket=self._bucket, Key=self._key(key))
+        return ObjectInfo(
+            key,
+            int(response["ContentLength"]),
+            _etag(response["ETag"]),
+            _ms(response["LastModified"]),
+        )
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        found: list[ObjectInfo] = []
+        cut = len(self._prefix)
+        with self._edge("list", prefix):
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self._bucket, Prefix=self._key(prefix)):
+                for item in page.get("Contents", ()):
+                    found.append(
+                        ObjectInfo(
+                            item["Key"][cut:],
+                            int(item["Size"]),
+                            _etag(item["ETag"]),
+                            _ms(item["LastModified"]),
+                        )
+                    )
+        found.sort(key=lambda info: info.key)
+        return iter(found)
+
+    # -- writes -----------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> str:
+        return self._put(key, data)
+
+    def put_file(self, key: str, path: Path) -> str:
+        """Streams ``path``; a multipart upload from ``multipart_threshold`` bytes on.
+
+        The multipart etag is read back with a HEAD after the upload completes, so
+        keys written by ``put_file`` should not be written concurrently by others
+        (segment keys are unique per upload).
+        """
+        path = Path(path)
+        size = path.stat().st_size
+        if size < self._multipart_threshold:
+            with open(path, "rb") as f, self._edge("put", key):
+                response = self._client.put_object(Bucket=self._bucket, Key=self._key(key), Body=f)
+            return _etag(response["ETag"])
+        with self._edge("put", key):
+            try:
+                self._client.upload_file(
+                    str(path), self._bucket, self._key(key), Config=self._transfer
+                )
+            except S3UploadFailedError as err:
+                cause = err.__cause__ or err.__context__
+                if isinstance(
+                    cause, botocore.exceptions.BotoCoreError | botocore.exceptions.ClientError
+                ):
+                    raise cause from err
+                raise ObjectStoreUnavailable(
+                    f"{self}: multipart upload of {key!r} failed: {err}"
+                ) from err
+        return self.head(key).etag
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        return self._put(key, data, IfNoneMatch="*")
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        return self._put(key, data, IfMatch=f'"{etag}"')
+
+    def delete(self, key: str) -> None:
+        with self._edge("delete", key):
+            self._client.delete_object(Bucket=self._bucket, Key=self._key(key))
+
+    # -- helpers ----------------------------------------------------------------
+
+    def _put(self, key: str, data: bytes, **conditions: str) -> str:
+        with self._edge("put", key):
+            response = self._client.put_object(
+                Bucket=self._bucket, Key=self._key(key), Body=data, **conditions
+            )
+        return _etag(response["ETag"])
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    @contextmanager
+    def _edge(self, op: str, key: str, *, bucket_level: bool = False) -> Iterator[None]:
+        """Translates botocore / urllib3 exceptions raised inside into ours (the one edge)."""
+        try:
+            yield
+        except botocore.exceptions.ClientError as err:
+            raise self._translate_client_error(op, key, err, bucket_level) from err
+        except (
+            botocore.exceptions.NoCredentialsError,
+            botocore.exceptions.PartialCredentialsError,
+        ) as err:
+            raise ObjectStoreUnavailable(
+                f"{self}: no usable AWS credentials ({err}). Set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or a profile / instance role), or pass the access "
+                "and secret key in the object store configuration."
+            ) from err
+        except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError) as err:
+            raise ObjectStoreUnavailable(
+                f"{self}: cannot {op} {key!r}: {err}. Check that the endpoint URL "
+                f"{self.endpoint} is right and reachable from this host."
+            ) from err
+
+    def _translate_client_error(
+        self, op: str, key: str, err: botocore.exceptions.ClientError, bucket_level: bool
+    ) -> Exception:
+        code = _code(err)
+        if code == "NoSuchBucket" or (bucket_level and code in _NOT_FOUND):
+            return ObjectStoreUnavailable(
+                f"bucket {self._bucket!r} does not exist at {self.endpoint}: create it "
+                "(e.g. `aws s3 mb s3://BUCKET --endpoint-url ENDPOINT`) or point the object "
+                "store URL at an existing bucket."
+            )
+        if code in _LOST_CONDITION and op == "put":
+            return PreconditionFailed(f"conditional put of {key!r} lost: {code}")
+        if code in _NOT_FOUND:
+            if op == "put":  # If-Match on a key that is gone
+                return PreconditionFailed(f"object {key!r} does not exist")
+            return ObjectNotFound(key)
+        if code in _CREDENTIALS:
+            return ObjectStoreUnavailable(
+                f"{self}: {op} {key!r} was refused ({code}). Check the credentials "
+                "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the configured keys) and "
+                f"that they may read and write bucket {self._bucket!r}."
+            )
+        return ObjectStoreUnavailable(
+            f"{self}: cannot {op} {key!r}: {code}: {_message(err)}. Check the endpoint "
+            "URL, the region and that the bucket exists."
+        )
+
+
+def _code(err: botocore.exceptions.ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _message(err: botocore.exceptions.ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Message", ""))
+
+
+def _etag(raw: str) -> str:
+    return raw.strip('"')
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)

@@ -1,0 +1,71 @@
+"""Open an :class:`~remote_tier.store.ObjectStore` from a URL (``strata up --object-store``).
+
+* ``file:///abs/path`` (or a plain path): :class:`FileSystemObjectStore` on that directory.
+* ``s3://bucket`` or ``s3://bucket/prefix``: :class:`S3ObjectStore`; ``s3_endpoint``
+  points it at MinIO or another S3-compatible service. Credentials come from the
+  AWS chain unless given.
+
+Blocking (creating the S3 store with ``check=True`` talks to the endpoint): call it
+at start-up or from a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.s3 import DEFAULT_MULTIPART_THRESHOLD, S3ObjectStore
+from remote_tier.store import ObjectStore
+
+__all__ = ["open_object_store"]
+
+
+def open_object_store(
+    url: str,
+    *,
+    s3_endpoint: str | None = None,
+    s3_region: str | None = None,
+    s3_access_key: str | None = None,
+    s3_secret_key: str | None = None,
+    s3_path_style: bool = True,
+    multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+    check: bool = True,
+) -> ObjectStore:
+    """The store named by ``url``; ``ValueError`` for a URL of no known form.
+
+    With ``check`` (the default) an S3 store is verified at once (endpoint reachable,
+    bucket exists, credentials accepted) and :class:`ObjectStoreUnavailable` says
+    which of them is wrong.
+    """
+    parts = urlsplit(url)
+    if parts.scheme in ("", "file"):
+        if parts.scheme == "file" and parts.netloc not in ("", "localhost"):
+            raise ValueError(
+                f"object store URL {url!r}: a file URL needs an absolute path, "
+                "as in file:///var/lib/strata/bucket"
+            )
+        path = unquote(parts.path) if parts.scheme else url
+        if not path:
+            raise ValueError(f"object store URL {url!r} names no directory")
+        return FileSystemObjectStore(Path(path))
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(f"object store URL {url!r} names no bucket: use s3://BUCKET/PREFIX")
+        store = S3ObjectStore(
+            parts.netloc,
+            unquote(parts.path).strip("/"),
+            endpoint_url=s3_endpoint,
+            region=s3_region,
+            access_key=s3_access_key,
+            secret_key=s3_secret_key,
+            path_style=s3_path_style,
+            multipart_threshold=multipart_threshold,
+        )
+        if check:
+            store.check()
+        return store
+    raise ValueError(
+        f"object store URL {url!r}: unknown scheme {parts.scheme!r}; "
+        "use file:///PATH or s3://BUCKET/PREFIX"
+    )

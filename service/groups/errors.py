@@ -1,0 +1,100 @@
+"""Errors of the group coordinator, one class per Kafka error code.
+
+They extend :class:`local_tier.errors.KafkaError` (the hierarchy is drawn there)
+with the codes that only consumer groups use::
+
+    KafkaError
+    ├── CoordinatorNotAvailableError   COORDINATOR_NOT_AVAILABLE (15)
+    ├── IllegalGenerationError         ILLEGAL_GENERATION (22)
+    ├── InconsistentGroupProtocolError INCONSISTENT_GROUP_PROTOCOL (23)
+    ├── InvalidGroupIdError            INVALID_GROUP_ID (24)
+    ├── UnknownMemberIdError           UNKNOWN_MEMBER_ID (25)
+    ├── InvalidSessionTimeoutError     INVALID_SESSION_TIMEOUT (26)
+    ├── RebalanceInProgressError       REBALANCE_IN_PROGRESS (27)
+    ├── GroupIdNotFoundError           GROUP_ID_NOT_FOUND (69)
+    ├── NonEmptyGroupError             NON_EMPTY_GROUP (68)
+    ├── MemberIdRequiredError          MEMBER_ID_REQUIRED (79)
+    └── FencedInstanceIdError          FENCED_INSTANCE_ID (82)
+
+The coordinator mostly answers with bare :class:`ErrorCode` values (a rebalance
+outcome is data, not an exception); these classes serve the places where
+raising reads better, and :func:`group_error` maps a code back to its class.
+"""
+
+from __future__ import annotations
+
+from local_tier.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "CoordinatorNotAvailableError",
+    "FencedInstanceIdError",
+    "GroupIdNotFoundError",
+    "IllegalGenerationError",
+    "InconsistentGroupProtocolError",
+    "InvalidGroupIdError",
+    "InvalidSessionTimeoutError",
+    "MemberIdRequiredError",
+    "NonEmptyGroupError",
+    "RebalanceInProgressError",
+    "UnknownMemberIdError",
+    "group_error",
+]
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.coordinator_not_available
+
+
+class IllegalGenerationError(KafkaError):
+    code = ErrorCode.illegal_generation
+
+
+class InconsistentGroupProtocolError(KafkaError):
+    code = ErrorCode.inconsistent_group_protocol
+
+
+class InvalidGroupIdError(KafkaError):
+    code = ErrorCode.invalid_group_id
+
+
+class UnknownMemberIdError(KafkaError):
+    code = ErrorCode.unknown_member_id
+
+
+class InvalidSessionTimeoutError(KafkaError):
+    code = ErrorCode.invalid_session_timeout
+
+
+class RebalanceInProgressError(KafkaError):
+    code = ErrorCode.rebalance_in_progress
+
+
+class GroupIdNotFoundError(KafkaError):
+    code = ErrorCode.group_id_not_found
+
+
+class NonEmptyGroupError(KafkaError):
+    code = ErrorCode.non_empty_group
+
+
+class MemberIdRequiredError(KafkaError):
+    code = ErrorCode.member_id_required
+
+
+class FencedInstanceIdError(KafkaError):
+    code = ErrorCode.fenced_instance_id
+
+
+_BY_CODE: dict[ErrorCode, type[KafkaError]] = {
+    cls.code: cls for cls in KafkaError.__subclasses__() if cls.__module__ == __name__
+}
+
+
+def group_error(code: ErrorCode, message: str = "") -> KafkaError:
+    """An exception carrying ``code`` (a :class:`KafkaError` when no class is specific)."""
+    cls = _BY_CODE.get(code)
+    if cls is not None:
+        return cls(message)
+    err = KafkaError(message)
+    err.code = code
+    return err

@@ -1,0 +1,103 @@
+"""The coordinator's two seams to the broker: the ``__consumer_offsets`` log and asyncio timers.
+
+:func:`start_coordinator` is what :meth:`service.broker.Broker.open` calls: it
+loads every group from the local log of ``__consumer_offsets`` (when the topic
+exists; it is created, through the controller, the first time a group needs it)
+and drives the coordinator's timers with ``loop.call_later`` — no polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from local_tier.errors import TopicAlreadyExistsError
+from local_tier.records import build_batch, decode_batch, iter_batches
+from service.groups.coordinator import GroupConfig, GroupCoordinator
+from service.groups.records import OFFSETS_TOPIC
+
+if TYPE_CHECKING:
+    from service.broker import Broker
+
+__all__ = ["OFFSETS_TOPIC_CONFIGS", "BrokerOffsetLog", "LoopTimer", "start_coordinator"]
+
+#: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
+#: keeps everything (retention.ms=-1). See docs/adr/0003-consumer-offsets.md.
+OFFSETS_TOPIC_CONFIGS = {
+    "retention.ms": "-1",
+    "segment.bytes": str(100 * 1024 * 1024),
+}
+_READ_CHUNK = 4 * 1024 * 1024
+
+
+class LoopTimer:
+    """:class:`service.groups.coordinator.Timer` on the running asyncio loop."""
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(max(delay_ms, 0) / 1000, callback)
+
+
+class BrokerOffsetLog:
+    """:class:`service.groups.coordinator.OffsetLog` over the broker's local log."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def ensure(self) -> int:
+        broker = self._broker
+        info = broker.controller.topic(OFFSETS_TOPIC)
+        if info is None:
+            try:
+                info = broker.create_topic(
+                    OFFSETS_TOPIC,
+                    num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
+                    configs=OFFSETS_TOPIC_CONFIGS,
+                )
+            except TopicAlreadyExistsError:
+                info = broker.controller.topic(OFFSETS_TOPIC)
+                assert info is not None
+        return info.partitions
+
+    def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        now = int(time.time() * 1000)
+        batch = build_batch([(key, value, (), now) for key, value in records])
+        self._broker.append(OFFSETS_TOPIC, partition, batch)
+
+    def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+        logs = sorted(
+            (p, log) for (topic, p), log in self._broker.logs.all_logs().items() if topic == OFFSETS_TOPIC
+        )
+        for _, log in logs:
+            offset, end = log.log_start_offset, log.log_end_offset
+            while offset < end:
+                data = log.read(offset, _READ_CHUNK, max_offset=end)
+                if not data.regions:
+                    break
+                buf = b"".join(region.read_bytes() for region in data.regions)
+                for pos, header in iter_batches(buf):
+                    if header.next_offset <= offset:
+                        continue
+                    for record in decode_batch(buf, pos)[1]:
+                        if record.offset >= offset and record.key is not None:
+                            yield record.key, record.value
+                    offset = header.next_offset
+
+
+def start_coordinator(broker: Broker) -> GroupCoordinator:
+    """A coordinator loaded from the broker's logs, its timers on the running loop."""
+    config = broker.config
+    coordinator = GroupCoordinator(
+        BrokerOffsetLog(broker),
+        LoopTimer(),
+        GroupConfig(
+            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+        ),
+    )
+    coordinator.load()
+    return coordinator

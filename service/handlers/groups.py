@@ -1,0 +1,366 @@
+"""Consumer group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete.
+
+Each handler turns one version of the request into a call on the broker's
+:class:`service.groups.GroupCoordinator` and the answer back into that version's
+response. JoinGroup and SyncGroup are coroutines: the coordinator answers them
+when the rebalance gets there (the server keeps the connection's other
+responses in order meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from local_tier.errors import ErrorCode, KafkaError
+from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
+from service.groups.coordinator import MAX_GROUP_ID_LENGTH
+from service.groups.group import OffsetAndMetadata, TopicPartition
+from service.handlers.router import RequestContext
+from service.protocol import build, response_module, timedelta_to_ms as _ms
+
+__all__ = [
+    "handle_delete_groups",
+    "handle_describe_groups",
+    "handle_find_coordinator",
+    "handle_heartbeat",
+    "handle_join_group",
+    "handle_leave_group",
+    "handle_list_groups",
+    "handle_offset_commit",
+    "handle_offset_delete",
+    "handle_offset_fetch",
+    "handle_sync_group",
+]
+
+E = ErrorCode
+_NO_OPS = -2147483648  # authorized operations not requested
+_KEY_TYPE_GROUP = 0
+_T = TypeVar("_T")
+
+
+def _count_error(ctx: RequestContext, api: str, code: ErrorCode) -> None:
+    if code != E.none:
+        ctx.broker.metrics_error(api, code)
+
+
+def _client_host(ctx: RequestContext) -> str:
+    peer = ctx.connection.peer if ctx.connection is not None else "unknown"
+    return "/" + peer.rpartition(":")[0]
+
+
+async def _answer(register: Callable[[Callable[[_T], None]], None]) -> _T:
+    """Await the single answer the coordinator gives through a callback."""
+    future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+
+    def respond(result: _T) -> None:
+        if not future.done():
+            future.set_result(result)
+
+    register(respond)
+    return await future
+
+
+# --------------------------------------------------------------------------- FindCoordinator
+
+
+def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(10, ctx.version)
+    key_type = int(getattr(request, "key_type", _KEY_TYPE_GROUP))
+
+    def lookup(key: str) -> dict[str, Any]:
+        error, message = E.none, None
+        if key_type != _KEY_TYPE_GROUP:
+            error, message = E.invalid_request, "only group coordinators exist (no transactions yet)"
+        elif len(key) > MAX_GROUP_ID_LENGTH:
+            error, message = E.invalid_group_id, f"group ids are at most {MAX_GROUP_ID_LENGTH} characters"
+        else:
+            try:
+                broker.groups.ensure_offsets_topic()
+            except KafkaError as exc:
+                error, message = E.coordinator_not_available, f"__consumer_offsets: {exc.message}"
+        _count_error(ctx, "FindCoordinator", error)
+        if error != E.none:
+            return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
+        return {
+            "error_code": error,
+            "error_message": None,
+            "node_id": broker.node_id,
+            "host": broker.advertised_host,
+            "port": broker.advertised_port,
+        }
+
+    if ctx.version >= 4:
+        coordinators = tuple(
+            build(mod.Coordinator, key=key, **lookup(key)) for key in request.coordinator_keys
+        )
+        return build(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
+    return build(mod.FindCoordinatorResponse, throttle_time=0, **lookup(request.key))
+
+
+# --------------------------------------------------------------------------- JoinGroup, SyncGroup
+
+
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    version = ctx.version
+    session = _ms(request.session_timeout)
+    join = JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        client_id=ctx.header.client_id or "",
+        client_host=_client_host(ctx),
+        session_timeout_ms=session,
+        rebalance_timeout_ms=_ms(getattr(request, "rebalance_timeout", session)),
+        protocol_type=request.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+        require_known_member_id=version >= 4,
+        supports_skip_assignment=version >= 9,
+    )
+    result: JoinResult = await _answer(lambda respond: ctx.broker.groups.join_group(join, respond))
+    _count_error(ctx, "JoinGroup", result.error)
+    mod = response_module(11, version)
+    nullable = version >= 7
+    return build(
+        mod.JoinGroupResponse,
+        throttle_time=0,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type if nullable else None,
+        protocol_name=result.protocol_name if nullable else (result.protocol_name or ""),
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=tuple(
+            build(mod.JoinGroupResponseMember, member_id=m, group_instance_id=i, metadata=md)
+            for m, i, md in result.members
+        ),
+    )
+
+
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    sync = SyncRequest(
+        group_id=request.group_id,
+        generation_id=int(request.generation_id),
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
+    result: SyncResult = await _answer(lambda respond: ctx.broker.groups.sync_group(sync, respond))
+    _count_error(ctx, "SyncGroup", result.error)
+    mod = response_module(14, ctx.version)
+    return build(
+        mod.SyncGroupResponse,
+        throttle_time=0,
+        error_code=result.error,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )
+
+
+# --------------------------------------------------------------------------- Heartbeat, LeaveGroup
+
+
+def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    error = ctx.broker.groups.heartbeat(
+        request.group_id,
+        int(request.generation_id),
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+    )
+    _count_error(ctx, "Heartbeat", error)
+    return build(response_module(12, ctx.version).HeartbeatResponse, throttle_time=0, error_code=error)
+
+
+def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(13, ctx.version)
+    if ctx.version < 3:
+        leaving = [(request.member_id, None)]
+    else:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, per_member = ctx.broker.groups.leave_group(request.group_id, leaving)
+    if ctx.version < 3:
+        code = error if error != E.none else per_member[0]
+        _count_error(ctx, "LeaveGroup", code)
+        return build(mod.LeaveGroupResponse, throttle_time=0, error_code=code)
+    _count_error(ctx, "LeaveGroup", error)
+    members = tuple(
+        build(mod.MemberResponse, member_id=m, group_instance_id=i, error_code=code)
+        for (m, i), code in zip(leaving, per_member)
+    )
+    return build(mod.LeaveGroupResponse, throttle_time=0, error_code=error, members=members)
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    broker = ctx.broker
+    mod = response_module(8, ctx.version)
+    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            epoch = int(getattr(p, "committed_leader_epoch", -1))
+            offsets[(topic.name, int(p.partition_index))] = (
+                int(p.committed_offset),
+                epoch,
+                p.committed_metadata,
+            )
+    results = broker.groups.commit_offsets(
+        request.group_id,
+        int(request.generation_id_or_member_epoch),
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        offsets,
+        lambda name: broker.controller.topic(name) is not None,
+    )
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (name, index), code in results.items():
+        _count_error(ctx, "OffsetCommit", code)
+        by_topic[name].append(
+            build(mod.OffsetCommitResponsePartition, partition_index=index, error_code=code)
+        )
+    topics = tuple(
+        build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+    return build(mod.OffsetCommitResponse, throttle_time=0, topics=topics)
+
+
+def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(9, ctx.version)
+    if ctx.version >= 8:
+        groups = tuple(
+            build(
+                mod.OffsetFetchResponseGroup,
+                group_id=g.group_id,
+                **_fetch_group(ctx, mod, g.group_id, g.topics, "OffsetFetchResponseTopics",
+                               "OffsetFetchResponsePartitions"),
+            )
+            for g in request.groups
+        )
+        return build(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
+    fields = _fetch_group(ctx, mod, request.group_id, request.topics, "OffsetFetchResponseTopic",
+                          "OffsetFetchResponsePartition")
+    return build(mod.OffsetFetchResponse, throttle_time=0, **fields)
+
+
+def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topic_cls: str,
+                 partition_cls: str) -> dict[str, Any]:
+    wanted: list[TopicPartition] | None = None
+    if topics is not None:
+        wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted)
+    _count_error(ctx, "OffsetFetch", error)
+    if wanted is None:
+        wanted = sorted(found)
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for name, index in wanted:
+        committed: OffsetAndMetadata | None = found.get((name, index))
+        by_topic[name].append(
+            build(
+                getattr(mod, partition_cls),
+                partition_index=index,
+                committed_offset=-1 if committed is None else committed.offset,
+                committed_leader_epoch=-1 if committed is None else committed.leader_epoch,
+                metadata="" if committed is None else committed.metadata,
+                # v1 has no group-level error: it goes on every partition
+                error_code=error if ctx.version < 2 else E.none,
+            )
+        )
+    return {
+        "error_code": error,
+        "topics": tuple(
+            build(getattr(mod, topic_cls), name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    }
+
+
+def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(47, ctx.version)
+    wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    error, results = ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    _count_error(ctx, "OffsetDelete", error)
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (name, index), code in results.items():
+        by_topic[name].append(
+            build(mod.OffsetDeleteResponsePartition, partition_index=index, error_code=code)
+        )
+    topics = tuple(
+        build(mod.OffsetDeleteResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
+    return build(mod.OffsetDeleteResponse, error_code=error, throttle_time=0, topics=topics)
+
+
+# --------------------------------------------------------------------------- administration
+
+
+def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(15, ctx.version)
+    described = []
+    for group_id in request.groups:
+        error, summary = ctx.broker.groups.describe_group(group_id)
+        _count_error(ctx, "DescribeGroups", error)
+        members = tuple(
+            build(
+                mod.DescribedGroupMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.metadata,
+                member_assignment=m.assignment,
+            )
+            for m in summary.members
+        )
+        described.append(
+            build(
+                mod.DescribedGroup,
+                error_code=error,
+                group_id=group_id,
+                group_state=summary.state,
+                protocol_type=summary.protocol_type,
+                protocol_data=summary.protocol_name,
+                members=members,
+                authorized_operations=_NO_OPS,
+            )
+        )
+    return build(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))
+
+
+def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(16, ctx.version)
+    types = getattr(request, "types_filter", None) or ()
+    listed = []
+    if not types or "classic" in {t.lower() for t in types}:
+        states = getattr(request, "states_filter", None) or ()
+        listed = [
+            build(
+                mod.ListedGroup,
+                group_id=group_id,
+                protocol_type=protocol_type,
+                group_state=state,
+                group_type="classic",
+            )
+            for group_id, protocol_type, state in ctx.broker.groups.list_groups(states)
+        ]
+    return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.none, groups=tuple(listed))
+
+
+def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(42, ctx.version)
+    results = ctx.broker.groups.delete_groups(request.groups_names)
+    out = []
+    for group_id, code in results.items():
+        _count_error(ctx, "DeleteGroups", code)
+        out.append(build(mod.DeletableGroupResult, group_id=group_id, error_code=code))
+    return build(mod.DeleteGroupsResponse, throttle_time=0, results=tuple(out))
