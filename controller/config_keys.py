@@ -109,7 +109,7 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = _table(
            "Replicas that must acknowledge an acks=all write.", validator=at_least(1)),
     _topic("preallocate", "boolean", "false", "log.preallocate",
            "Preallocate the file of a new segment."),
-    _topic("remote.storage.enable", "boolean", "false", None,
+    _topic("remote.storage.enable", "boolean", "false", "log.remote.storage.enable",
            "Tier sealed segments to the object store (needs "
            "remote.log.storage.system.enable on the broker)."),
     _topic("retention.bytes", "long", "-1", "log.retention.bytes",
@@ -229,6 +229,22 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             validator=at_least(1)),
     ConfigDef("remote.fetch.max.wait.ms", "int", "500",
             "Longest wait of a fetch that reads the remote tier.", validator=at_least(1)),
+    ConfigDef("log.remote.storage.enable", "boolean", "false",
+            "Default of remote.storage.enable for new topics (Strata; `strata up` sets it true)."),
+    ConfigDef("remote.log.manager.task.interval.ms", "long", "30000",
+            "How often sealed segments are looked for, uploaded and remote retention applied.",
+            validator=at_least(1)),
+    ConfigDef("remote.log.manager.copier.thread.pool.size", "int", "4",
+            "Threads uploading segments to the object store.", validator=at_least(1)),
+    ConfigDef("remote.fetch.chunk.bytes", "int", "1048576",
+            "Size of the ranged GETs of tiered reads (Strata).", validator=at_least(4096)),
+    ConfigDef("remote.fetch.chunk.cache.bytes", "long", "268435456",
+            "Memory of the tiered-read chunk cache (Strata).", validator=at_least(0)),
+    ConfigDef("remote.fetch.read.ahead.chunks", "int", "2",
+            "Chunks fetched ahead of a sequential tiered reader (Strata).", validator=at_least(0)),
+    ConfigDef("remote.log.orphan.cleanup.min.age.ms", "long", "3600000",
+            "Objects no manifest references are deleted once this old (Strata).",
+            validator=at_least(0)),
 )
 # fmt: on
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from local_tier.errors import ErrorCode, KafkaError
 from local_tier.segment import FileRegion
@@ -12,7 +12,14 @@ from local_tier.segment import FileRegion
 if TYPE_CHECKING:
     from local_tier.log import Log
 
-__all__ = ["LogSource", "PartitionData", "PartitionFetch", "read_partitions"]
+__all__ = [
+    "LogSource",
+    "PartitionData",
+    "PartitionFetch",
+    "RemotePlanner",
+    "RemoteRead",
+    "read_partitions",
+]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
@@ -24,6 +31,28 @@ class LogSource(Protocol):
     def log_for(self, topic: str, partition: int) -> Log:
         """The partition's log; raises ``UnknownTopicOrPartitionError`` if there is none."""
         ...
+
+
+class RemotePlanner(Protocol):
+    """The tiered part of a partition (see ``service.tiering``)."""
+
+    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
+        """The whole log's start offset (the bucket's, when it holds older data)."""
+        ...
+
+    def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> Any:
+        """What to read from the bucket for ``offset``; ``OffsetOutOfRangeError`` if nothing."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRead:
+    """A partition whose data must come from the bucket, with its reserved byte budget."""
+
+    target: Any
+    offset: int
+    max_bytes: int
+    min_one_message: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +76,10 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    regions: list[FileRegion] = field(default_factory=list)
+    regions: list[FileRegion | bytes] = field(default_factory=list)
     size: int = 0
     error_message: str | None = None
+    remote: RemoteRead | None = None
 
 
 def read_partitions(
@@ -58,6 +88,7 @@ def read_partitions(
     *,
     max_bytes: int,
     isolation_level: int = READ_UNCOMMITTED,
+    remote: RemotePlanner | None = None,
 ) -> tuple[list[PartitionData], int]:
     """Read every requested partition; returns the per-partition data and the total bytes.
 
@@ -65,6 +96,11 @@ def read_partitions(
     and what is left of the response's ``max_bytes``; until some partition has
     returned data, the first batch is returned whole even when larger than both
     limits, so a consumer can always make progress (KIP-74).
+
+    An offset below the local log start is planned as a :class:`RemoteRead`
+    (``remote`` given): its budget is reserved from the response's ``max_bytes``
+    now, so bytes read from the bucket later still respect ``fetch.max.bytes``
+    (the failure of KAFKA-20019). The total counts reserved remote budgets.
     """
     out: list[PartitionData] = []
     total = 0
@@ -75,9 +111,18 @@ def read_partitions(
             log = source.log_for(req.topic, req.partition)
             data.high_watermark = log.high_watermark
             data.last_stable_offset = log.high_watermark
-            data.log_start_offset = log.log_start_offset
+            data.log_start_offset = (
+                remote.log_start_offset(req.topic, req.partition, log)
+                if remote is not None
+                else log.log_start_offset
+            )
             budget = min(req.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
+                continue
+            if remote is not None and req.fetch_offset < log.log_start_offset:
+                target = remote.plan_remote_read(req.topic, req.partition, req.fetch_offset, log)
+                data.remote = RemoteRead(target, req.fetch_offset, max(budget, 0), total == 0)
+                total += max(budget, 0)
                 continue
             info = log.read(
                 req.fetch_offset,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from local_tier.errors import OffsetOutOfRangeError
-from local_tier.records import LOG_OVERHEAD, read_batch_header
+from local_tier.records import LOG_OVERHEAD, decode_batch, read_batch_header
 
 __all__ = ["ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource"]
 
@@ -33,7 +33,10 @@ _INDEX_ENTRY = struct.Struct(">ii")
 
 
 class RemoteSegmentSource(Protocol):
-    """How the reader reaches a remote segment's objects (blocking calls)."""
+    """How the reader reaches a remote segment's objects (blocking calls).
+
+    A segment is any object with a ``base_offset``; the source knows the rest.
+    """
 
     def cache_key(self, segment: object) -> Hashable:
         """Identity of the segment's ``.log`` object (unique per upload)."""
@@ -195,6 +198,28 @@ class RemoteReader:
         data = self._bytes(segment, key, segment_size, start, end) if end > start else b""
         self._prefetch(segment, key, segment_size, end)
         return RemoteReadResult(data, first)
+
+    def offset_for_timestamp(
+        self, segment: object, segment_size: int, timestamp: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the segment's first record with a timestamp ≥ ``timestamp``.
+
+        Reads batch headers through the chunk cache and decodes only the batch
+        that holds the answer.
+        """
+        key = self._source.cache_key(segment)
+        pos = 0
+        while pos + _HEADER_BYTES <= segment_size:
+            header = read_batch_header(self._bytes(segment, key, segment_size, pos, pos + _HEADER_BYTES))
+            if pos + header.size > segment_size:
+                break
+            if header.max_timestamp >= timestamp:
+                _, records = decode_batch(self._bytes(segment, key, segment_size, pos, pos + header.size))
+                for record in records:
+                    if record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+            pos += header.size
+        return None
 
     def _index_position(self, segment: object, key: Hashable, offset: int) -> int:
         with self._lock:

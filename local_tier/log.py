@@ -460,17 +460,29 @@ class Log:
 
     # ------------------------------------------------------------------ retention
 
-    def delete_retention_segments(self, now_ms: int) -> int:
-        """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted."""
+    def delete_retention_segments(self, now_ms: int, *, remote_boundary: int | None = None) -> int:
+        """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted.
+
+        With ``remote.storage.enable`` this is *local* retention: ``local.retention.*``
+        apply (``-2``: the same as ``retention.*``), and only segments wholly below
+        ``remote_boundary`` (the next offset the bucket does not hold yet) may go, so
+        nothing is deleted that is not in the bucket. The whole log's retention is
+        then the remote tier's job.
+        """
         self._remove_due_deletes(now_ms)
+        remote = self._config.remote_storage_enable
+        if remote and remote_boundary is None:
+            return 0
         deleted = 0
         while True:
             segment = self._segments[0]
-            reason = self._retention_reason(segment, now_ms)
+            reason = self._retention_reason(segment, now_ms, local=remote)
             if reason is None:
                 break
             upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
             if upper > self._high_watermark:
+                break
+            if remote and (remote_boundary is None or upper > remote_boundary):
                 break
             if segment is self._segments[-1]:
                 if segment.size == 0:
@@ -482,18 +494,22 @@ class Log:
             self.maybe_increment_log_start_offset(self._bases[0])
         return deleted
 
-    def _retention_reason(self, segment: LogSegment, now_ms: int) -> str | None:
+    def _retention_reason(self, segment: LogSegment, now_ms: int, *, local: bool = False) -> str | None:
         config = self._config
         upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
         if upper <= self._log_start_offset and segment.size > 0:
             return f"log start offset {self._log_start_offset} breach"
-        if config.retention_ms >= 0 and now_ms - segment.largest_timestamp > config.retention_ms:
-            return f"retention.ms {config.retention_ms} breach"
-        if (
-            config.retention_bytes >= 0
-            and self.size_in_bytes - segment.size >= config.retention_bytes
-        ):
-            return f"retention.bytes {config.retention_bytes} breach"
+        retention_ms, retention_bytes = config.retention_ms, config.retention_bytes
+        ms_name, bytes_name = "retention.ms", "retention.bytes"
+        if local:
+            if config.local_retention_ms != -2:
+                retention_ms, ms_name = config.local_retention_ms, "local.retention.ms"
+            if config.local_retention_bytes != -2:
+                retention_bytes, bytes_name = config.local_retention_bytes, "local.retention.bytes"
+        if retention_ms >= 0 and now_ms - segment.largest_timestamp > retention_ms:
+            return f"{ms_name} {retention_ms} breach"
+        if retention_bytes >= 0 and self.size_in_bytes - segment.size >= retention_bytes:
+            return f"{bytes_name} {retention_bytes} breach"
         return None
 
     def _delete_segment(self, segment: LogSegment, now_ms: int, reason: str) -> None:

@@ -137,9 +137,21 @@ class LogManager:
             {key: log.log_start_offset for key, log in self._logs.items()},
         )
 
-    def run_retention(self, now_ms: int) -> int:
-        """Apply retention to every log; returns the number of segments deleted."""
-        deleted = sum(log.delete_retention_segments(now_ms) for log in self._logs.values())
+    def run_retention(
+        self, now_ms: int, remote_boundary: Callable[[str, int], int | None] | None = None
+    ) -> int:
+        """Apply retention to every log; returns the number of segments deleted.
+
+        ``remote_boundary(topic, partition)`` is the first offset not yet in the
+        bucket, for logs with tiered storage (see ``Log.delete_retention_segments``).
+        """
+        deleted = sum(
+            log.delete_retention_segments(
+                now_ms,
+                remote_boundary=remote_boundary(*tp) if remote_boundary is not None else None,
+            )
+            for tp, log in self._logs.items()
+        )
         if deleted:
             self.checkpoint()
         return deleted

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from remote_tier.store import ObjectStore
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
 from service.server import KafkaServer
@@ -28,7 +29,14 @@ def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-async def _serve(data_dir: Path, config: BrokerConfig, host: str, port: int, advertise: str | None) -> None:
+async def _serve(
+    data_dir: Path,
+    config: BrokerConfig,
+    host: str,
+    port: int,
+    advertise: str | None,
+    object_store: ObjectStore | None,
+) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -40,7 +48,13 @@ async def _serve(data_dir: Path, config: BrokerConfig, host: str, port: int, adv
     else:
         adv_host = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
         adv_port = port
-    broker = Broker(data_dir=data_dir, config=config, advertised_host=adv_host, advertised_port=adv_port)
+    broker = Broker(
+        data_dir=data_dir,
+        config=config,
+        advertised_host=adv_host,
+        advertised_port=adv_port,
+        object_store=object_store,
+    )
     server = KafkaServer(
         Router(broker),
         host,
@@ -53,6 +67,7 @@ async def _serve(data_dir: Path, config: BrokerConfig, host: str, port: int, adv
         broker.advertised_port = server.port
     broker.open()
     background = asyncio.create_task(broker.run_background(), name="log-maintenance")
+    tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
     print(
         f"strata: broker {broker.node_id} of cluster {broker.controller.cluster_id} "
         f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}",
@@ -64,6 +79,7 @@ async def _serve(data_dir: Path, config: BrokerConfig, host: str, port: int, adv
         print("strata: shutting down", flush=True)
         await server.close()
         await cancel_and_wait(background)
+        await cancel_and_wait(tiering)
         broker.close()
         print("strata: stopped cleanly", flush=True)
 
@@ -78,10 +94,16 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     uvloop.run(main)
 
 
-def run_broker(data_dir: Path, config: BrokerConfig, listen: str, advertise: str | None) -> int:
+def run_broker(
+    data_dir: Path,
+    config: BrokerConfig,
+    listen: str,
+    advertise: str | None,
+    object_store: ObjectStore | None = None,
+) -> int:
     host, port = parse_hostport(listen, 9092)
     try:
-        _run(_serve(data_dir, config, host, port, advertise))
+        _run(_serve(data_dir, config, host, port, advertise, object_store))
     except OSError as exc:
         log.error("cannot start the broker on %s: %s", listen, exc)
         print(f"strata: cannot listen on {listen}: {exc.strerror or exc}. "

@@ -38,6 +38,8 @@ from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.store import ObjectStore
+from service.tiering import TieringService
 from service.groups import GroupCoordinator, start_coordinator
 
 __all__ = ["Broker"]
@@ -53,6 +55,7 @@ class Broker:
         config: BrokerConfig,
         advertised_host: str,
         advertised_port: int,
+        object_store: ObjectStore | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.config = config
@@ -69,9 +72,13 @@ class Broker:
         self.bytes_out: Counter[str] = Counter()
         self.records_in: Counter[str] = Counter()
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.object_store = FileSystemObjectStore(data_dir / "bucket")
+        # The object store holds the cluster metadata and the tiered segments; the
+        # embedded default is a directory beside the logs.
+        self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
         self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
         self.logs = LogManager(data_dir / "logs")
+        self.tiering = TieringService(self.object_store, config, self.leader_epoch)
+        self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
@@ -93,6 +100,7 @@ class Broker:
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
+        self.tiering.close()
         self.logs.shutdown()
 
     async def run_background(self) -> None:
@@ -109,7 +117,7 @@ class Broker:
             try:
                 if now >= next_retention:
                     next_retention = now + retention_s
-                    if deleted := self.logs.run_retention(now_ms):
+                    if deleted := self.logs.run_retention(now_ms, self.tiering.remote_boundary):
                         log.info("retention deleted %d segment(s)", deleted)
                 if now >= next_flush:
                     next_flush = now + flush_s
@@ -119,6 +127,12 @@ class Broker:
                     self.logs.checkpoint()
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
+
+    def _spawn(self, coro: Any) -> None:
+        """Run a coroutine in the background, keeping a reference until it ends."""
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # -- topics ------------------------------------------------------------
 
@@ -138,6 +152,9 @@ class Broker:
         elif isinstance(event, TopicDeleted):
             self.logs.delete_logs(event.topic.name)
             self.waiters.notify_all()
+            if self.tiering.enabled:
+                info = event.topic
+                self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
         elif isinstance(event, TopicConfigChanged):
             self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
 

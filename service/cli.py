@@ -21,16 +21,35 @@ def _parse_sets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
+#: What ``strata up`` turns on unless told otherwise: tiered storage for every topic.
+UP_DEFAULTS = {
+    "remote.log.storage.system.enable": "true",
+    "log.remote.storage.enable": "true",
+}
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
+    from remote_tier.errors import ObjectStoreError
+    from remote_tier.url import open_object_store
     from service.app import run_broker
 
+    data_dir = Path(args.data_dir).resolve()
     try:
-        config = BrokerConfig(_parse_sets(args.set))
+        config = BrokerConfig({**UP_DEFAULTS, **_parse_sets(args.set)})
     except ValueError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
-    return run_broker(Path(args.data_dir).resolve(), config, args.listen, args.advertise)
+    url = args.object_store or (data_dir / "bucket").as_uri()
+    try:
+        store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
+    except ValueError as exc:
+        print(f"strata up: --object-store: {exc}", file=sys.stderr)
+        return 2
+    except ObjectStoreError as exc:
+        print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
+        return 1
+    return run_broker(data_dir, config, args.listen, args.advertise, store)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address clients are told to connect to (default: the listener)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a broker config, e.g. --set log.segment.bytes=1048576")
+    up.add_argument("--object-store", default=os.environ.get("STRATA_OBJECT_STORE"), metavar="URL",
+                    help="where tiered segments and cluster metadata live: file:///path or "
+                    "s3://bucket/prefix (default: file://DATA_DIR/bucket)")
+    up.add_argument("--s3-endpoint", default=os.environ.get("STRATA_S3_ENDPOINT"), metavar="URL",
+                    help="S3 endpoint for MinIO or another S3-compatible store, e.g. http://127.0.0.1:9000")
+    up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
     up.set_defaults(func=_cmd_up)
 
     from service import client_commands, group_commands

@@ -93,7 +93,7 @@ def encode_fetch_response(
                 buf += b"\0" if flexible else _I32.pack(-1)
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica: none
-            size = sum(r.length for r in p.regions)
+            size = sum(len(r) if isinstance(r, bytes) else r.length for r in p.regions)
             buf += _uvarint(size + 1) if flexible else _I32.pack(size)
             if size:
                 parts.append(bytes(buf))

@@ -132,7 +132,7 @@ def _state(description: Any) -> str:
     names = {"PREPARING_REBALANCING": "PreparingRebalance",
              "COMPLETING_REBALANCING": "CompletingRebalance"}
     name = description.state.name
-    return names.get(name, name.capitalize())
+    return str(names.get(name, name.capitalize()))
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -156,7 +156,9 @@ def _groups_list(args: argparse.Namespace) -> int:
 
 
 def _groups_describe(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import OffsetSpec
+    from confluent_kafka.admin import OffsetSpec as _OffsetSpec  # type: ignore[attr-defined]
+
+    OffsetSpec: Any = _OffsetSpec  # untyped in confluent-kafka
 
     admin = _admin(args)
     description = _describe(admin, args, args.group)
@@ -216,7 +218,9 @@ def _reset_partitions(admin: Any, args: argparse.Namespace) -> list[tuple[str, i
 
 def _groups_reset(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
+    from confluent_kafka.admin import OffsetSpec as _OffsetSpec  # type: ignore[attr-defined]
+
+    OffsetSpec: Any = _OffsetSpec  # untyped in confluent-kafka
 
     admin = _admin(args)
     description = _describe(admin, args, args.group)

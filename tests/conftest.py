@@ -57,12 +57,13 @@ class BrokerProcess:
     """
 
     def __init__(self, data_dir: Path, port: int, sets: Mapping[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+                 log_path: Path | None = None, args: list[str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.host = "127.0.0.1"
         self.bootstrap = f"{self.host}:{port}"
         self.sets = dict(sets or {})
+        self.args = list(args or [])  # more `strata up` options, e.g. --object-store URL
         self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -75,7 +76,7 @@ class BrokerProcess:
         for key, value in self.sets.items():
             extra += ["--set", f"{key}={value}"]
         return [sys.executable, "-m", "service", "up", "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap, *extra]
+                "--listen", self.bootstrap, *self.args, *extra]
 
     def start(self) -> BrokerProcess:
         if self.running:

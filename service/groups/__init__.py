@@ -7,7 +7,13 @@ per-group model, ``records`` the ``__consumer_offsets`` record codec, and
 
 from __future__ import annotations
 
-from service.groups.coordinator import GroupConfig, GroupCoordinator, GroupSummary, JoinRequest, SyncRequest
+from service.groups.coordinator import (
+    GroupConfig,
+    GroupCoordinator,
+    GroupSummary,
+    JoinRequest,
+    SyncRequest,
+)
 from service.groups.group import GroupState, JoinResult, SyncResult
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.runtime import start_coordinator

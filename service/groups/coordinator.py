@@ -954,7 +954,7 @@ class GroupCoordinator:
 
     # ================================================================== persistence
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         partitions = self.ensure_offsets_topic()
         self._log.append(partition_for(group_id, partitions), records)
 

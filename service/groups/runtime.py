@@ -24,10 +24,13 @@ if TYPE_CHECKING:
 __all__ = ["OFFSETS_TOPIC_CONFIGS", "BrokerOffsetLog", "LoopTimer", "start_coordinator"]
 
 #: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
-#: keeps everything (retention.ms=-1). See docs/adr/0003-consumer-offsets.md.
+#: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
+#: coordinator replays it from the local log at start. See
+#: docs/adr/0003-consumer-offsets.md.
 OFFSETS_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "segment.bytes": str(100 * 1024 * 1024),
+    "remote.storage.enable": "false",
 }
 _READ_CHUNK = 4 * 1024 * 1024
 

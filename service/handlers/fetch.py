@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
-from local_tier.errors import ErrorCode
+from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
 from service.handlers.router import RequestContext
 from service.protocol import timedelta_to_ms
 
 __all__ = ["handle_fetch"]
+
+log = logging.getLogger("strata.fetch")
 
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
@@ -32,13 +35,19 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     min_bytes = int(request.min_bytes)
     max_wait_ms = timedelta_to_ms(request.max_wait)
 
+    tiering = broker.tiering if broker.tiering.enabled else None
+
     def read() -> tuple[list[Any], int, bool]:
-        data, total = read_partitions(broker, wanted, max_bytes=max_bytes, isolation_level=isolation)
-        errors = any(d.error_code != ErrorCode.none for d in data)
+        data, total = read_partitions(
+            broker, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering
+        )
+        errors = any(d.error_code != ErrorCode.none or d.remote is not None for d in data)
         return data, total, errors
 
     data, total, errors = read()
-    if wanted and not errors and total < min_bytes and max_wait_ms > 0:
+    if any(d.remote is not None for d in data):
+        await _read_remote(broker, data)
+    elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
         keys = [(w.topic, w.partition) for w in wanted]
@@ -54,3 +63,42 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         data,
         read_committed=isolation == READ_COMMITTED,
     )
+
+
+async def _read_remote(broker: Any, data: list[Any]) -> None:
+    """Fill the partitions planned from the bucket, waiting at most remote.fetch.max.wait.ms.
+
+    A read that takes longer keeps running on its tiered-fetch thread (it warms the
+    chunk cache for the consumer's next fetch); this response carries the local
+    partitions and an empty one for it.
+    """
+    tiering = broker.tiering
+    pending = [d for d in data if d.remote is not None]
+    tasks = [
+        asyncio.ensure_future(
+            tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
+        )
+        for d in pending
+    ]
+    done, _ = await asyncio.wait(tasks, timeout=tiering.fetch_max_wait_ms / 1000)
+    for d, task in zip(pending, tasks):
+        d.remote = None
+        if task not in done:
+            task.add_done_callback(_consume_result)
+            continue
+        exc = task.exception()
+        if isinstance(exc, KafkaError):
+            d.error_code, d.error_message = exc.code, exc.message
+        elif exc is not None:
+            log.error("tiered read of %s-%d failed: %s", d.topic, d.partition, exc)
+            d.error_code = ErrorCode.kafka_storage_error
+        else:
+            records = task.result()
+            if records:
+                d.regions = [records]
+                d.size = len(records)
+
+
+def _consume_result(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a late failure is not an "unhandled exception"

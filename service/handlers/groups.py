@@ -20,7 +20,8 @@ from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.coordinator import MAX_GROUP_ID_LENGTH
 from service.groups.group import OffsetAndMetadata, TopicPartition
 from service.handlers.router import RequestContext
-from service.protocol import build, response_module, timedelta_to_ms as _ms
+from service.protocol import build, response_module
+from service.protocol import timedelta_to_ms as _ms
 
 __all__ = [
     "handle_delete_groups",

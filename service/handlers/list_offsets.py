@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaError, UnsupportedVersionError
+from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
 from service.handlers.router import RequestContext
 from service.protocol import build, response_module
 
@@ -16,14 +16,16 @@ MAX_TIMESTAMP = -3  # v7+
 EARLIEST_LOCAL = -4  # v8+ (KIP-405)
 
 
-def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(2, ctx.version)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             try:
-                timestamp, offset, epoch = _lookup(ctx, topic.name, int(p.partition_index), int(p.timestamp))
+                timestamp, offset, epoch = await _lookup(
+                    ctx, topic.name, int(p.partition_index), int(p.timestamp)
+                )
                 fields: dict[str, Any] = {
                     "error_code": ErrorCode.none,
                     "timestamp": timestamp,
@@ -40,13 +42,14 @@ def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return build(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
 
 
-def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[int, int, int]:
+async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[int, int, int]:
     log = ctx.broker.log_for(topic, partition)
+    tiering = ctx.broker.tiering
     epoch = ctx.broker.leader_epoch
     if ts == LATEST:
         return -1, log.high_watermark, epoch
     if ts == EARLIEST:
-        return -1, log.log_start_offset, epoch
+        return -1, tiering.log_start_offset(topic, partition, log), epoch
     if ts == EARLIEST_LOCAL:
         if ctx.version < 8:
             raise UnsupportedVersionError("earliest-local (-4) needs ListOffsets v8")
@@ -56,9 +59,13 @@ def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[i
             raise UnsupportedVersionError("max-timestamp (-3) needs ListOffsets v7")
         found = log.fetch_offset_by_timestamp(MAX_TIMESTAMP)
     elif ts < 0:
-        raise KafkaError(f"unknown special timestamp {ts}")
+        raise InvalidRequestError(f"unknown special timestamp {ts}")
     else:
-        found = log.fetch_offset_by_timestamp(ts)
+        found = None
+        if tiering.enabled:
+            found = await tiering.offset_for_timestamp(topic, partition, ts, log)
+        if found is None:
+            found = log.fetch_offset_by_timestamp(ts)
     if found is None or found[0] >= log.high_watermark:
         return -1, -1, -1
     offset, timestamp = found

@@ -135,7 +135,7 @@ def test_describe_topic_config_lists_override_then_broker_synonym_then_default(
     )
     remote = entries["remote.storage.enable"]
     assert [(s.name, s.source) for s in remote.synonyms] == [
-        ("remote.storage.enable", ConfigSource.DEFAULT_CONFIG)
+        ("log.remote.storage.enable", ConfigSource.DEFAULT_CONFIG)
     ]
 
 

@@ -18,6 +18,7 @@ The broker runs with ``group.initial.rebalance.delay.ms=0``; sessions are 6 s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,8 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, TopicPartition
-from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from tests.conftest import BrokerFactory, BrokerProcess, subprocess_env
@@ -118,10 +124,8 @@ class Collector:
 
 def close_all(consumers: list[Any]) -> None:
     for c in consumers:
-        try:
+        with contextlib.suppress(Exception):  # teardown reaches every consumer
             c.close()
-        except Exception:  # noqa: BLE001 - teardown reaches every consumer
-            pass
 
 
 # --------------------------------------------------------------------------- confluent-kafka

@@ -20,6 +20,8 @@ def retention_broker(module_start_broker: Any) -> Any:
     return module_start_broker(sets={
         "log.segment.bytes": str(SEGMENT_BYTES),
         "log.retention.check.interval.ms": "500",
+        # Retention of a purely local log (tiered retention: tests/e2e/test_tiering.py).
+        "log.remote.storage.enable": "false",
     })
 
 

@@ -272,7 +272,7 @@ def test_leaving_rebalances_and_the_last_one_out_empties_the_group(coord: GroupC
 
 
 def test_leave_during_rebalance_answers_the_parked_join(coord: GroupCoordinator, timer: FakeTimer) -> None:
-    leader, follower = stable_pair(coord, timer)
+    _, follower = stable_pair(coord, timer)
     parked = join(coord, follower.member_id, protocols=(("range", b"new"),))
     assert parked.items == []
     coord.leave_group("g", [(follower.member_id, None)])
@@ -313,7 +313,7 @@ def test_static_member_rejoin_in_stable_keeps_generation_and_fences_the_old_id(
 
 
 def test_commit_rules_follow_the_group_state(coord: GroupCoordinator, timer: FakeTimer) -> None:
-    exists: Callable[[str], bool] = lambda topic: topic == "t"  # noqa: E731
+    exists: Callable[[str], bool] = lambda topic: topic == "t"
     tp = ("t", 0)
     assert coord.commit_offsets("g", 3, "m", None, {tp: (1, -1, None)}, exists) == {
         tp: E.illegal_generation}  # no such group

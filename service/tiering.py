@@ -1,0 +1,355 @@
+"""Tiered storage on the broker: upload sealed segments, serve history from the bucket.
+
+For every partition of a topic with ``remote.storage.enable=true`` a periodic
+task (``remote.log.manager.task.interval.ms``) uploads each sealed segment that
+lies wholly below the high watermark, oldest first, and publishes it in the
+partition manifest (``remote_tier`` does the upload-then-publish); then it applies
+the whole log's retention (``retention.*``) to the remote segments. Local
+retention (``local.retention.*``) deletes only segments the bucket already holds.
+
+Fetches below the local log start are read from the bucket by
+:class:`fetch.remote.RemoteReader` on its own threads. All object-store calls run
+on thread pools; the event loop only schedules them and reads cached manifests.
+
+Not thread-safe: the state here is touched on the event loop only; the blocking
+calls it hands to threads take their inputs as arguments and return results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fetch.remote import RemoteReader
+from local_tier.errors import OffsetOutOfRangeError
+from remote_tier.errors import ObjectStoreError, RemoteStorageError
+from remote_tier.manifest import PartitionManifest, RemoteSegment
+from remote_tier.store import ObjectStore
+from remote_tier.uploader import RemoteLogManager
+
+if TYPE_CHECKING:
+    from controller.configs import BrokerConfig
+    from local_tier.log import Log
+
+__all__ = ["PartitionTierState", "RemoteFetch", "TieringService"]
+
+log = logging.getLogger("strata.tiering")
+
+
+@dataclass(slots=True)
+class PartitionTierState:
+    """What the broker knows of one partition's remote tier (from its manifest)."""
+
+    topic_id: uuid.UUID
+    manifest: PartitionManifest | None = None
+    loaded: bool = False
+    uploading: bool = False
+    upload_failures: int = 0
+    last_error: str | None = None
+
+    @property
+    def remote_next_offset(self) -> int | None:
+        """First offset not in the bucket (None: nothing uploaded yet)."""
+        if self.manifest is None or not self.manifest.segments:
+            return None
+        return self.manifest.next_offset
+
+    @property
+    def remote_log_start_offset(self) -> int | None:
+        if self.manifest is None or not self.manifest.segments:
+            return None
+        return self.manifest.log_start_offset
+
+    @property
+    def remote_bytes(self) -> int:
+        return self.manifest.size_bytes if self.manifest is not None else 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFetch:
+    """A partition read that must come from the bucket."""
+
+    segment: RemoteSegment
+    topic_id: uuid.UUID
+    partition: int
+
+    @property
+    def base_offset(self) -> int:
+        return self.segment.base_offset
+
+
+class _Source:
+    """Adapts the remote log manager to the reader's segment source (blocking calls)."""
+
+    def __init__(self, rlm: RemoteLogManager) -> None:
+        self._rlm = rlm
+
+    def cache_key(self, segment: object) -> Hashable:
+        assert isinstance(segment, RemoteFetch)
+        return (segment.topic_id, segment.partition, segment.segment.upload_id)
+
+    def get_range(self, segment: object, start: int, end: int) -> bytes:
+        assert isinstance(segment, RemoteFetch)
+        return self._rlm.read_range(segment.segment, segment.topic_id, segment.partition, start, end)
+
+    def get_offset_index(self, segment: object) -> bytes:
+        assert isinstance(segment, RemoteFetch)
+        return self._rlm.read_index(segment.segment, segment.topic_id, segment.partition, "offset")
+
+
+class TieringService:
+    def __init__(self, store: ObjectStore, config: BrokerConfig, leader_epoch: int) -> None:
+        self.enabled = config.get_bool("remote.log.storage.system.enable")
+        self.rlm = RemoteLogManager(store)
+        self.leader_epoch = leader_epoch
+        self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
+        self.fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
+        self.orphan_min_age_ms = config.get_int("remote.log.orphan.cleanup.min.age.ms")
+        self.reader = RemoteReader(
+            _Source(self.rlm),
+            threads=config.get_int("remote.log.reader.threads"),
+            chunk_bytes=config.get_int("remote.fetch.chunk.bytes"),
+            cache_bytes=config.get_int("remote.fetch.chunk.cache.bytes"),
+            read_ahead_chunks=config.get_int("remote.fetch.read.ahead.chunks"),
+        )
+        self._copiers = ThreadPoolExecutor(
+            max_workers=config.get_int("remote.log.manager.copier.thread.pool.size"),
+            thread_name_prefix="strata-remote-copy",
+        )
+        self.partitions: dict[tuple[str, int], PartitionTierState] = {}
+        self.uploaded_segments = 0
+        self.uploaded_bytes = 0
+        self.upload_failures = 0
+
+    def close(self) -> None:
+        self._copiers.shutdown(wait=True, cancel_futures=True)
+        self.reader.close()
+
+    # -- state read on the event loop ----------------------------------------
+
+    def state(self, topic: str, partition: int) -> PartitionTierState | None:
+        return self.partitions.get((topic, partition))
+
+    def remote_boundary(self, topic: str, partition: int) -> int | None:
+        state = self.partitions.get((topic, partition))
+        return state.remote_next_offset if state is not None else None
+
+    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
+        """The whole log's start: the bucket's when it holds older data than the disk."""
+        state = self.partitions.get((topic, partition))
+        remote_start = state.remote_log_start_offset if state is not None else None
+        if remote_start is None:
+            return local.log_start_offset
+        return min(remote_start, local.log_start_offset)
+
+    def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
+        """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
+        state = self.partitions.get((topic, partition))
+        manifest = state.manifest if state is not None else None
+        start = self.log_start_offset(topic, partition, local)
+        if manifest is None or offset < start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}-{partition} is outside the log "
+                f"[{start}, {local.log_end_offset}]"
+            )
+        segment = manifest.segment_for(offset)
+        if segment is None or segment.base_offset > offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {topic}-{partition} is in no remote segment "
+                f"(the bucket holds [{manifest.log_start_offset}, {manifest.next_offset}))"
+            )
+        assert state is not None
+        return RemoteFetch(segment, state.topic_id, partition)
+
+    async def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp: int, local: Log
+    ) -> tuple[int, int] | None:
+        """ListOffsets by time over the remote segments older than the local log."""
+        state = self.partitions.get((topic, partition))
+        manifest = state.manifest if state is not None else None
+        if manifest is None:
+            return None
+        segment = manifest.segment_for_timestamp(timestamp)
+        if segment is None or segment.base_offset >= local.log_start_offset:
+            return None
+        assert state is not None
+        target = RemoteFetch(segment, state.topic_id, partition)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, self.reader.offset_for_timestamp, target, segment.size_bytes, timestamp
+        )
+
+    async def read(self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool) -> bytes:
+        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
+        result = await asyncio.wrap_future(fut)
+        return result.records
+
+    # -- the periodic task ---------------------------------------------------
+
+    async def run(self, broker: Any) -> None:
+        """Upload, retain and clean up, every ``remote.log.manager.task.interval.ms``."""
+        if not self.enabled:
+            return
+        loop = asyncio.get_running_loop()
+        await self._run_in_copier(loop, self._startup_cleanup, broker)
+        while True:
+            try:
+                await self.run_once(broker)
+            except Exception:  # one bad round must not stop tiering for good
+                log.exception("tiering round failed")
+            await asyncio.sleep(self.interval_s)
+
+    async def run_once(self, broker: Any) -> None:
+        loop = asyncio.get_running_loop()
+        tasks = []
+        for (topic, partition), local in list(broker.logs.all_logs().items()):
+            if not local.config.remote_storage_enable:
+                continue
+            info = broker.controller.topic(topic)
+            if info is None:
+                continue
+            state = self.partitions.get((topic, partition))
+            if state is None or state.topic_id != info.topic_id:
+                state = PartitionTierState(info.topic_id)
+                self.partitions[(topic, partition)] = state
+            if not state.uploading:
+                tasks.append(self._partition_round(loop, topic, partition, local, state))
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    async def _partition_round(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
+    ) -> None:
+        state.uploading = True
+        try:
+            if not state.loaded:
+                state.manifest = await self._run_in_copier(
+                    loop, self.rlm.manifest, state.topic_id, partition
+                )
+                state.loaded = True
+            # upload sealed segments, oldest first
+            while True:
+                segment = self._next_upload(local, state)
+                if segment is None:
+                    break
+                paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
+                uploaded = await self._run_in_copier(
+                    loop, self._upload, topic, state.topic_id, partition, paths
+                )
+                self.uploaded_segments += 1
+                self.uploaded_bytes += uploaded.size_bytes
+                state.manifest = await self._run_in_copier(
+                    loop, self.rlm.manifest, state.topic_id, partition
+                )
+            # the whole log's retention, on the bucket
+            config = local.config
+            if config.retention_ms >= 0 or config.retention_bytes >= 0:
+                boundary = state.remote_next_offset
+                local_only = sum(
+                    s.size for s in local.segments if boundary is None or s.base_offset >= boundary
+                )
+                removed = await self._run_in_copier(
+                    loop,
+                    self._retain,
+                    state.topic_id,
+                    partition,
+                    config.retention_ms,
+                    config.retention_bytes,
+                    local_only,
+                )
+                if removed:
+                    state.manifest = await self._run_in_copier(
+                        loop, self.rlm.manifest, state.topic_id, partition
+                    )
+            state.last_error = None
+        except (ObjectStoreError, RemoteStorageError, OSError) as exc:
+            state.upload_failures += 1
+            self.upload_failures += 1
+            state.last_error = str(exc)
+            log.warning("tiering of %s-%d failed (will retry): %s", topic, partition, exc)
+        finally:
+            state.uploading = False
+
+    def _next_upload(self, local: Log, state: PartitionTierState) -> Any:
+        boundary = state.remote_next_offset
+        segments = local.segments
+        for i, segment in enumerate(segments[:-1]):  # never the active segment
+            upper = segments[i + 1].base_offset
+            if boundary is not None and upper <= boundary:
+                continue  # already in the bucket
+            if upper > local.high_watermark:
+                return None  # not committed yet
+            if segment.size == 0:
+                continue
+            return segment
+        return None
+
+    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, Any, Any]) -> RemoteSegment:
+        log_path, index_path, timeindex_path = paths
+        segment = self.rlm.upload_segment(
+            topic=topic,
+            topic_id=topic_id,
+            partition=partition,
+            leader_epoch=self.leader_epoch,
+            log_path=log_path,
+            index_path=index_path,
+            timeindex_path=timeindex_path,
+        )
+        log.info(
+            "uploaded %s-%d segment [%d, %d] (%d bytes)",
+            topic,
+            partition,
+            segment.base_offset,
+            segment.last_offset,
+            segment.size_bytes,
+        )
+        return segment
+
+    def _retain(
+        self, topic_id: uuid.UUID, partition: int, retention_ms: int, retention_bytes: int, local_only: int
+    ) -> int:
+        removed = self.rlm.apply_retention(
+            topic_id,
+            partition,
+            retention_ms=retention_ms,
+            retention_bytes=retention_bytes,
+            now_ms=int(time.time() * 1000),
+            leader_epoch=self.leader_epoch,
+            local_only_bytes=local_only,
+        )
+        return len(removed)
+
+    def _startup_cleanup(self, broker: Any) -> None:
+        """Orphans of uploads a crash interrupted (older than the clean-up age)."""
+        now = int(time.time() * 1000)
+        for (topic, partition), local in list(broker.logs.all_logs().items()):
+            if not local.config.remote_storage_enable:
+                continue
+            info = broker.controller.topic(topic)
+            if info is None:
+                continue
+            try:
+                self.rlm.cleanup_orphans(
+                    info.topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
+                )
+            except ObjectStoreError as exc:
+                log.warning("orphan clean-up of %s-%d failed: %s", topic, partition, exc)
+
+    async def delete_topic(self, topic: str, topic_id: uuid.UUID, partitions: int) -> None:
+        """Remove a deleted topic's remote data (manifest first, then objects)."""
+        loop = asyncio.get_running_loop()
+        for p in range(partitions):
+            self.partitions.pop((topic, p), None)
+            try:
+                await self._run_in_copier(loop, self.rlm.delete_partition, topic_id, p)
+            except ObjectStoreError as exc:
+                log.warning("deleting remote data of %s-%d failed: %s", topic, p, exc)
+
+    async def _run_in_copier(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
+        return await loop.run_in_executor(self._copiers, fn, *args)
