@@ -205,18 +205,23 @@ class TieringService:
                 log.exception("tiering round failed")
             await asyncio.sleep(self.interval_s)
 
+    @staticmethod
+    def _tiered_logs(broker: Any) -> list[tuple[str, int, Log, uuid.UUID]]:
+        """(topic, partition, log, topic id) of every local log with tiered storage on."""
+        out = []
+        for (topic, partition), local in list(broker.logs.all_logs().items()):
+            info = broker.controller.topic(topic)
+            if local.config.remote_storage_enable and info is not None:
+                out.append((topic, partition, local, info.topic_id))
+        return out
+
     async def run_once(self, broker: Any) -> None:
         loop = asyncio.get_running_loop()
         tasks = []
-        for (topic, partition), local in list(broker.logs.all_logs().items()):
-            if not local.config.remote_storage_enable:
-                continue
-            info = broker.controller.topic(topic)
-            if info is None:
-                continue
+        for topic, partition, local, topic_id in self._tiered_logs(broker):
             state = self.partitions.get((topic, partition))
-            if state is None or state.topic_id != info.topic_id:
-                state = PartitionTierState(info.topic_id)
+            if state is None or state.topic_id != topic_id:
+                state = PartitionTierState(topic_id)
                 self.partitions[(topic, partition)] = state
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state))
@@ -328,15 +333,10 @@ class TieringService:
     def _startup_cleanup(self, broker: Any) -> None:
         """Orphans of uploads a crash interrupted (older than the clean-up age)."""
         now = int(time.time() * 1000)
-        for (topic, partition), local in list(broker.logs.all_logs().items()):
-            if not local.config.remote_storage_enable:
-                continue
-            info = broker.controller.topic(topic)
-            if info is None:
-                continue
+        for topic, partition, _, topic_id in self._tiered_logs(broker):
             try:
                 self.rlm.cleanup_orphans(
-                    info.topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
+                    topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
                 )
             except ObjectStoreError as exc:
                 log.warning("orphan clean-up of %s-%d failed: %s", topic, partition, exc)
