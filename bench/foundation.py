@@ -153,7 +153,8 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.port = free_port()
         self.cmd = [sys.executable, "-m", "service", "up", "--data-dir", str(data_dir),
-                    "--listen", f"127.0.0.1:{self.port}", "--set", f"log.segment.bytes={SEGMENT_BYTES}"]
+                    "--listen", f"127.0.0.1:{self.port}", "--http", f"127.0.0.1:{free_port()}",
+                    "--set", f"log.segment.bytes={SEGMENT_BYTES}"]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.bootstrap = f"127.0.0.1:{self.port}"

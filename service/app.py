@@ -12,6 +12,7 @@ from typing import Any
 
 from controller.configs import BrokerConfig
 from remote_tier.store import ObjectStore
+from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
 from service.server import KafkaServer
@@ -36,6 +37,7 @@ async def _serve(
     port: int,
     advertise: str | None,
     object_store: ObjectStore | None,
+    http: str | None,
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -65,7 +67,14 @@ async def _serve(
     await server.start()
     if port == 0:  # ephemeral port: advertise the one we got
         broker.advertised_port = server.port
+    admin = None
+    if http:
+        http_host, http_port = parse_hostport(http, 9644)
+        admin = AdminHttpServer(broker, http_host, http_port)
+        await admin.start()
     broker.open()
+    if admin is not None:
+        admin.ready = True
     background = asyncio.create_task(broker.run_background(), name="log-maintenance")
     tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
     print(
@@ -73,11 +82,15 @@ async def _serve(
         f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}",
         flush=True,
     )
+    if admin is not None:
+        print(f"strata: admin API on http://{http_host}:{admin.port}/v1/ (status, partitions)", flush=True)
     try:
         await stop.wait()
     finally:
         print("strata: shutting down", flush=True)
         await server.close()
+        if admin is not None:
+            await admin.close()
         await cancel_and_wait(background)
         await cancel_and_wait(tiering)
         broker.close()
@@ -100,13 +113,14 @@ def run_broker(
     listen: str,
     advertise: str | None,
     object_store: ObjectStore | None = None,
+    http: str | None = None,
 ) -> int:
     host, port = parse_hostport(listen, 9092)
     try:
-        _run(_serve(data_dir, config, host, port, advertise, object_store))
+        _run(_serve(data_dir, config, host, port, advertise, object_store, http))
     except OSError as exc:
         log.error("cannot start the broker on %s: %s", listen, exc)
-        print(f"strata: cannot listen on {listen}: {exc.strerror or exc}. "
-              "Is another broker running? Pick a port with --listen HOST:PORT.")
+        print(f"strata: cannot listen on {listen} or {http}: {exc.strerror or exc}. "
+              "Is another broker running? Pick ports with --listen HOST:PORT and --http HOST:PORT.")
         return 1
     return 0

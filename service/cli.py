@@ -49,7 +49,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except ObjectStoreError as exc:
         print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
         return 1
-    return run_broker(data_dir, config, args.listen, args.advertise, store)
+    http = None if args.http.lower() in ("off", "none", "") else args.http
+    return run_broker(data_dir, config, args.listen, args.advertise, store, http)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="address clients are told to connect to (default: the listener)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a broker config, e.g. --set log.segment.bytes=1048576")
+    up.add_argument("--http", default="127.0.0.1:9644", metavar="HOST:PORT",
+                    help="admin HTTP listener (default 127.0.0.1:9644; 'off' to disable)")
     up.add_argument("--object-store", default=os.environ.get("STRATA_OBJECT_STORE"), metavar="URL",
                     help="where tiered segments and cluster metadata live: file:///path or "
                     "s3://bucket/prefix (default: file://DATA_DIR/bucket)")

@@ -72,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "describe", parents=[common],
         help="partitions, leaders, offsets and non-default configs of topics")
     p.add_argument("names", nargs="*", metavar="NAME", help="topics (default: all)")
+    p.add_argument("--admin-url", default=os.environ.get("STRATA_ADMIN_URL"), metavar="URL",
+                   help="the broker's admin HTTP API, for tiering state "
+                   "(default: $STRATA_ADMIN_URL or http://BOOTSTRAP_HOST:9644)")
     p.set_defaults(func=_guarded(_topics_describe))
 
     p = topic_cmds.add_parser("delete", parents=[common], help="delete topics")
@@ -422,16 +425,54 @@ def _topics_describe(args: argparse.Namespace) -> int:
                 for k, v in configs.get(topic.topic, {}).items())
             print(f"Topic: {topic.topic}\tPartitionCount: {len(partitions)}\t"
                   f"ReplicationFactor: {replication}\tConfigs: {config_text}")
+            tiering = _tiering_state(args, topic.topic)
             for part in partitions:
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(topic.topic, part.id), timeout=_CLIENT_TIMEOUT_S)
                 print(f"\tTopic: {topic.topic}\tPartition: {part.id}\tLeader: {part.leader}\t"
                       f"Replicas: {','.join(map(str, part.replicas))}\t"
                       f"Isr: {','.join(map(str, part.isrs))}\t"
-                      f"EarliestOffset: {low}\tLatestOffset: {high}")
+                      f"EarliestOffset: {low}\tLatestOffset: {high}"
+                      + _tiering_columns(tiering.get(part.id) if tiering else None))
+            if tiering is None:
+                print(f"note: no local/remote tiering state for {topic.topic}: the admin API at "
+                      f"{_admin_url(args)} did not answer (pass --admin-url)", file=sys.stderr)
     finally:
         consumer.close()
     return 0
+
+
+def _admin_url(args: argparse.Namespace) -> str:
+    if args.admin_url:
+        return str(args.admin_url).rstrip("/")
+    host = args.bootstrap_server.split(",")[0].rpartition(":")[0] or "localhost"
+    return f"http://{host}:9644"
+
+
+def _tiering_state(args: argparse.Namespace, topic: str) -> dict[int, dict[str, Any]] | None:
+    """Per-partition tiering state from the broker's admin API, or None if it does not answer."""
+    import json
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url = f"{_admin_url(args)}/v1/topics/{urllib.parse.quote(topic, safe='')}/partitions"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 - operator-given URL
+            body = json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return {int(p["partition"]): p for p in body.get("partitions", [])}
+
+
+def _tiering_columns(state: dict[str, Any] | None) -> str:
+    if state is None:
+        return ""
+    remote_start = state["remote_log_start_offset"]
+    return (f"\tLocalStart: {state['local_log_start_offset']}"
+            f"\tRemoteStart: {'-' if remote_start is None else remote_start}"
+            f"\tLocalBytes: {state['local_bytes']}\tRemoteBytes: {state['remote_bytes']}"
+            f"\tUploadLag: {state['upload_lag_offsets']} offsets/{state['upload_lag_bytes']} bytes")
 
 
 def _topics_delete(args: argparse.Namespace) -> int:

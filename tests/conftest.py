@@ -64,6 +64,8 @@ class BrokerProcess:
         self.bootstrap = f"{self.host}:{port}"
         self.sets = dict(sets or {})
         self.args = list(args or [])  # more `strata up` options, e.g. --object-store URL
+        self.http_port = free_port()
+        self.admin_url = f"http://127.0.0.1:{self.http_port}"
         self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -76,7 +78,8 @@ class BrokerProcess:
         for key, value in self.sets.items():
             extra += ["--set", f"{key}={value}"]
         return [sys.executable, "-m", "service", "up", "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap, *self.args, *extra]
+                "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
+                *self.args, *extra]
 
     def start(self) -> BrokerProcess:
         if self.running:

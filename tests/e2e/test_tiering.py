@@ -5,7 +5,11 @@ served back from the bucket to real Kafka clients."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +18,7 @@ import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
+from tests.conftest import subprocess_env
 from tests.e2e import helpers
 
 SEGMENT_BYTES = 64 * 1024
@@ -103,6 +108,24 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
     _wait(lambda: len(_local_segments(b.data_dir, topic)) <= 2, "local segments to be deleted")
     first_local = int(_local_segments(b.data_dir, topic)[0].stem)
     assert first_local > 0
+
+    # `strata topics describe` and the admin API show both tiers
+    out = subprocess.run(
+        [sys.executable, "-m", "service", "topics", "describe", topic, "-b", b.bootstrap,
+         "--admin-url", b.admin_url],
+        capture_output=True, text=True, timeout=60, env=subprocess_env(), check=True,
+    ).stdout
+    row = dict(re.findall(r"(\w+): (\S+)", out.splitlines()[1]))
+    assert row["EarliestOffset"] == "0" and row["RemoteStart"] == "0"
+    assert int(row["LocalStart"]) == first_local and int(row["RemoteBytes"]) > 0
+    with urllib.request.urlopen(f"{b.admin_url}/v1/topics/{topic}/partitions", timeout=10) as resp:
+        (state,) = json.load(resp)["partitions"]
+    assert state["remote_segments"] >= 5 and state["log_start_offset"] == 0
+    assert state["upload_lag_offsets"] == RECORDS - state["remote_log_start_offset"] - sum(
+        s["last_offset"] - s["base_offset"] + 1 for s in
+        json.loads(_s3(b.endpoint).get_object(Bucket=b.bucket, Key=[
+            k for k in _keys(b.endpoint, b.bucket, "cluster-a/topics/") if k.endswith("manifest.json")
+        ][0])["Body"].read())["segments"])
 
     # the log still starts at 0 for clients; everything reads back identical
     assert helpers.watermarks(b.bootstrap, topic) == (0, RECORDS)

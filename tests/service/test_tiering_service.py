@@ -1,0 +1,282 @@
+"""TieringService in process: real local logs, a real controller, real object stores.
+
+* A store that fails every third request (FlakyObjectStore around moto's S3 server
+  over HTTP): the service's retries get every sealed segment into the manifest,
+  exactly once, and the history reads back through the tiered-fetch path.
+* A Fetch that mixes a local partition with a remote one whose read never
+  completes: the response carries the local data and an empty remote partition
+  once ``remote.fetch.max.wait.ms`` has passed (it does not wait for the bucket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import BrokerConfig, Controller, ObjectStoreMetadataStore
+from fetch.planner import PartitionFetch, read_partitions
+from local_tier.config import LogConfig
+from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
+from local_tier.log import Log
+from local_tier.manager import LogManager
+from local_tier.records import build_batch, decode_batch, iter_batches
+from local_tier.segment import FileRegion
+from remote_tier import FileSystemObjectStore, ObjectStore
+from remote_tier.s3 import S3ObjectStore
+from service.handlers.fetch import _read_remote
+from service.tiering import TieringService
+from tests.remote_tier.flaky import FlakyObjectStore
+from tests.s3_fixtures import S3Bucket
+
+SEGMENT_BYTES = 16 * 1024
+RECORDS_PER_BATCH = 10
+BATCHES = 150  # ~40 sealed segments of ~16 KiB
+
+
+class FakeBroker:
+    """What TieringService.run_once and the fetch planner need of a broker."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.controller = Controller(
+            ObjectStoreMetadataStore(FileSystemObjectStore(data_dir / "metadata")), config
+        )
+        self.logs = LogManager(data_dir / "logs")
+
+    def create_topic(self, name: str, partitions: int = 1) -> list[Log]:
+        self.controller.create_topic(name, partitions, -1, {}, False)
+        cfg = LogConfig.from_properties(self.controller.effective_topic_config(name))
+        return [self.logs.get_or_create_log(name, p, cfg) for p in range(partitions)]
+
+    def log_for(self, topic: str, partition: int) -> Log:
+        found = self.logs.get_log(topic, partition)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"no {topic}-{partition}")
+        return found
+
+    def close(self) -> None:
+        self.logs.shutdown()
+
+
+def _config(**extra: str) -> BrokerConfig:
+    return BrokerConfig(
+        {
+            "remote.log.storage.system.enable": "true",
+            "log.remote.storage.enable": "true",
+            "log.segment.bytes": str(SEGMENT_BYTES),
+            "log.local.retention.bytes": "0",
+            "log.segment.delete.delay.ms": "0",
+            "log.index.interval.bytes": "1024",
+            "remote.fetch.chunk.bytes": "8192",
+            "remote.fetch.max.wait.ms": "200",
+            **extra,
+        }
+    )
+
+
+def _value(i: int) -> bytes:
+    return b"record-%06d-" % i + b"x" * 80
+
+
+def _fill(log: Log, batches: int = BATCHES) -> int:
+    """Append ``batches`` batches of RECORDS_PER_BATCH records; returns the record count."""
+    now = int(time.time() * 1000)
+    n = 0
+    for _ in range(batches):
+        records = [(b"k%d" % (n + i), _value(n + i), [], now + n + i) for i in range(RECORDS_PER_BATCH)]
+        log.append_as_leader(build_batch(records), 0)
+        n += RECORDS_PER_BATCH
+    log.update_high_watermark(log.log_end_offset)
+    return n
+
+
+def _sealed_bases(log: Log) -> list[int]:
+    return [s.base_offset for s in log.segments[:-1]]
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Any]:
+    made: list[FakeBroker] = []
+
+    def make(config: BrokerConfig) -> FakeBroker:
+        broker = FakeBroker(tmp_path / f"broker{len(made)}", config)
+        made.append(broker)
+        return broker
+
+    yield make
+    for broker in made:
+        broker.close()
+
+
+def _records(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in ``data`` (whole batches)."""
+    out = []
+    for pos, _ in iter_batches(data):
+        _, records = decode_batch(data, pos)
+        out += [(r.offset, bytes(r.value or b"")) for r in records]
+    return out
+
+
+def _region_bytes(regions: list[FileRegion | bytes]) -> bytes:
+    return b"".join(r if isinstance(r, bytes) else r.read_bytes() for r in regions)
+
+
+async def _read_history(service: TieringService, log: Log, topic: str) -> list[tuple[int, bytes]]:
+    """Every record of the partition, remote part through the service's tiered reads."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    while offset < log.high_watermark:
+        if offset < log.log_start_offset:
+            target = service.plan_remote_read(topic, 0, offset, log)
+            data = await service.read(target, offset, 32 * 1024, True)
+        else:
+            info = log.read(offset, 32 * 1024, max_offset=log.high_watermark, min_one_message=True)
+            data = _region_bytes(list(info.regions))
+        records = [(o, v) for o, v in _records(data) if o >= offset]
+        assert records, f"nothing read at offset {offset}"
+        out += records
+        offset = records[-1][0] + 1
+    return out
+
+
+def _segment_keys(store: ObjectStore) -> list[str]:
+    return [i.key for i in store.list("topics/") if not i.key.endswith("manifest.json")]
+
+
+async def _until(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_a_store_failing_every_third_request_still_gets_every_segment_through_once(
+    make_broker: Any, s3_bucket: S3Bucket
+) -> None:
+    real = S3ObjectStore(s3_bucket.bucket, "flaky", endpoint_url=s3_bucket.endpoint_url)
+    flaky = FlakyObjectStore(real, fail_every=3)
+    broker = make_broker(_config(**{"remote.log.manager.task.interval.ms": "50"}))
+    (log,) = broker.create_topic("orders")
+    total = _fill(log)
+    sealed = _sealed_bases(log)
+    assert len(sealed) >= 8
+    boundary = log.segments[-1].base_offset  # everything below is sealed and committed
+    service = TieringService(flaky, broker.controller.config, 0)
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        task = asyncio.create_task(service.run(broker))  # the broker's periodic task
+        try:
+            await _until(lambda: service.remote_boundary("orders", 0) == boundary, "uploads")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        # local retention may now drop every uploaded segment; history reads come from S3
+        assert log.delete_retention_segments(
+            int(time.time() * 1000), remote_boundary=service.remote_boundary("orders", 0)
+        ) == len(sealed)
+        assert log.log_start_offset == boundary
+        return await _read_history(service, log, "orders")
+
+    try:
+        history = asyncio.run(scenario())
+    finally:
+        service.close()
+
+    assert flaky.failures > 10  # the faults did happen ...
+    assert service.upload_failures == 0  # ... and the retries absorbed every one of them
+    state = service.state("orders", 0)
+    assert state is not None and state.last_error is None
+    # the committed manifest, read from the bucket without faults
+    manifest = TieringService(real, broker.controller.config, 0).rlm.manifest(state.topic_id, 0)
+    assert manifest is not None
+    bases = [s.base_offset for s in manifest.segments]
+    assert bases == sealed  # every sealed segment, once, in order
+    assert manifest.segments[0].base_offset == 0 and manifest.next_offset == boundary
+    for prev, nxt in zip(manifest.segments, manifest.segments[1:]):
+        assert nxt.base_offset == prev.last_offset + 1
+    # no object dangles: three per committed segment, each referenced
+    referenced = {s.upload_id for s in manifest.segments}
+    keys = _segment_keys(real)
+    assert len(keys) == 3 * len(bases)
+    assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == referenced
+    # and the history reads back whole, through the flaky store too
+    assert [o for o, _ in history] == list(range(total))
+    assert [v for _, v in history] == [_value(i) for i in range(total)]
+
+
+class BlockingStore:
+    """A store whose ``.log`` reads block until ``release()`` (a bucket that never answers)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.blocked = threading.Event()  # set: .log reads block
+        self._open = threading.Event()
+        self.waiting = 0
+
+    def release(self) -> None:
+        self.blocked.clear()
+        self._open.set()
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.blocked.is_set() and key.endswith(".log"):
+            self.waiting += 1
+            self._open.wait(60)
+        return self.inner.get(key, start, end)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_fetch_mixing_local_and_remote_partitions_answers_without_the_stuck_remote_one(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    store = BlockingStore(FileSystemObjectStore(tmp_path / "bucket"))
+    broker = make_broker(_config())
+    (history,) = broker.create_topic("history")
+    (live,) = broker.create_topic("live")
+    total = _fill(history)
+    now = int(time.time() * 1000)
+    live.append_as_leader(build_batch([(b"k", b"live-%d" % i, [], now) for i in range(5)]), 0)
+    live.update_high_watermark(live.log_end_offset)
+    service = TieringService(store, broker.controller.config, 0)
+    broker.tiering = service
+    wanted = [PartitionFetch("live", 0, 0, 1 << 20), PartitionFetch("history", 0, 0, 1 << 20)]
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        await service.run_once(broker)
+        history.delete_retention_segments(now, remote_boundary=service.remote_boundary("history", 0))
+        assert history.log_start_offset > 0  # offset 0 is in the bucket only
+        store.blocked.set()
+        data, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+        assert data[0].remote is None and data[1].remote is not None
+        # the outer timeout only keeps a hang from stalling the suite
+        await asyncio.wait_for(_read_remote(broker, data), timeout=30)
+        assert store.waiting >= 1  # the remote read really was stuck in the bucket
+        first = data
+        store.release()  # the bucket answers again: the next fetch gets the history
+        data, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+        await asyncio.wait_for(_read_remote(broker, data), timeout=30)
+        return first, data
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        store.release()
+        service.close()
+
+    live_part, remote_part = first
+    assert live_part.error_code == ErrorCode.none
+    assert _records(_region_bytes(live_part.regions)) == [(i, b"live-%d" % i) for i in range(5)]
+    assert remote_part.error_code == ErrorCode.none
+    assert remote_part.regions == [] and remote_part.size == 0 and remote_part.remote is None
+    assert remote_part.log_start_offset == 0 and remote_part.high_watermark == total
+    live_part, remote_part = second
+    assert _records(_region_bytes(live_part.regions)) == [(i, b"live-%d" % i) for i in range(5)]
+    got = _records(_region_bytes(remote_part.regions))
+    assert got and got[0] == (0, _value(0))
+    assert [o for o, _ in got] == list(range(len(got)))
