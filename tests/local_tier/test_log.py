@@ -294,3 +294,33 @@ def test_delete_removes_the_directory(new_log: MakeLog, tmp_path: Path) -> None:
     _fill(log, 1)
     log.delete()
     assert not (tmp_path / "t-0").exists()
+
+
+def test_tiered_log_deletes_only_segments_already_in_the_bucket(new_log: MakeLog) -> None:
+    from dataclasses import replace
+
+    log = new_log(replace(small_config(segment_bytes=BATCH * 2), remote_storage_enable=True,
+                          local_retention_bytes=0))
+    _fill(log, 8)  # four sealed segments of two batches, plus the active one
+    bases = [s.base_offset for s in log.segments]
+    assert len(bases) >= 4
+    # nothing uploaded yet: local retention must not delete anything
+    assert log.delete_retention_segments(10**13, remote_boundary=None) == 0
+    # the bucket holds the first two segments: only those may go
+    assert log.delete_retention_segments(10**13, remote_boundary=bases[2]) == 2
+    assert log.log_start_offset == bases[2]
+    assert [s.base_offset for s in log.segments][0] == bases[2]
+
+
+def test_tiered_log_applies_local_retention_ms_not_retention_ms(new_log: MakeLog) -> None:
+    from dataclasses import replace
+
+    config = replace(small_config(segment_bytes=BATCH * 2), remote_storage_enable=True,
+                     retention_ms=-1, local_retention_ms=5_000)
+    log = new_log(config)
+    _fill(log, 6, start_ts=1_000)
+    boundary = log.segments[-1].base_offset
+    # segments' records are from t=1s..6s: at t=8s the first expire under local.retention.ms
+    deleted = log.delete_retention_segments(8_000, remote_boundary=boundary)
+    assert deleted >= 1
+    assert log.log_start_offset > 0
