@@ -423,6 +423,48 @@ class HistoryReaders:
             t.join(timeout=30)
 
 
+DIRECT_READER_CODE = r"""
+import json, sys, time, boto3
+from botocore.config import Config
+endpoint, bucket, chunk, objects = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+s3 = boto3.client("s3", endpoint_url=endpoint, config=Config(
+    region_name="us-east-1", s3={"addressing_style": "path"},
+    request_checksum_calculation="when_required", response_checksum_validation="when_required"))
+while True:
+    t0 = time.perf_counter()
+    for key, size in objects:
+        for start in range(0, size, chunk):
+            body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{min(size, start + chunk) - 1}")["Body"]
+            body.read()
+            body.close()
+    print(time.perf_counter() - t0, flush=True)
+"""
+
+
+class DirectReaders:
+    """Control load: ``n`` processes looping boto3 ranged GETs over the history objects (no broker)."""
+
+    def __init__(self, endpoint: str, tid: str, man: dict, n: int = 2) -> None:
+        objects = [[seg_key(tid, s), s["size_bytes"]] for s in man["segments"]]
+        self.cmd = [sys.executable, "-c", DIRECT_READER_CODE, endpoint, BUCKET, str(CHUNK_BYTES),
+                    json.dumps(objects)]
+        self.shown = (f"python -c '<boto3 ranged get_object of every segment object in {CHUNK_BYTES} B "
+                      "chunks, in a loop>' (x2 processes)")
+        self.n = n
+        self.passes: list[float] = []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            out, _ = p.communicate(timeout=30)
+            self.passes += [float(x) for x in out.split()]
+
+
 def run_latency(broker: BrokerProcess, moto: Moto, work: Path, cfg: dict, topic: str,
                 profile: Path | None, name: str) -> dict:
     import numpy as np
@@ -538,22 +580,31 @@ def write_report(data: dict, md_path: Path) -> None:
         (f"**2. Isolation.** `bench/latency.py` (confluent-kafka, acks=1, linger.ms=1, 100-byte records "
          f"stamped with `time.time_ns()`; consumer fetch.wait.max.ms=100) at {LATENCY_RATE:,} records/s for "
          f"{data['config']['latency_seconds']:g} s (+{data['config']['latency_warmup_seconds']:g} s warm-up, "
-         "excluded) on a fresh topic, alone, then while two `kcat -C -e` readers read the topic of section 1 "
-         "from offset 0 in a loop (from the bucket)."),
+         "excluded) on a fresh topic each time: alone; while two `kcat -C -e` readers read the topic of "
+         "section 1 from offset 0 in a loop (from the bucket, through the broker); and, as a control, while two "
+         "processes loop boto3 ranged GETs over the same objects directly."),
         "",
         "| tail consumer | p50 ms | p99 ms | p99.9 ms | max ms | broker busy | moto CPU s | history read meanwhile |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for label, r in (("alone", iso["alone"]), ("with 2 history readers", iso["loaded"])):
+    rows = (("alone", iso["alone"], None),
+            ("with 2 history readers through the broker", iso["loaded"],
+             (iso["reader_passes"], iso["reader_mb_per_s"])),
+            ("control: with 2 direct boto3 readers of the same objects (broker not involved)", iso["control"],
+             (iso["control"]["reader_passes"], iso["control"]["reader_mb_per_s"])))
+    for label, r, passes in rows:
         extra = "—"
-        if label != "alone":
-            extra = (f"{iso['reader_passes']} full passes ({iso['reader_mb_per_s']:,.1f} MB/s per reader per "
-                     "pass, median)" if iso["reader_passes"] else "no pass completed")
+        if passes is not None:
+            extra = (f"{passes[0]} full passes ({passes[1]:,.1f} MB/s per reader per pass, median)"
+                     if passes[0] else "no pass completed")
         L.append(f"| {label} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {r['max_ms']:.2f} | "
                  f"{pct(r['broker_busy'])} | {r['moto_cpu_seconds']:.1f} | {extra} |")
     L += [
         "",
-        f"p99 ratio (with readers / alone): **{iso['p99_ratio']:.2f}**; p50 ratio {iso['p50_ratio']:.2f}.",
+        (f"p99 ratio (with readers through the broker / alone): **{iso['p99_ratio']:.2f}**; p50 ratio "
+         f"{iso['p50_ratio']:.2f}. The control row puts the same kind of S3 load on moto and the cores "
+         f"without the broker (p99 ratio {iso['control_p99_ratio']:.2f}): the difference between the two "
+         "loaded rows is what serving history costs the broker's tail consumers."),
         "",
         (f"**3. Upload.** The same topic is filled with tiered storage off, the sealed segment files are "
          "uploaded directly with boto3 `put_object` (`.log`, `.index`, `.timeindex` of each in turn, one "
@@ -587,6 +638,7 @@ def write_report(data: dict, md_path: Path) -> None:
         cu["broker"]["command"],
         iso["alone"]["command_consumer"],
         iso["alone"]["command_producer"],
+        iso["control"]["reader_command"],
         "```",
         MARK_END,
     ]
@@ -613,6 +665,8 @@ def main() -> int:
                     help="py-spy record the broker during upload, the first catch-up read and the loaded "
                          "latency run (collapsed stacks; summarise with bench/pyspy_top.py)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra broker config for experiments (recorded in the report's broker command)")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     import boto3
@@ -652,6 +706,11 @@ def main() -> int:
             "log.local.retention.bytes": 0, "log.retention.check.interval.ms": 500}
     if cfg["cache_bytes"]:
         sets["remote.fetch.chunk.cache.bytes"] = cfg["cache_bytes"]
+    for kv in args.set:
+        k, _, v = kv.partition("=")
+        sets[k] = v
+        command += f" --set {kv}"
+    data["command"] = command
     broker.cmd += ["--object-store", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", moto_srv.endpoint]
     for k, v in sets.items():
         broker.cmd += ["--set", f"{k}={v}"]
@@ -699,13 +758,23 @@ def main() -> int:
                                  "tiering-isolation-loaded")
         if readers.failures:
             raise SystemExit(f"FAIL: a history reader failed: {readers.failures[0]}")
+        control = DirectReaders(moto_srv.endpoint, tid, man)
+        log(f"  control: 2 direct boto3 readers of the same objects, no broker involved: {control.shown}")
+        with control:
+            time.sleep(1.0)
+            ctl = run_latency(broker, moto_srv, work, cfg, "bench-tail-control", None, "")
+        ctl["reader_passes"] = len(control.passes)
+        ctl["reader_mb_per_s"] = (remote_bytes / statistics.median(control.passes) / 1e6
+                                  if control.passes else None)
+        ctl["reader_command"] = control.shown
         passes = readers.passes
         data["isolation"] = {
             "alone": alone, "loaded": loaded, "reader_command": shlex.join(readers.cmd),
             "reader_passes": len(passes), "reader_pass_seconds": [p["seconds"] for p in passes],
             "reader_mb_per_s": (remote_bytes / statistics.median(p["seconds"] for p in passes) / 1e6
                                 if passes else None),
-            "p99_ratio": loaded["p99_ms"] / alone["p99_ms"], "p50_ratio": loaded["p50_ms"] / alone["p50_ms"]}
+            "p99_ratio": loaded["p99_ms"] / alone["p99_ms"], "p50_ratio": loaded["p50_ms"] / alone["p50_ms"],
+            "control": ctl, "control_p99_ratio": ctl["p99_ms"] / alone["p99_ms"]}
         if not passes:
             data["notes"].append("No history reader completed a pass during the loaded latency window: "
                                  "the readers were still reading from the bucket throughout it.")
