@@ -144,25 +144,93 @@ class RemoteReader:
         self._indexes: OrderedDict[Hashable, tuple[list[int], list[int]]] = OrderedDict()
         self._index_entries = index_cache_entries
         self._lock = threading.Lock()
-        self._queued = 0
+        # reads queued or running, by what they read: an identical request joins one
+        self._inflight: dict[Hashable, Future[RemoteReadResult]] = {}
 
     @property
     def queue_depth(self) -> int:
-        """Reads submitted and not finished yet."""
-        return self._queued
+        """Distinct reads submitted and not finished yet."""
+        return len(self._inflight)
 
     def submit(
         self, segment: object, segment_size: int, offset: int, max_bytes: int, min_one_message: bool
     ) -> Future[RemoteReadResult]:
-        with self._lock:
-            self._queued += 1
-        fut = self._pool.submit(self.read, segment, segment_size, offset, max_bytes, min_one_message)
-        fut.add_done_callback(self._done)
-        return fut
+        """Queue a :meth:`read`; returns a future of its result for this caller alone.
 
-    def _done(self, _: Future[RemoteReadResult]) -> None:
+        A read identical to one still queued or running joins it instead of queuing
+        another. A consumer whose fetch gave up after ``remote.fetch.max.wait.ms``
+        asks again for the same offset; without this, every retry would queue a
+        duplicate behind the abandoned read, and under load the queue would grow
+        until no read finished within the wait (every consumer starved). Cancelling
+        the returned future never cancels the shared read.
+        """
+        key = (self._source.cache_key(segment), offset, max_bytes, min_one_message)
         with self._lock:
-            self._queued -= 1
+            shared = self._inflight.get(key)
+            created = shared is None
+            if shared is None:
+                shared = self._inflight[key] = Future()
+        if created:
+            try:
+                job = self._pool.submit(
+                    self._run, shared, key, segment, segment_size, offset, max_bytes, min_one_message
+                )
+            except RuntimeError as exc:  # pool shut down
+                self._finish(shared, key, None, exc)
+            else:
+
+                def dropped(job: Future[None]) -> None:
+                    if job.cancelled():  # the pool shut down before running it
+                        self._finish(shared, key, None, RuntimeError("the tiered-fetch pool was shut down"))
+
+                job.add_done_callback(dropped)
+        mine: Future[RemoteReadResult] = Future()
+
+        def forward(done: Future[RemoteReadResult]) -> None:
+            if not mine.set_running_or_notify_cancel():
+                return  # this caller cancelled
+            exc = done.exception()
+            if exc is not None:
+                mine.set_exception(exc)
+            else:
+                mine.set_result(done.result())
+
+        shared.add_done_callback(forward)
+        return mine
+
+    def _run(
+        self,
+        shared: Future[RemoteReadResult],
+        key: Hashable,
+        segment: object,
+        segment_size: int,
+        offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+    ) -> None:
+        try:
+            result = self.read(segment, segment_size, offset, max_bytes, min_one_message)
+        except BaseException as exc:  # noqa: BLE001 - handed to the callers
+            self._finish(shared, key, None, exc)
+        else:
+            self._finish(shared, key, result, None)
+
+    def _finish(
+        self,
+        shared: Future[RemoteReadResult],
+        key: Hashable,
+        result: RemoteReadResult | None,
+        exc: BaseException | None,
+    ) -> None:
+        with self._lock:
+            if self._inflight.get(key) is shared:
+                del self._inflight[key]
+        if shared.done():
+            return
+        if exc is not None:
+            shared.set_exception(exc)
+        else:
+            shared.set_result(result)  # type: ignore[arg-type]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -214,8 +214,11 @@ class Connection:
                     continue
                 if isinstance(response, bytes):
                     await loop.sock_sendall(self.sock, response)
-                    continue
-                await _send_parts(loop, self.sock, response)
+                else:
+                    await _send_parts(loop, self.sock, response)
+                # release the response now, not when the next one (maybe a long
+                # poll) is ready: memory per connection stays one response
+                response = fut = None
         except (ConnectionError, OSError) as exc:
             log.debug("connection %s: %s", self.peer, exc)
         finally:
@@ -232,7 +235,13 @@ async def _send_parts(
 ) -> None:
     pending: list[bytes] = []
     for part in parts:
-        if isinstance(part, bytes):
+        if isinstance(part, bytes) and len(part) >= SENDFILE_MIN_BYTES:
+            # large bytes (records read from the bucket): send as they are, no joined copy
+            if pending:
+                await loop.sock_sendall(sock, b"".join(pending))
+                pending = []
+            await loop.sock_sendall(sock, part)
+        elif isinstance(part, bytes):
             pending.append(part)
         elif part.length < SENDFILE_MIN_BYTES:
             pending.append(part.read_bytes())

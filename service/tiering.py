@@ -4,7 +4,9 @@ For every partition of a topic with ``remote.storage.enable=true`` a periodic
 task (``remote.log.manager.task.interval.ms``) uploads each sealed segment that
 lies wholly below the high watermark, oldest first, and publishes it in the
 partition manifest (``remote_tier`` does the upload-then-publish); then it applies
-the whole log's retention (``retention.*``) to the remote segments. Local
+the whole log's retention (``retention.*``) to the remote segments, and every
+``remote.log.orphan.cleanup.min.age.ms`` it deletes the partition's orphans
+(objects of failed uploads no manifest references; also once at start-up). Local
 retention (``local.retention.*``) deletes only segments the bucket already holds.
 
 Fetches below the local log start are read from the bucket by
@@ -52,6 +54,7 @@ class PartitionTierState:
     uploading: bool = False
     upload_failures: int = 0
     last_error: str | None = None
+    next_orphan_cleanup_ms: int = 0
 
     @property
     def remote_next_offset(self) -> int | None:
@@ -84,6 +87,25 @@ class RemoteFetch:
         return self.segment.base_offset
 
 
+def _retention_due(
+    manifest: PartitionManifest | None, config: Any, local_only_bytes: int, now_ms: int
+) -> bool:
+    """Whether the cached manifest has a segment that retention would remove.
+
+    Checked in memory first, so an idle partition costs no object-store request
+    per round (on S3 every request is billed).
+    """
+    if manifest is None or not manifest.segments:
+        return False
+    oldest = manifest.segments[0]
+    if config.retention_ms >= 0 and oldest.max_timestamp < now_ms - config.retention_ms:
+        return True
+    return bool(
+        config.retention_bytes >= 0
+        and manifest.size_bytes + local_only_bytes - oldest.size_bytes >= config.retention_bytes
+    )
+
+
 class _Source:
     """Adapts the remote log manager to the reader's segment source (blocking calls)."""
 
@@ -101,6 +123,10 @@ class _Source:
     def get_offset_index(self, segment: object) -> bytes:
         assert isinstance(segment, RemoteFetch)
         return self._rlm.read_index(segment.segment, segment.topic_id, segment.partition, "offset")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class TieringService:
@@ -221,7 +247,10 @@ class TieringService:
         for topic, partition, local, topic_id in self._tiered_logs(broker):
             state = self.partitions.get((topic, partition))
             if state is None or state.topic_id != topic_id:
-                state = PartitionTierState(topic_id)
+                # the startup clean-up (run) has just looked; the next pass is due then
+                state = PartitionTierState(
+                    topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
+                )
                 self.partitions[(topic, partition)] = state
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state))
@@ -254,11 +283,11 @@ class TieringService:
                 )
             # the whole log's retention, on the bucket
             config = local.config
-            if config.retention_ms >= 0 or config.retention_bytes >= 0:
-                boundary = state.remote_next_offset
-                local_only = sum(
-                    s.size for s in local.segments if boundary is None or s.base_offset >= boundary
-                )
+            boundary = state.remote_next_offset
+            local_only = sum(
+                s.size for s in local.segments if boundary is None or s.base_offset >= boundary
+            )
+            if _retention_due(state.manifest, config, local_only, _now_ms()):
                 removed = await self._run_in_copier(
                     loop,
                     self._retain,
@@ -272,6 +301,15 @@ class TieringService:
                     state.manifest = await self._run_in_copier(
                         loop, self.rlm.manifest, state.topic_id, partition
                     )
+            # objects of uploads that failed while this broker runs (their discard
+            # failed too, e.g. in an S3 outage): removed once old enough, without
+            # waiting for a restart. No upload of this partition is in flight here.
+            now = _now_ms()
+            if now >= state.next_orphan_cleanup_ms:
+                state.next_orphan_cleanup_ms = now + self.orphan_min_age_ms
+                await self._run_in_copier(
+                    loop, self._cleanup_orphans, topic, partition, state.topic_id, now
+                )
             state.last_error = None
         except (ObjectStoreError, RemoteStorageError, OSError) as exc:
             state.upload_failures += 1
@@ -332,14 +370,17 @@ class TieringService:
 
     def _startup_cleanup(self, broker: Any) -> None:
         """Orphans of uploads a crash interrupted (older than the clean-up age)."""
-        now = int(time.time() * 1000)
+        now = _now_ms()
         for topic, partition, _, topic_id in self._tiered_logs(broker):
-            try:
-                self.rlm.cleanup_orphans(
-                    topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
-                )
-            except ObjectStoreError as exc:
-                log.warning("orphan clean-up of %s-%d failed: %s", topic, partition, exc)
+            self._cleanup_orphans(topic, partition, topic_id, now)
+
+    def _cleanup_orphans(self, topic: str, partition: int, topic_id: uuid.UUID, now: int) -> None:
+        try:
+            self.rlm.cleanup_orphans(
+                topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
+            )
+        except ObjectStoreError as exc:
+            log.warning("orphan clean-up of %s-%d failed: %s", topic, partition, exc)
 
     async def delete_topic(self, topic: str, topic_id: uuid.UUID, partitions: int) -> None:
         """Remove a deleted topic's remote data (manifest first, then objects)."""

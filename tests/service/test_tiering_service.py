@@ -258,6 +258,14 @@ def test_a_fetch_mixing_local_and_remote_partitions_answers_without_the_stuck_re
         await asyncio.wait_for(_read_remote(broker, data), timeout=30)
         assert store.waiting >= 1  # the remote read really was stuck in the bucket
         first = data
+        # the consumer asks again (and again): each retry joins the stuck read
+        # instead of queuing another one behind it
+        for _ in range(3):
+            retry, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+            await asyncio.wait_for(_read_remote(broker, retry), timeout=30)
+            assert retry[1].size == 0 and retry[1].error_code == ErrorCode.none
+            assert _records(_region_bytes(retry[0].regions)) == [(i, b"live-%d" % i) for i in range(5)]
+        assert service.reader.queue_depth == 1
         store.release()  # the bucket answers again: the next fetch gets the history
         data, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
         await asyncio.wait_for(_read_remote(broker, data), timeout=30)
@@ -280,3 +288,101 @@ def test_a_fetch_mixing_local_and_remote_partitions_answers_without_the_stuck_re
     got = _records(_region_bytes(remote_part.regions))
     assert got and got[0] == (0, _value(0))
     assert [o for o, _ in got] == list(range(len(got)))
+
+
+class _GatedSource:
+    """A segment source whose reads wait for ``gate`` (index: one entry per batch)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.gate = threading.Event()
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def cache_key(self, segment: object) -> str:
+        return "segment"
+
+    def get_range(self, segment: object, start: int, end: int) -> bytes:
+        with self._lock:
+            self.reads += 1
+        assert self.gate.wait(30)
+        return self.data[start:end]
+
+    def get_offset_index(self, segment: object) -> bytes:
+        return b""
+
+
+def test_retried_remote_reads_join_the_one_in_flight_and_shutdown_fails_queued_ones() -> None:
+    from fetch.remote import RemoteReader
+
+    data = build_batch([(b"k", b"v%d" % i, [], 1000 + i) for i in range(10)])
+    source = _GatedSource(data)
+    reader = RemoteReader(source, threads=1, chunk_bytes=1 << 20, read_ahead_chunks=0)
+    segment = type("Seg", (), {"base_offset": 0})()
+    try:
+        first = reader.submit(segment, len(data), 0, 1 << 20, True)
+        retries = [reader.submit(segment, len(data), 0, 1 << 20, True) for _ in range(5)]
+        assert reader.queue_depth == 1  # one read, six callers
+        retries[0].cancel()  # a caller giving up does not cancel the others' read
+        other = reader.submit(segment, len(data), 5, 1 << 20, True)  # queued behind it
+        assert reader.queue_depth == 2
+        source.gate.set()
+        results = [first.result(30)] + [f.result(30) for f in retries[1:]]
+        assert all(r.records == data for r in results)
+        assert other.result(30).records == data
+        assert source.reads == 1  # the chunk was read once (then cached)
+        assert reader.queue_depth == 0
+        # at shutdown a queued read fails instead of leaving its callers waiting
+        source.gate.clear()
+        source.data = data  # a fresh key so the cache does not answer
+        source.cache_key = lambda segment: "other"  # type: ignore[method-assign]
+        running = reader.submit(segment, len(data), 0, 1 << 20, True)
+        queued = reader.submit(segment, len(data), 1, 1 << 20, True)
+        deadline = time.monotonic() + 30
+        while source.reads < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        reader.close()
+        with pytest.raises(RuntimeError):
+            queued.result(30)
+        source.gate.set()
+        assert running.result(30).records == data
+    finally:
+        source.gate.set()
+        reader.close()
+
+
+def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_restart(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    real = FileSystemObjectStore(tmp_path / "bucket")
+    outage = threading.Event()
+    outage.set()
+    # while the "outage" lasts: the .index put fails, and so does every delete, so
+    # the upload's .log cannot be discarded and is left behind
+    flaky = FlakyObjectStore(
+        real,
+        fail_key=lambda op, key: outage.is_set()
+        and ((op.startswith("put") and key.endswith(".index")) or op == "delete"),
+    )
+    broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "0"}))
+    (log,) = broker.create_topic("orders")
+    total = _fill(log, batches=40)
+    service = TieringService(flaky, broker.controller.config, 0)
+    try:
+        asyncio.run(service.run_once(broker))
+        state = service.state("orders", 0)
+        assert state is not None and state.upload_failures == 1 and state.manifest is None
+        orphans = _segment_keys(real)
+        assert len(orphans) == 1 and orphans[0].endswith(".log")  # left by the failed upload
+        outage.clear()
+        asyncio.run(service.run_once(broker))  # the same service: no restart
+    finally:
+        service.close()
+    manifest = service.rlm.manifest(state.topic_id, 0)
+    assert manifest is not None and [s.base_offset for s in manifest.segments] == _sealed_bases(log)
+    keys = _segment_keys(real)
+    assert orphans[0] not in keys
+    assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == {s.upload_id for s in manifest.segments}
+    assert len(keys) == 3 * len(manifest.segments)
+    assert total == 400
