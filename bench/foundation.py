@@ -22,7 +22,6 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -515,22 +514,10 @@ def run_latency(b: BrokerProcess, work_dir: Path, cfg: dict, profile: Path | Non
         raise SystemExit(f"latency consumer did not start: {line!r}")
     log(f"  latency producer: {shlex.join(pcmd)}")
     cpu0 = b.cpu_seconds()
-    pres = None
     with Profiler(b.proc.pid, profile, f"latency-linger{linger_ms}"):
         prod = subprocess.Popen(pcmd, stdout=subprocess.PIPE, text=True)
-        for line in prod.stdout:
-            if line.startswith("{"):
-                pres = json.loads(line)
-            else:
-                log(line.rstrip())
-        prod.wait()
-        cres = None
-        for line in cons.stdout:
-            if line.startswith("{"):
-                cres = json.loads(line)
-            else:
-                log(line.rstrip())
-        cons.wait()
+        pres = drain_json(prod)
+        cres = drain_json(cons)
     broker_cpu = b.cpu_seconds() - cpu0
     if prod.returncode != 0 or not pres or pres["undelivered"] or pres["failure_count"]:
         raise SystemExit(f"FAIL: latency producer: {pres}")
@@ -563,6 +550,31 @@ def median_run(runs: list[dict], key: str) -> dict:
 
 def fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
+
+
+def drain_json(proc: subprocess.Popen) -> dict | None:
+    """Wait for a bench child process; its last JSON line is the result, other lines are logged."""
+    result = None
+    for line in proc.stdout:
+        if line.startswith("{"):
+            result = json.loads(line)
+        else:
+            log(line.rstrip())
+    proc.wait()
+    return result
+
+
+def write_section(md_path: Path, name: str, section: str) -> None:
+    """Put ``section`` (which starts and ends with the ``<!-- NAME:start/end -->`` markers)
+    in place of the old one in the report, or append it; the rest stays as it is."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    old = md_path.read_text() if md_path.exists() else ""
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.DOTALL)
+    if pattern.search(old):
+        new = pattern.sub(lambda _m: section, old)
+    else:
+        new = old.rstrip("\n") + ("\n\n" if old else "") + section + "\n"
+    md_path.write_text(new)
 
 
 def _kept_sections(md_path: Path) -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import re
 import shlex
 import statistics
 import subprocess
@@ -320,13 +319,7 @@ def write_report(data: dict, md_path: Path) -> None:
         MARK_END,
     ]
     section = "\n".join(lines)
-    old = md_path.read_text() if md_path.exists() else ""
-    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.DOTALL)
-    if pattern.search(old):
-        new = pattern.sub(lambda _m: section, old)
-    else:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + section + "\n"
-    md_path.write_text(new)
+    foundation.write_section(md_path, "groups", section)
     log(f"wrote {md_path} (groups section) and {json_path}")
 
 

@@ -482,21 +482,10 @@ def run_latency(broker: BrokerProcess, moto: Moto, work: Path, cfg: dict, topic:
     cons = subprocess.Popen(ccmd, stdout=subprocess.PIPE, text=True)
     if cons.stdout.readline().strip() != "ready":
         raise SystemExit("latency consumer did not start")
-    pres = cres = None
     with Cpu(broker, moto) as cpu, Profiler(broker.proc.pid, profile, name):
         prod = subprocess.Popen(pcmd, stdout=subprocess.PIPE, text=True)
-        for line in prod.stdout:
-            if line.startswith("{"):
-                pres = json.loads(line)
-            else:
-                log(line.rstrip())
-        prod.wait()
-        for line in cons.stdout:
-            if line.startswith("{"):
-                cres = json.loads(line)
-            else:
-                log(line.rstrip())
-        cons.wait()
+        pres = foundation.drain_json(prod)
+        cres = foundation.drain_json(cons)
     if prod.returncode != 0 or not pres or pres["undelivered"] or pres["failure_count"]:
         raise SystemExit(f"FAIL: latency producer: {pres}")
     if cons.returncode != 0 or not cres or cres["received"] != count:
@@ -643,13 +632,7 @@ def write_report(data: dict, md_path: Path) -> None:
         MARK_END,
     ]
     section = "\n".join(L)
-    old = md_path.read_text() if md_path.exists() else ""
-    pattern = re.compile(re.escape(MARK_START) + r".*?" + re.escape(MARK_END), re.DOTALL)
-    if pattern.search(old):
-        new = pattern.sub(lambda _m: section, old)
-    else:
-        new = old.rstrip("\n") + ("\n\n" if old else "") + section + "\n"
-    md_path.write_text(new)
+    foundation.write_section(md_path, "tiering", section)
     log(f"wrote {md_path} (tiering section) and {json_path}")
 
 

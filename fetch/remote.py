@@ -111,11 +111,6 @@ class ChunkCache:
         pending.set_result(data)
         return data
 
-    @property
-    def hit_ratio(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class RemoteReadResult:

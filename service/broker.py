@@ -214,14 +214,6 @@ class Broker:
             if d.size:
                 self.bytes_out[d.topic] += d.size
 
-    def describe(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id,
-            "cluster_id": self.controller.cluster_id,
-            "data_dir": str(self.data_dir),
-            "listener": f"{self.advertised_host}:{self.advertised_port}",
-        }
-
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     task.cancel()

@@ -26,7 +26,6 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
-from kio.static.primitive import TZAware
 
 __all__ = [
     "FrameError",
@@ -170,10 +169,6 @@ def build(cls: type, **values: Any) -> Any:
         elif required and kafka_type == "datetime_i64":
             kwargs[name] = None
     return cls(**kwargs)
-
-
-def tz_to_ms(value: TZAware | datetime.datetime | None) -> int:
-    return -1 if value is None else int(value.timestamp() * 1000)
 
 
 def timedelta_to_ms(value: datetime.timedelta | int) -> int:

@@ -18,7 +18,6 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable
 from typing import Any
 
 from local_tier.segment import FileRegion
@@ -33,10 +32,6 @@ _READ_CHUNK = 256 * 1024
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
 Response = bytes | list[bytes | FileRegion] | None
-
-
-class Dispatcher:  # pragma: no cover - structural type only
-    def dispatch(self, frame: bytes | memoryview, conn: "Connection") -> Awaitable[Response]: ...
 
 
 class KafkaServer:

@@ -267,17 +267,19 @@ class TieringService:
                     loop, self.rlm.manifest, state.topic_id, partition
                 )
                 state.loaded = True
-            # upload sealed segments, oldest first
-            while True:
-                segment = self._next_upload(local, state)
-                if segment is None:
-                    break
+            # upload sealed segments, oldest first; the manifest is re-read once after
+            # the batch (each upload already read and wrote it to publish)
+            boundary = state.remote_next_offset
+            uploaded_any = False
+            while (segment := self._next_upload(local, boundary)) is not None:
                 paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, paths
                 )
                 self.uploaded_segments += 1
                 self.uploaded_bytes += uploaded.size_bytes
+                boundary, uploaded_any = uploaded.next_offset, True
+            if uploaded_any:
                 state.manifest = await self._run_in_copier(
                     loop, self.rlm.manifest, state.topic_id, partition
                 )
@@ -315,12 +317,13 @@ class TieringService:
             state.upload_failures += 1
             self.upload_failures += 1
             state.last_error = str(exc)
+            state.loaded = False  # uploads may have been published: re-read before the next round
             log.warning("tiering of %s-%d failed (will retry): %s", topic, partition, exc)
         finally:
             state.uploading = False
 
-    def _next_upload(self, local: Log, state: PartitionTierState) -> Any:
-        boundary = state.remote_next_offset
+    def _next_upload(self, local: Log, boundary: int | None) -> Any:
+        """The oldest sealed, committed local segment wholly at or above ``boundary``."""
         segments = local.segments
         for i, segment in enumerate(segments[:-1]):  # never the active segment
             upper = segments[i + 1].base_offset

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from local_tier.errors import CorruptRecordError, ErrorCode, KafkaError
+from local_tier.errors import CorruptRecordError, ErrorCode, InvalidRequiredAcksError, KafkaError
 from service.handlers.router import RequestContext
 from service.protocol import build, response_module
 
@@ -22,7 +22,7 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
             fields: dict[str, Any]
             try:
                 if acks not in (0, 1, -1):
-                    raise _invalid_acks(acks)
+                    raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
                 if request.transactional_id is not None:
                     raise KafkaError("transactions are not supported by this broker yet")
                 if pdata.records is None:
@@ -51,8 +51,3 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
         return None
     return build(mod.ProduceResponse, responses=tuple(topics), throttle_time=0)
 
-
-def _invalid_acks(acks: int) -> KafkaError:
-    from local_tier.errors import InvalidRequiredAcksError
-
-    return InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")

@@ -136,3 +136,26 @@ def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int
         return int(low), int(high)
     finally:
         c.close()
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+def s3_keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
+    """Every key under ``prefix``, sorted."""
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))

@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
@@ -26,27 +25,12 @@ RECORDS = 4000
 VALUE = b"v" * 150
 
 
-def _s3(endpoint: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-
-
 def _keys(endpoint: str, bucket: str, prefix: str = "") -> list[str]:
-    pages = _s3(endpoint).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+    return helpers.s3_keys(helpers.s3_client(endpoint), bucket, prefix)
 
 
 def _local_segments(data_dir: Path, topic: str) -> list[Path]:
     return sorted((data_dir / "logs" / f"{topic}-0").glob("*.log"))
-
-
-def _wait(predicate: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -90,10 +74,10 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
         keys = [k for k in _keys(b.endpoint, b.bucket, "cluster-a/topics/") if k.endswith("manifest.json")]
         if not keys:
             return None
-        doc = json.loads(_s3(b.endpoint).get_object(Bucket=b.bucket, Key=keys[0])["Body"].read())
+        doc = json.loads(helpers.s3_client(b.endpoint).get_object(Bucket=b.bucket, Key=keys[0])["Body"].read())
         return doc if len(doc["segments"]) >= 5 else None
 
-    doc = _wait(manifest, "segments in the manifest")
+    doc = helpers.wait_until(manifest, "segments in the manifest")
     assert doc["format_version"] == 1 and doc["topic"] == topic and doc["partition"] == 0
     segments = doc["segments"]
     assert segments[0]["base_offset"] == 0
@@ -105,7 +89,7 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
             assert any(k.endswith(f"{seg['base_offset']:020d}-{seg['upload_id']}{suffix}") for k in objects)
 
     # local copies of uploaded segments are removed (local.retention.bytes=0)
-    _wait(lambda: len(_local_segments(b.data_dir, topic)) <= 2, "local segments to be deleted")
+    helpers.wait_until(lambda: len(_local_segments(b.data_dir, topic)) <= 2, "local segments to be deleted")
     first_local = int(_local_segments(b.data_dir, topic)[0].stem)
     assert first_local > 0
 
@@ -123,7 +107,7 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
     assert state["remote_segments"] >= 5 and state["log_start_offset"] == 0
     assert state["upload_lag_offsets"] == RECORDS - state["remote_log_start_offset"] - sum(
         s["last_offset"] - s["base_offset"] + 1 for s in
-        json.loads(_s3(b.endpoint).get_object(Bucket=b.bucket, Key=[
+        json.loads(helpers.s3_client(b.endpoint).get_object(Bucket=b.bucket, Key=[
             k for k in _keys(b.endpoint, b.bucket, "cluster-a/topics/") if k.endswith("manifest.json")
         ][0])["Body"].read())["segments"])
 
@@ -157,7 +141,7 @@ def test_list_offsets_by_timestamp_reaches_remote_segments(tiered_broker: Any) -
     b = tiered_broker
     topic = helpers.topic_name("tiered-time")
     base = _produce(b.bootstrap, topic)
-    _wait(lambda: int(_local_segments(b.data_dir, topic)[0].stem) > 200, "local start to move")
+    helpers.wait_until(lambda: int(_local_segments(b.data_dir, topic)[0].stem) > 200, "local start to move")
     from confluent_kafka import TopicPartition
 
     c = helpers.consumer(b.bootstrap)
@@ -174,7 +158,7 @@ def test_history_survives_a_broker_restart_and_deleting_the_topic_empties_the_bu
     b = tiered_broker
     topic = helpers.topic_name("tiered-restart")
     _produce(b.bootstrap, topic)
-    _wait(lambda: len(_local_segments(b.data_dir, topic)) <= 2, "local segments to be deleted")
+    helpers.wait_until(lambda: len(_local_segments(b.data_dir, topic)) <= 2, "local segments to be deleted")
     b.kill()
     b.start()
     msgs = helpers.consume(b.bootstrap, topic, [0], RECORDS)
@@ -182,4 +166,4 @@ def test_history_survives_a_broker_restart_and_deleting_the_topic_empties_the_bu
 
     client = helpers.admin(b.bootstrap)
     client.delete_topics([topic])[topic].result(timeout=15)
-    _wait(lambda: not _keys(b.endpoint, b.bucket, "cluster-a/topics/"), "remote data to be deleted")
+    helpers.wait_until(lambda: not _keys(b.endpoint, b.bucket, "cluster-a/topics/"), "remote data to be deleted")

@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from tests.conftest import BrokerProcess, free_port, subprocess_env
@@ -44,17 +43,8 @@ def _value(i: int) -> bytes:
     return b"%08d:" % i + b"v" * 150
 
 
-def _s3(endpoint: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-
-
-def _keys(s3: Any, bucket: str, prefix: str) -> list[str]:
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
-
-
 def _manifest(s3: Any, bucket: str) -> dict[str, Any] | None:
-    keys = [k for k in _keys(s3, bucket, f"{PREFIX}/topics/") if k.endswith("/manifest.json")]
+    keys = [k for k in helpers.s3_keys(s3, bucket, f"{PREFIX}/topics/") if k.endswith("/manifest.json")]
     if not keys:
         return None
     (key,) = keys
@@ -88,16 +78,6 @@ def _partition_state(broker: BrokerProcess, topic: str) -> dict[str, Any]:
     return state
 
 
-def _wait(predicate: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
 def _assert_dense(manifest: dict[str, Any]) -> None:
     segments = manifest["segments"]
     assert segments and segments[0]["base_offset"] == 0
@@ -117,14 +97,14 @@ def _assert_all_uploaded_and_local_gone(b: BrokerProcess, s3: Any, bucket: str, 
             return manifest
         return None
 
-    manifest = _wait(settled, "every sealed segment uploaded and its local copy deleted", 90)
+    manifest = helpers.wait_until(settled, "every sealed segment uploaded and its local copy deleted", 90)
     _assert_dense(manifest)
     return manifest
 
 
 def _assert_nothing_dangles(s3: Any, bucket: str, manifest: dict[str, Any]) -> None:
     referenced = {f"{s['base_offset']:020d}-{s['upload_id']}" for s in manifest["segments"]}
-    objects = [k for k in _keys(s3, bucket, f"{PREFIX}/topics/") if not k.endswith("/manifest.json")]
+    objects = [k for k in helpers.s3_keys(s3, bucket, f"{PREFIX}/topics/") if not k.endswith("/manifest.json")]
     names = {k.rsplit("/", 1)[1].rsplit(".", 1)[0] for k in objects}
     assert names == referenced, f"unreferenced objects: {sorted(names - referenced)}"
     assert len(objects) == 3 * len(referenced)  # .log, .index, .timeindex each
@@ -160,14 +140,14 @@ def test_uploads_wait_out_an_s3_outage_and_nothing_unuploaded_is_deleted(
     start_broker: Any, s3_bucket: S3Bucket, moto_server: MotoServer
 ) -> None:
     endpoint, bucket = s3_bucket
-    s3 = _s3(endpoint)
+    s3 = helpers.s3_client(endpoint)
     b = start_broker(sets=_tiered_sets(),
                      args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
     topic = helpers.topic_name("outage")
     helpers.create_topic(b.bootstrap, topic)
     before = 1500
     _produce(b.bootstrap, topic, 0, before)
-    _wait(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
+    helpers.wait_until(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
 
     during = 2500
     try:
@@ -176,7 +156,7 @@ def test_uploads_wait_out_an_s3_outage_and_nothing_unuploaded_is_deleted(
         offsets = _produce(b.bootstrap, topic, before, during)
         assert offsets == list(range(before, before + during))
         # the broker tried to upload and failed (it noticed the outage) ...
-        state = _wait(lambda: (s := _partition_state(b, topic))["upload_failures"] > 0 and s,
+        state = helpers.wait_until(lambda: (s := _partition_state(b, topic))["upload_failures"] > 0 and s,
                       "the broker to notice the outage", 90)
         assert state["last_upload_error"]
         # ... and deleted nothing the bucket does not hold: every offset from the
@@ -315,7 +295,7 @@ def test_kill_9_during_uploads_leaves_each_segment_once_and_nothing_dangling(
     start_broker: Any, s3_bucket: S3Bucket, stalling_proxy: ManifestStallingProxy
 ) -> None:
     endpoint, bucket = s3_bucket
-    s3 = _s3(endpoint)
+    s3 = helpers.s3_client(endpoint)
     proxy = stalling_proxy
     b = start_broker(
         sets=_tiered_sets(**{"remote.log.orphan.cleanup.min.age.ms": "0"}),
@@ -331,7 +311,7 @@ def test_kill_9_during_uploads_leaves_each_segment_once_and_nothing_dangling(
         total += n
 
     produce(1000)
-    _wait(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
+    helpers.wait_until(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
 
     for mode in ("request", "response"):
         committed_before = _manifest(s3, bucket)
@@ -339,7 +319,7 @@ def test_kill_9_during_uploads_leaves_each_segment_once_and_nothing_dangling(
         produce(1000)  # seals more segments; the next upload's manifest commit is held
         assert proxy.stalled.wait(60), "no manifest commit was attempted"
         manifest = _manifest(s3, bucket)
-        objects = [k for k in _keys(s3, bucket, f"{PREFIX}/topics/") if not k.endswith("manifest.json")]
+        objects = [k for k in helpers.s3_keys(s3, bucket, f"{PREFIX}/topics/") if not k.endswith("manifest.json")]
         referenced = {s["upload_id"] for s in manifest["segments"]}
         in_flight = [k for k in objects if k.rsplit("-", 1)[1].split(".")[0] not in referenced]
         if mode == "request":
