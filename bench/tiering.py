@@ -89,6 +89,9 @@ sys.stdin.read()   # until the benchmark closes our stdin
 s.stop()
 """
 MOTO_BUFFER = str(2 * 1024 ** 3)
+#: command prefix (``nice -n N``) for the processes that stand for other machines
+#: (moto, history readers, control readers); empty unless ``--others-nice``
+OTHERS: list[str] = []
 
 
 # --------------------------------------------------------------------------- helpers
@@ -105,6 +108,9 @@ class Moto:
         self.cmd = [sys.executable, "-c", MOTO_CODE]
         self.shown = (f"MOTO_S3_DEFAULT_KEY_BUFFER_SIZE={MOTO_BUFFER} python -c '<moto.server."
                       "ThreadedMotoServer(ip_address=\"127.0.0.1\", port=0).start()>'")
+        if OTHERS:
+            self.cmd = [*OTHERS, *self.cmd]
+            self.shown = f"{' '.join(OTHERS)} {self.shown}"
         log(f"starting moto S3 server: {self.shown}")
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
@@ -395,7 +401,8 @@ class HistoryReaders:
     def _run(self, i: int) -> None:
         while not self.stop.is_set():
             t0 = time.perf_counter()
-            p = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            p = subprocess.Popen([*OTHERS, *self.cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 text=True)
             with self.lock:
                 self.procs[i] = p
             _, err = p.communicate()
@@ -454,7 +461,8 @@ class DirectReaders:
         self.passes: list[float] = []
 
     def __enter__(self):
-        self.procs = [subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True) for _ in range(self.n)]
+        self.procs = [subprocess.Popen([*OTHERS, *self.cmd], stdout=subprocess.PIPE, text=True)
+                      for _ in range(self.n)]
         return self
 
     def __exit__(self, *exc):
@@ -650,6 +658,10 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra broker config for experiments (recorded in the report's broker command)")
+    ap.add_argument("--others-nice", type=int, default=0, metavar="N",
+                    help="run moto and the history readers at this nice level: they stand for the "
+                         "object store and consumers on other machines, which in a deployment never "
+                         "take the broker's cores")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     import boto3
@@ -663,6 +675,9 @@ def main() -> int:
     if profile:
         profile.mkdir(parents=True, exist_ok=True)
     command = "python bench/tiering.py" + (" --quick" if args.quick else "")
+    if args.others_nice:
+        command += f" --others-nice {args.others_nice}"
+        OTHERS[:] = ["nice", "-n", str(args.others_nice)]
     if Path(args.out).resolve() != (REPO / "docs" / "benchmarks.md"):
         command += f" --out {args.out}"
     data: dict = {"command": command, "mode": "quick" if args.quick else "full",

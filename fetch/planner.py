@@ -76,7 +76,7 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    regions: list[FileRegion | bytes] = field(default_factory=list)
+    regions: list[FileRegion | bytes | memoryview] = field(default_factory=list)
     size: int = 0
     error_message: str | None = None
     remote: RemoteRead | None = None

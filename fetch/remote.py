@@ -114,8 +114,24 @@ class ChunkCache:
 
 @dataclass(frozen=True, slots=True)
 class RemoteReadResult:
-    records: bytes
+    """Whole batches read from a segment object, as views of cached chunks.
+
+    ``parts`` are zero-copy slices of the chunk cache's buffers: a 16 MiB read is
+    handed to the socket as sixteen views, never joined. Copying it would hold the
+    GIL for milliseconds, which the event loop serving the live tail would wait out.
+    """
+
+    parts: tuple[memoryview, ...]
     first_batch_offset: int
+
+    @property
+    def size(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    @property
+    def records(self) -> bytes:
+        """The batches as one byte string (a copy; for callers that need one)."""
+        return b"".join(self.parts)
 
 
 class RemoteReader:
@@ -258,9 +274,9 @@ class RemoteReader:
             if end - start + header.size > max_bytes and not (end == start and min_one_message):
                 break
             end += header.size
-        data = self._bytes(segment, key, segment_size, start, end) if end > start else b""
+        parts = self._views(segment, key, segment_size, start, end) if end > start else ()
         self._prefetch(segment, key, segment_size, end)
-        return RemoteReadResult(data, first)
+        return RemoteReadResult(parts, first)
 
     def offset_for_timestamp(
         self, segment: object, segment_size: int, timestamp: int
@@ -315,16 +331,24 @@ class RemoteReader:
         end = min(size, start + self._chunk)
         return self.cache.get((key, index), lambda: self._source.get_range(segment, start, end))
 
-    def _bytes(self, segment: object, key: Hashable, size: int, start: int, end: int) -> bytes:
+    def _views(
+        self, segment: object, key: Hashable, size: int, start: int, end: int
+    ) -> tuple[memoryview, ...]:
+        """Bytes ``[start, end)`` of the object as views of its cached chunks (no copy)."""
         end = min(end, size)
         first, last = start // self._chunk, (end - 1) // self._chunk
         parts = []
         for index in range(first, last + 1):
-            chunk = self._chunk_bytes(segment, key, size, index)
+            chunk = memoryview(self._chunk_bytes(segment, key, size, index))
             lo = start - index * self._chunk if index == first else 0
             hi = end - index * self._chunk if index == last else len(chunk)
             parts.append(chunk[lo:hi])
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return tuple(parts)
+
+    def _bytes(self, segment: object, key: Hashable, size: int, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object, copied: for small reads (batch headers)."""
+        parts = self._views(segment, key, size, start, end)
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     def _prefetch(self, segment: object, key: Hashable, size: int, pos: int) -> None:
         """Read-ahead: fetch the next chunks in the background if they are not cached."""

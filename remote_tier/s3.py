@@ -8,7 +8,10 @@ Works with AWS S3, MinIO and moto's server. Object ``k`` is ``<prefix>/k`` in
   ``ConditionalRequestConflict``, S3's answer to a concurrent conditional write,
   or a 404 for ``If-Match`` on a missing key) becomes :class:`PreconditionFailed`.
 * ``get`` with a range sends ``Range: bytes=a-b`` (inclusive), so only the asked
-  bytes cross the network.
+  bytes cross the network. GETs go through :class:`~remote_tier.s3_get.S3Getter`
+  (SigV4 over ``http.client``, a third of botocore's CPU per request, which the
+  tiered-fetch threads would otherwise spend holding the GIL the event loop
+  needs); every other call goes through boto3.
 * ``put_file`` streams from disk; files of at least ``multipart_threshold`` bytes
   go up as a multipart upload (boto3's transfer manager; parts are retried and a
   failed upload is aborted). Its etag is then S3's multipart etag, not an MD5.
@@ -33,6 +36,8 @@ tiered-storage threads (uploader, tiered fetch pool), never on the event loop.
 
 from __future__ import annotations
 
+import http.client
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -46,8 +51,10 @@ import urllib3.exceptions
 from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
+from botocore.httpsession import DEFAULT_CA_BUNDLE
 
 from remote_tier.errors import ObjectNotFound, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.s3_get import S3GetError, S3Getter, frozen_credentials
 from remote_tier.store import ObjectInfo, clamp_range
 
 __all__ = ["DEFAULT_MULTIPART_THRESHOLD", "S3ObjectStore"]
@@ -125,6 +132,16 @@ class S3ObjectStore:
             max_concurrency=4,
         )
         self._multipart_threshold = multipart_threshold
+        self._getter = S3Getter(
+            str(self._client.meta.endpoint_url),
+            bucket,
+            self._region,
+            frozen_credentials(session.get_credentials()),
+            path_style=path_style,
+            timeout_s=read_timeout_s,
+            max_attempts=max_attempts,
+            ca_bundle=os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE,
+        )
 
     @property
     def bucket(self) -> str:
@@ -161,24 +178,29 @@ class S3ObjectStore:
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         lo, hi = clamp_range(sys.maxsize, start, end)  # validates the range
         if start is None and end is None:
-            args: dict[str, Any] = {}
+            range_header = None
         elif hi == lo:
             self.head(key)  # an empty range still needs the object to exist
             return b""
         else:
-            args = {"Range": f"bytes={lo}-" if end is None else f"bytes={lo}-{hi - 1}"}
-        with self._edge("get", key):
-            try:
-                response = self._client.get_object(Bucket=self._bucket, Key=self._key(key), **args)
-            except botocore.exceptions.ClientError as err:
-                if _code(err) in ("InvalidRange", "416"):
-                    return b""  # start at or past the end of an existing object
-                raise
-            body = response["Body"]
-            try:
-                return bytes(body.read())
-            finally:
-                body.close()
+            range_header = f"bytes={lo}-" if end is None else f"bytes={lo}-{hi - 1}"
+        try:
+            status, body = self._getter.get(self._key(key), range_header)
+            if status == 200 and range_header is not None:
+                # a store that ignores Range sends the whole object
+                body = body[lo:] if end is None else body[lo:hi]
+        except S3GetError as err:
+            if err.code in ("InvalidRange", "416"):
+                return b""  # start at or past the end of an existing object
+            raise self._translate(
+                "get", key, err.code, err.message, bucket_level=False
+            ) from err
+        except (OSError, http.client.HTTPException) as err:
+            raise ObjectStoreUnavailable(
+                f"{self}: cannot get {key!r}: {err}. Check that the endpoint URL "
+                f"{self.endpoint} is right and reachable from this host."
+            ) from err
+        return body
 
     def head(self, key: str) -> ObjectInfo:
         with self._edge("head", key):
@@ -270,7 +292,7 @@ class S3ObjectStore:
         try:
             yield
         except botocore.exceptions.ClientError as err:
-            raise self._translate_client_error(op, key, err, bucket_level) from err
+            raise self._translate(op, key, _code(err), _message(err), bucket_level) from err
         except (
             botocore.exceptions.NoCredentialsError,
             botocore.exceptions.PartialCredentialsError,
@@ -286,10 +308,9 @@ class S3ObjectStore:
                 f"{self.endpoint} is right and reachable from this host."
             ) from err
 
-    def _translate_client_error(
-        self, op: str, key: str, err: botocore.exceptions.ClientError, bucket_level: bool
+    def _translate(
+        self, op: str, key: str, code: str, message: str, bucket_level: bool
     ) -> Exception:
-        code = _code(err)
         if code == "NoSuchBucket" or (bucket_level and code in _NOT_FOUND):
             return ObjectStoreUnavailable(
                 f"bucket {self._bucket!r} does not exist at {self.endpoint}: create it "
@@ -302,6 +323,12 @@ class S3ObjectStore:
             if op == "put":  # If-Match on a key that is gone
                 return PreconditionFailed(f"object {key!r} does not exist")
             return ObjectNotFound(key)
+        if code == "NoCredentials":
+            return ObjectStoreUnavailable(
+                f"{self}: no usable AWS credentials. Set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or a profile / instance role), or pass the access "
+                "and secret key in the object store configuration."
+            )
         if code in _CREDENTIALS:
             return ObjectStoreUnavailable(
                 f"{self}: {op} {key!r} was refused ({code}). Check the credentials "
@@ -309,7 +336,7 @@ class S3ObjectStore:
                 f"that they may read and write bucket {self._bucket!r}."
             )
         return ObjectStoreUnavailable(
-            f"{self}: cannot {op} {key!r}: {code}: {_message(err)}. Check the endpoint "
+            f"{self}: cannot {op} {key!r}: {code}: {message}. Check the endpoint "
             "URL, the region and that the bucket exists."
         )
 

@@ -16,7 +16,7 @@ from local_tier.segment import FileRegion
 
 __all__ = ["ResponsePart", "encode_fetch_response", "frame_size"]
 
-ResponsePart = bytes | FileRegion
+ResponsePart = bytes | memoryview | FileRegion
 
 _I32 = struct.Struct(">i")
 _I16_I32 = struct.Struct(">hi")
@@ -93,7 +93,7 @@ def encode_fetch_response(
                 buf += b"\0" if flexible else _I32.pack(-1)
             if version >= 11:
                 buf += _I32.pack(-1)  # preferred read replica: none
-            size = sum(len(r) if isinstance(r, bytes) else r.length for r in p.regions)
+            size = sum(r.length if isinstance(r, FileRegion) else len(r) for r in p.regions)
             buf += _uvarint(size + 1) if flexible else _I32.pack(size)
             if size:
                 parts.append(bytes(buf))
@@ -112,4 +112,4 @@ def encode_fetch_response(
 
 
 def frame_size(parts: Sequence[ResponsePart]) -> int:
-    return sum(len(p) if isinstance(p, bytes) else p.length for p in parts)
+    return sum(p.length if isinstance(p, FileRegion) else len(p) for p in parts)

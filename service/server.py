@@ -31,7 +31,7 @@ _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
-Response = bytes | list[bytes | FileRegion] | None
+Response = bytes | list[bytes | memoryview | FileRegion] | None
 
 
 class KafkaServer:
@@ -226,17 +226,18 @@ SENDFILE_MIN_BYTES = 64 * 1024
 
 
 async def _send_parts(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, parts: list[bytes | FileRegion]
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]
 ) -> None:
-    pending: list[bytes] = []
+    pending: list[bytes | memoryview] = []
     for part in parts:
-        if isinstance(part, bytes) and len(part) >= SENDFILE_MIN_BYTES:
-            # large bytes (records read from the bucket): send as they are, no joined copy
+        if not isinstance(part, FileRegion) and len(part) >= SENDFILE_MIN_BYTES:
+            # large buffers (records read from the bucket, views of cached chunks):
+            # sent as they are, no joined copy
             if pending:
                 await loop.sock_sendall(sock, b"".join(pending))
                 pending = []
             await loop.sock_sendall(sock, part)
-        elif isinstance(part, bytes):
+        elif not isinstance(part, FileRegion):
             pending.append(part)
         elif part.length < SENDFILE_MIN_BYTES:
             pending.append(part.read_bytes())

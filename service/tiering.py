@@ -211,10 +211,13 @@ class TieringService:
             None, self.reader.offset_for_timestamp, target, segment.size_bytes, timestamp
         )
 
-    async def read(self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool) -> bytes:
+    async def read(
+        self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
+    ) -> tuple[memoryview, ...]:
+        """Whole batches from ``offset``, as zero-copy views (see :class:`RemoteReadResult`)."""
         fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
         result = await asyncio.wrap_future(fut)
-        return result.records
+        return result.parts
 
     # -- the periodic task ---------------------------------------------------
 

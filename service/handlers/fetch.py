@@ -93,10 +93,10 @@ async def _read_remote(broker: Any, data: list[Any]) -> None:
             log.error("tiered read of %s-%d failed: %s", d.topic, d.partition, exc)
             d.error_code = ErrorCode.kafka_storage_error
         else:
-            records = task.result()
-            if records:
-                d.regions = [records]
-                d.size = len(records)
+            parts = task.result()
+            if parts:
+                d.regions = list(parts)
+                d.size = sum(len(p) for p in parts)
 
 
 def _consume_result(task: asyncio.Future[Any]) -> None:

@@ -122,8 +122,8 @@ def _records(data: bytes) -> list[tuple[int, bytes]]:
     return out
 
 
-def _region_bytes(regions: list[FileRegion | bytes]) -> bytes:
-    return b"".join(r if isinstance(r, bytes) else r.read_bytes() for r in regions)
+def _region_bytes(regions: list[FileRegion | bytes | memoryview]) -> bytes:
+    return b"".join(r.read_bytes() if isinstance(r, FileRegion) else r for r in regions)
 
 
 async def _read_history(service: TieringService, log: Log, topic: str) -> list[tuple[int, bytes]]:
@@ -133,7 +133,7 @@ async def _read_history(service: TieringService, log: Log, topic: str) -> list[t
     while offset < log.high_watermark:
         if offset < log.log_start_offset:
             target = service.plan_remote_read(topic, 0, offset, log)
-            data = await service.read(target, offset, 32 * 1024, True)
+            data = b"".join(await service.read(target, offset, 32 * 1024, True))
         else:
             info = log.read(offset, 32 * 1024, max_offset=log.high_watermark, min_one_message=True)
             data = _region_bytes(list(info.regions))
