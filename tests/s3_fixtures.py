@@ -99,6 +99,8 @@ class MotoServer:
         self.host = "127.0.0.1"
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        #: (method, path) of every request served, for tests that count GETs
+        self.requests: list[tuple[str, str]] = []
 
     @property
     def endpoint_url(self) -> str:
@@ -117,7 +119,12 @@ class MotoServer:
         )
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-        app = DomainDispatcherApplication(create_backend_app)
+        moto_app = DomainDispatcherApplication(create_backend_app)
+
+        def app(environ: dict, start_response: object) -> object:
+            self.requests.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")))
+            return moto_app(environ, start_response)
+
         self._server = make_server(self.host, self.port, app, threaded=self.threaded)
         self._thread = threading.Thread(
             target=self._server.serve_forever,

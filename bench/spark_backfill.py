@@ -1,0 +1,316 @@
+"""Strata Spark benchmark: backfill history straight from the bucket vs through the broker.
+
+    python bench/spark_backfill.py [--quick] [--out docs/benchmarks.md]
+
+One run: moto's S3 server in its own process (bench/tiering.py's ``Moto``), a broker
+tiering to it (``log.local.retention.bytes=0``: history only in the bucket), one
+topic of 5,000,000 records of 220 bytes (1.1 GB of values, one partition, 64 MiB
+segments) produced with kcat and uploaded. Then, interleaved, ``repeats`` times:
+
+* **broker**: a confluent-kafka consumer (a child process, ``consume(10000)`` batches)
+  reads the whole history through the broker, which serves it from the bucket;
+* **raw GETs**: boto3 ranged GETs of every segment object in ``read.chunk.bytes``
+  chunks on 2 threads (as many as Spark's ``local[2]`` cores), bodies read and dropped;
+* **spark**: ``spark.read.format("strata")`` in a fresh ``local[2]`` session (a child
+  process), the action ``count(*), min(offset), max(offset), sum(length(value))``,
+  timed around the action only and checked against the topic.
+
+Writes its section of docs/benchmarks.md between ``<!-- spark:start -->`` and
+``<!-- spark:end -->`` and docs/benchmarks-spark.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(REPO))
+
+import foundation  # noqa: E402
+import tiering  # noqa: E402
+from foundation import BrokerProcess, log, machine_info  # noqa: E402
+
+MARK = "spark"
+TOPIC = "bench-spark"
+VALUE_SIZE = 220
+FULL = {"records": 5_000_000, "segment_bytes": 64 * 1024 * 1024, "repeats": 2}
+QUICK = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 1}
+TARGETS = {
+    "spark_vs_broker": ("Spark from the bucket vs a confluent-kafka consumer through the broker", "×", 3.0),
+    "spark_vs_raw": ("Spark from the bucket vs raw ranged GETs of the same objects", "ratio", 0.60),
+}
+
+CONSUMER_CODE = r"""
+import json, sys, time
+from confluent_kafka import Consumer, TopicPartition
+bootstrap, topic, end = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-spark-baseline", "enable.auto.commit": False,
+              "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 16777216, "fetch.wait.max.ms": 10,
+              "queued.max.messages.kbytes": 2097151, "queued.min.messages": 10000000})
+c.assign([TopicPartition(topic, 0, 0)])
+n = nbytes = 0
+last = -1
+t0 = time.perf_counter()
+next_report = t0 + 2
+while last < end - 1:
+    for m in c.consume(num_messages=10000, timeout=1.0):
+        if m.error():
+            raise SystemExit(str(m.error()))
+        n += 1
+        nbytes += len(m.value())
+        last = m.offset()
+    if time.perf_counter() > next_report:
+        print(f"    consumer: {n:,}/{end:,} records", flush=True)
+        next_report += 2
+wall = time.perf_counter() - t0
+c.close()
+print(json.dumps({"seconds": wall, "records": n, "value_bytes": nbytes, "last_offset": last}))
+"""
+
+RAW_CODE = r"""
+import json, sys, time, threading, boto3
+from botocore.config import Config
+endpoint, bucket, chunk, objects = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
+s3 = boto3.client("s3", endpoint_url=endpoint, config=Config(region_name="us-east-1",
+    s3={"addressing_style": "path"}, max_pool_connections=4,
+    request_checksum_calculation="when_required", response_checksum_validation="when_required"))
+ranges = [(k, s, min(size, s + chunk)) for k, size in objects for s in range(0, size, chunk)]
+lock = threading.Lock(); total = [0]
+def work():
+    while True:
+        with lock:
+            if not ranges: return
+            k, s, e = ranges.pop(0)
+        body = s3.get_object(Bucket=bucket, Key=k, Range=f"bytes={s}-{e - 1}")["Body"]
+        n = len(body.read()); body.close()
+        with lock: total[0] += n
+t0 = time.perf_counter()
+threads = [threading.Thread(target=work) for _ in range(2)]
+[t.start() for t in threads]; [t.join() for t in threads]
+print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": total[0]}))
+"""
+
+SPARK_CODE = r"""
+import json, os, sys, time
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+store, endpoint, topic, records, value_size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.memory", "2g").config("spark.sql.session.timeZone", "UTC").getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+from spark import StrataDataSource
+spark.dataSource.register(StrataDataSource)
+ACTION = ("count(*) AS n", "min(offset) AS lo", "max(offset) AS hi", "sum(length(value)) AS bytes")
+
+def strata(**options):
+    reader = (spark.read.format("strata").option("object.store", store).option("s3.endpoint", endpoint)
+              .option("subscribe", topic))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+# warm-up: a 1,000-record read starts the Python workers (a long-lived session has them)
+strata(endingOffsets=json.dumps({topic: {"0": 1000}})).selectExpr(*ACTION).collect()
+df = strata()
+parts = df.rdd.getNumPartitions()
+t0 = time.perf_counter()
+row = df.selectExpr(*ACTION).collect()[0]
+wall = time.perf_counter() - t0
+
+# Spark's ceiling for a Python data source on this machine: the same schema, row count and
+# number of input partitions, from Arrow batches built once per task (nothing read or decoded)
+class CeilingReader(DataSourceReader):
+    def partitions(self):
+        return [InputPartition(i) for i in range(parts)]
+    def read(self, partition):
+        import pyarrow as pa
+        share = records // parts + (1 if partition.value < records % parts else 0)
+        n = min(share, 65536)
+        value = pa.array([b"v" * value_size] * n, pa.binary())
+        batch = pa.RecordBatch.from_arrays(
+            [pa.nulls(n, pa.binary()), value, pa.array([topic] * n), pa.array([0] * n, pa.int32()),
+             pa.array(range(n), pa.int64()),
+             pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+             pa.array([0] * n, pa.int32())],
+            names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"])
+        while share > 0:
+            yield batch if share >= n else batch.slice(0, share)
+            share -= n
+class Ceiling(DataSource):
+    @classmethod
+    def name(cls):
+        return "ceiling"
+    def schema(self):
+        return ("key binary, value binary, topic string, partition int, offset long, "
+                "timestamp timestamp, timestampType int")
+    def reader(self, schema):
+        return CeilingReader()
+spark.dataSource.register(Ceiling)
+spark.read.format("ceiling").load().limit(10).collect()
+t0 = time.perf_counter()
+ceiling = spark.read.format("ceiling").load().selectExpr(*ACTION).collect()[0]
+ceiling_wall = time.perf_counter() - t0
+spark.stop()
+print(json.dumps({"seconds": wall, "records": row.n, "first_offset": row.lo, "last_offset": row.hi,
+                  "value_bytes": row.bytes, "input_partitions": parts,
+                  "ceiling_seconds": ceiling_wall, "ceiling_records": ceiling.n}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env)
+    result = foundation.drain_json(proc)
+    if proc.returncode != 0 or result is None:
+        raise SystemExit(f"benchmark child failed (exit {proc.returncode})")
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="10x fewer records, one repeat")
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    ap.add_argument("--work-dir", default="/tmp")
+    args = ap.parse_args()
+    cfg = QUICK if args.quick else FULL
+    import boto3
+    import moto
+    import pyspark
+
+    for k in tiering.CLEARED:
+        os.environ.pop(k, None)
+    os.environ.update(tiering.CREDENTIALS)
+    work = Path(tempfile.mkdtemp(prefix="strata-bench-spark-", dir=args.work_dir))
+    command = "python bench/spark_backfill.py" + (" --quick" if args.quick else "")
+    data: dict = {"command": command, "mode": "quick" if args.quick else "full",
+                  "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                  "machine": machine_info(work),
+                  "versions": {"pyspark": pyspark.__version__, "boto3": boto3.__version__,
+                               "moto": moto.__version__},
+                  "config": {**cfg, "value_size": VALUE_SIZE}}
+    records_file = work / f"records-{VALUE_SIZE}.txt"
+    foundation.generate_records(records_file, VALUE_SIZE, cfg["records"])
+    one_more = work / "one-more.txt"
+    one_more.write_bytes(b"z" * VALUE_SIZE + b"\n")
+    tiering.RECORD_SIZE = VALUE_SIZE  # fill_topic's log line
+
+    moto_srv = tiering.Moto()
+    s3 = tiering.s3_client(moto_srv.endpoint)
+    s3.create_bucket(Bucket=tiering.BUCKET)
+    broker = BrokerProcess(work / "data", work / "broker.log")
+    i = broker.cmd.index(f"log.segment.bytes={foundation.SEGMENT_BYTES}")
+    del broker.cmd[i - 1:i + 1]
+    store = f"s3://{tiering.BUCKET}/{tiering.PREFIX}"
+    broker.cmd += ["--object-store", store, "--s3-endpoint", moto_srv.endpoint,
+                   "--set", f"log.segment.bytes={cfg['segment_bytes']}",
+                   "--set", "remote.log.manager.task.interval.ms=200", "--set", "log.local.retention.bytes=0",
+                   "--set", "log.retention.check.interval.ms=500"]
+    data["broker_command"] = " ".join(broker.cmd)
+    try:
+        broker.start()
+        fill = tiering.fill_topic(broker, records_file, TOPIC, cfg["records"], one_more)
+        total = fill["records"]  # the records plus the one that sealed the last segment
+        tiering.alter_topic(broker.bootstrap, TOPIC, **{"remote_storage_enable": "true"})
+        tid = tiering.topic_id(s3, TOPIC)
+        log("  waiting for every sealed segment to be uploaded and the local copies to go")
+        deadline = time.time() + 1800
+        while True:
+            man = tiering.manifest(s3, tid)
+            done = man["segments"][-1]["last_offset"] + 1 if man and man["segments"] else 0
+            if done >= cfg["records"] and len(tiering.local_logs(broker, TOPIC)) == 1:
+                break
+            if time.time() > deadline:
+                raise SystemExit("upload did not finish in 30 minutes")
+            log(f"    tiered up to offset {done:,} of {cfg['records']:,}")
+            time.sleep(2)
+        objects = [[tiering.seg_key(tid, s), s["size_bytes"]] for s in man["segments"]]
+        object_bytes = sum(size for _, size in objects)
+        data["history"] = {"records": cfg["records"], "segments": len(objects), "object_bytes": object_bytes}
+        log(f"  history: {cfg['records']:,} records, {len(objects)} segment objects, {object_bytes / 1e9:.2f} GB")
+        from spark.options import DEFAULT_CHUNK_BYTES
+
+        runs: dict[str, list[dict]] = {"broker": [], "raw": [], "spark": []}
+        for r in range(cfg["repeats"]):
+            log(f"== round {r + 1}/{cfg['repeats']}")
+            log("  broker: confluent-kafka consumer from offset 0")
+            res = child(CONSUMER_CODE, broker.bootstrap, TOPIC, str(cfg["records"]))
+            if res["records"] < cfg["records"]:
+                raise SystemExit(f"FAIL: the consumer read {res['records']} records")
+            runs["broker"].append(res)
+            log(f"    {res['records']:,} records in {res['seconds']:.2f} s")
+            log(f"  raw: boto3 ranged GETs of {DEFAULT_CHUNK_BYTES >> 20} MiB, 2 threads")
+            res = child(RAW_CODE, moto_srv.endpoint, tiering.BUCKET, str(DEFAULT_CHUNK_BYTES), json.dumps(objects))
+            runs["raw"].append(res)
+            log(f"    {res['bytes'] / 1e9:.2f} GB in {res['seconds']:.2f} s")
+            log("  spark: spark.read.format('strata') ... count/min/max/sum, local[2]")
+            res = child(SPARK_CODE, store, moto_srv.endpoint, TOPIC, str(cfg["records"]), str(VALUE_SIZE))
+            if (res["records"], res["first_offset"], res["last_offset"]) != (cfg["records"], 0, cfg["records"] - 1):
+                raise SystemExit(f"FAIL: spark read {res}")
+            runs["spark"].append(res)
+            log(f"    {res['records']:,} records in {res['seconds']:.2f} s ({res['input_partitions']} tasks); "
+                f"ceiling (pre-built Arrow batches, same schema and rows): {res['ceiling_seconds']:.2f} s")
+        data["runs"] = runs
+        med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
+        med["ceiling"] = statistics.median(x["ceiling_seconds"] for x in runs["spark"])
+        data["median_seconds"] = med
+        data["ratios"] = {"spark_vs_broker": med["broker"] / med["spark"],
+                          "spark_vs_raw": med["raw"] / med["spark"],
+                          "spark_vs_ceiling": med["ceiling"] / med["spark"],
+                          "ceiling_vs_broker": med["broker"] / med["ceiling"]}
+        data["total_records_in_topic"] = total
+    finally:
+        broker.stop()
+        moto_srv.stop()
+    write_report(data, Path(args.out))
+    for key, (what, unit, need) in TARGETS.items():
+        got = data["ratios"][key]
+        log(f"target {what}: {got:.2f} (need ≥ {need}) {'met' if got >= need else 'MISSED'}")
+    return 0
+
+
+def write_report(data: dict, md_path: Path) -> None:
+    md_path.with_name("benchmarks-spark.json").write_text(json.dumps(data, indent=2) + "\n")
+    m, h, med, ratios = data["machine"], data["history"], data["median_seconds"], data["ratios"]
+    gb = h["object_bytes"] / 1e9
+    L = [f"<!-- {MARK}:start -->", "## Spark backfill (`bench/spark_backfill.py`)", "",
+         f"Command: `{data['command']}` — {data['date']}; {m['nproc']} CPUs {m['cpu_model']}, "
+         f"pyspark {data['versions']['pyspark']}, boto3 {data['versions']['boto3']}, moto "
+         f"{data['versions']['moto']}. Raw figures: `docs/benchmarks-spark.json`.", "",
+         f"History: {h['records']:,} records of {VALUE_SIZE} B in one partition, {h['segments']} segment "
+         f"objects, {gb:.2f} GB, only in the bucket (moto's S3 server in its own process; the broker "
+         "keeps no local copy). Everything shares the same 2 cores. Median of "
+         f"{data['config']['repeats']} interleaved round(s).", "",
+         "| target | required | measured | met |", "| --- | --- | --- | --- |"]
+    for key, (what, unit, need) in TARGETS.items():
+        got = ratios[key]
+        shown = f"{got:.2f}×" if unit == "×" else f"{got:.0%}"
+        req = f"≥ {need:.0f}×" if unit == "×" else f"≥ {need:.0%}"
+        L.append(f"| {what} | {req} | {shown} | {'**yes**' if got >= need else '**NO**'} |")
+    L += ["", "| reader | seconds | records/s | object GB/s |", "| --- | ---: | ---: | ---: |"]
+    names = {"spark": "Spark `format(\"strata\")`, local[2], straight from the bucket",
+             "broker": "confluent-kafka consumer through the broker (tiered fetch)",
+             "raw": "raw boto3 ranged GETs, 2 threads, bodies dropped"}
+    for k in ("spark", "broker", "raw"):
+        recs = "—" if k == "raw" else f"{h['records'] / med[k]:,.0f}"
+        L.append(f"| {names[k]} | {med[k]:.2f} | {recs} | {gb / med[k]:.3f} |")
+    L += ["", "Spark's time is the action alone (session start-up excluded); its result is checked: "
+          "count, first and last offset. Commands: broker `" + data["broker_command"] + "`; the "
+          "three readers are the scripts in `bench/spark_backfill.py` (`CONSUMER_CODE`, `RAW_CODE`, `SPARK_CODE`).",
+          f"<!-- {MARK}:end -->"]
+    foundation.write_section(md_path, MARK, "\n".join(L))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

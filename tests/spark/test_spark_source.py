@@ -1,0 +1,394 @@
+"""The strata Spark source against a real local Spark session and moto's S3 server.
+
+History is produced through a real broker with every codec, tiered to the bucket,
+and read by Spark straight from the bucket, with the broker stopped. Offsets,
+timestamps, headers and timestampType are compared with what was produced.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from tests.e2e import helpers
+from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY, MotoServer
+
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+PER_CODEC = 400  # records per codec per partition
+PARTITIONS = 2
+SEGMENT_BYTES = 16 * 1024
+ROLL_MS = 1000
+PREFIX = "spark"
+BROKER_SETS = {
+    "log.segment.bytes": str(SEGMENT_BYTES),
+    "log.roll.ms": str(ROLL_MS),
+    "remote.log.manager.task.interval.ms": "100",
+    "log.retention.check.interval.ms": "200",
+    "log.local.retention.bytes": "0",
+    "log.segment.delete.delay.ms": "0",
+}
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _strata(spark: Any, s3: Any, store: str, **options: Any) -> Any:
+    reader = (spark.read.format("strata").option("object.store", store)
+              .option("s3.endpoint", s3.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("s3.region", "us-east-1"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def _rows(df: Any) -> list[tuple]:
+    """Every row as a comparable tuple, in (topic, partition, offset) order."""
+    out = []
+    for r in df.collect():
+        headers = tuple((h.key, h.value) for h in r.headers) if "headers" in r.__fields__ else None
+        out.append((r.topic, r.partition, r.offset,
+                    None if r.key is None else bytes(r.key), None if r.value is None else bytes(r.value),
+                    int(r.timestamp.replace(tzinfo=dt.UTC).timestamp() * 1000), r.timestampType, headers))
+    return sorted(out, key=lambda t: (t[0], t[1], t[2]))
+
+
+def _produce(bootstrap: str, topic: str, partition: int, records: list[tuple], **conf: Any) -> list[tuple]:
+    """Produce (key, value, headers, timestamp) to one partition; returns them with their offsets."""
+    p = helpers.producer(bootstrap, **{"linger.ms": 5, "batch.num.messages": 50, **conf})
+    acked: list[Any] = []
+    for i, (key, value, headers, ts) in enumerate(records):
+        if i % 50 == 0:
+            p.flush(30)  # small produce requests: many small segments
+        p.produce(topic, key=key, value=value, partition=partition, headers=headers, timestamp=ts or 0,
+                  on_delivery=lambda err, msg, h=tuple(headers): acked.append((err, msg, h)))
+    assert p.flush(60) == 0
+    assert all(err is None for err, _, _ in acked), acked[:3]
+    # delivery reports carry no headers: take them from what was sent
+    return [(topic, partition, m.offset(), m.key(), m.value(), m.timestamp()[1], m.timestamp()[0] - 1, h)
+            for _, m, h in acked]
+
+
+def _manifest_end(moto: MotoServer, bucket: str, prefix: str, topic: str, partition: int) -> int:
+    s3 = helpers.s3_client(moto.endpoint_url)
+    meta = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/cluster/metadata.json")["Body"].read())
+    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == topic)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=f"{prefix}/topics/{tid}/{partition}/manifest.json")["Body"]
+    except s3.exceptions.NoSuchKey:
+        return 0
+    doc = json.loads(body.read())
+    return doc["segments"][-1]["last_offset"] + 1 if doc["segments"] else 0
+
+
+def _roll_and_wait(b: Any, moto: MotoServer, bucket: str, prefix: str, topic: str, partitions: int,
+                   ends: dict[int, int]) -> None:
+    """Seal the active segments (a record after log.roll.ms) and wait until ``ends`` are tiered."""
+    time.sleep(ROLL_MS / 1000 + 0.2)
+    for p in range(partitions):
+        helpers.produce_values(b.bootstrap, topic, [b"roll"], partition=p)
+    for p in range(partitions):
+        helpers.wait_until(lambda: _manifest_end(moto, bucket, prefix, topic, p) >= ends[p],
+                           f"{topic}-{p} tiered up to {ends[p]}")
+
+
+class History:
+    """Topics tiered to a bucket by a broker that is stopped afterwards."""
+
+    def __init__(self, moto: MotoServer, bucket: str) -> None:
+        self.moto, self.bucket = moto, bucket
+        self.store = f"s3://{bucket}/{PREFIX}"
+        self.expected: dict[str, list[tuple]] = {}
+        self.ends: dict[str, dict[int, int]] = {}
+
+    def rows(self, topic: str) -> list[tuple]:
+        return sorted(self.expected[topic], key=lambda t: (t[0], t[1], t[2]))
+
+
+@pytest.fixture(scope="module")
+def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[History]:
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {"AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": TEST_SECRET_KEY,
+                     "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            mp.setenv(k, v)
+        moto_server.start()
+        bucket = moto_server.create_bucket().bucket
+        h = History(moto_server, bucket)
+        b = module_start_broker(sets=BROKER_SETS, args=["--object-store", h.store,
+                                                         "--s3-endpoint", moto_server.endpoint_url])
+        base = int(time.time() * 1000) - 100_000
+        topic = "codecs"
+        helpers.create_topic(b.bootstrap, topic, partitions=PARTITIONS)
+        rows: list[tuple] = []
+        for p in range(PARTITIONS):
+            for c, codec in enumerate(CODECS):
+                records = []
+                for i in range(PER_CODEC):
+                    n = (p * len(CODECS) + c) * PER_CODEC + i
+                    key = None if i % 7 == 0 else b"key-%d" % n
+                    headers = [("n", b"%d" % n), ("codec", codec.encode()), ("empty", None)] if i % 3 else []
+                    noise = hashlib.sha256(b"%d" % n).digest() * 2  # incompressible: many segments
+                    records.append((key, b"value-%d-" % n + noise[: 20 + n % 44], headers, base + n))
+                rows += _produce(b.bootstrap, topic, p, records, **{"compression.type": codec})
+        h.expected[topic] = rows
+        h.ends[topic] = {p: sum(1 for r in rows if r[1] == p) for p in range(PARTITIONS)}
+        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, PARTITIONS, h.ends[topic])
+
+        topic = "appendtime"
+        helpers.create_topic(b.bootstrap, topic, partitions=1,
+                             config={"message.timestamp.type": "LogAppendTime"})
+        h.expected[topic] = _produce(b.bootstrap, topic, 0, [(b"k%d" % i, b"v%d" % i, [], None)
+                                                             for i in range(300)])
+        h.ends[topic] = {0: 300}
+        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+        b.stop()  # from here on, no broker: Spark reads the bucket alone
+        yield h
+
+
+def _hdr(rows: list[tuple]) -> list[tuple]:
+    return [r[:7] + (tuple((k, v) for k, v in r[7]),) for r in rows]
+
+
+def _no_headers(rows: list[tuple]) -> list[tuple]:
+    return [r[:7] + (None,) for r in rows]
+
+
+# -- tests ------------------------------------------------------------------------
+
+
+def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: Any, history: History) -> None:
+    h = history
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs,appendtime", includeHeaders="true",
+                        endingOffsets=json.dumps({t: {str(p): e for p, e in ends.items()}
+                                                  for t, ends in h.ends.items()})))
+    want = _hdr(h.rows("appendtime") + h.rows("codecs"))
+    assert len(got) == len(want) == PARTITIONS * len(CODECS) * PER_CODEC + 300
+    assert got == sorted(want, key=lambda t: (t[0], t[1], t[2]))
+    # LogAppendTime: the broker's time, type 1; CreateTime: the producer's, type 0
+    assert {r[6] for r in got if r[0] == "appendtime"} == {1}
+    assert {r[6] for r in got if r[0] == "codecs"} == {0}
+
+
+def test_default_end_is_the_end_of_the_bucket_and_the_schema_is_kafkas(spark: Any, history: History) -> None:
+    h = history
+    df = _strata(spark, h.moto, h.store, subscribe="codecs")
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [
+        ("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+        ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int")]
+    got = _rows(df)
+    # the "roll" records sealed the segments but sit in the active ones, never tiered:
+    # without a broker, "latest" is the end of what the bucket holds
+    assert [r[:7] for r in got] == [r[:7] for r in h.rows("codecs")]
+
+
+def test_offset_bounds_give_exactly_the_rows_between_them(spark: Any, history: History) -> None:
+    h = history
+    starting = {"codecs": {"0": 123, "1": -2}}
+    ending = {"codecs": {"0": 1555, "1": 777}}
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", startingOffsets=json.dumps(starting),
+                        endingOffsets=json.dumps(ending), minPartitions="7"))
+    want = [r for r in h.rows("codecs") if (r[1] == 0 and 123 <= r[2] < 1555) or (r[1] == 1 and r[2] < 777)]
+    assert _no_headers(got) == _no_headers(want)
+    assert len(got) == (1555 - 123) + 777
+    # assign reads only the partitions named
+    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [1]}),
+                        endingOffsets=json.dumps({"codecs": {"1": 10}})))
+    assert [(r[1], r[2]) for r in got] == [(1, o) for o in range(10)]
+
+
+def test_min_partitions_splits_segments_without_losing_or_repeating_a_record(spark: Any, history: History) -> None:
+    h = history
+    ends = json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})
+    df = _strata(spark, h.moto, h.store, subscribe="codecs", endingOffsets=ends, minPartitions="64")
+    assert df.rdd.getNumPartitions() >= 64
+    got = _rows(df)
+    assert [r[:3] for r in got] == [r[:3] for r in h.rows("codecs")]
+
+
+def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(spark: Any, history: History) -> None:
+    h = history
+    rows = [r for r in h.rows("codecs") if r[1] == 0]
+    lo_ts, hi_ts = rows[950][5], rows[1000][5]
+    h.moto.requests.clear()
+    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [0]}),
+                        startingTimestamp=str(lo_ts), endingTimestamp=str(hi_ts)))
+    assert [r[2] for r in got] == [r[2] for r in rows if lo_ts <= r[5] < hi_ts]
+    assert len(got) == 50
+    opened = {path.rsplit("/", 1)[1].split(".")[0] for method, path in h.moto.requests
+              if method == "GET" and path.endswith(".log")}
+    manifest = _manifest(h, "codecs", 0)
+    overlapping = {f"{s['base_offset']:020d}-{s['upload_id']}" for s in manifest["segments"]
+                   if s["base_offset"] <= got[-1][2] and s["last_offset"] >= got[0][2]}
+    assert opened == overlapping, (sorted(opened), sorted(overlapping))
+    assert len(manifest["segments"]) >= 6 and len(opened) <= 2  # the rest were never read
+
+
+def _manifest(h: History, topic: str, partition: int) -> dict:
+    s3 = helpers.s3_client(h.moto.endpoint_url)
+    meta = json.loads(s3.get_object(Bucket=h.bucket, Key=f"{PREFIX}/cluster/metadata.json")["Body"].read())
+    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == topic)
+    key = f"{PREFIX}/topics/{tid}/{partition}/manifest.json"
+    return json.loads(s3.get_object(Bucket=h.bucket, Key=key)["Body"].read())
+
+
+def test_per_partition_timestamps_and_no_match_strategies(spark: Any, history: History) -> None:
+    h = history
+    rows = {p: [r for r in h.rows("codecs") if r[1] == p] for p in range(PARTITIONS)}
+    by_ts = json.dumps({"codecs": {"0": rows[0][10][5], "1": rows[1][-5][5]}})
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", startingOffsetsByTimestamp=by_ts,
+                        endingOffsets=json.dumps({"codecs": {"0": 20, "1": h.ends["codecs"][1]}})))
+    assert [(r[1], r[2]) for r in got] == [(0, o) for o in range(10, 20)] + [
+        (1, o) for o in range(h.ends["codecs"][1] - 5, h.ends["codecs"][1])]
+    future = str(int(time.time() * 1000) + 3_600_000)
+    with pytest.raises(Exception, match="no record of codecs-0 has a timestamp at or after"):
+        _strata(spark, h.moto, h.store, subscribe="codecs", startingTimestamp=future).collect()
+    assert _strata(spark, h.moto, h.store, subscribe="codecs", startingTimestamp=future,
+                   startingOffsetsByTimestampStrategy="latest").count() == 0
+
+
+def test_clear_errors_for_bad_options_missing_topic_bucket_and_range(spark: Any, history: History) -> None:
+    h = history
+    cases = [
+        ({"subscribe": "nope"}, h.store, "topic 'nope' does not exist"),
+        ({"subscribe": "codecs"}, f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/x", "does not exist"),
+        ({"subscribe": "codecs", "startingOffsets": "latest"}, h.store, "not valid for a batch query"),
+        ({"subscribe": "codecs", "assign": "{}"}, h.store, "exactly one of"),
+        ({"subscribe": "codecs", "startingOffsets": "{bad"}, h.store, "must be JSON"),
+        ({"subscribe": "codecs", "minPartitions": "0"}, h.store, "positive integer"),
+        ({"subscribe": "codecs", "endingOffsets": json.dumps({"codecs": {"0": 10**9}})}, h.store,
+         "past the end of the log"),
+        ({"subscribe": "codecs", "bogus": "1"}, h.store, "unknown option"),
+    ]
+    for options, store, message in cases:
+        with pytest.raises(Exception, match=message):
+            _strata(spark, h.moto, store, **options).collect()
+
+
+def _copy_to_directory(h: History, dest: Path) -> None:
+    s3 = helpers.s3_client(h.moto.endpoint_url)
+    for key in helpers.s3_keys(s3, h.bucket, PREFIX + "/"):
+        path = dest / key[len(PREFIX) + 1:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(s3.get_object(Bucket=h.bucket, Key=key)["Body"].read())
+
+
+def test_a_gap_in_the_manifest_fails_or_is_skipped_by_fail_on_data_loss(
+    spark: Any, history: History, tmp_path: Path
+) -> None:
+    """A file:// copy of the bucket with one segment dropped from partition 0's manifest."""
+    h = history
+    _copy_to_directory(h, tmp_path)
+    meta = json.loads((tmp_path / "cluster" / "metadata.json").read_text())
+    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == "codecs")
+    manifest_path = tmp_path / "topics" / tid / "0" / "manifest.json"
+    doc = json.loads(manifest_path.read_text())
+    dropped = doc["segments"].pop(3)
+    manifest_path.write_text(json.dumps(doc))
+    store = tmp_path.as_uri()
+    ends = json.dumps({"codecs": {"0": h.ends["codecs"][0]}})
+    with pytest.raises(Exception, match="missing from the bucket's manifest"):
+        spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [0]}') \
+            .option("endingOffsets", ends).load().collect()
+    got = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [0]}') \
+        .option("endingOffsets", ends).option("failOnDataLoss", "false").load()
+    offsets = sorted(r.offset for r in got.select("offset").collect())
+    gone = set(range(dropped["base_offset"], dropped["last_offset"] + 1))
+    assert offsets == [o for o in range(h.ends["codecs"][0]) if o not in gone]
+
+
+# -- with a running broker: complete snapshots and streams --------------------------------
+
+
+@pytest.fixture
+def live(start_broker: Any, s3_bucket: Any, moto_server: MotoServer) -> Any:
+    b = start_broker(sets=BROKER_SETS, args=["--object-store", f"s3://{s3_bucket.bucket}/{PREFIX}",
+                                             "--s3-endpoint", s3_bucket.endpoint_url])
+    b.store, b.bucket, b.moto = f"s3://{s3_bucket.bucket}/{PREFIX}", s3_bucket.bucket, moto_server
+    return b
+
+
+def _value(partition: int, i: int) -> bytes:
+    return b"p%d-%d-" % (partition, i) + hashlib.sha256(b"%d-%d" % (partition, i)).digest()
+
+
+def _values(bootstrap: str, topic: str, partition: int, first: int, n: int) -> None:
+    helpers.produce_values(bootstrap, topic, [_value(partition, i) for i in range(first, first + n)],
+                           partition=partition, **{"compression.type": "lz4", "batch.num.messages": 40})
+
+
+def _partly_tiered(b: Any, topic: str, per_partition: int) -> None:
+    """Two partitions of ``per_partition`` records, their older segments in the bucket."""
+    helpers.create_topic(b.bootstrap, topic, partitions=2)
+    for p in range(2):
+        _values(b.bootstrap, topic, p, 0, per_partition)
+    helpers.wait_until(lambda: all(_manifest_end(b.moto, b.bucket, PREFIX, topic, p) > 0 for p in range(2)),
+                       "some segments tiered")
+
+
+def test_a_complete_snapshot_equals_what_a_kafka_consumer_reads(spark: Any, live: Any) -> None:
+    b = live
+    topic = "snapshot"
+    _partly_tiered(b, topic, 1500)
+    remote_ends = {p: _manifest_end(b.moto, b.bucket, PREFIX, topic, p) for p in range(2)}
+    assert all(0 < e < 1500 for e in remote_ends.values()), remote_ends  # the tail is only on the broker
+    df = _strata(spark, b.moto, b.store, subscribe=topic, **{"kafka.bootstrap.servers": b.bootstrap})
+    got = _rows(df)
+    msgs = helpers.consume(b.bootstrap, topic, [0, 1], 3000)
+    want = sorted((topic, m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1], m.timestamp()[0] - 1,
+                   None) for m in msgs)
+    assert got == want
+    assert len(got) == 3000
+
+
+def test_backfill_then_stream_has_no_gap_and_no_duplicate(spark: Any, live: Any, tmp_path: Path) -> None:
+    b = live
+    topic = "handover"
+    _partly_tiered(b, topic, 800)
+    common = {"kafka.bootstrap.servers": b.bootstrap}
+    batch = _rows(_strata(spark, b.moto, b.store, subscribe=topic, **common))
+    ends = {p: max(r[2] for r in batch if r[1] == p) + 1 for p in range(2)}
+    assert ends == {0: 800, 1: 800}
+    for p in range(2):
+        _values(b.bootstrap, topic, p, 800, 300)  # arrives after the backfill
+
+    reader = (spark.readStream.format("strata").option("object.store", b.store)
+              .option("s3.endpoint", b.moto.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("subscribe", topic)
+              .option("kafka.bootstrap.servers", b.bootstrap).option("maxOffsetsPerTrigger", "250")
+              .option("startingOffsets", json.dumps({topic: {str(p): e for p, e in ends.items()}})))
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_stream() -> list[Any]:
+        query = (reader.load().writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180)
+            assert query.exception() is None
+            return [p for p in query.recentProgress if p["numInputRows"] > 0]
+        finally:
+            query.stop()
+
+    batches = run_stream()
+    streamed = _rows(spark.read.parquet(out))
+    assert len(batches) >= 2  # maxOffsetsPerTrigger cut the 600 new records into micro-batches
+    assert all(p["numInputRows"] <= 250 for p in batches)
+    union = batch + streamed
+    keys = [(r[1], r[2]) for r in union]
+    assert len(keys) == len(set(keys)), "a record was read twice"
+    assert sorted(keys) == [(p, o) for p in range(2) for o in range(1100)]
+    assert {r[4] for r in union} == {_value(p, i) for p in range(2) for i in range(1100)}
+
+    # restarted from its checkpoint, the stream reads only what came since
+    for p in range(2):
+        _values(b.bootstrap, topic, p, 1100, 10)
+    run_stream()
+    again = _rows(spark.read.parquet(out))
+    assert sorted((r[1], r[2]) for r in again) == [(p, o) for p in range(2) for o in range(800, 1110)]
