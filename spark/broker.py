@@ -16,7 +16,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
 from spark.options import StrataSourceError
-from spark.segments import Columns, ROWS_PER_BATCH
+from spark.segments import Columns
 
 __all__ = ["BrokerClient", "read_broker"]
 
@@ -110,7 +110,7 @@ def read_broker(
                 kind, ts = msg.timestamp()
                 columns.add(msg.key(), msg.value(), offset, ts, _TIMESTAMP_TYPE.get(kind, 0), msg.headers())
                 next_offset = offset + 1
-                if len(columns) >= ROWS_PER_BATCH:
+                if columns.full:
                     yield columns.take()
         if len(columns):
             yield columns.take()

@@ -18,8 +18,11 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from aiokafka.record._crecords import DefaultRecordBatch
+
+from local_tier.compression import decompress
 
 from spark.bucket import Bucket
 from spark.options import StrataSourceError
@@ -41,6 +44,15 @@ _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _CONTROL_BIT = 0x20
 ROWS_PER_BATCH = 65_536
+#: an Arrow batch is cut before its keys or values pass this (binary offsets are int32)
+BYTES_PER_BATCH = 256 * 1024 * 1024
+_CODEC_MASK = 0x07
+_LOG_APPEND_BIT = 0x08
+
+try:  # the C column decoder (setup.py builds it; optional)
+    from spark import _decode as _fast
+except ImportError:  # pragma: no cover - without a compiler: aiokafka's reader
+    _fast = None
 
 _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 _FIELDS = [
@@ -91,14 +103,20 @@ class Columns:
         self.timestamps: list[int] = []
         self.types: list[int] = []
         self.headers: list[list[dict[str, object]]] = []
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.offsets)
+
+    @property
+    def full(self) -> bool:
+        return len(self.offsets) >= ROWS_PER_BATCH or self.bytes >= BYTES_PER_BATCH
 
     def add(self, key: bytes | None, value: bytes | None, offset: int, timestamp_ms: int,
             timestamp_type: int, headers: list[tuple[str, bytes | None]] | None) -> None:
         self.keys.append(key)
         self.values.append(value)
+        self.bytes += len(key or b"") + len(value or b"")
         self.offsets.append(offset)
         self.timestamps.append(timestamp_ms)
         self.types.append(timestamp_type)
@@ -111,21 +129,24 @@ class Columns:
         with_headers = self.include_headers
         keys, values, offsets, stamps = self.keys, self.values, self.offsets, self.timestamps
         headers = self.headers
-        count = 0
+        count = size = 0
         for record in batch:
             offset = record.offset
             if offset < lo:
                 continue
             if offset >= hi:
                 break
-            keys.append(record.key)
-            values.append(record.value)
+            key, value = record.key, record.value
+            keys.append(key)
+            values.append(value)
+            size += (len(key) if key else 0) + (len(value) if value else 0)
             offsets.append(offset)
             stamps.append(record.timestamp)
             if with_headers:
                 headers.append([{"key": k, "value": v} for k, v in record.headers])
             count += 1
         self.types.extend([kind] * count)
+        self.bytes += size
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
@@ -142,6 +163,86 @@ class Columns:
             arrays.append(pa.array(self.headers, _HEADERS_TYPE))
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+class FastColumns:
+    """Columns filled by the C decoder (``spark._decode``), batch by batch, as Arrow buffers.
+
+    No Python object per record: each RecordBatch becomes a few byte strings that
+    are joined and wrapped with ``pa.Array.from_buffers``. Headers are not decoded
+    (the headers column goes through :class:`Columns`).
+    """
+
+    def __init__(self, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.schema = ARROW_SCHEMA
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = 0
+        self.bytes = 0
+        self.parts: list[tuple] = []
+        self.types: list[tuple[int, int]] = []
+
+    def __len__(self) -> int:
+        return self.rows
+
+    @property
+    def full(self) -> bool:
+        return self.rows >= ROWS_PER_BATCH or self.bytes >= BYTES_PER_BATCH
+
+    def add_raw(self, buf: memoryview, pos: int, size: int, lo: int, hi: int) -> None:
+        """Records of the batch at ``buf[pos:pos + size]`` with offsets in ``[lo, hi)``."""
+        (base, _len, _epoch, _magic, _crc, attributes, _last, base_ts, max_ts, _pid, _pepoch, _seq,
+         count) = _HEADER.unpack_from(buf, pos)
+        payload = buf[pos + HEADER_BYTES:pos + size]
+        codec = attributes & _CODEC_MASK
+        if codec:
+            payload = decompress(codec, payload)
+        log_append = bool(attributes & _LOG_APPEND_BIT)
+        try:
+            part = _fast.decode(payload, count, base, base_ts, max_ts, log_append, lo, hi)
+        except ValueError as exc:
+            raise StrataSourceError(f"batch at offset {base}: {exc}") from exc
+        if part[0]:
+            self.parts.append(part)
+            self.types.append((part[0], 1 if log_append else 0))
+            self.rows += part[0]
+            self.bytes += len(part[4]) + len(part[6])
+
+    def take(self) -> pa.RecordBatch:
+        n = self.rows
+        parts = self.parts
+        offsets = np.frombuffer(b"".join(p[1] for p in parts), np.int64)
+        stamps = pa.py_buffer(b"".join(p[2] for p in parts))
+        topic = self.topic.encode()
+        arrays = [
+            _binary(b"".join(p[3] for p in parts), b"".join(p[4] for p in parts), n),
+            _binary(b"".join(p[5] for p in parts), b"".join(p[6] for p in parts), n),
+            pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32)
+                                                                      * len(topic)),
+                                                   pa.py_buffer(topic * n)]),
+            pa.array(np.full(n, self.partition, np.int32)),
+            pa.array(offsets),
+            pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, stamps]),
+            pa.array(np.repeat(np.array([k for _, k in self.types], np.int32),
+                               [c for c, _ in self.types])),
+        ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def _binary(lengths_raw: bytes, data: bytes, n: int) -> pa.Array:
+    """An Arrow binary array from int32 lengths (-1 for null) and the concatenated bytes."""
+    lengths = np.frombuffer(lengths_raw, np.int32)
+    valid = lengths >= 0
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.where(valid, lengths, 0), out=offsets[1:])
+    nulls = n - int(valid.sum())
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(pa.binary(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
+                                 null_count=nulls)
 
 
 def _batches(buf: memoryview, pos: int) -> Iterator[tuple[int, int, int, int, int, int]]:
@@ -196,7 +297,12 @@ def read_segment(
     columns: Columns,
     chunk_bytes: int,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the records with offsets in ``[lo, hi)`` in bytes ``[start_pos, end_pos)``."""
+    """Arrow batches of the records with offsets in ``[lo, hi)`` in bytes ``[start_pos, end_pos)``.
+
+    Without headers, records are decoded column-wise in C when the extension is
+    built; otherwise (or with ``includeHeaders``) through aiokafka's reader.
+    """
+    fast = FastColumns(columns.topic, columns.partition) if _fast and not columns.include_headers else None
     for _, buf in _chunks(bucket, seg.key, start_pos, end_pos, chunk_bytes):
         done = False
         for pos, size, base, last, _max_ts, attributes in _batches(buf, 0):
@@ -211,11 +317,18 @@ def read_segment(
                     f"CRC mismatch in the batch at offset {base} of object {seg.key!r}: "
                     "the segment object is corrupt"
                 )
-            columns.add_batch(batch, lo, hi)
-            if len(columns) >= ROWS_PER_BATCH:
-                yield columns.take()
+            if fast is not None:
+                fast.add_raw(buf, pos, size, lo, hi)
+                if fast.full:
+                    yield fast.take()
+            else:
+                columns.add_batch(batch, lo, hi)
+                if columns.full:
+                    yield columns.take()
         if done:
             break
+    if fast is not None and len(fast):
+        yield fast.take()
     if len(columns):
         yield columns.take()
 

@@ -73,3 +73,31 @@ def test_offset_for_timestamp_finds_the_first_record_at_or_after(tmp_path: Path)
     assert offset_for_timestamp(bucket, seg, 1_000 + 333, 4096) == 333
     assert offset_for_timestamp(bucket, seg, 0, 4096) == 0
     assert offset_for_timestamp(bucket, seg, 10**13, 4096) is None
+
+
+def test_the_c_decoder_is_built_and_agrees_with_aiokafkas_reader(tmp_path: Path) -> None:
+    from spark import segments
+
+    assert segments._fast is not None, "spark._decode was not built (pip install -e . needs a C compiler)"
+    data = b""
+    for b, codec in enumerate(Compression):
+        records = [(None if i % 3 == 0 else b"k%d" % i, None if i % 5 == 0 else b"v" * i, [("h", None)],
+                    5_000 + i) for i in range(40)]
+        data += build_batch(records, base_offset=b * 40, compression=codec, timestamp_type=b % 2)
+    path = tmp_path / KEY
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    seg = SegmentRef("t", 0, KEY, 0, 40 * len(Compression) - 1, len(data))
+    bucket = open_bucket(tmp_path.as_uri())
+    tables = []
+    for headers in (False, True):
+        cols = Columns("t", 0, include_headers=headers)
+        batches = list(read_segment(bucket, seg, 7, 181, start_pos=0, end_pos=seg.size, columns=cols,
+                                    chunk_bytes=333))
+        tables.append([{k: v for k, v in row.items() if k != "headers"}
+                       for batch in batches for row in batch.to_pylist()])
+    fast, slow = tables
+    assert fast == slow
+    assert [r["offset"] for r in fast] == list(range(7, 181))
+    assert fast[0]["key"] == b"k7" and fast[8]["key"] is None and fast[3]["value"] is None
+    assert {r["timestampType"] for r in fast} == {0, 1}
