@@ -78,6 +78,7 @@ class PartitionData:
     log_start_offset: int = -1
     regions: list[FileRegion | bytes | memoryview] = field(default_factory=list)
     size: int = 0
+    records: int = 0  # records in the regions (whole batches), for the records-out metric
     error_message: str | None = None
     remote: RemoteRead | None = None
 
@@ -136,5 +137,6 @@ def read_partitions(
             continue
         data.regions = list(info.regions)
         data.size = info.size
+        data.records = sum(r.next_offset - r.first_offset for r in info.regions if r.next_offset >= 0)
         total += info.size
     return out, total

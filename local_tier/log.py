@@ -521,12 +521,32 @@ class Log:
         self._remove_due_deletes(now_ms)
 
     def _remove_due_deletes(self, now_ms: int) -> None:
+        """Unlink the segments whose ``file.delete.delay.ms`` has passed.
+
+        With a scheduler this runs on the flush thread, never on the caller's (the
+        broker's event loop): unlinking a segment frees its page-cache pages, and the
+        batch a tiering round dropped ``file.delete.delay.ms`` earlier (hundreds of
+        MB) held the event loop for over 100 ms, as did waiting here for queued
+        fsyncs. The flush thread runs jobs in order, so the fsyncs queued before the
+        removal (which may still name these descriptors) are done by then.
+        """
         due = [s for when, s in self._pending_deletes if when <= now_ms]
-        if due:
-            self.wait_for_flushes()  # a queued fsync may still name these descriptors
-            self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now_ms]
+        if not due:
+            return
+        self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now_ms]
+
+        def job() -> None:
             for segment in due:
-                segment.remove_files()
+                try:
+                    segment.remove_files()
+                except OSError:
+                    _log.exception("%s: cannot remove %s", self.name, segment.log_path)
+
+        if self._scheduler is None:
+            job()
+        else:
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(self._scheduler.submit(job))
 
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset (DeleteRecords, tiering); never beyond the high watermark."""

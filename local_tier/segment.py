@@ -50,6 +50,9 @@ class FileRegion:
     position: int
     length: int
     first_offset: int
+    #: one past the last offset of the region's batches (its record count is the
+    #: difference for dense offsets); -1 when unknown
+    next_offset: int = -1
 
     def read_bytes(self) -> bytes:
         """The region's bytes, via ``os.pread`` (the file position is not used)."""
@@ -298,6 +301,7 @@ class LogSegment:
         _, position = self.offset_index.lookup(start_offset)
         first: tuple[int, BatchHeader] | None = None
         region_end = 0
+        next_offset = -1
         for pos, header in self._scan(position, end):
             if first is None:
                 if header.last_offset < start_offset:
@@ -307,15 +311,17 @@ class LogSegment:
                 if too_big or (max_offset is not None and header.base_offset >= max_offset):
                     return FileRegion(self._file, pos, 0, header.base_offset)
                 region_end = pos + header.size
+                next_offset = header.last_offset + 1
                 continue
             if max_offset is not None and header.base_offset >= max_offset:
                 break
             if pos + header.size - first[0] > max_bytes:
                 break
             region_end = pos + header.size
+            next_offset = header.last_offset + 1
         if first is None:
             return None
-        return FileRegion(self._file, first[0], region_end - first[0], first[1].base_offset)
+        return FileRegion(self._file, first[0], region_end - first[0], first[1].base_offset, next_offset)
 
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0

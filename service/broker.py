@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,17 +35,20 @@ from controller.metadata import (
 from fetch.planner import PartitionData
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
+from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
+from service.metrics import LatencyHistograms
 from service.tiering import TieringService
 from service.groups import GroupCoordinator, start_coordinator
 
 __all__ = ["Broker"]
 
 log = logging.getLogger("strata.broker")
+
+_FDS_PER_PARTITION = 3  # the active segment's .log, .index and .timeindex
 
 
 class Broker:
@@ -71,6 +75,8 @@ class Broker:
         self.bytes_in: Counter[str] = Counter()
         self.bytes_out: Counter[str] = Counter()
         self.records_in: Counter[str] = Counter()
+        self.records_out: Counter[str] = Counter()
+        self.request_latency = LatencyHistograms()
         data_dir.mkdir(parents=True, exist_ok=True)
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.
@@ -167,14 +173,36 @@ class Broker:
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
     ) -> TopicInfo:
+        wanted = num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
+        self._check_descriptors(wanted)
         return self.controller.create_topic(
             name, num_partitions, replication_factor, configs or {}, validate_only
         )
+
+    def _check_descriptors(self, new_partitions: int) -> None:
+        """Refuse partitions this process could not open files for (each holds about three).
+
+        Past the descriptor limit every later file open fails (EMFILE), metadata writes
+        included; refusing the request up front keeps the broker working.
+        """
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft == resource.RLIM_INFINITY:
+            return
+        hosted = len(self.logs.all_logs())
+        if (hosted + new_partitions) * _FDS_PER_PARTITION > soft * 0.8:
+            raise InvalidPartitionsError(
+                f"{new_partitions} more partitions would need more open files than this process may "
+                f"hold (it hosts {hosted}; ulimit -n is {soft}, about {_FDS_PER_PARTITION} per partition): "
+                "raise the limit (ulimit -n / LimitNOFILE) or create fewer partitions"
+            )
 
     def delete_topic(self, name: str) -> TopicInfo:
         return self.controller.delete_topic(name)
 
     def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
+        info = self.controller.topic(name)
+        if info is not None:
+            self._check_descriptors(total - info.partitions)
         return self.controller.create_partitions(name, total, validate_only)
 
     def alter_topic_configs(
@@ -213,6 +241,7 @@ class Broker:
         for d in data:
             if d.size:
                 self.bytes_out[d.topic] += d.size
+                self.records_out[d.topic] += d.records
 
 
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:

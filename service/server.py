@@ -224,6 +224,13 @@ class Connection:
 #: one ``send``: for small fetches three syscalls cost more than one copy.
 SENDFILE_MIN_BYTES = 64 * 1024
 
+#: Large buffers go out at most this many bytes per event-loop step. A reader that
+#: keeps up (kcat on loopback) lets the kernel take a 16 MiB fetch response at
+#: once: sent whole, that is one step of over 10 ms of copying in ``send``
+#: (and, on loopback, the receiver's side of TCP too), which every other
+#: connection, the live tail included, waits out.
+SEND_SLICE_BYTES = 256 * 1024
+
 
 async def _send_parts(
     loop: asyncio.AbstractEventLoop, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]
@@ -236,7 +243,7 @@ async def _send_parts(
             if pending:
                 await loop.sock_sendall(sock, b"".join(pending))
                 pending = []
-            await loop.sock_sendall(sock, part)
+            await _send_buffer(loop, sock, part)
         elif not isinstance(part, FileRegion):
             pending.append(part)
         elif part.length < SENDFILE_MIN_BYTES:
@@ -248,6 +255,18 @@ async def _send_parts(
             await _sendfile(loop, sock, part)
     if pending:
         await loop.sock_sendall(sock, b"".join(pending) if len(pending) > 1 else pending[0])
+
+
+async def _send_buffer(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | memoryview) -> None:
+    """Send a large buffer in slices of ``SEND_SLICE_BYTES``, one event-loop step each.
+
+    ``sock_sendall`` returns without yielding when the kernel takes a slice at once,
+    so each slice is followed by an explicit yield to the other connections.
+    """
+    view = memoryview(data)
+    for start in range(0, len(view), SEND_SLICE_BYTES):
+        await loop.sock_sendall(sock, view[start : start + SEND_SLICE_BYTES])
+        await asyncio.sleep(0)
 
 
 async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:

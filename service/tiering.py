@@ -34,6 +34,7 @@ from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
 from remote_tier.uploader import RemoteLogManager
+from service.metrics import REMOTE_READ_BUCKETS, LatencyHistograms
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig
@@ -152,6 +153,7 @@ class TieringService:
         self.uploaded_segments = 0
         self.uploaded_bytes = 0
         self.upload_failures = 0
+        self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -215,8 +217,10 @@ class TieringService:
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
     ) -> tuple[memoryview, ...]:
         """Whole batches from ``offset``, as zero-copy views (see :class:`RemoteReadResult`)."""
+        started = time.perf_counter()
         fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
         result = await asyncio.wrap_future(fut)
+        self.read_latency.observe("fetch", time.perf_counter() - started)
         return result.parts
 
     # -- the periodic task ---------------------------------------------------

@@ -862,6 +862,14 @@ class GroupCoordinator:
             members,
         )
 
+    def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
+        """Committed offset of every partition of every group (for metrics and the admin API)."""
+        return {
+            g.group_id: {tp: om.offset for tp, om in g.offsets.items()}
+            for g in self._groups.values()
+            if g.offsets
+        }
+
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """``(group_id, protocol_type, state)`` of every live group, optionally by state."""
         wanted = {s.lower() for s in states}

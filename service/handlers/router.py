@@ -6,6 +6,7 @@ import inspect
 from functools import cache
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -102,13 +103,16 @@ class Router:
         return self._run(spec, RequestContext(header, self._broker, conn), body)
 
     async def _run(self, spec: ApiSpec, ctx: RequestContext, body: Any) -> Response:
-        self._broker.metrics_request(spec.name)
+        broker = self._broker
+        broker.metrics_request(spec.name)
+        started = time.perf_counter()
         result = spec.handler(ctx, body)
         if inspect.isawaitable(result):
             result = await result
-        if result is None or isinstance(result, (list, bytes)):
-            return result
-        return encode_response(ctx.header, result)
+        if not (result is None or isinstance(result, (list, bytes))):
+            result = encode_response(ctx.header, result)
+        broker.request_latency.observe(spec.name, time.perf_counter() - started)
+        return result
 
 
 async def _ready(value: Response) -> Response:

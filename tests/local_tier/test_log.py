@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pytest
 
@@ -262,6 +262,31 @@ def test_retention_by_bytes_and_delayed_file_removal(new_log: MakeLog, tmp_path:
     assert len(deleted) == 6
     log.delete_retention_segments(now_ms=5_100)
     assert not list((tmp_path / "t-0").glob("*.deleted"))
+
+
+def test_delayed_file_removal_runs_on_the_scheduler_not_the_caller(
+    new_log: MakeLog, tmp_path: Path
+) -> None:
+    config = small_config(
+        segment_bytes=BATCH * 2, retention_bytes=BATCH * 3, file_delete_delay_ms=5_000
+    )
+    jobs: list[Any] = []
+
+    class Deferred(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            jobs.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    with Deferred(max_workers=1) as executor:
+        log = new_log(config, scheduler=executor)
+        _fill(log, 7)
+        log.wait_for_flushes()
+        assert log.delete_retention_segments(now_ms=100) == 2
+        jobs.clear()
+        log.delete_retention_segments(now_ms=5_100)
+        assert len(jobs) == 1  # the unlinks, handed to the flush thread
+        log.wait_for_flushes()
+        assert not list((tmp_path / "t-0").glob("*.deleted"))
 
 
 def test_offset_for_timestamp_across_segments(new_log: MakeLog) -> None:
