@@ -83,7 +83,9 @@ async def _serve(
         flush=True,
     )
     if admin is not None:
-        print(f"strata: admin API on http://{http_host}:{admin.port}/v1/ (status, partitions)", flush=True)
+        base = f"http://{http_host}:{admin.port}"
+        print(f"strata: status page {base}/  metrics {base}/metrics  admin API {base}/v1/ "
+              f"(OpenAPI {base}/v1/openapi.json)", flush=True)
     try:
         await stop.wait()
     finally:

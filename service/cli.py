@@ -80,10 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
     up.set_defaults(func=_cmd_up)
 
-    from service import client_commands, group_commands
+    from service import client_commands, group_commands, perf
 
     client_commands.register(sub)
     group_commands.register(sub)
+    perf.register(sub)
     return parser
 
 
