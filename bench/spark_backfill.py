@@ -25,6 +25,7 @@ import argparse
 import datetime as _dt
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -183,6 +184,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="10x fewer records, one repeat")
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     ap.add_argument("--work-dir", default="/tmp")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary data dir (about 2 GB in a full run)")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     import boto3
@@ -273,6 +275,8 @@ def main() -> int:
     finally:
         broker.stop()
         moto_srv.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     write_report(data, Path(args.out))
     for key, (what, unit, need) in TARGETS.items():
         got = data["ratios"][key]
