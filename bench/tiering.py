@@ -89,8 +89,9 @@ sys.stdin.read()   # until the benchmark closes our stdin
 s.stop()
 """
 MOTO_BUFFER = str(2 * 1024 ** 3)
-#: command prefix (``nice -n N``) for the processes that stand for other machines
-#: (moto, history readers, control readers); empty unless ``--others-nice``
+#: command prefix (``taskset -c LIST``, ``nice -n N``) for the processes that stand for
+#: other machines (moto, history readers, control readers); empty unless
+#: ``--others-cpus`` or ``--others-nice``
 OTHERS: list[str] = []
 
 
@@ -662,6 +663,9 @@ def main() -> int:
                     help="run moto and the history readers at this nice level: they stand for the "
                          "object store and consumers on other machines, which in a deployment never "
                          "take the broker's cores")
+    ap.add_argument("--others-cpus", default="", metavar="LIST",
+                    help="run moto and the history readers on these CPUs only (taskset -c LIST): another "
+                         "way to keep them off the broker's cores, closer to other machines than nice")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     import boto3
@@ -678,6 +682,9 @@ def main() -> int:
     if args.others_nice:
         command += f" --others-nice {args.others_nice}"
         OTHERS[:] = ["nice", "-n", str(args.others_nice)]
+    if args.others_cpus:
+        command += f" --others-cpus {args.others_cpus}"
+        OTHERS[:] = ["taskset", "-c", args.others_cpus, *OTHERS]
     if Path(args.out).resolve() != (REPO / "docs" / "benchmarks.md"):
         command += f" --out {args.out}"
     data: dict = {"command": command, "mode": "quick" if args.quick else "full",

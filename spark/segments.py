@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import crc32c
 import numpy as np
 import pyarrow as pa
 from aiokafka.record._crecords import DefaultRecordBatch
@@ -43,6 +44,9 @@ _LOG_OVERHEAD = 12
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _CONTROL_BIT = 0x20
+#: the CRC-32C (after base offset, length, leader epoch and magic) covers the rest of the batch
+_CRC_AT = 17
+_CRC = struct.Struct(">I")
 ROWS_PER_BATCH = 65_536
 #: an Arrow batch is cut before its keys or values pass this (binary offsets are int32)
 BYTES_PER_BATCH = 256 * 1024 * 1024
@@ -311,8 +315,8 @@ def read_segment(
             if base >= hi:
                 done = True
                 break
-            batch = DefaultRecordBatch(buf[pos:pos + size])
-            if not batch.validate_crc():
+            (stored_crc,) = _CRC.unpack_from(buf, pos + _CRC_AT)
+            if crc32c.crc32c(buf[pos + _CRC_AT + 4:pos + size]) != stored_crc:
                 raise StrataSourceError(
                     f"CRC mismatch in the batch at offset {base} of object {seg.key!r}: "
                     "the segment object is corrupt"
@@ -322,7 +326,7 @@ def read_segment(
                 if fast.full:
                     yield fast.take()
             else:
-                columns.add_batch(batch, lo, hi)
+                columns.add_batch(DefaultRecordBatch(buf[pos:pos + size]), lo, hi)
                 if columns.full:
                     yield columns.take()
         if done:
