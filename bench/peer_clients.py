@@ -145,6 +145,10 @@ def kafka_consume(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- NATS JetStream
 
 
+#: bytes of messages requested and not yet received, at most (the consumer's pull window)
+IN_FLIGHT_BYTES = 32 * 1024 * 1024
+
+
 async def _nats_connect(server: str):
     import nats
 
@@ -212,7 +216,9 @@ async def _nats_consume(args: argparse.Namespace) -> int:
     await js.add_consumer(args.stream, api.ConsumerConfig(
         durable_name=durable, ack_policy=api.AckPolicy.NONE, deliver_policy=api.DeliverPolicy.ALL))
     n = args.count
-    batch = args.batch
+    # Two requests are outstanding: keep them within nats-server's per-client pending limit
+    # (64 MB), past which it drops the connection as a slow consumer.
+    batch = max(100, min(args.batch, IN_FLIGHT_BYTES // 2 // max(1, args.size)))
     got = nbytes = 0
     requested = 0
     last_seq = 0
@@ -245,6 +251,8 @@ async def _nats_consume(args: argparse.Namespace) -> int:
             await asyncio.wait_for(done.wait(), timeout=1.0)
         except TimeoutError:
             print(f"    nats consumer: {got:,}/{n:,} messages", flush=True)
+            if not nc.is_connected:
+                raise SystemExit(f"nats consumer: the server closed the connection after {got:,} messages")
             if time.perf_counter() - t0 > args.timeout:
                 raise SystemExit(f"nats consumer: only {got:,} messages after {args.timeout} s") from None
     t1, c1 = time.perf_counter(), time.process_time()

@@ -276,7 +276,7 @@ def summary_markdown(s: dict) -> str:
         L += ["", f"{met} of {len(s['targets'])} targets met in this run."]
     else:
         L.append("No part with a target ran in this run.")
-    missing = [p["name"] for p in s["parts"] if p["result"] != "ok"]
+    missing = [p["name"] for p in s["parts"] if not p["result"].startswith("ok")]
     L.append("")
     if missing:
         L.append(f"Not measured in this run: {', '.join(missing)} (their targets are not in this table; "
@@ -305,6 +305,9 @@ def main() -> int:
     ap.add_argument("--skip", action="append", default=[], choices=NAMES, metavar="NAME",
                     help=f"leave a part out (repeatable): {', '.join(NAMES)}")
     ap.add_argument("--skip-groups", action="store_true", help="same as --skip groups")
+    ap.add_argument("--reuse", action="store_true",
+                    help="put the skipped parts' last figures (their JSON beside the report) in the summary, "
+                         "marked as from an earlier run: re-run one part and refresh the summary")
     ap.add_argument("--fail-fast", action="store_true", help="stop at the first part that fails")
     args = ap.parse_args()
     args.out_path = Path(args.out).resolve()
@@ -315,6 +318,8 @@ def main() -> int:
         command += f" --out {args.out}"
     for name in sorted(skip, key=NAMES.index):
         command += f" --skip {name}"
+    if args.reuse:
+        command += " --reuse"
 
     todo = [p for p in PARTS if p[0] not in skip]
     expected = sum(p[4][1 if args.quick else 0] for p in todo)
@@ -348,6 +353,21 @@ def main() -> int:
         if part["result"] != "ok" and args.fail_fast:
             break
     ran = {p["name"] for p in parts}
+    if args.reuse:  # a skipped part's figures from its last run, said so with their own date
+        for name, _, json_name, what, _ in PARTS:
+            if name in ran or name not in skip:
+                continue
+            json_path = (args.out_path.with_suffix(".json") if name == "foundation"
+                         else args.out_path.parent / json_name)
+            try:
+                data = json.loads(json_path.read_text())
+            except (OSError, ValueError):
+                continue
+            results[name] = data
+            parts.append({"name": name, "command": data.get("command", ""), "started": data.get("date", ""),
+                          "seconds": float(data.get("total_seconds") or 0.0), "exit_code": 0, "what": what,
+                          "json": json_path.name, "result": f"ok (earlier run, {str(data.get('date', '?'))[:10]})"})
+            ran.add(name)
     parts += [{"name": name, "command": "", "started": "", "seconds": 0.0, "exit_code": None, "what": what,
                "result": "skipped" if name in skip else "not run (--fail-fast)"}
               for name, _, _, what, _ in PARTS if name not in ran]
