@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from fetch.planner import PartitionData
 from local_tier.segment import FileRegion
 
-__all__ = ["ResponsePart", "encode_fetch_response", "frame_size"]
+__all__ = ["ResponsePart", "array_len", "encode_fetch_response", "frame_size", "nullable_string", "string"]
 
 ResponsePart = bytes | memoryview | FileRegion
 
@@ -34,14 +34,22 @@ def _uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def _string(value: str, flexible: bool) -> bytes:
+def string(value: str, flexible: bool) -> bytes:
+    """A Kafka STRING (int16 length) or COMPACT_STRING (uvarint length + 1)."""
     raw = value.encode()
     if flexible:
         return _uvarint(len(raw) + 1) + raw
     return struct.pack(">h", len(raw)) + raw
 
 
-def _array_len(n: int, flexible: bool) -> bytes:
+def nullable_string(value: str | None, flexible: bool) -> bytes:
+    if value is None:
+        return b"\0" if flexible else b"\xff\xff"
+    return string(value, flexible)
+
+
+def array_len(n: int, flexible: bool) -> bytes:
+    """An ARRAY's int32 length or a COMPACT_ARRAY's uvarint length + 1."""
     return _uvarint(n + 1) if flexible else _I32.pack(n)
 
 
@@ -76,10 +84,10 @@ def encode_fetch_response(
 
     parts: list[ResponsePart] = []
     buf = head
-    buf += _array_len(len(topics), flexible)
+    buf += array_len(len(topics), flexible)
     for name, plist in topics:
-        buf += _string(name, flexible)
-        buf += _array_len(len(plist), flexible)
+        buf += string(name, flexible)
+        buf += array_len(len(plist), flexible)
         for p in plist:
             buf += _PART_FIXED.pack(
                 p.partition, int(p.error_code), p.high_watermark, p.last_stable_offset
@@ -88,7 +96,7 @@ def encode_fetch_response(
                 buf += _I64.pack(p.log_start_offset)
             # aborted transactions: null unless read_committed (then empty: no transactions)
             if read_committed:
-                buf += _array_len(0, flexible)
+                buf += array_len(0, flexible)
             else:
                 buf += b"\0" if flexible else _I32.pack(-1)
             if version >= 11:
