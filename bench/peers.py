@@ -221,7 +221,8 @@ def write_report(data: dict, md_path: Path) -> None:
          f"at most {NATS_WINDOW:,} unacknowledged, counted by one reply subscription); consume reads from the "
          "first record to the last with no per-record acknowledgement or commit (Kafka: "
          "`consume(num_messages=min(100000, left))` loop, foundation's fetch settings; JetStream: a pull consumer with "
-         f"`AckPolicy.NONE`, pull requests of {NATS_BATCH:,} messages, the next sent when half the previous has "
+         f"`AckPolicy.NONE`, pull requests of {NATS_BATCH:,} messages or 16 MB, whichever is fewer "
+         f"(two outstanding stay under nats-server's 64 MB slow-consumer limit), the next sent when half the previous has "
          "arrived); connection, metadata and stream/consumer creation before the clock starts. Strata's "
          "fastest client, kcat (C, librdkafka; foundation's commands), is measured in the same run as a "
          "second row; JetStream has no counterpart to it here."),
