@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, BinaryIO
 
-__all__ = ["DEFAULT_BOOTSTRAP", "CliError", "register"]
+__all__ = ["DEFAULT_BOOTSTRAP", "CliError", "bootstrap_parent", "register"]
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 _CLIENT_TIMEOUT_S = 10.0
@@ -38,8 +38,8 @@ class CliError(Exception):
     """A failure to report to the user as one line; ``str(exc)`` is that line."""
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add ``topics``, ``produce`` and ``consume`` to the ``strata`` CLI."""
+def bootstrap_parent() -> argparse.ArgumentParser:
+    """The ``--bootstrap-server`` option every client command shares (an argparse parent)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap-server",
@@ -48,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help="broker to contact (default: $STRATA_BOOTSTRAP or %(default)s)",
     )
+    return common
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``topics``, ``produce`` and ``consume`` to the ``strata`` CLI."""
+    common = bootstrap_parent()
 
     topics = subparsers.add_parser("topics", help="create, list, describe, alter, delete topics")
     topic_cmds = topics.add_subparsers(dest="topics_command", metavar="COMMAND")
@@ -458,7 +464,7 @@ def _tiering_state(args: argparse.Namespace, topic: str) -> dict[int, dict[str, 
 
     url = f"{_admin_url(args)}/v1/topics/{urllib.parse.quote(topic, safe='')}/partitions"
     try:
-        with urllib.request.urlopen(url, timeout=3) as resp:  # noqa: S310 - operator-given URL
+        with urllib.request.urlopen(url, timeout=3) as resp:
             body = json.load(resp)
     except (urllib.error.URLError, OSError, ValueError):
         return None

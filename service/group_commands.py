@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from service.client_commands import (
     _CLIENT_TIMEOUT_S,
-    DEFAULT_BOOTSTRAP,
     CliError,
     _admin,
     _describe_exception,
@@ -31,6 +29,7 @@ from service.client_commands import (
     _non_negative_int,
     _topic_metadata,
     _wait,
+    bootstrap_parent,
 )
 
 __all__ = ["register"]
@@ -40,12 +39,7 @@ _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: nothing committed
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``groups`` (list, describe, reset, delete) to the ``strata`` CLI."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap-server", "-b",
-        default=os.environ.get("STRATA_BOOTSTRAP") or DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-        help="broker to contact (default: $STRATA_BOOTSTRAP or %(default)s)",
-    )
+    common = bootstrap_parent()
     groups = subparsers.add_parser("groups", help="list, describe, reset, delete consumer groups")
     cmds = groups.add_subparsers(dest="groups_command", metavar="COMMAND")
     groups.set_defaults(func=_needs_subcommand(groups))

@@ -25,17 +25,16 @@ argparse's usage error and exit code 2.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from service.client_commands import (
-    DEFAULT_BOOTSTRAP,
     CliError,
     _describe_kafka_error,
     _needs_subcommand,
     _quiet_logger,
+    bootstrap_parent,
 )
 
 __all__ = ["BROKER_LOST_S", "ClientHealth", "client_config", "kafka_error_text", "prop",
@@ -48,12 +47,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``perf produce`` and ``perf consume`` to the ``strata`` CLI."""
     from service import perf_consume, perf_produce
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--bootstrap-server", "-b",
-        default=os.environ.get("STRATA_BOOTSTRAP") or DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-        help="broker to contact (default: $STRATA_BOOTSTRAP or %(default)s)",
-    )
+    common = bootstrap_parent()
     perf = subparsers.add_parser(
         "perf", help="measure produce or consume throughput and latency "
         "(kafka-producer-perf-test, kafka-consumer-perf-test)")
