@@ -33,11 +33,12 @@ from controller.controller import AlterConfigOp
 from local_tier.errors import ErrorCode, KafkaError
 from service.metrics import render
 from service.openapi import OPENAPI
+from service.state import group_lag, partition_state
 
 if TYPE_CHECKING:
     from service.broker import Broker
 
-__all__ = ["AdminHttpServer", "partition_state"]
+__all__ = ["AdminHttpServer"]
 
 log = logging.getLogger("strata.http")
 
@@ -47,36 +48,6 @@ _STATUS = {
     ErrorCode.kafka_storage_error: 503,
 }
 _MAX_PARTITIONS = 1000  # per request; the Kafka protocol takes more
-
-
-def partition_state(broker: Broker, topic: str, partition: int) -> dict[str, Any]:
-    """What an operator wants to know of one partition, local and remote."""
-    local = broker.log_for(topic, partition)
-    tier = broker.tiering.state(topic, partition)
-    remote_next = tier.remote_next_offset if tier is not None else None
-    pending = [s for s in local.segments if remote_next is None or s.base_offset >= remote_next]
-    return {
-        "topic": topic,
-        "partition": partition,
-        "log_start_offset": broker.tiering.log_start_offset(topic, partition, local),
-        "local_log_start_offset": local.log_start_offset,
-        "remote_log_start_offset": tier.remote_log_start_offset if tier is not None else None,
-        "high_watermark": local.high_watermark,
-        "log_end_offset": local.log_end_offset,
-        "local_bytes": local.size_in_bytes,
-        "local_segments": len(local.segments),
-        "remote_bytes": tier.remote_bytes if tier is not None else 0,
-        "remote_segments": len(tier.manifest.segments) if tier is not None and tier.manifest else 0,
-        "remote_storage_enable": local.config.remote_storage_enable,
-        "upload_lag_offsets": (
-            local.high_watermark - (remote_next if remote_next is not None else local.log_start_offset)
-            if local.config.remote_storage_enable
-            else 0
-        ),
-        "upload_lag_bytes": sum(s.size for s in pending) if local.config.remote_storage_enable else 0,
-        "upload_failures": tier.upload_failures if tier is not None else 0,
-        "last_upload_error": tier.last_error if tier is not None else None,
-    }
 
 
 class ApiError(Exception):
@@ -105,7 +76,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.status < 400:
             raise
         return _error(exc.status, exc.reason.upper().replace(" ", "_"), exc.text or exc.reason)
-    except Exception:  # noqa: BLE001 - the answer must stay JSON
+    except Exception:
         log.exception("admin API %s %s failed", request.method, request.path)
         return _error(500, "UNKNOWN_SERVER_ERROR", "the request failed on the broker; see its log")
 
@@ -313,18 +284,9 @@ class AdminHttpServer:
         groups = self._coordinator()
         committed = groups.committed_offsets()
         out = [{"group_id": g, "protocol_type": ptype, "state": state,
-                "lag": sum(r["lag"] for r in self._lag(committed.get(g, {})))}
+                "lag": sum(r["lag"] for r in group_lag(self._broker, committed.get(g, {})))}
                for g, ptype, state in sorted(groups.list_groups())]
         return web.json_response({"groups": out})
-
-    def _lag(self, offsets: dict[tuple[str, int], int]) -> list[dict[str, Any]]:
-        rows = []
-        for (topic, partition), offset in sorted(offsets.items()):
-            found = self._broker.logs.get_log(topic, partition)
-            hw = found.high_watermark if found is not None else None
-            rows.append({"topic": topic, "partition": partition, "committed_offset": offset,
-                         "high_watermark": hw, "lag": max(0, hw - offset) if hw is not None else 0})
-        return rows
 
     async def _describe_group(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
@@ -337,7 +299,7 @@ class AdminHttpServer:
             raise ApiError(404, "GROUP_ID_NOT_FOUND", f"no group named {group_id!r}")
         members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id, "client_host": m.client_host} for m in summary.members]
-        lag = self._lag(offsets)
+        lag = group_lag(self._broker, offsets)
         return web.json_response({"group_id": group_id, "state": summary.state,
                                   "protocol_type": summary.protocol_type, "protocol": summary.protocol_name,
                                   "generation_id": summary.generation_id, "members": members,

@@ -17,6 +17,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from local_tier.errors import KafkaError
+from service.state import group_lag, partition_state
+
 if TYPE_CHECKING:
     from service.broker import Broker
 
@@ -102,13 +105,11 @@ class BrokerCollector(Collector):
         yield from self._groups()
 
     def _partitions(self) -> Iterator[Any]:
-        from service.admin_http import partition_state
-
         rows = []
         for (topic, partition) in sorted(self._broker.logs.all_logs()):
             try:
                 rows.append(partition_state(self._broker, topic, partition))
-            except Exception:  # noqa: BLE001 - a partition going away mid-scrape is skipped
+            except KafkaError:  # a partition deleted mid-scrape, or created and not open yet
                 continue
         for field, name, doc in (
             ("log_end_offset", "strata_partition_log_end_offset", "Next offset to be written."),
@@ -166,12 +167,11 @@ class BrokerCollector(Collector):
                                 labels=["group", "topic", "partition"])
         if b.groups is not None:
             for group, offsets in sorted(b.groups.committed_offsets().items()):
-                for (topic, partition), offset in sorted(offsets.items()):
-                    labels = [group, topic, str(partition)]
-                    committed.add_metric(labels, offset)
-                    found = b.logs.get_log(topic, partition)
-                    if found is not None:
-                        lag.add_metric(labels, max(0, found.high_watermark - offset))
+                for row in group_lag(b, offsets):
+                    labels = [group, row["topic"], str(row["partition"])]
+                    committed.add_metric(labels, row["committed_offset"])
+                    if row["high_watermark"] is not None:
+                        lag.add_metric(labels, row["lag"])
         yield committed
         yield lag
 

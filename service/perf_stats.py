@@ -78,9 +78,8 @@ _MIN_SLEEP_S = 0.002  # Kafka's ThroughputThrottler.MIN_SLEEP_NS
 _MIN_WAIT_S = 0.001
 
 
-@dataclass(frozen=True)
-class Window:
-    """Records delivered in one reporting window: count and latencies in seconds."""
+class _Totals:
+    """``avg_ms`` and ``max_ms`` of anything with ``count``, ``total_s`` and ``max_s``."""
 
     count: int
     total_s: float
@@ -95,7 +94,16 @@ class Window:
         return 1000.0 * self.max_s
 
 
-class LatencyRecorder:
+@dataclass(frozen=True)
+class Window(_Totals):
+    """Records delivered in one reporting window: count and latencies in seconds."""
+
+    count: int
+    total_s: float
+    max_s: float
+
+
+class LatencyRecorder(_Totals):
     """Per-record latencies: a preallocated ring the delivery callback writes, and totals.
 
     The callback does only ``store[n & mask] = latency`` and ``n += 1``; the owner
@@ -168,14 +176,6 @@ class LatencyRecorder:
         self._win_total_s = 0.0
         self._win_max_s = 0.0
         return window
-
-    @property
-    def avg_ms(self) -> float:
-        return 1000.0 * self.total_s / self.count if self.count else 0.0
-
-    @property
-    def max_ms(self) -> float:
-        return 1000.0 * self.max_s
 
     def percentiles_ms(self, quantiles: Sequence[float] = KAFKA_PERCENTILES) -> list[int]:
         """Kafka's percentiles: ``sorted_ms[int(q * count)]`` for each quantile, in whole ms."""
