@@ -38,9 +38,13 @@ def _produce(args: argparse.Namespace) -> int:
     interval = 1.0 / args.rate
     failures = []
 
-    def on_delivery(err, _msg):
+    acks: list[int] = []
+
+    def on_delivery(err, msg):
         if err is not None:
             failures.append(str(err))
+        else:
+            acks.append(time.time_ns() - _HEAD.unpack_from(msg.value())[1])
 
     # Connect and fetch metadata before the clock starts.
     p.list_topics(args.topic, timeout=10)
@@ -64,8 +68,17 @@ def _produce(args: argparse.Namespace) -> int:
     left = p.flush(30)
     print(json.dumps({"sent": total, "seconds": elapsed, "rate": total / elapsed,
                       "undelivered": left, "failures": failures[:5],
-                      "failure_count": len(failures)}), flush=True)
+                      "failure_count": len(failures), **_ack_percentiles(acks)}), flush=True)
     return 1 if left or failures else 0
+
+
+def _ack_percentiles(acks: list[int]) -> dict:
+    """Produce-to-acknowledgement latency (send to delivery callback), the producer's half."""
+    if not acks:
+        return {}
+    acks = sorted(acks[len(acks) // 10:])  # the first tenth is warm-up, as for the consumer
+    at = lambda q: acks[min(len(acks) - 1, int(q * len(acks)))] / 1e6  # noqa: E731
+    return {"ack_p50_ms": at(0.50), "ack_p99_ms": at(0.99), "ack_p999_ms": at(0.999)}
 
 
 def _consume(args: argparse.Namespace) -> int:

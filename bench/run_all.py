@@ -157,7 +157,11 @@ def tiering_rows(d: dict) -> list[dict]:
                                     f"direct boto3 ranged GETs: {_mbs(cu['direct']['mb_per_s'])}", t["measured"]))
         elif t["id"] == "isolation_p99_ratio":
             iso = d["isolation"]
-            rows.append(_target_row("tiering", t, f"p99 {iso['loaded']['p99_ms']:.2f} ms with 2 history readers",
+            layout = d.get("layout", {}).get("name", "shared")
+            where = (" (history threads and readers on their own CPU)" if layout == "dedicated"
+                     else " (nothing pinned)")
+            rows.append(_target_row("tiering", t, f"p99 {iso['loaded']['p99_ms']:.2f} ms with 2 history readers"
+                                    + where,
                                     f"the same consumer alone: p99 {iso['alone']['p99_ms']:.2f} ms",
                                     t["measured"], ratio_text=f"{t['measured']:.2f}"))
     return rows

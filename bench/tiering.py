@@ -90,9 +90,22 @@ s.stop()
 """
 MOTO_BUFFER = str(2 * 1024 ** 3)
 #: command prefix (``taskset -c LIST``, ``nice -n N``) for the processes that stand for
-#: other machines (moto, history readers, control readers); empty unless
-#: ``--others-cpus`` or ``--others-nice``
+#: other machines (moto, history readers, control readers); empty under ``--layout shared``
 OTHERS: list[str] = []
+#: command prefix (``taskset -c LIST``) for the broker and the tail producer and consumer
+#: of the isolation runs; empty under ``--layout shared``
+BROKER_SIDE: list[str] = []
+
+
+def dedicated_layout(cpus: list[int]) -> tuple[str, str]:
+    """(broker CPUs, other CPUs) as taskset lists: the first half of ``cpus`` and the rest.
+
+    On this 2-core machine: the broker's event loop and the tail clients on CPU 0;
+    moto, the history readers and the broker's history threads
+    (``remote.log.reader.cpus``) on CPU 1.
+    """
+    half = max(1, len(cpus) // 2)
+    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -488,6 +501,7 @@ def run_latency(broker: BrokerProcess, moto: Moto, work: Path, cfg: dict, topic:
             "--count", str(count), "--out", str(out)]
     pcmd = [sys.executable, script, "produce", "--bootstrap", broker.bootstrap, "--topic", topic,
             "--rate", str(LATENCY_RATE), "--seconds", str(total_seconds), "--linger-ms", "1"]
+    ccmd, pcmd = [*BROKER_SIDE, *ccmd], [*BROKER_SIDE, *pcmd]
     cons = subprocess.Popen(ccmd, stdout=subprocess.PIPE, text=True)
     if cons.stdout.readline().strip() != "ready":
         raise SystemExit("latency consumer did not start")
@@ -506,10 +520,12 @@ def run_latency(broker: BrokerProcess, moto: Moto, work: Path, cfg: dict, topic:
            "p50_ms": float(pct[0]), "p99_ms": float(pct[1]), "p999_ms": float(pct[2]),
            "max_ms": float(lat.max()), "mean_ms": float(lat.mean()), **cpu.as_dict(),
            "broker_busy": cpu.broker_cpu / cpu.wall,
+           **{k: pres[k] for k in ("ack_p50_ms", "ack_p99_ms", "ack_p999_ms")},
            "command_consumer": shlex.join(ccmd), "command_producer": shlex.join(pcmd)}
     log(f"    {res['measured_records']:,} records at {pres['rate']:,.0f}/s: p50 {res['p50_ms']:.2f} ms, "
         f"p99 {res['p99_ms']:.2f} ms, p99.9 {res['p999_ms']:.2f} ms, max {res['max_ms']:.2f} ms "
-        f"(broker {res['broker_busy']:.0%} busy, moto CPU {cpu.moto_cpu:.1f} s)")
+        f"(broker {res['broker_busy']:.0%} busy, moto CPU {cpu.moto_cpu:.1f} s); produce acks p50 "
+        f"{res['ack_p50_ms']:.2f} ms, p99 {res['ack_p99_ms']:.2f} ms")
     return res
 
 
@@ -518,6 +534,20 @@ def run_latency(broker: BrokerProcess, moto: Moto, work: Path, cfg: dict, topic:
 
 def pct(x: float) -> str:
     return f"{x:.0%}"
+
+
+def _layout_text(layout: dict) -> str:
+    if layout.get("name") == "dedicated":
+        return (f"Layout (`--layout dedicated`, the default): the broker and the tail producer and consumer run "
+                f"on CPU {layout['broker_and_tail_clients_cpus']} (`taskset`); moto, the history readers and the "
+                f"control readers on CPU {layout['object_store_history_readers_and_history_threads_cpus']} at nice "
+                f"{layout['others_nice']}, standing for the object store and the backfilling consumers on other "
+                "machines; the broker runs with `remote.log.reader.cpus="
+                f"{layout['object_store_history_readers_and_history_threads_cpus']}`, so its tiered-fetch and "
+                "history-send threads use that CPU too. What is measured is what serving history costs the "
+                "broker's tail path when the history work has cores of its own, as a deployment would give it.")
+    return (f"Layout (`--layout shared`): nothing pinned; the broker, moto and every client compete for all "
+            f"cores (others at nice {layout.get('others_nice', 0)}).")
 
 
 def write_report(data: dict, md_path: Path) -> None:
@@ -581,6 +611,8 @@ def write_report(data: dict, md_path: Path) -> None:
          "excluded) on a fresh topic each time: alone; while two `kcat -C -e` readers read the topic of "
          "section 1 from offset 0 in a loop (from the bucket, through the broker); and, as a control, while two "
          "processes loop boto3 ranged GETs over the same objects directly."),
+        "",
+        _layout_text(data.get("layout", {})),
         "",
         "| tail consumer | p50 ms | p99 ms | p99.9 ms | max ms | broker busy | moto CPU s | history read meanwhile |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -659,13 +691,16 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary data dir")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra broker config for experiments (recorded in the report's broker command)")
-    ap.add_argument("--others-nice", type=int, default=0, metavar="N",
+    ap.add_argument("--others-nice", type=int, default=None, metavar="N",
                     help="run moto and the history readers at this nice level: they stand for the "
                          "object store and consumers on other machines, which in a deployment never "
                          "take the broker's cores")
-    ap.add_argument("--others-cpus", default="", metavar="LIST",
-                    help="run moto and the history readers on these CPUs only (taskset -c LIST): another "
-                         "way to keep them off the broker's cores, closer to other machines than nice")
+    ap.add_argument("--layout", choices=("dedicated", "shared"), default="dedicated",
+                    help="dedicated (default, needs 2+ CPUs): the broker and the tail clients on the first "
+                         "half of the CPUs; moto, the history readers and the broker's history threads "
+                         "(remote.log.reader.cpus) on the rest, as the object store and backfilling "
+                         "consumers would be on other machines. shared: nothing pinned, everything "
+                         "competes for every core")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
     import boto3
@@ -679,18 +714,30 @@ def main() -> int:
     if profile:
         profile.mkdir(parents=True, exist_ok=True)
     command = "python bench/tiering.py" + (" --quick" if args.quick else "")
-    if args.others_nice:
+    cpus = sorted(os.sched_getaffinity(0))
+    layout = args.layout if len(cpus) >= 2 else "shared"
+    broker_cpus = other_cpus = ""
+    if layout == "dedicated":
+        broker_cpus, other_cpus = dedicated_layout(cpus)
+        OTHERS[:] = ["taskset", "-c", other_cpus, *OTHERS]
+        BROKER_SIDE[:] = ["taskset", "-c", broker_cpus]
+    else:
+        command += " --layout shared"
+    # dedicated: the others also yield the CPU to the broker's threads whenever both want it,
+    # as processes on other machines would; nice 19 unless --others-nice says otherwise
+    nice = args.others_nice if args.others_nice is not None else (19 if layout == "dedicated" else 0)
+    if args.others_nice is not None:
         command += f" --others-nice {args.others_nice}"
-        OTHERS[:] = ["nice", "-n", str(args.others_nice)]
-    if args.others_cpus:
-        command += f" --others-cpus {args.others_cpus}"
-        OTHERS[:] = ["taskset", "-c", args.others_cpus, *OTHERS]
+    if nice:
+        OTHERS[:] = ["nice", "-n", str(nice), *OTHERS]
     if Path(args.out).resolve() != (REPO / "docs" / "benchmarks.md"):
         command += f" --out {args.out}"
     data: dict = {"command": command, "mode": "quick" if args.quick else "full",
                   "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                   "machine": machine_info(work),
                   "versions": {"boto3": boto3.__version__, "moto": moto.__version__},
+                  "layout": {"name": layout, "others_nice": nice, "broker_and_tail_clients_cpus": broker_cpus,
+                             "object_store_history_readers_and_history_threads_cpus": other_cpus},
                   "config": {**cfg, "record_size": RECORD_SIZE, "chunk_bytes": CHUNK_BYTES,
                              "task_interval_ms": TASK_INTERVAL_MS, "latency_rate": LATENCY_RATE},
                   "notes": []}
@@ -711,6 +758,9 @@ def main() -> int:
             "log.local.retention.bytes": 0, "log.retention.check.interval.ms": 500}
     if cfg["cache_bytes"]:
         sets["remote.fetch.chunk.cache.bytes"] = cfg["cache_bytes"]
+    if layout == "dedicated":
+        sets["remote.log.reader.cpus"] = other_cpus
+        broker.cmd[:0] = BROKER_SIDE
     for kv in args.set:
         k, _, v = kv.partition("=")
         sets[k] = v

@@ -16,6 +16,7 @@ Immutable; thread-safe.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 from controller.configdef import (
@@ -26,6 +27,7 @@ from controller.configdef import (
     at_least,
     between,
 )
+from fetch.affinity import parse_cpu_list
 from local_tier.errors import InvalidConfigError
 
 __all__ = [
@@ -41,6 +43,19 @@ _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CLEANUP_POLICIES = ("delete", "compact")
 _MIN_SEGMENT_BYTES = 1024
+
+
+def _cpu_list(value: object) -> str | None:
+    """A Linux CPU list ("1", "2-3", "0,2-5") naming CPUs this machine has."""
+    try:
+        cpus = parse_cpu_list(str(value))
+    except ValueError as exc:
+        return str(exc)
+    count = os.cpu_count() or 1
+    missing = sorted(c for c in cpus if c >= count)
+    if missing:
+        return f"CPU {missing[0]} does not exist on this machine (CPUs 0-{count - 1})"
+    return None
 
 
 def _table(*defs: ConfigDef) -> Mapping[str, ConfigDef]:
@@ -227,6 +242,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("num.io.threads", "int", "8", "Threads processing requests.", validator=at_least(1)),
     ConfigDef("remote.log.reader.threads", "int", "10", "Threads of the tiered fetch pool.",
             validator=at_least(1)),
+    ConfigDef("remote.log.reader.cpus", "string", "",
+            "CPUs the tiered-fetch and history-send threads run on, e.g. 2-3; empty: any (Strata).",
+            validator=_cpu_list),
     ConfigDef("remote.fetch.max.wait.ms", "int", "500",
             "Longest wait of a fetch that reads the remote tier.", validator=at_least(1)),
     ConfigDef("log.remote.storage.enable", "boolean", "false",

@@ -1,7 +1,7 @@
 """Tiered reads: fetches below the local log start, served from the bucket.
 
 Reads run on a bounded pool of tiered-fetch threads (``remote.log.reader.threads``),
-never on the event loop. Segment objects are read with ranged GETs in fixed-size
+never on the event loop (pinned to ``remote.log.reader.cpus`` when set). Segment objects are read with ranged GETs in fixed-size
 chunks that go through a byte-bounded LRU :class:`ChunkCache`; concurrent misses
 of one chunk share one GET. A sequential reader gets the next chunk fetched
 ahead (read-ahead) while it consumes the current one. Remote offset indexes are
@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+from fetch.affinity import pin_current_thread
 from local_tier.errors import OffsetOutOfRangeError
 from local_tier.records import LOG_OVERHEAD, decode_batch, read_batch_header
 
@@ -146,12 +147,18 @@ class RemoteReader:
         cache_bytes: int = 256 * 1024 * 1024,
         index_cache_entries: int = 1024,
         read_ahead_chunks: int = 1,
+        cpus: frozenset[int] = frozenset(),
     ) -> None:
         self._source = source
         self._chunk = chunk_bytes
         self.cache = ChunkCache(cache_bytes)
         self._read_ahead = read_ahead_chunks
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="strata-tiered-fetch")
+        self._pool = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix="strata-tiered-fetch",
+            initializer=pin_current_thread,
+            initargs=(cpus,),
+        )
         self._indexes: OrderedDict[Hashable, tuple[list[int], list[int]]] = OrderedDict()
         self._index_entries = index_cache_entries
         self._lock = threading.Lock()

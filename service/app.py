@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from fetch.affinity import parse_cpu_list
 from remote_tier.store import ObjectStore
 from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
-from service.server import KafkaServer
+from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]
 
@@ -57,12 +58,17 @@ async def _serve(
         advertised_port=adv_port,
         object_store=object_store,
     )
+    history = HistorySender(
+        threads=config.get_int("remote.log.reader.threads"),
+        cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),
+    )
     server = KafkaServer(
         Router(broker),
         host,
         probe_port,
         max_request_bytes=config.get_int("socket.request.max.bytes"),
         max_inflight_per_connection=config.get_int("queued.max.requests"),
+        history=history,
     )
     await server.start()
     if port == 0:  # ephemeral port: advertise the one we got
@@ -91,6 +97,7 @@ async def _serve(
     finally:
         print("strata: shutting down", flush=True)
         await server.close()
+        history.close()
         if admin is not None:
             await admin.close()
         await cancel_and_wait(background)

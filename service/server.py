@@ -6,6 +6,11 @@ concurrently (a long-polling Fetch does not stop the reader), but responses
 leave in the order the requests came, as Kafka requires. Record data goes out
 with ``os.sendfile`` straight from the page cache.
 
+Responses that carry records read from the bucket are sent by a
+:class:`HistorySender` thread instead: copying hundreds of MB/s of history into
+sockets on the event loop would make every live producer and consumer wait
+behind it (docs/adr/0005-history-off-the-event-loop.md).
+
 A malformed frame, an unknown API key or an unsupported version closes that one
 connection with a log line; the broker and other connections carry on.
 """
@@ -16,14 +21,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import socket
 import struct
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from fetch.affinity import pin_current_thread
 from local_tier.segment import FileRegion
 from service.protocol import FrameError
 
-__all__ = ["KafkaServer", "Response"]
+__all__ = ["HistorySender", "KafkaServer", "Response"]
 
 log = logging.getLogger("strata.server")
 
@@ -45,8 +53,10 @@ class KafkaServer:
         *,
         max_request_bytes: int = 100 * 1024 * 1024,
         max_inflight_per_connection: int = 100,
+        history: HistorySender | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self._history = history
         self._host = host
         self._port = port
         self._max_request_bytes = max_request_bytes
@@ -113,6 +123,9 @@ class Connection:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        #: the history send in progress on a sender thread: the socket is closed
+        #: only after it ends, so the thread never writes to a reused descriptor
+        self._history_send: Future[None] | None = None
 
     def start(self) -> None:
         self._tasks = [
@@ -128,9 +141,20 @@ class Connection:
         for task in self._tasks:
             if task is not current:
                 task.cancel()
+        sending = self._history_send
+        if sending is not None and not sending.done():
+            # wake the sender thread (its send fails at once), close when it is out
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            loop = asyncio.get_running_loop()
+            sending.add_done_callback(lambda _: _call_soon(loop, self._close_socket))
+        else:
+            self._close_socket()
+        self.server._connections.discard(self)
+
+    def _close_socket(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
-        self.server._connections.discard(self)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -209,6 +233,10 @@ class Connection:
                     continue
                 if isinstance(response, bytes):
                     await loop.sock_sendall(self.sock, response)
+                elif self.server._history is not None and _carries_history(response):
+                    self._history_send = self.server._history.submit(self.sock, response)
+                    await asyncio.wrap_future(self._history_send)
+                    self._history_send = None
                 else:
                     await _send_parts(loop, self.sock, response)
                 # release the response now, not when the next one (maybe a long
@@ -298,3 +326,81 @@ def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
     loop.add_writer(fd, _ready)
     fut.add_done_callback(lambda _: loop.remove_writer(fd))
     return fut
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is already closed (shutdown)
+        loop.call_soon_threadsafe(callback)
+
+
+def _carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
+    """Whether a response holds records read from the bucket (large in-memory parts).
+
+    Local records are :class:`FileRegion` parts; only remote reads put large
+    buffers (views of cached chunks) in a response.
+    """
+    return any(not isinstance(p, FileRegion) and len(p) >= SENDFILE_MIN_BYTES for p in parts)
+
+
+class HistorySender:
+    """Threads that send responses carrying records read from the bucket.
+
+    The event loop hands such a response over whole and waits (without blocking)
+    for it to be sent: responses still leave each connection in request order,
+    and the loop is free for live traffic while the kernel copies history. The
+    threads release the GIL in ``send``/``sendfile``/``poll``; with
+    ``remote.log.reader.cpus`` they run on those CPUs, like the tiered-fetch pool.
+
+    A client that stops reading holds one thread until ``stall_seconds`` pass
+    without progress, then its connection is closed.
+    """
+
+    def __init__(self, threads: int, cpus: frozenset[int] = frozenset(), stall_seconds: float = 120.0) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix="strata-history-send",
+            initializer=pin_current_thread,
+            initargs=(cpus,),
+        )
+        self._stall_ms = int(stall_seconds * 1000)
+
+    def submit(self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]) -> Future[None]:
+        return self._pool.submit(self._send, sock, parts)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _send(self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]) -> None:
+        fd = sock.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+
+        def wait_writable() -> None:
+            events = poller.poll(self._stall_ms)
+            if not events:
+                raise TimeoutError(f"client read nothing for {self._stall_ms / 1000:.0f} s")
+            if events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                raise ConnectionResetError("connection closed during a history send")
+
+        for part in parts:
+            if isinstance(part, FileRegion):
+                offset, remaining = part.position, part.length
+                while remaining > 0:
+                    try:
+                        sent = os.sendfile(fd, part.file.fileno(), offset, remaining)
+                    except BlockingIOError:
+                        wait_writable()
+                        continue
+                    if sent == 0:  # never send a short frame
+                        raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
+                    offset += sent
+                    remaining -= sent
+                continue
+            view = memoryview(part)
+            while view.nbytes:
+                try:
+                    sent = sock.send(view)
+                except BlockingIOError:
+                    wait_writable()
+                    continue
+                view = view[sent:]

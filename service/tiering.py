@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
 from local_tier.errors import OffsetOutOfRangeError
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
@@ -144,6 +145,7 @@ class TieringService:
             chunk_bytes=config.get_int("remote.fetch.chunk.bytes"),
             cache_bytes=config.get_int("remote.fetch.chunk.cache.bytes"),
             read_ahead_chunks=config.get_int("remote.fetch.read.ahead.chunks"),
+            cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),
         )
         self._copiers = ThreadPoolExecutor(
             max_workers=config.get_int("remote.log.manager.copier.thread.pool.size"),

@@ -189,3 +189,23 @@ def test_kafka_numeric_ids_of_config_sources_and_types() -> None:
     assert [ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG] == [4, 5]
     assert [ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.INT, ConfigType.LONG] == [1, 2, 3, 5]
     assert [ConfigType.DOUBLE, ConfigType.LIST, ConfigType.PASSWORD] == [6, 7, 9]
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("two", "not a CPU list: 'two'"),
+    ("3-1", "3-1 runs backwards"),
+    ("4096", "CPU 4096 does not exist on this machine"),
+])
+def test_remote_log_reader_cpus_must_name_cpus_of_this_machine(value: str, message: str) -> None:
+    with pytest.raises(ValueError) as info:
+        BrokerConfig({"remote.log.reader.cpus": value})
+    assert "remote.log.reader.cpus" in str(info.value) and message in str(info.value)
+
+
+def test_remote_log_reader_cpus_parses_linux_cpu_lists() -> None:
+    from fetch.affinity import parse_cpu_list
+
+    assert parse_cpu_list("") == frozenset()
+    assert parse_cpu_list("0") == {0}
+    assert parse_cpu_list("0,2-4, 7") == {0, 2, 3, 4, 7}
+    assert BrokerConfig({"remote.log.reader.cpus": "0"}).get("remote.log.reader.cpus") == "0"

@@ -2,6 +2,8 @@
 
 * A consumer at the live tail keeps receiving every new record, in order, while
   two other consumers read the whole history from the bucket.
+* With ``remote.log.reader.cpus``, the threads that read history from the bucket
+  and send it run on that CPU alone, and every record arrives.
 * A hundred consumers reading the history from the bucket at once: the broker's
   resident memory stays within a bound derived from its configuration (the chunk
   cache, one response per tiered-fetch thread, one response per connection), and
@@ -13,12 +15,14 @@ clients. The latency ratio itself is measured by the benchmark (bench/), not her
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.conftest import BrokerProcess
@@ -242,3 +246,43 @@ def test_a_hundred_consumers_reading_history_keep_the_broker_memory_bounded(
     print(f"broker RSS: baseline {baseline / MiB:.0f} MiB, peak {peak / MiB:.0f} MiB, "
           f"growth {growth / MiB:.0f} MiB, bound {bound / MiB:.0f} MiB")
     assert growth < bound, f"RSS grew {growth / MiB:.0f} MiB, over the {bound / MiB:.0f} MiB bound"
+
+
+def _threads_by_cpus(pid: int) -> dict[str, int]:
+    """How many of the process's threads may run on each CPU list ("0-1", "1", ...)."""
+    counts: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("Cpus_allowed_list:"):
+                cpus = line.split(":", 1)[1].strip()
+                counts[cpus] = counts.get(cpus, 0) + 1
+    return counts
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_history_threads_run_on_remote_log_reader_cpus_and_serve_every_record(
+    start_broker: Any, s3_bucket: S3Bucket
+) -> None:
+    size = 1024
+    history = 3000
+    history_cpu = str(max(os.sched_getaffinity(0)))
+    b = _tiered_broker(start_broker, s3_bucket, **{"log.segment.bytes": str(256 * 1024),
+                                                  "remote.log.reader.cpus": history_cpu,
+                                                  "remote.log.reader.threads": "3"})
+    topic = helpers.topic_name("pinned")
+    _fill_and_tier(b, topic, history, size)
+    assert b.proc is not None
+    assert history_cpu not in _threads_by_cpus(b.proc.pid)  # no history read yet
+
+    readers = [Reader(b.bootstrap, topic, 0, history, lambda o, v: v == _value(o, size)) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for r in readers:
+        r.join(150)
+        assert r.error is None and r.got == history, (r.error, r.got)
+
+    counts = _threads_by_cpus(b.proc.pid)
+    # tiered-fetch threads (at most 3) and history-send threads ran, each pinned; the
+    # event loop and every other thread still may run anywhere
+    assert 2 <= counts.get(history_cpu, 0) <= 6, counts
+    assert sum(n for cpus, n in counts.items() if cpus != history_cpu) >= 1, counts

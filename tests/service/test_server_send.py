@@ -6,17 +6,29 @@
   kernel takes every slice at once.
 * Over a real socket, a response mixing small and large parts arrives whole and
   in order.
+* :class:`HistorySender` (responses with records from the bucket, sent off the
+  event loop): a response of buffers and file regions arrives whole and in order
+  through a reader slower than the socket buffer; a reader that stops reading
+  gets its send ended after the stall time; a reader that goes away ends the
+  send with a connection error at once; the threads run on the CPUs given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import socket
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from local_tier.segment import FileRegion
 from service import server
-from service.server import SEND_SLICE_BYTES, _send_parts
+from service.server import SEND_SLICE_BYTES, HistorySender, _carries_history, _send_parts
 
 
 class _InstantLoop:
@@ -78,3 +90,103 @@ def test_a_mixed_response_arrives_whole_and_in_order_over_a_socket() -> None:
         return bytes(received)
 
     assert asyncio.run(main()) == expected
+
+
+def _slow_reader(sock: socket.socket, want: int, out: bytearray) -> threading.Thread:
+    """Reads ``want`` bytes in small pieces with pauses: the sender meets a full socket often."""
+
+    def run() -> None:
+        sock.settimeout(10)
+        while len(out) < want:
+            got = sock.recv(64 * 1024)
+            if not got:
+                return
+            out.extend(got)
+            time.sleep(0.001)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_history_sender_sends_buffers_and_file_regions_whole_and_in_order(tmp_path: Path) -> None:
+    file_bytes = os.urandom(3 * 1024 * 1024)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(file_bytes)
+    remote = os.urandom(4 * 1024 * 1024 + 5)
+    with io.FileIO(path, "r") as f:
+        parts: list[Any] = [b"head", memoryview(remote)[5:], FileRegion(f, 17, 2 * 1024 * 1024, 0), b"tail"]
+        expected = b"head" + remote[5:] + file_bytes[17:17 + 2 * 1024 * 1024] + b"tail"
+        assert _carries_history(parts)
+        a, b = socket.socketpair()
+        a.setblocking(False)  # as the event loop keeps it
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        got = bytearray()
+        reader = _slow_reader(b, len(expected), got)
+        sender = HistorySender(threads=2)
+        try:
+            sender.submit(a, parts).result(timeout=30)
+            reader.join(30)
+        finally:
+            sender.close()
+            a.close()
+            b.close()
+    assert bytes(got) == expected
+
+
+def test_history_sender_gives_up_on_a_reader_that_stops_reading() -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    sender = HistorySender(threads=1, stall_seconds=0.3)
+    try:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="read nothing for"):
+            sender.submit(a, [memoryview(os.urandom(16 * 1024 * 1024))]).result(timeout=30)
+        assert time.monotonic() - started < 10
+    finally:
+        sender.close()
+        a.close()
+        b.close()
+
+
+def test_history_sender_ends_with_a_connection_error_when_the_reader_goes_away() -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    sender = HistorySender(threads=1, stall_seconds=60)
+    try:
+        fut = sender.submit(a, [memoryview(os.urandom(16 * 1024 * 1024))])
+        time.sleep(0.2)  # the send is under way, blocked on a full socket
+        b.close()
+        with pytest.raises(OSError):  # BrokenPipeError / ConnectionResetError
+            fut.result(timeout=10)
+    finally:
+        sender.close()
+        a.close()
+
+
+def test_small_or_local_responses_stay_on_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b"x" * (1 << 20))
+    with io.FileIO(path, "r") as f:
+        assert not _carries_history([b"h" * 100, FileRegion(f, 0, 1 << 20, 0), b"t"])
+        assert not _carries_history([b"h" * 100, memoryview(b"r" * (server.SENDFILE_MIN_BYTES - 1))])
+        assert _carries_history([b"h" * 100, memoryview(b"r" * server.SENDFILE_MIN_BYTES)])
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_history_threads_run_on_the_cpus_given() -> None:
+    from fetch.affinity import pin_current_thread
+
+    cpu = max(os.sched_getaffinity(0))
+    seen: list[set[int]] = []
+
+    def run() -> None:
+        assert pin_current_thread(frozenset({cpu}))
+        seen.append(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [{cpu}]
+    assert len(os.sched_getaffinity(0)) >= 2  # the calling thread alone, not the process
