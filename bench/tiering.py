@@ -124,7 +124,8 @@ class Moto:
                       "ThreadedMotoServer(ip_address=\"127.0.0.1\", port=0).start()>'")
         if OTHERS:
             self.cmd = [*OTHERS, *self.cmd]
-            self.shown = f"{' '.join(OTHERS)} {self.shown}"
+            env_part, _, rest = self.shown.partition(" python ")
+            self.shown = f"{env_part} {' '.join(OTHERS)} python {rest}"
         log(f"starting moto S3 server: {self.shown}")
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline()
