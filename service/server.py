@@ -125,7 +125,7 @@ class Connection:
         self._closed = False
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
-        self._history_send: Future[None] | None = None
+        self._history_send: Future[tuple[int, int] | None] | None = None
 
     def start(self) -> None:
         self._tasks = [
@@ -151,6 +151,9 @@ class Connection:
         else:
             self._close_socket()
         self.server._connections.discard(self)
+
+    def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
+        self._history_send = fut
 
     def _close_socket(self) -> None:
         with contextlib.suppress(OSError):
@@ -234,9 +237,7 @@ class Connection:
                 if isinstance(response, bytes):
                     await loop.sock_sendall(self.sock, response)
                 elif self.server._history is not None and _carries_history(response):
-                    self._history_send = self.server._history.submit(self.sock, response)
-                    await asyncio.wrap_future(self._history_send)
-                    self._history_send = None
+                    await self.server._history.send(loop, self.sock, response, self._track_history_send)
                 else:
                     await _send_parts(loop, self.sock, response)
                 # release the response now, not when the next one (maybe a long
@@ -345,15 +346,22 @@ def _carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
 class HistorySender:
     """Threads that send responses carrying records read from the bucket.
 
-    The event loop hands such a response over whole and waits (without blocking)
-    for it to be sent: responses still leave each connection in request order,
-    and the loop is free for live traffic while the kernel copies history. The
+    The event loop hands such a response over and waits (without blocking) for
+    it to be sent: responses still leave each connection in request order, and
+    the loop is free for live traffic while the kernel copies history. The
     threads release the GIL in ``send``/``sendfile``/``poll``; with
     ``remote.log.reader.cpus`` they run on those CPUs, like the tiered-fetch pool.
 
-    A client that stops reading holds one thread until ``stall_seconds`` pass
-    without progress, then its connection is closed.
+    A thread never waits long on one client: when the socket stays full for
+    ``WAIT_MS`` it hands the rest back (:meth:`submit` resolves to where it
+    stopped), and the connection waits for the socket on the event loop before
+    submitting the rest. A consumer that reads slowly or not at all therefore
+    holds no thread, only its own response; after ``stall_seconds`` without
+    progress its connection is closed.
     """
+
+    #: how long a thread waits for a full socket before handing the send back
+    WAIT_MS = 50
 
     def __init__(self, threads: int, cpus: frozenset[int] = frozenset(), stall_seconds: float = 120.0) -> None:
         self._pool = ThreadPoolExecutor(
@@ -362,45 +370,76 @@ class HistorySender:
             initializer=pin_current_thread,
             initargs=(cpus,),
         )
-        self._stall_ms = int(stall_seconds * 1000)
+        self.stall_seconds = stall_seconds
 
-    def submit(self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]) -> Future[None]:
-        return self._pool.submit(self._send, sock, parts)
+    def submit(
+        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int] = (0, 0)
+    ) -> Future[tuple[int, int] | None]:
+        """Send ``parts`` from ``resume`` (part index, bytes of it already sent).
+
+        Resolves to ``None`` once all is sent, or to the position to resume from
+        when the socket stayed full.
+        """
+        return self._pool.submit(self._send, sock, parts, resume)
+
+    async def send(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+        parts: list[bytes | memoryview | FileRegion], track: Any = None,
+    ) -> None:
+        """Send ``parts`` whole, on the threads, waiting for a full socket on ``loop``.
+
+        ``track(future)`` is told of each thread-side step (the connection keeps
+        it to close its socket only when no thread is using it).
+        """
+        resume: tuple[int, int] | None = (0, 0)
+        while resume is not None:
+            fut = self.submit(sock, parts, resume)
+            if track is not None:
+                track(fut)
+            resume = await asyncio.wrap_future(fut)
+            if resume is not None:
+                try:
+                    await asyncio.wait_for(_writable(loop, sock.fileno()), self.stall_seconds)
+                except TimeoutError:
+                    raise TimeoutError(f"client read nothing for {self.stall_seconds:.0f} s") from None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _send(self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]) -> None:
+    def _send(
+        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int]
+    ) -> tuple[int, int] | None:
         fd = sock.fileno()
         poller = select.poll()
         poller.register(fd, select.POLLOUT)
 
-        def wait_writable() -> None:
-            events = poller.poll(self._stall_ms)
-            if not events:
-                raise TimeoutError(f"client read nothing for {self._stall_ms / 1000:.0f} s")
-            if events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+        def writable() -> bool:
+            events = poller.poll(self.WAIT_MS)
+            if events and events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
                 raise ConnectionResetError("connection closed during a history send")
+            return bool(events)
 
-        for part in parts:
+        index, done = resume
+        while index < len(parts):
+            part = parts[index]
             if isinstance(part, FileRegion):
-                offset, remaining = part.position, part.length
-                while remaining > 0:
+                while done < part.length:
                     try:
-                        sent = os.sendfile(fd, part.file.fileno(), offset, remaining)
+                        sent = os.sendfile(fd, part.file.fileno(), part.position + done, part.length - done)
                     except BlockingIOError:
-                        wait_writable()
+                        if not writable():
+                            return index, done
                         continue
                     if sent == 0:  # never send a short frame
-                        raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
-                    offset += sent
-                    remaining -= sent
-                continue
-            view = memoryview(part)
-            while view.nbytes:
-                try:
-                    sent = sock.send(view)
-                except BlockingIOError:
-                    wait_writable()
-                    continue
-                view = view[sent:]
+                        raise ConnectionError(f"file region ended early ({part.length - done} bytes missing)")
+                    done += sent
+            else:
+                view = memoryview(part)
+                while done < view.nbytes:
+                    try:
+                        done += sock.send(view[done:])
+                    except BlockingIOError:
+                        if not writable():
+                            return index, done
+            index, done = index + 1, 0
+        return None

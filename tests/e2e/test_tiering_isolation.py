@@ -4,6 +4,8 @@
   two other consumers read the whole history from the bucket.
 * With ``remote.log.reader.cpus``, the threads that read history from the bucket
   and send it run on that CPU alone, and every record arrives.
+* Clients that ask for history and stop reading hold up no other history reader,
+  and their going away mid-response leaves the broker serving.
 * A hundred consumers reading the history from the bucket at once: the broker's
   resident memory stays within a bound derived from its configuration (the chunk
   cache, one response per tiered-fetch thread, one response per connection), and
@@ -16,6 +18,8 @@ clients. The latency ratio itself is measured by the benchmark (bench/), not her
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -286,3 +290,47 @@ def test_history_threads_run_on_remote_log_reader_cpus_and_serve_every_record(
     # event loop and every other thread still may run anywhere
     assert 2 <= counts.get(history_cpu, 0) <= 6, counts
     assert sum(n for cpus, n in counts.items() if cpus != history_cpu) >= 1, counts
+
+
+def test_consumers_that_stop_reading_history_do_not_hold_up_other_history_readers(
+    start_broker: Any, s3_bucket: S3Bucket
+) -> None:
+    from tests.e2e import rawkafka
+
+    size = 1024
+    history = 6000
+    b = _tiered_broker(start_broker, s3_bucket, **{"log.segment.bytes": str(256 * 1024),
+                                                  "remote.log.reader.threads": "2"})
+    topic = helpers.topic_name("stalled")
+    _fill_and_tier(b, topic, history, size)
+
+    # six clients (three times the history-send threads) ask for 4 MiB of history,
+    # three requests each, with small receive buffers, and never read the answers
+    stalled = []
+    body = rawkafka.fetch_v4_body(topic, 0, 0, max_bytes=4 * MiB, partition_max_bytes=4 * MiB)
+    for _ in range(6):
+        conn = rawkafka.Connection.to(b.bootstrap)
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for i in range(3):
+            conn.send_raw(rawkafka.request(rawkafka.API_FETCH, 4, i + 1, body))
+        stalled.append(conn)
+    time.sleep(1.0)  # their responses are read from the bucket and stuck in their sockets
+    try:
+        started = time.monotonic()
+        reader = Reader(b.bootstrap, topic, 0, history, lambda o, v: v == _value(o, size))
+        reader.start()
+        reader.join(60)
+        assert reader.error is None and reader.got == history, (reader.error, reader.got)
+        # far below the 120 s after which a stalled client is cut off
+        assert time.monotonic() - started < 30
+        # the stalled clients are still connected, their responses waiting for them
+        first = stalled[0].read_frame()
+        assert first is not None and struct.unpack_from(">i", first)[0] == 1
+    finally:
+        for conn in stalled:
+            conn.sock.close()
+    # and the broker serves on after they went away mid-response
+    again = Reader(b.bootstrap, topic, 0, history, lambda o, v: v == _value(o, size))
+    again.start()
+    again.join(60)
+    assert again.error is None and again.got == history, (again.error, again.got)

@@ -9,8 +9,9 @@
 * :class:`HistorySender` (responses with records from the bucket, sent off the
   event loop): a response of buffers and file regions arrives whole and in order
   through a reader slower than the socket buffer; a reader that stops reading
-  gets its send ended after the stall time; a reader that goes away ends the
-  send with a connection error at once; the threads run on the CPUs given.
+  holds no thread and gets its send ended after the stall time; a reader that
+  goes away ends the send with a connection error at once; the threads run on
+  the CPUs given.
 """
 
 from __future__ import annotations
@@ -98,15 +99,26 @@ def _slow_reader(sock: socket.socket, want: int, out: bytearray) -> threading.Th
     def run() -> None:
         sock.settimeout(10)
         while len(out) < want:
-            got = sock.recv(64 * 1024)
+            got = sock.recv(1024 * 1024)
             if not got:
                 return
             out.extend(got)
-            time.sleep(0.001)
+            time.sleep(2 * HistorySender.WAIT_MS / 1000)  # the thread hands the send back
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
+
+
+def _send_history(sender: HistorySender, sock: socket.socket, parts: list[Any]) -> list[Any]:
+    """Run ``sender.send`` on an event loop; returns the thread-side steps it took."""
+    steps: list[Any] = []
+
+    async def main() -> None:
+        await sender.send(asyncio.get_running_loop(), sock, parts, steps.append)
+
+    asyncio.run(main())
+    return steps
 
 
 def test_history_sender_sends_buffers_and_file_regions_whole_and_in_order(tmp_path: Path) -> None:
@@ -125,23 +137,43 @@ def test_history_sender_sends_buffers_and_file_regions_whole_and_in_order(tmp_pa
         reader = _slow_reader(b, len(expected), got)
         sender = HistorySender(threads=2)
         try:
-            sender.submit(a, parts).result(timeout=30)
+            steps = _send_history(sender, a, parts)
             reader.join(30)
         finally:
             sender.close()
             a.close()
             b.close()
     assert bytes(got) == expected
+    # the slow reader made the threads hand the send back to the loop, which resumed it
+    assert len(steps) > 1 and steps[-1].result() is None
+    assert all(s.result() is not None for s in steps[:-1])
 
 
-def test_history_sender_gives_up_on_a_reader_that_stops_reading() -> None:
+def test_a_reader_that_stops_reading_holds_no_thread_and_is_cut_off_after_the_stall_time() -> None:
     a, b = socket.socketpair()
     a.setblocking(False)
-    sender = HistorySender(threads=1, stall_seconds=0.3)
+    sender = HistorySender(threads=1, stall_seconds=0.5)
     try:
+        big = [memoryview(os.urandom(16 * 1024 * 1024))]
         started = time.monotonic()
-        with pytest.raises(TimeoutError, match="read nothing for"):
-            sender.submit(a, [memoryview(os.urandom(16 * 1024 * 1024))]).result(timeout=30)
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            stalled = asyncio.create_task(sender.send(loop, a, big))
+            await asyncio.sleep(0.1)
+            # the one thread is free meanwhile: another client's response goes out at once
+            c, d = socket.socketpair()
+            c.setblocking(False)
+            try:
+                await asyncio.wait_for(sender.send(loop, c, [memoryview(b"x" * 100_000)]), 0.4)
+                assert len(d.recv(1 << 20)) > 0
+            finally:
+                c.close()
+                d.close()
+            with pytest.raises(TimeoutError, match="read nothing for"):
+                await stalled
+
+        asyncio.run(main())
         assert time.monotonic() - started < 10
     finally:
         sender.close()
@@ -154,11 +186,15 @@ def test_history_sender_ends_with_a_connection_error_when_the_reader_goes_away()
     a.setblocking(False)
     sender = HistorySender(threads=1, stall_seconds=60)
     try:
-        fut = sender.submit(a, [memoryview(os.urandom(16 * 1024 * 1024))])
-        time.sleep(0.2)  # the send is under way, blocked on a full socket
-        b.close()
-        with pytest.raises(OSError):  # BrokenPipeError / ConnectionResetError
-            fut.result(timeout=10)
+        async def main() -> None:
+            task = asyncio.create_task(sender.send(asyncio.get_running_loop(), a,
+                                                   [memoryview(os.urandom(16 * 1024 * 1024))]))
+            await asyncio.sleep(0.2)  # under way, waiting on a full socket
+            b.close()
+            with pytest.raises(OSError):  # BrokenPipeError / ConnectionResetError
+                await asyncio.wait_for(task, 10)
+
+        asyncio.run(main())
     finally:
         sender.close()
         a.close()
