@@ -53,7 +53,40 @@ TARGETS = {
     "spark_vs_raw": ("Spark from the bucket vs raw ranged GETs of the same objects", "ratio", 0.60),
 }
 
-CONSUMER_CODE = r"""
+#: prepended to every child: CPU seconds of the child's process tree (Spark: the driver,
+#: its JVM and the Python workers) and of the processes named in STRATA_BENCH_PIDS
+CPU_PRELUDE = r"""
+import json as _json, os as _os
+def _proc_cpu(pid):
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(f[11]) + int(f[12])) / _os.sysconf("SC_CLK_TCK")
+def _tree(root):
+    kids = {}
+    for d in _os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                ppid = int(open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out = [root]
+    for pid in out:
+        out += kids.get(pid, [])
+    return out
+def cpu_marks():
+    marks = {"client": sum(_proc_cpu(p) for p in _tree(_os.getpid()))}
+    for name, pid in _json.loads(_os.environ.get("STRATA_BENCH_PIDS", "{}")).items():
+        marks[name] = _proc_cpu(pid)
+    return marks
+def cpu_since(before):
+    now = cpu_marks()
+    return {k: round(now[k] - before.get(k, 0.0), 2) for k in now}
+"""
+
+CONSUMER_CODE = CPU_PRELUDE + r"""
 import json, sys, time
 from confluent_kafka import Consumer, TopicPartition
 bootstrap, topic, end = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -63,6 +96,7 @@ c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-spark-baseline"
 c.assign([TopicPartition(topic, 0, 0)])
 n = nbytes = 0
 last = -1
+c0 = cpu_marks()
 t0 = time.perf_counter()
 next_report = t0 + 2
 while last < end - 1:
@@ -76,11 +110,12 @@ while last < end - 1:
         print(f"    consumer: {n:,}/{end:,} records", flush=True)
         next_report += 2
 wall = time.perf_counter() - t0
+cpu = cpu_since(c0)
 c.close()
-print(json.dumps({"seconds": wall, "records": n, "value_bytes": nbytes, "last_offset": last}))
+print(json.dumps({"seconds": wall, "records": n, "value_bytes": nbytes, "last_offset": last, "cpu": cpu}))
 """
 
-RAW_CODE = r"""
+RAW_CODE = CPU_PRELUDE + r"""
 import json, sys, time, threading, boto3
 from botocore.config import Config
 endpoint, bucket, chunk, objects = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
@@ -97,13 +132,14 @@ def work():
         body = s3.get_object(Bucket=bucket, Key=k, Range=f"bytes={s}-{e - 1}")["Body"]
         n = len(body.read()); body.close()
         with lock: total[0] += n
+c0 = cpu_marks()
 t0 = time.perf_counter()
 threads = [threading.Thread(target=work) for _ in range(2)]
 [t.start() for t in threads]; [t.join() for t in threads]
-print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": total[0]}))
+print(json.dumps({"seconds": time.perf_counter() - t0, "bytes": total[0], "cpu": cpu_since(c0)}))
 """
 
-SPARK_CODE = r"""
+SPARK_CODE = CPU_PRELUDE + r"""
 import json, os, sys, time
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -131,9 +167,11 @@ parts = df.rdd.getNumPartitions()
 t0 = time.perf_counter()
 row = df.selectExpr(*ACTION).collect()[0]
 cold = time.perf_counter() - t0
+c0 = cpu_marks()
 t0 = time.perf_counter()
 row = strata().selectExpr(*ACTION).collect()[0]
 wall = time.perf_counter() - t0
+cpu = cpu_since(c0)
 
 # Spark's ceiling for a Python data source on this machine: the same schema, row count and
 # number of input partitions, from Arrow batches built once per task (nothing read or decoded)
@@ -165,18 +203,26 @@ class Ceiling(DataSource):
         return CeilingReader()
 spark.dataSource.register(Ceiling)
 for _ in range(2):  # warm like the read above: the JVM has already run one full pass
+    c0 = cpu_marks()
     t0 = time.perf_counter()
     ceiling = spark.read.format("ceiling").load().selectExpr(*ACTION).collect()[0]
     ceiling_wall = time.perf_counter() - t0
+    ceiling_cpu = cpu_since(c0)
 spark.stop()
 print(json.dumps({"seconds": wall, "cold_seconds": cold, "records": row.n, "first_offset": row.lo, "last_offset": row.hi,
                   "value_bytes": row.bytes, "input_partitions": parts,
-                  "ceiling_seconds": ceiling_wall, "ceiling_records": ceiling.n}))
+                  "ceiling_seconds": ceiling_wall, "ceiling_records": ceiling.n, "cpu": cpu,
+                  "ceiling_cpu": ceiling_cpu}))
 """
 
 
+#: pids whose CPU the children report over their timed windows (set once moto and the broker run)
+PIDS: dict[str, int] = {}
+
+
 def child(code: str, *args: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "STRATA_BENCH_PIDS": json.dumps(PIDS)}
     proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
     result = foundation.drain_json(proc)
@@ -232,6 +278,7 @@ def main() -> int:
     data["broker_command"] = " ".join(broker.cmd)
     try:
         broker.start()
+        PIDS.update(moto=moto_srv.proc.pid, broker=broker.proc.pid)
         fill = tiering.fill_topic(broker, records_file, TOPIC, cfg["records"], one_more)
         total = fill["records"]  # the records plus the one that sealed the last segment
         tiering.alter_topic(broker.bootstrap, TOPIC, **{"remote_storage_enable": "true"})
@@ -296,6 +343,19 @@ def main() -> int:
     return 0
 
 
+def _median_cpu(runs: dict) -> dict[str, dict[str, float]]:
+    """Median CPU seconds per process group, per reader (runs without CPU figures are left out)."""
+    series = {"broker": [r.get("cpu") for r in runs["broker"]], "raw": [r.get("cpu") for r in runs["raw"]],
+              "spark": [r.get("cpu") for r in runs["spark"]],
+              "ceiling": [r.get("ceiling_cpu") for r in runs["spark"]]}
+    out = {}
+    for k, xs in series.items():
+        xs = [x for x in xs if x]
+        if xs:
+            out[k] = {g: statistics.median(x.get(g, 0.0) for x in xs) for g in ("client", "moto", "broker")}
+    return out
+
+
 def write_report(data: dict, md_path: Path) -> None:
     md_path.with_name("benchmarks-spark.json").write_text(json.dumps(data, indent=2) + "\n")
     m, h, med, ratios = data["machine"], data["history"], data["median_seconds"], data["ratios"]
@@ -317,7 +377,9 @@ def write_report(data: dict, md_path: Path) -> None:
         shown = f"{got:.2f}×" if unit == "×" else f"{got:.0%}"
         req = f"≥ {need:.0f}×" if unit == "×" else f"≥ {need:.0%}"
         L.append(f"| {what} | {req} | {shown} | {'**yes**' if got >= need else '**NO**'} |")
-    L += ["", "| reader | seconds | records/s | object GB/s |", "| --- | ---: | ---: | ---: |"]
+    cpu = _median_cpu(data["runs"])
+    L += ["", "| reader | seconds | records/s | object GB/s | CPU s: reader | moto | broker | all ÷ 2 cores |",
+          "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     names = {"spark": "Spark `format(\"strata\")`, local[2], straight from the bucket",
              "broker": "confluent-kafka consumer through the broker (tiered fetch)",
              "raw": "raw boto3 ranged GETs, 2 threads, bodies dropped"}
@@ -326,7 +388,10 @@ def write_report(data: dict, md_path: Path) -> None:
                         "schema, rows and tasks, reading and decoding nothing")
     for k in ("spark", "spark_cold", "ceiling", "broker", "raw"):
         recs = "—" if k == "raw" else f"{h['records'] / med[k]:,.0f}"
-        L.append(f"| {names[k]} | {med[k]:.2f} | {recs} | {gb / med[k]:.3f} |")
+        c = cpu.get(k)
+        cols = ("— | — | — | —" if c is None else
+                f"{c['client']:.2f} | {c['moto']:.2f} | {c['broker']:.2f} | {sum(c.values()) / 2:.2f}")
+        L.append(f"| {names[k]} | {med[k]:.2f} | {recs} | {gb / med[k]:.3f} | {cols} |")
     need_broker, need_raw = TARGETS["spark_vs_broker"][2], TARGETS["spark_vs_raw"][2]
     allowance = med["raw"] / need_raw - med["ceiling"]
     text = (f"The ceiling is {ratios['ceiling_vs_broker']:.2f}× the consumer through the broker and "
@@ -337,6 +402,14 @@ def write_report(data: dict, md_path: Path) -> None:
     text += (f"To reach {need_raw:.0%} of the raw rate the reader may add at most {allowance:.2f} s to the "
              f"ceiling for its GETs, CRC checks and decoding; it adds {med['spark'] - med['ceiling']:.2f} s, "
              f"and the raw GETs alone (moto serving them on the same 2 cores) take {med['raw']:.2f} s.")
+    if "spark" in cpu and "ceiling" in cpu:
+        extra = {k: cpu["spark"][k] - cpu["ceiling"][k] for k in cpu["spark"]}
+        text += (f" CPU over the same windows (reader = the reading process and its children: for Spark the "
+                 f"driver, its JVM and the Python workers): the Spark read used {sum(cpu['spark'].values()):.1f} "
+                 f"CPU-seconds against the ceiling's {sum(cpu['ceiling'].values()):.1f}; of the "
+                 f"{sum(extra.values()):.1f} more, {extra['moto']:.1f} are moto serving the GETs and "
+                 f"{extra['client']:.1f} are Spark's side (GETs, CRC checks, decoding). With 2 cores, the last "
+                 "column is the shortest wall time that CPU allows.")
     L += ["", text, "",
           "Spark's time is the action alone (session start-up excluded; the headline figure is a warm "
           "JVM, as in a long-lived session, and the first full read of a fresh one is shown too); its result is checked: "

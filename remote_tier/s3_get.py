@@ -104,10 +104,22 @@ class S3Getter:
         ones); a transport failure that outlives the retries raises ``OSError`` or
         ``http.client.HTTPException``.
         """
+        status, body = self._get(key, range_header, None)
+        return status, bytes(body) if isinstance(body, memoryview) else body
+
+    def get_into(self, key: str, range_header: str | None, buf: memoryview) -> tuple[int, bytes | memoryview]:
+        """Like :meth:`get`, but a body that fits is received straight into ``buf``.
+
+        Returns the filled slice of ``buf`` (no allocation, no copy), or the body as
+        bytes when it does not fit. The slice is valid until ``buf`` is reused.
+        """
+        return self._get(key, range_header, buf)
+
+    def _get(self, key: str, range_header: str | None, into: memoryview | None) -> tuple[int, bytes | memoryview]:
         path = self._path_prefix + "/" + quote(key, safe="/~")
         for attempt in range(1, self._attempts + 1):
             try:
-                status, body = self._once(path, range_header)
+                status, body = self._once(path, range_header, into)
             except (OSError, http.client.HTTPException):
                 self._drop_connection()
                 if attempt == self._attempts:
@@ -128,12 +140,23 @@ class S3Getter:
 
     # -- one request --------------------------------------------------------------
 
-    def _once(self, path: str, range_header: str | None) -> tuple[int, bytes]:
+    def _once(self, path: str, range_header: str | None, into: memoryview | None) -> tuple[int, bytes | memoryview]:
         conn = self._connection()
         headers = self._sign(path, range_header)
         conn.request("GET", path, headers=headers)
         response = conn.getresponse()
-        body = response.read()
+        body: bytes | memoryview
+        length = response.length
+        if into is not None and response.status in (200, 206) and length is not None and length <= len(into):
+            got = 0
+            while got < length:
+                n = response.readinto(into[got:length])
+                if not n:
+                    raise http.client.IncompleteRead(bytes(into[:got]), length - got)
+                got += n
+            body = into[:length]
+        else:
+            body = response.read()
         if response.will_close:
             self._drop_connection()
         return response.status, body

@@ -46,8 +46,21 @@ class Bucket:
             self.gets[key] += 1
         return self._get(key, start, end)
 
+    def get_into(self, key: str, start: int, end: int, buf: memoryview) -> bytes | memoryview:
+        """Bytes ``[start, end)`` of an object, received into ``buf`` when they fit.
+
+        Returns the filled slice of ``buf`` (valid until ``buf`` is reused) or, when
+        the range does not fit or the store cannot, the bytes.
+        """
+        with self._lock:
+            self.gets[key] += 1
+        return self._get_into(key, start, end, buf)
+
     def _get(self, key: str, start: int | None, end: int | None) -> bytes:
         raise NotImplementedError
+
+    def _get_into(self, key: str, start: int, end: int, buf: memoryview) -> bytes | memoryview:
+        return self._get(key, start, end)
 
 
 class _FileBucket(Bucket):
@@ -60,12 +73,29 @@ class _FileBucket(Bucket):
                 "directory the broker was started with (strata up --object-store)"
             )
 
-    def _get(self, key: str, start: int | None, end: int | None) -> bytes:
-        path = self._root.joinpath(*key.split("/"))
+    def _get_into(self, key: str, start: int, end: int, buf: memoryview) -> bytes | memoryview:
+        if end - start > len(buf):
+            return self._get(key, start, end)
+        fd = self._open(key)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            got = 0
+            while got < end - start:
+                n = os.preadv(fd, [buf[got:end - start]], start + got)
+                if not n:
+                    break  # the object is shorter: the caller sees a short read
+                got += n
+            return buf[:got]
+        finally:
+            os.close(fd)
+
+    def _open(self, key: str) -> int:
+        try:
+            return os.open(self._root.joinpath(*key.split("/")), os.O_RDONLY)
         except FileNotFoundError:
             raise MissingObject(f"{self.url}: no object {key!r}") from None
+
+    def _get(self, key: str, start: int | None, end: int | None) -> bytes:
+        fd = self._open(key)
         try:
             lo = start or 0
             hi = os.fstat(fd).st_size if end is None else end
@@ -106,6 +136,10 @@ class _S3Bucket(Bucket):
             raise StrataSourceError(f"option s3.endpoint: {exc}") from exc
 
     def _get(self, key: str, start: int | None, end: int | None) -> bytes:
+        return bytes(self._get_into(key, start, end, None))
+
+    def _get_into(self, key: str, start: int | None, end: int | None,  # type: ignore[override]
+                  buf: memoryview | None) -> bytes | memoryview:
         from remote_tier.s3_get import S3GetError
 
         if start is None and end is None:
@@ -115,7 +149,10 @@ class _S3Bucket(Bucket):
         else:
             range_header = f"bytes={start or 0}-" + ("" if end is None else str(end - 1))
         try:
-            status, body = self._getter.get(self._prefix + key, range_header)
+            if buf is None:
+                status, body = self._getter.get(self._prefix + key, range_header)
+            else:
+                status, body = self._getter.get_into(self._prefix + key, range_header, buf)
         except S3GetError as err:
             if err.code == "NoSuchKey":
                 raise MissingObject(f"{self._where}: no object {key!r}") from None

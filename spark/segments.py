@@ -48,6 +48,8 @@ _CONTROL_BIT = 0x20
 _CRC_AT = 17
 _CRC = struct.Struct(">I")
 ROWS_PER_BATCH = 65_536
+#: Arrow batch size of the C decoder's path (see :attr:`FastColumns.full`)
+FAST_ROWS_PER_BATCH = 4_096
 #: an Arrow batch is cut before its keys or values pass this (binary offsets are int32)
 BYTES_PER_BATCH = 256 * 1024 * 1024
 _CODEC_MASK = 0x07
@@ -194,7 +196,10 @@ class FastColumns:
 
     @property
     def full(self) -> bool:
-        return self.rows >= ROWS_PER_BATCH or self.bytes >= BYTES_PER_BATCH
+        # flushed at FAST_ROWS_PER_BATCH: a Kafka batch of that many records or more
+        # becomes an Arrow batch on its own, its buffers wrapped without a copy
+        # (joining one part is free); only small Kafka batches are joined
+        return self.rows >= FAST_ROWS_PER_BATCH or self.bytes >= BYTES_PER_BATCH
 
     def add_raw(self, buf: memoryview, pos: int, size: int, lo: int, hi: int) -> None:
         """Records of the batch at ``buf[pos:pos + size]`` with offsets in ``[lo, hi)``."""
@@ -265,29 +270,49 @@ def _batches(buf: memoryview, pos: int) -> Iterator[tuple[int, int, int, int, in
 
 
 def _chunks(bucket: Bucket, key: str, start: int, end: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
-    """``(position, bytes)`` of complete batches from ``start`` up to ``end``, chunk by chunk."""
-    carry = b""
-    carry_pos = start
+    """``(position, bytes)`` of complete batches from ``start`` up to ``end``, chunk by chunk.
+
+    A batch cut by the end of a GET is read again, whole, by the next GET, which
+    starts at that batch: re-reading at most one batch per chunk costs less than
+    joining every chunk to the cut-off bytes of the one before. A batch larger
+    than ``chunk`` gets a GET of its own size.
+
+    GETs are received into one reused buffer: what is yielded is valid until the
+    generator is resumed (callers decode a chunk's batches before the next).
+    """
     pos = start
+    want = chunk
+    recv = memoryview(bytearray(0))  # every GET lands here: no fresh pages per chunk
     while pos < end:
-        data = bucket.get(key, pos, min(end, pos + chunk))
+        stop = min(end, pos + want)
+        if end - stop < chunk // 4:
+            stop = end  # no GET for a short remainder: the next one would mostly re-read
+        if stop - pos > len(recv):
+            recv = memoryview(bytearray(max(stop - pos, chunk + chunk // 4)))  # a new one: views may remain
+        data = bucket.get_into(key, pos, stop, recv)
         if not data:
             break
-        pos += len(data)
-        buf = memoryview(carry + data if carry else data)
+        buf = memoryview(data)
         used = 0
         for p, size, *_ in _batches(buf, 0):
             used = p + size
         if used:
-            yield carry_pos, buf[:used]
-        carry = bytes(buf[used:])
-        carry_pos += used
-    if carry and len(carry) >= HEADER_BYTES:
-        (_, length, *_rest) = _HEADER.unpack_from(carry, 0)
-        raise StrataSourceError(
-            f"object {key!r} ends inside a batch at byte {carry_pos} ({len(carry)} of "
-            f"{_LOG_OVERHEAD + length} bytes): the segment object is truncated"
-        )
+            yield pos, buf[:used]
+            pos += used
+            want = chunk
+            continue
+        # not one whole batch in what we got
+        at_end = pos + len(data) >= end
+        if len(data) < HEADER_BYTES and at_end:
+            break  # a few stray bytes at the very end: nothing to decode (as before)
+        need = _LOG_OVERHEAD + _HEADER.unpack_from(data, 0)[1] if len(data) >= HEADER_BYTES else HEADER_BYTES
+        if at_end or len(data) >= need or len(data) < stop - pos:
+            # the object ends (or a GET came back short) inside a batch
+            raise StrataSourceError(
+                f"object {key!r} ends inside a batch at byte {pos} ({len(data)} of "
+                f"{need} bytes): the segment object is truncated"
+            )
+        want = max(chunk, need)
 
 
 def read_segment(

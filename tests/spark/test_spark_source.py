@@ -177,6 +177,18 @@ def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: 
     assert {r[6] for r in got if r[0] == "codecs"} == {0}
 
 
+@pytest.mark.parametrize("chunk", ["1000", "5000", "65536"])
+def test_any_get_size_gives_the_same_records_through_the_reused_receive_buffer(
+    spark: Any, history: History, chunk: str
+) -> None:
+    # every GET lands in one reused buffer; batches cut by a GET are read again whole,
+    # and batches larger than a GET (1000 B) get a GET of their own size
+    h = history
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", **{"read.chunk.bytes": chunk},
+                        endingOffsets=json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})))
+    assert got == sorted(_no_headers(h.rows("codecs")), key=lambda t: (t[0], t[1], t[2]))
+
+
 def test_default_end_is_the_end_of_the_bucket_and_the_schema_is_kafkas(spark: Any, history: History) -> None:
     h = history
     df = _strata(spark, h.moto, h.store, subscribe="codecs")
