@@ -1,11 +1,11 @@
 """Tiered reads: fetches below the local log start, served from the bucket.
 
-Reads run on a bounded pool of tiered-fetch threads (``remote.log.reader.threads``),
-never on the event loop (pinned to ``remote.log.reader.cpus`` when set). Segment objects are read with ranged GETs in fixed-size
-chunks that go through a byte-bounded LRU :class:`ChunkCache`; concurrent misses
-of one chunk share one GET. A sequential reader gets the next chunk fetched
-ahead (read-ahead) while it consumes the current one. Remote offset indexes are
-cached per segment.
+Reads run on a bounded pool of tiered-fetch threads (``remote.log.reader.threads``,
+pinned to ``remote.log.reader.cpus`` when set), never on the event loop. Segment
+objects are read with ranged GETs in fixed-size chunks that go through a
+byte-bounded LRU :class:`ChunkCache`; concurrent misses of one chunk share one
+GET. A sequential reader gets the next chunk fetched ahead (read-ahead) while it
+consumes the current one. Remote offset indexes are cached per segment.
 
 Memory is bounded by the cache capacity plus, per tiered-fetch thread, one
 response's ``max_bytes``: a hundred consumers reading history at once queue on
@@ -150,6 +150,7 @@ class RemoteReader:
         cpus: frozenset[int] = frozenset(),
     ) -> None:
         self._source = source
+        self.cpus = cpus
         self._chunk = chunk_bytes
         self.cache = ChunkCache(cache_bytes)
         self._read_ahead = read_ahead_chunks

@@ -33,7 +33,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
 __all__ = ["S3GetError", "S3Getter"]
@@ -104,8 +104,7 @@ class S3Getter:
         ones); a transport failure that outlives the retries raises ``OSError`` or
         ``http.client.HTTPException``.
         """
-        status, body = self._get(key, range_header, None)
-        return status, bytes(body) if isinstance(body, memoryview) else body
+        return cast(tuple[int, bytes], self._get(key, range_header, None))  # bytes without ``into``
 
     def get_into(self, key: str, range_header: str | None, buf: memoryview) -> tuple[int, bytes | memoryview]:
         """Like :meth:`get`, but a body that fits is received straight into ``buf``.
@@ -127,7 +126,7 @@ class S3Getter:
             else:
                 if status in (200, 206):
                     return status, body
-                err = _error(status, body)
+                err = _error(status, bytes(body))  # error bodies are never read into a buffer
                 if (status not in _RETRY_STATUS and err.code not in _RETRY_CODES) or (
                     attempt == self._attempts
                 ):

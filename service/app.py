@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
-from fetch.affinity import parse_cpu_list
 from remote_tier.store import ObjectStore
 from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
@@ -60,7 +59,7 @@ async def _serve(
     )
     history = HistorySender(
         threads=config.get_int("remote.log.reader.threads"),
-        cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),
+        cpus=broker.tiering.reader.cpus,  # the tiered-fetch threads' CPUs, parsed once
     )
     server = KafkaServer(
         Router(broker),

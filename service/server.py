@@ -25,7 +25,7 @@ import select
 import socket
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeGuard
 
 from fetch.affinity import pin_current_thread
 from local_tier.segment import FileRegion
@@ -266,7 +266,7 @@ async def _send_parts(
 ) -> None:
     pending: list[bytes | memoryview] = []
     for part in parts:
-        if not isinstance(part, FileRegion) and len(part) >= SENDFILE_MIN_BYTES:
+        if _large_buffer(part):
             # large buffers (records read from the bucket, views of cached chunks):
             # sent as they are, no joined copy
             if pending:
@@ -340,7 +340,12 @@ def _carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
     Local records are :class:`FileRegion` parts; only remote reads put large
     buffers (views of cached chunks) in a response.
     """
-    return any(not isinstance(p, FileRegion) and len(p) >= SENDFILE_MIN_BYTES for p in parts)
+    return any(_large_buffer(p) for p in parts)
+
+
+def _large_buffer(part: bytes | memoryview | FileRegion) -> TypeGuard[bytes | memoryview]:
+    """Records read from the bucket (views of cached chunks), or any buffer too big to join."""
+    return not isinstance(part, FileRegion) and len(part) >= SENDFILE_MIN_BYTES
 
 
 class HistorySender:
@@ -353,7 +358,7 @@ class HistorySender:
     ``remote.log.reader.cpus`` they run on those CPUs, like the tiered-fetch pool.
 
     A thread never waits long on one client: when the socket stays full for
-    ``WAIT_MS`` it hands the rest back (:meth:`submit` resolves to where it
+    ``WAIT_MS`` it hands the rest back (:meth:`_submit` resolves to where it
     stopped), and the connection waits for the socket on the event loop before
     submitting the rest. A consumer that reads slowly or not at all therefore
     holds no thread, only its own response; after ``stall_seconds`` without
@@ -372,7 +377,7 @@ class HistorySender:
         )
         self.stall_seconds = stall_seconds
 
-    def submit(
+    def _submit(
         self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int] = (0, 0)
     ) -> Future[tuple[int, int] | None]:
         """Send ``parts`` from ``resume`` (part index, bytes of it already sent).
@@ -393,7 +398,7 @@ class HistorySender:
         """
         resume: tuple[int, int] | None = (0, 0)
         while resume is not None:
-            fut = self.submit(sock, parts, resume)
+            fut = self._submit(sock, parts, resume)
             if track is not None:
                 track(fut)
             resume = await asyncio.wrap_future(fut)

@@ -136,10 +136,13 @@ class _S3Bucket(Bucket):
             raise StrataSourceError(f"option s3.endpoint: {exc}") from exc
 
     def _get(self, key: str, start: int | None, end: int | None) -> bytes:
-        return bytes(self._get_into(key, start, end, None))
+        return bytes(self._request(key, start, end, None))
 
-    def _get_into(self, key: str, start: int | None, end: int | None,  # type: ignore[override]
-                  buf: memoryview | None) -> bytes | memoryview:
+    def _get_into(self, key: str, start: int, end: int, buf: memoryview) -> bytes | memoryview:
+        return self._request(key, start, end, buf)
+
+    def _request(self, key: str, start: int | None, end: int | None,
+                 buf: memoryview | None) -> bytes | memoryview:
         from remote_tier.s3_get import S3GetError
 
         if start is None and end is None:
@@ -148,6 +151,7 @@ class _S3Bucket(Bucket):
             return b""
         else:
             range_header = f"bytes={start or 0}-" + ("" if end is None else str(end - 1))
+        body: bytes | memoryview
         try:
             if buf is None:
                 status, body = self._getter.get(self._prefix + key, range_header)
