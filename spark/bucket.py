@@ -22,6 +22,7 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from spark.options import StrataSourceError
@@ -56,6 +57,10 @@ class Bucket:
             self.gets[key] += 1
         return self._get_into(key, start, end, buf)
 
+    def locate(self, key: str) -> str:
+        """A URL another process can GET ``key`` from without credentials (the JVM reader)."""
+        raise NotImplementedError
+
     def _get(self, key: str, start: int | None, end: int | None) -> bytes:
         raise NotImplementedError
 
@@ -87,6 +92,9 @@ class _FileBucket(Bucket):
             return buf[:got]
         finally:
             os.close(fd)
+
+    def locate(self, key: str) -> str:
+        return self._root.joinpath(*key.split("/")).resolve().as_uri()
 
     def _open(self, key: str) -> int:
         try:
@@ -122,6 +130,9 @@ class _S3Bucket(Bucket):
         endpoint = s3.get("endpoint") or f"https://s3.{region}.amazonaws.com"
         path_style = s3.get("path_style", "true").lower() != "false"
         self._prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self._session, self._endpoint, self._region, self._path_style = session, endpoint, region, path_style
+        self._bucket = bucket
+        self._presigner: Any = None
         self._where = f"s3://{bucket}/{self._prefix} at {endpoint}"
         try:
             self._getter = S3Getter(
@@ -134,6 +145,19 @@ class _S3Bucket(Bucket):
             )
         except ValueError as exc:
             raise StrataSourceError(f"option s3.endpoint: {exc}") from exc
+
+    def locate(self, key: str) -> str:
+        if self._presigner is None:
+            from botocore.config import Config
+
+            self._presigner = self._session.client(
+                "s3", endpoint_url=self._endpoint, region_name=self._region,
+                config=Config(signature_version="s3v4",
+                              s3={"addressing_style": "path" if self._path_style else "virtual"}))
+        url: str = self._presigner.generate_presigned_url(
+            "get_object", Params={"Bucket": self._bucket, "Key": self._prefix + key},
+            ExpiresIn=PRESIGN_SECONDS)
+        return url
 
     def _get(self, key: str, start: int | None, end: int | None) -> bytes:
         return bytes(self._request(key, start, end, None))
@@ -182,6 +206,9 @@ class _S3Bucket(Bucket):
             body = body[start or 0:] if end is None else body[start or 0:end]
         return body
 
+
+#: how long a URL signed at planning stays valid for the JVM reader (12 hours)
+PRESIGN_SECONDS = 12 * 3600
 
 _OPEN: dict[tuple[str, tuple[tuple[str, str], ...]], Bucket] = {}
 _OPEN_LOCK = threading.Lock()

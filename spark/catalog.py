@@ -42,13 +42,32 @@ class SegmentSlice(InputPartition):
     ``start_pos`` of ``None``: seek with the segment's offset index on the executor.
     """
 
-    def __init__(self, seg: SegmentRef, lo: int, hi: int, start_pos: int | None, end_pos: int) -> None:
+    def __init__(self, seg: SegmentRef, lo: int, hi: int, start_pos: int | None, end_pos: int,
+                 jvm: Mapping[str, Any] | None = None) -> None:
         super().__init__(None)
         self.seg, self.lo, self.hi, self.start_pos, self.end_pos = seg, lo, hi, start_pos, end_pos
+        #: for the JVM reader (``spark/jvm``): where to read the .log and .index, and the GET size
+        self.jvm = jvm
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # pickled as a call with one JSON string, so the JVM source can read the plan too
+        # (``StrataBatch`` registers a constructor for spark.catalog._segment_slice)
+        seg = self.seg
+        return _segment_slice, (json.dumps({
+            "topic": seg.topic, "partition": seg.partition, "key": seg.key, "base": seg.base_offset,
+            "last": seg.last_offset, "size": seg.size, "lo": self.lo, "hi": self.hi,
+            "start": self.start_pos, "end": self.end_pos, "jvm": self.jvm,
+        }),)
 
     def __repr__(self) -> str:
         return (f"SegmentSlice({self.seg.topic}-{self.seg.partition} [{self.lo}, {self.hi}) of "
                 f"{self.seg.key} bytes [{self.start_pos}, {self.end_pos}))")
+
+
+def _segment_slice(doc: str) -> SegmentSlice:
+    d = json.loads(doc)
+    seg = SegmentRef(d["topic"], d["partition"], d["key"], d["base"], d["last"], d["size"])
+    return SegmentSlice(seg, d["lo"], d["hi"], d["start"], d["end"], d["jvm"])
 
 
 class BrokerSlice(InputPartition):
@@ -308,4 +327,11 @@ def plan(catalog: Catalog, views: Iterable[PartitionView], starts: Mapping[tuple
         hi = ends[tp]
         lo = catalog.check_range(view, starts[tp], hi)
         out += catalog.slices(view, lo, hi)
-    return catalog.split(out, catalog.opts.min_partitions)
+    out = catalog.split(out, catalog.opts.min_partitions)
+    if catalog.opts.jvm:
+        for s in out:
+            if isinstance(s, SegmentSlice):
+                s.jvm = {"log": catalog.bucket.locate(s.seg.key),
+                         "index": catalog.bucket.locate(s.seg.sibling("index")),
+                         "chunk": catalog.opts.chunk_option or 0}
+    return out

@@ -68,8 +68,13 @@ class ReadOptions:
     s3: Mapping[str, str] = field(default_factory=dict)
     kafka: Mapping[str, str] = field(default_factory=dict)
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    #: ``read.chunk.bytes`` as given (None: not set). The JVM reader streams each slice in one
+    #: GET unless it is set; the Python reader holds a whole GET in memory, so it defaults to 32 MiB.
+    chunk_option: int | None = None
     #: what a start timestamp that matches no record means: "error" (Spark's default) or "latest"
     starting_timestamp_strategy: str = "error"
+    #: set by the JVM source (``strata.jvm``): slices carry locations the JVM reader can open
+    jvm: bool = False
 
     @property
     def bootstrap_servers(self) -> str | None:
@@ -90,7 +95,7 @@ _KNOWN = {
     "endingoffsetsbytimestamp", "startingoffsetsbytimestampstrategy", "includeheaders",
     "minpartitions", "failondataloss", "maxoffsetspertrigger", "object.store", "s3.endpoint",
     "s3.region", "s3.pathstyle", "s3.accesskey", "s3.secretkey", "s3.sessiontoken",
-    "read.chunk.bytes", "path",
+    "read.chunk.bytes", "path", "strata.jvm",
 }
 _S3 = {"s3.endpoint": "endpoint", "s3.region": "region", "s3.pathstyle": "path_style",
        "s3.accesskey": "access_key", "s3.secretkey": "secret_key", "s3.sessiontoken": "session_token"}
@@ -158,7 +163,9 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         s3={_S3[k]: v for k, v in opts.items() if k in _S3},
         kafka={k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")},
         chunk_bytes=_positive(opts, "read.chunk.bytes") or DEFAULT_CHUNK_BYTES,
+        chunk_option=_positive(opts, "read.chunk.bytes"),
         starting_timestamp_strategy=_strategy(opts),
+        jvm=_bool(opts, "strata.jvm", False),
     )
 
 

@@ -15,6 +15,7 @@ with no gap and no duplicate.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +47,14 @@ class StrataDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        # With the Strata jar loaded, "strata" is the JVM source (io.strata.spark.StrataProvider),
+        # which plans through this class under another name and reads segments in the JVM.
+        # Spark's planning worker checks this name too: the driver tells its Python workers
+        # through the environment Spark gives them.
+        if os.environ.get(_JVM_ENV) == "1" or _jvm_source_loaded():
+            from spark.jar import PYTHON_NAME
+
+            return PYTHON_NAME
         return "strata"
 
     def schema(self) -> str:
@@ -57,6 +66,29 @@ class StrataDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return StrataStreamReader(parse_options(self.options, streaming=True))
+
+
+#: set in the Python workers' environment when the driver has the JVM source
+_JVM_ENV = "STRATA_SPARK_JVM_SOURCE"
+
+
+def _jvm_source_loaded() -> bool:
+    """Whether the active session's driver can load the JVM source (the jar is on its classpath)."""
+    try:
+        from pyspark.sql import SparkSession
+
+        from spark.jar import PROVIDER_CLASS
+
+        session = SparkSession.getActiveSession()
+        jvm = session.sparkContext._jvm if session is not None else None
+        if jvm is None:
+            return False
+        loaded = bool(jvm.org.apache.spark.util.Utils.classIsLoadable(PROVIDER_CLASS))
+        if loaded and session is not None:
+            session.sparkContext.environment[_JVM_ENV] = "1"
+    except Exception:  # noqa: BLE001 - Spark Connect, no JVM, a py4j error: the Python source is "strata"
+        return False
+    return loaded
 
 
 def _catalog(opts: ReadOptions) -> Catalog:

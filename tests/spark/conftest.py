@@ -1,4 +1,10 @@
-"""A real local Spark session (``local[2]``) with the strata source registered."""
+"""A real local Spark session (``local[2]``) with the strata source registered.
+
+By default the session loads the Strata jar, so ``format("strata")`` is the JVM source
+(Python planning, JVM segment reads). ``STRATA_SPARK_READER=python`` leaves the jar out
+and runs the same tests against the Python reader alone (tests/spark/test_python_reader.py
+does that in a child pytest).
+"""
 
 from __future__ import annotations
 
@@ -19,9 +25,13 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from spark import StrataDataSource
+    from spark.jar import strata_jar
 
+    builder = SparkSession.builder
+    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
+        builder = builder.config("spark.jars", strata_jar())
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("strata-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -345,6 +346,91 @@ def _partly_tiered(b: Any, topic: str, per_partition: int) -> None:
                        "some segments tiered")
 
 
+def _scan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
+jvm_only = pytest.mark.skipif(os.environ.get("STRATA_SPARK_READER", "jvm") != "jvm",
+                              reason="the JVM reader's own test (STRATA_SPARK_READER=python)")
+
+
+@jvm_only
+def test_with_the_jar_segments_are_read_in_the_jvm_as_column_batches(spark: Any, history: History) -> None:
+    h = history
+    df = _strata(spark, h.moto, h.store, subscribe="codecs", includeHeaders="true")
+    query = df.selectExpr("count(*) AS n", "sum(length(value)) AS size")
+    row = query.collect()[0]
+    assert row.n == len(h.rows("codecs")) and row.size == sum(len(r[4]) for r in h.rows("codecs"))
+    plan = _scan(query)  # after the run: the final plan, columnar or not decided
+    assert "strata (segments read in the JVM)" in plan and "ColumnarToRow" in plan, plan
+    # headers, every codec and null keys come out of the JVM reader exactly as produced
+    assert _rows(df) == _hdr(h.rows("codecs"))
+
+
+def test_a_stream_from_earliest_catches_up_from_the_bucket_in_micro_batches(
+    spark: Any, history: History, tmp_path: Path
+) -> None:
+    h = history
+    reader = (spark.readStream.format("strata").option("object.store", h.store)
+              .option("s3.endpoint", h.moto.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("subscribe", "codecs")
+              .option("includeHeaders", "true").option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", "1500"))
+    out = str(tmp_path / "out")
+    query = (reader.load().writeStream.format("parquet").option("path", out)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(180)
+        assert query.exception() is None
+        batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+        plan = str(query._jsq.streamingQuery().lastExecution().executedPlan().toString())
+    finally:
+        query.stop()
+    assert len(batches) >= 3 and all(p["numInputRows"] <= 1500 for p in batches)
+    assert _rows(spark.read.parquet(out)) == _hdr(h.rows("codecs"))
+    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
+        assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
+
+
+def _corrupt_copy(h: History, dest: Path, damage: Any) -> str:
+    """A file:// copy of the bucket with ``damage(path)`` done to partition 0's second segment."""
+    _copy_to_directory(h, dest)
+    manifest = _manifest(h, "codecs", 0)
+    seg = manifest["segments"][1]
+    tid = manifest["topic_id"]
+    path = dest / "topics" / tid / "0" / f"{seg['base_offset']:020d}-{seg['upload_id']}.log"
+    damage(path)
+    return dest.as_uri()
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # inside the first batch's records
+    path.write_bytes(bytes(data))
+
+
+def _cut_in_the_middle(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_flip_a_byte, r"CRC mismatch in the batch at offset \d+ of object '.*\.log': the segment object is corrupt"),
+    (_cut_in_the_middle, r"object '.*\.log' ends inside a batch at byte \d+ .*: the segment object is truncated"),
+    (Path.unlink, r"no object '.*\.log'"),
+])
+def test_a_damaged_segment_object_fails_the_read_with_its_name(
+    spark: Any, history: History, tmp_path: Path, damage: Any, message: str
+) -> None:
+    store = _corrupt_copy(history, tmp_path, damage)
+    df = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [0]}').load()
+    with pytest.raises(Exception, match=message):
+        df.collect()
+    # the other partition, which is not damaged, still reads
+    got = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [1]}').load()
+    assert got.count() == history.ends["codecs"][1]
+
+
 def test_a_complete_snapshot_equals_what_a_kafka_consumer_reads(spark: Any, live: Any) -> None:
     b = live
     topic = "snapshot"
@@ -353,6 +439,9 @@ def test_a_complete_snapshot_equals_what_a_kafka_consumer_reads(spark: Any, live
     assert all(0 < e < 1500 for e in remote_ends.values()), remote_ends  # the tail is only on the broker
     df = _strata(spark, b.moto, b.store, subscribe=topic, **{"kafka.bootstrap.servers": b.bootstrap})
     got = _rows(df)
+    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
+        # segment slices read in the JVM, the broker's part by the Python reader, as rows
+        assert "strata (segments read in the JVM)" in _scan(df)
     msgs = helpers.consume(b.bootstrap, topic, [0, 1], 3000)
     want = sorted((topic, m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1], m.timestamp()[0] - 1,
                    None) for m in msgs)
