@@ -392,6 +392,15 @@ def test_a_stream_from_earliest_catches_up_from_the_bucket_in_micro_batches(
         assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
 
 
+def test_a_schema_that_is_not_kafkas_is_refused(spark: Any, history: History) -> None:
+    h = history
+    reader = (spark.read.format("strata").schema("key binary, value binary").option("object.store", h.store)
+              .option("s3.endpoint", h.moto.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("subscribe", "codecs"))
+    with pytest.raises(Exception, match="DATA_SOURCE_RETURN_SCHEMA_MISMATCH"):
+        reader.load().collect()
+
+
 def _corrupt_copy(h: History, dest: Path, damage: Any) -> str:
     """A file:// copy of the bucket with ``damage(path)`` done to partition 0's second segment."""
     _copy_to_directory(h, dest)
@@ -409,6 +418,17 @@ def _flip_a_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _overcount_records(path: Path) -> None:
+    """The first batch claims one record more than it holds, under a CRC that matches."""
+    import crc32c
+
+    data = bytearray(path.read_bytes())
+    count = int.from_bytes(data[57:61], "big")
+    data[57:61] = (count + 1).to_bytes(4, "big")
+    data[17:21] = crc32c.crc32c(bytes(data[21:12 + int.from_bytes(data[8:12], "big")])).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+
+
 def _cut_in_the_middle(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -417,6 +437,7 @@ def _cut_in_the_middle(path: Path) -> None:
 @pytest.mark.parametrize(("damage", "message"), [
     (_flip_a_byte, r"CRC mismatch in the batch at offset \d+ of object '.*\.log': the segment object is corrupt"),
     (_cut_in_the_middle, r"object '.*\.log' ends inside a batch at byte \d+ .*: the segment object is truncated"),
+    (_overcount_records, r"batch at offset \d+.*(malformed|record count does not fit)"),
     (Path.unlink, r"no object '.*\.log'"),
 ])
 def test_a_damaged_segment_object_fails_the_read_with_its_name(

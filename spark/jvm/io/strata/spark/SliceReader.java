@@ -32,6 +32,7 @@ import org.xerial.snappy.Snappy;
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   static final int ROWS = 4096;
+  static final int BYTES = 64 << 20;
   private static final int HEADER = 61;
   private static final int LOG_OVERHEAD = 12;
   private static final int CRC_AT = 17;
@@ -53,6 +54,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   // the Kafka batch being decoded (records may span several column batches)
   private byte[] recs;
   private int recAt;
+  private int recsEnd; // end of the current Kafka batch's records in recs
+  private long batchBytes; // key, value and header bytes in the column batch being filled
   private int recsLeft;
   private long batchBase;
   private long batchBaseTs;
@@ -104,13 +107,12 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       headerVec.reset();
     }
     int rows = 0;
+    batchBytes = 0;
     while (rows < ROWS) {
       if (recsLeft > 0) {
-        try {
-          rows = decode(rows);
-        } catch (IndexOutOfBoundsException e) { // the CRC matched: written malformed
-          throw new IllegalStateException("a record of the batch at offset " + batchBase + " of object '"
-              + slice.key + "' runs past the end of its batch: the batch is malformed", e);
+        rows = decode(rows);
+        if (rows > 0 && batchBytes >= BYTES) {
+          break;
         }
         continue;
       }
@@ -148,12 +150,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         throw new IllegalStateException("not a RecordBatch v2 at byte " + (bufPos + at) + " of object '"
             + slice.key + "' (magic " + magic + ", length " + length + ")");
       }
-      int size = LOG_OVERHEAD + length;
-      if (bufPos + at + size > slice.end) { // also a corrupt length: no buffer is sized by it
+      long whole = LOG_OVERHEAD + (long) length;
+      if (bufPos + at + whole > slice.end) { // also a corrupt length: no buffer is sized by it
         throw new IllegalStateException("object '" + slice.key + "' ends inside a batch at byte "
-            + (bufPos + at) + " (" + (slice.end - bufPos - at) + " of " + size
+            + (bufPos + at) + " (" + (slice.end - bufPos - at) + " of " + whole
             + " bytes): the segment object is truncated");
       }
+      int size = (int) whole;
       if (have - at < size && !fill(size)) {
         return false;
       }
@@ -183,8 +186,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       if (codec == 0) {
         recs = buf;
         recAt = pos + HEADER;
+        recsEnd = pos + size;
       } else {
-        recs = decompress(codec, pos + HEADER, size - HEADER, base);
+        recsEnd = decompress(codec, pos + HEADER, size - HEADER, base);
+        recs = inflated;
         recAt = 0;
       }
       return true;
@@ -212,7 +217,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       int n = in.read(buf, have, buf.length - have);
       if (n < 0) {
         int left = have - at;
-        if (left < HEADER) {
+        if (left < HEADER && bufPos + have >= slice.end) {
           done = true;
           return false; // a few stray bytes at the very end: nothing to decode
         }
@@ -224,7 +229,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     return true;
   }
 
-  private byte[] decompress(int codec, int off, int len, long base) throws IOException {
+  /** Decompresses {@code buf[off, off + len)} into {@code inflated}; returns the length. */
+  private int decompress(int codec, int off, int len, long base) throws IOException {
     try {
       switch (codec) {
         case 1:
@@ -245,7 +251,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
   }
 
-  private byte[] drain(InputStream stream) throws IOException {
+  private int drain(InputStream stream) throws IOException {
     try (InputStream s = stream) {
       int n = 0;
       while (true) {
@@ -254,7 +260,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         }
         int r = s.read(inflated, n, inflated.length - n);
         if (r < 0) {
-          return inflated;
+          return n;
         }
         n += r;
       }
@@ -262,14 +268,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   }
 
   /** Raw snappy, or the xerial framing Kafka's Java client writes (header, then length-prefixed blocks). */
-  private byte[] snappy(int off, int len) throws IOException {
+  private int snappy(int off, int len) throws IOException {
     boolean xerial = len >= 16 && (buf[off] & 0xff) == 0x82 && buf[off + 1] == 'S' && buf[off + 2] == 'N'
         && buf[off + 3] == 'A' && buf[off + 4] == 'P' && buf[off + 5] == 'P' && buf[off + 6] == 'Y'
         && buf[off + 7] == 0;
     if (!xerial) {
       ensureInflated(Snappy.uncompressedLength(buf, off, len));
-      Snappy.uncompress(buf, off, len, inflated, 0);
-      return inflated;
+      return Snappy.uncompress(buf, off, len, inflated, 0);
     }
     int p = off + 16;
     int stop = off + len;
@@ -282,7 +287,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       n += Snappy.uncompress(buf, p, block, inflated, n);
       p += block;
     }
-    return inflated;
+    return n;
   }
 
   private void ensureInflated(int size) {
@@ -293,16 +298,23 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   // -- records ------------------------------------------------------------------------------
 
-  /** Decodes records of the current Kafka batch into rows from {@code row}; returns the row count. */
+  /**
+   * Decodes records of the current Kafka batch into rows from {@code row}; returns the row count.
+   * A column batch ends at {@value #ROWS} rows or once its keys, values and headers pass
+   * {@value #BYTES} bytes (Spark keeps a vector's bytes in one array).
+   */
   private int decode(int row) {
     byte[] b = recs;
-    while (recsLeft > 0 && row < ROWS) {
+    while (recsLeft > 0 && row < ROWS && (row == 0 || batchBytes < BYTES)) {
       recsLeft--;
-      int length = (int) varlong(b);
+      int length = (int) varlong(b, recsEnd);
       int next = recAt + length;
+      if (length < 0 || next > recsEnd) {
+        throw malformed("a record runs past the end of its batch");
+      }
       recAt++; // attributes
-      long tsDelta = varlong(b);
-      long offset = batchBase + varlong(b);
+      long tsDelta = varlong(b, next);
+      long offset = batchBase + varlong(b, next);
       if (offset < slice.lo) {
         recAt = next;
         continue;
@@ -312,13 +324,13 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
         done = true;
         break;
       }
-      bytesField(b, keyVec, row);
-      bytesField(b, valueVec, row);
+      bytesField(b, keyVec, row, next);
+      bytesField(b, valueVec, row, next);
       offsetVec.putLong(row, offset);
       timestampVec.putLong(row, (logAppend ? batchMaxTs : batchBaseTs + tsDelta) * 1000L);
       typeVec.putInt(row, logAppend ? 1 : 0);
       if (headerVec != null) {
-        headers(b, row);
+        headers(b, row, next);
       }
       recAt = next;
       row++;
@@ -326,8 +338,16 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     return row;
   }
 
-  private void headers(byte[] b, int row) {
-    int count = (int) varlong(b);
+  private IllegalStateException malformed(String what) {
+    return new IllegalStateException("the batch at offset " + batchBase + " of object '" + slice.key
+        + "' is malformed: " + what);
+  }
+
+  private void headers(byte[] b, int row, int next) {
+    int count = (int) varlong(b, next);
+    if (count > next - recAt) {
+      throw malformed("a record has more headers than bytes");
+    }
     WritableColumnVector structs = headerVec.arrayData();
     WritableColumnVector keys = structs.getChild(0);
     WritableColumnVector values = structs.getChild(1);
@@ -340,28 +360,35 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     }
     for (int i = 0; i < count; i++) {
       structs.putNotNull(first + i);
-      bytesField(b, keys, first + i);
-      bytesField(b, values, first + i);
+      bytesField(b, keys, first + i, next);
+      bytesField(b, values, first + i, next);
     }
     structs.addElementsAppended(Math.max(count, 0));
   }
 
   /** A varint length, then that many bytes (a length of -1: null), into {@code vec} at {@code row}. */
-  private void bytesField(byte[] b, WritableColumnVector vec, int row) {
-    int len = (int) varlong(b);
+  private void bytesField(byte[] b, WritableColumnVector vec, int row, int next) {
+    int len = (int) varlong(b, next);
     if (len < 0) {
       vec.putNull(row);
     } else {
+      if (len > next - recAt) {
+        throw malformed("a field runs past the end of its record");
+      }
       vec.putByteArray(row, b, recAt, len);
       recAt += len;
+      batchBytes += len;
     }
   }
 
-  /** A zig-zag varint (Kafka's record fields) at {@code recAt}. */
-  private long varlong(byte[] b) {
+  /** A zig-zag varint (Kafka's record fields) at {@code recAt}, before {@code limit}. */
+  private long varlong(byte[] b, int limit) {
     long raw = 0;
     int shift = 0;
     while (true) {
+      if (recAt >= limit) {
+        throw malformed("a record ends inside a varint");
+      }
       byte x = b[recAt++];
       raw |= (long) (x & 0x7f) << shift;
       if (x >= 0) {
@@ -369,8 +396,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       }
       shift += 7;
       if (shift > 63) {
-        throw new IllegalStateException("a record of the batch at offset " + batchBase + " of object '"
-            + slice.key + "' has a malformed varint");
+        throw malformed("a varint is longer than 10 bytes");
       }
     }
     return (raw >>> 1) ^ -(raw & 1);
@@ -419,6 +445,34 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
    * {@code chunk} bytes; a GET that fails part-way is resumed where it stopped (3 retries).
    * {@code where} is a presigned http(s) URL or a file: URL.
    */
+  /** Trust for https endpoints: the JVM's, plus the PEM bundle in AWS_CA_BUNDLE (as boto3 does). */
+  static final class Tls {
+    static final javax.net.ssl.SSLSocketFactory FACTORY = load(System.getenv("AWS_CA_BUNDLE"));
+
+    private static javax.net.ssl.SSLSocketFactory load(String bundle) {
+      if (bundle == null || bundle.isEmpty()) {
+        return null;
+      }
+      try (InputStream in = new java.io.FileInputStream(bundle)) {
+        java.security.KeyStore store = java.security.KeyStore.getInstance(java.security.KeyStore.getDefaultType());
+        store.load(null, null);
+        int i = 0;
+        for (java.security.cert.Certificate c
+            : java.security.cert.CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+          store.setCertificateEntry("aws-ca-bundle-" + i++, c);
+        }
+        javax.net.ssl.TrustManagerFactory trust =
+            javax.net.ssl.TrustManagerFactory.getInstance(javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm());
+        trust.init(store);
+        javax.net.ssl.SSLContext context = javax.net.ssl.SSLContext.getInstance("TLS");
+        context.init(null, trust.getTrustManagers(), null);
+        return context.getSocketFactory();
+      } catch (IOException | java.security.GeneralSecurityException e) {
+        throw new IllegalStateException("AWS_CA_BUNDLE=" + bundle + " is not a readable PEM bundle: " + e, e);
+      }
+    }
+  }
+
   static final class ObjectStream implements AutoCloseable {
     private final String where;
     private final String key;
@@ -455,6 +509,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
               end = pos; // the object ends here
               return -1;
             }
+            if (bodyEnd <= pos) { // an empty body: the object ends here
+              closeBody();
+              end = pos;
+              return -1;
+            }
             if (pos >= bodyEnd) {
               closeBody();
               continue;
@@ -472,6 +531,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
             }
             return n;
           }
+        } catch (javax.net.ssl.SSLException e) { // not a passing network fault: no retry
+          closeBody();
+          throw new IOException("TLS with the object store failed reading '" + key + "' (" + e.getMessage()
+              + "); if it uses a private certificate authority, set AWS_CA_BUNDLE on the executors "
+              + "(a PEM file) or add the authority to the JVM's truststore", e);
         } catch (IOException e) {
           closeBody();
           if (attempt >= RETRIES) {
@@ -492,20 +556,30 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     private boolean open() throws IOException {
       long stop = Math.min(end, pos + chunk);
       conn = (HttpURLConnection) URI.create(where).toURL().openConnection();
+      if (conn instanceof javax.net.ssl.HttpsURLConnection && Tls.FACTORY != null) {
+        ((javax.net.ssl.HttpsURLConnection) conn).setSSLSocketFactory(Tls.FACTORY);
+      }
       conn.setConnectTimeout(10_000);
       conn.setReadTimeout(60_000);
       conn.setRequestProperty("Range", "bytes=" + pos + "-" + (stop - 1));
       int status = conn.getResponseCode();
-      if (status == 206 || status == 200) {
+      if (status == 206) {
         long length = conn.getContentLengthLong();
         body = conn.getInputStream();
-        long first = pos;
-        if (status == 200) { // the whole object: skip to pos
-          body.skipNBytes(pos);
-          first = 0;
-        }
-        bodyEnd = length < 0 ? stop : Math.min(stop, first + length);
+        bodyEnd = length < 0 ? stop : Math.min(stop, pos + length);
         bodyShort = bodyEnd < stop;
+        return true;
+      }
+      if (status == 200) { // the store ignored the range: the whole object, read on to the end
+        long length = conn.getContentLengthLong();
+        body = conn.getInputStream();
+        if (length >= 0 && pos >= length) {
+          closeBody();
+          return false;
+        }
+        body.skipNBytes(pos);
+        bodyEnd = length < 0 ? end : Math.min(end, length);
+        bodyShort = bodyEnd < end;
         return true;
       }
       String detail = errorBody();

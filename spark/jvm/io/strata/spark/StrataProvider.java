@@ -17,6 +17,7 @@ import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.sources.DataSourceRegister;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -79,6 +80,24 @@ public final class StrataProvider implements TableProvider, DataSourceRegister {
     return delegate().supportsExternalMetadata();
   }
 
+  private static final String[] KAFKA_COLUMNS = {"key:binary", "value:binary", "topic:string",
+      "partition:int", "offset:bigint", "timestamp:timestamp", "timestampType:int",
+      "headers:array<struct<key:string,value:binary>>"};
+
+  /** Whether {@code schema} is Spark's Kafka schema, with or without headers: what SliceReader fills. */
+  static boolean kafkaSchema(StructType schema) {
+    StructField[] fields = schema.fields();
+    if (fields.length != KAFKA_COLUMNS.length && fields.length != KAFKA_COLUMNS.length - 1) {
+      return false;
+    }
+    for (int i = 0; i < fields.length; i++) {
+      if (!(fields[i].name() + ":" + fields[i].dataType().catalogString()).equals(KAFKA_COLUMNS[i])) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   /** The Python source's table, with batch reads of bucket slices done in the JVM. */
   static final class StrataTable implements SupportsRead {
     private final Table python;
@@ -128,12 +147,15 @@ public final class StrataProvider implements TableProvider, DataSourceRegister {
 
     @Override
     public Batch toBatch() {
-      return new StrataBatch(python.toBatch(), python.readSchema());
+      Batch batch = python.toBatch();
+      // a schema the user gave that is not Kafka's: the Python reader rejects it, with Spark's error
+      return kafkaSchema(readSchema()) ? new StrataBatch(batch, readSchema()) : batch;
     }
 
     @Override
     public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-      return StrataStream.wrap(python.toMicroBatchStream(checkpointLocation), python.readSchema());
+      MicroBatchStream stream = python.toMicroBatchStream(checkpointLocation);
+      return kafkaSchema(readSchema()) ? StrataStream.wrap(stream, readSchema()) : stream;
     }
 
     @Override
