@@ -15,7 +15,7 @@ segments) produced with kcat and uploaded. Then, interleaved, ``repeats`` times:
   process) with the Strata jar (``spark.jar``: Python planning, segments read in the
   JVM, one streamed GET per slice), the action ``count(*), min(offset), max(offset),
   sum(length(value))``, timed around the action only and checked against the topic;
-  warm: the median of the 3 full reads after the first;
+  warm: the median of the 5 full reads after the first;
 * **spark_python**: the same without the jar (the Python reader, 32 MiB GETs), and a
   Python data source that yields pre-built Arrow batches (that reader's ceiling).
 
@@ -161,7 +161,7 @@ spark = (builder.master("local[2]").config("spark.ui.enabled", "false")
 spark.sparkContext.setLogLevel("ERROR")
 from spark import StrataDataSource
 spark.dataSource.register(StrataDataSource)
-WARM_READS = 3
+WARM_READS = 5
 ACTION = ("count(*) AS n", "min(offset) AS lo", "max(offset) AS hi", "sum(length(value)) AS bytes")
 
 def strata(**options):
@@ -445,7 +445,7 @@ def write_report(data: dict, md_path: Path) -> None:
     L += ["", text, "",
           "Spark's time is the action alone (session start-up excluded). The headline figure is a warm "
           "session, as a long-lived one (a notebook, a job reading more than one topic) is: the median of "
-          "three full reads after the first, which pays for JIT compilation of the read path and of "
+          "five full reads after the first, which pays for JIT compilation of the read path and of "
           "Spark's own query machinery and is shown on its own line. Every result is checked: count, first "
           "and last offset. Commands: broker `" + data["broker_command"] + "`; the readers are the "
           "scripts in `bench/spark_backfill.py` (`CONSUMER_CODE`, `RAW_CODE`, `SPARK_CODE`).",
