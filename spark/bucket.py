@@ -16,6 +16,7 @@ for tests and for the benchmark.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import threading
@@ -116,6 +117,7 @@ class _S3Bucket(Bucket):
     def __init__(self, url: str, bucket: str, prefix: str, s3: Mapping[str, str]) -> None:
         super().__init__(url)
         import boto3
+        from botocore.config import Config
         from botocore.httpsession import DEFAULT_CA_BUNDLE
 
         from remote_tier.s3_get import S3Getter, frozen_credentials
@@ -130,9 +132,12 @@ class _S3Bucket(Bucket):
         endpoint = s3.get("endpoint") or f"https://s3.{region}.amazonaws.com"
         path_style = s3.get("path_style", "true").lower() != "false"
         self._prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self._session, self._endpoint, self._region, self._path_style = session, endpoint, region, path_style
         self._bucket = bucket
+        # the JVM reader's URLs are signed by botocore; its client is made on first use only
         self._presigner: Any = None
+        self._new_presigner = functools.partial(
+            session.client, "s3", endpoint_url=endpoint, region_name=region,
+            config=Config(signature_version="s3v4", s3={"addressing_style": "path" if path_style else "virtual"}))
         self._where = f"s3://{bucket}/{self._prefix} at {endpoint}"
         try:
             self._getter = S3Getter(
@@ -148,12 +153,7 @@ class _S3Bucket(Bucket):
 
     def locate(self, key: str) -> str:
         if self._presigner is None:
-            from botocore.config import Config
-
-            self._presigner = self._session.client(
-                "s3", endpoint_url=self._endpoint, region_name=self._region,
-                config=Config(signature_version="s3v4",
-                              s3={"addressing_style": "path" if self._path_style else "virtual"}))
+            self._presigner = self._new_presigner()
         url: str = self._presigner.generate_presigned_url(
             "get_object", Params={"Bucket": self._bucket, "Key": self._prefix + key},
             ExpiresIn=PRESIGN_SECONDS)

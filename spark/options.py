@@ -67,14 +67,18 @@ class ReadOptions:
     object_store: str = ""
     s3: Mapping[str, str] = field(default_factory=dict)
     kafka: Mapping[str, str] = field(default_factory=dict)
-    chunk_bytes: int = DEFAULT_CHUNK_BYTES
     #: ``read.chunk.bytes`` as given (None: not set). The JVM reader streams each slice in one
-    #: GET unless it is set; the Python reader holds a whole GET in memory, so it defaults to 32 MiB.
+    #: GET unless it is set; the Python reader holds a whole GET in memory (``chunk_bytes``).
     chunk_option: int | None = None
     #: what a start timestamp that matches no record means: "error" (Spark's default) or "latest"
     starting_timestamp_strategy: str = "error"
     #: set by the JVM source (``strata.jvm``): slices carry locations the JVM reader can open
     jvm: bool = False
+
+    @property
+    def chunk_bytes(self) -> int:
+        """The Python reader's GET size: ``read.chunk.bytes``, else 32 MiB."""
+        return self.chunk_option or DEFAULT_CHUNK_BYTES
 
     @property
     def bootstrap_servers(self) -> str | None:
@@ -162,7 +166,6 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         object_store=store,
         s3={_S3[k]: v for k, v in opts.items() if k in _S3},
         kafka={k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")},
-        chunk_bytes=_positive(opts, "read.chunk.bytes") or DEFAULT_CHUNK_BYTES,
         chunk_option=_positive(opts, "read.chunk.bytes"),
         starting_timestamp_strategy=_strategy(opts),
         jvm=_bool(opts, "strata.jvm", False),

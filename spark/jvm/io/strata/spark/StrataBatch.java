@@ -55,10 +55,9 @@ final class StrataBatch implements Batch {
     for (InputPartition p : planned) {
       Slice slice = null;
       if (p instanceof PythonInputPartition) {
-        slice = toSlice(((PythonInputPartition) p).index(), ((PythonInputPartition) p).pickedPartition());
+        slice = toSlice(((PythonInputPartition) p).pickedPartition());
       } else if (p instanceof PythonStreamingInputPartition) {
-        PythonStreamingInputPartition s = (PythonStreamingInputPartition) p;
-        slice = toSlice(s.index(), s.pickedPartition());
+        slice = toSlice(((PythonStreamingInputPartition) p).pickedPartition());
       }
       out.add(slice != null ? slice : p);
     }
@@ -74,7 +73,7 @@ final class StrataBatch implements Batch {
     return all;
   }
 
-  private static Slice toSlice(int index, byte[] pickled) {
+  private static Slice toSlice(byte[] pickled) {
     Object value;
     try {
       Unpickler unpickler = new Unpickler();
@@ -87,7 +86,7 @@ final class StrataBatch implements Batch {
       return null;
     }
     try {
-      return Slice.fromJson(index, ((SliceJson) value).json);
+      return Slice.fromJson(((SliceJson) value).json);
     } catch (IOException e) {
       throw new IllegalStateException("strata: cannot read a planned slice: " + e.getMessage(), e);
     }
@@ -111,7 +110,6 @@ final class StrataBatch implements Batch {
     private static final long serialVersionUID = 1L;
     private static final ObjectMapper JSON = new ObjectMapper();
 
-    final int index;
     final String topic;
     final int partition;
     final String key;
@@ -125,8 +123,7 @@ final class StrataBatch implements Batch {
     final String offsetIndex;
     final long chunkBytes; // GET size; 0: the whole range in one GET
 
-    private Slice(int index, JsonNode n) {
-      this.index = index;
+    private Slice(JsonNode n) {
       topic = n.get("topic").asText();
       partition = n.get("partition").asInt();
       key = n.get("key").asText();
@@ -145,8 +142,8 @@ final class StrataBatch implements Batch {
       chunkBytes = where.get("chunk").asLong();
     }
 
-    static Slice fromJson(int index, String json) throws IOException {
-      return new Slice(index, JSON.readTree(json));
+    static Slice fromJson(String json) throws IOException {
+      return new Slice(JSON.readTree(json));
     }
 
     @Override
