@@ -12,7 +12,7 @@ from typing import Any
 
 from controller.configs import BrokerConfig
 from remote_tier.store import ObjectStore
-from service.admin_http import AdminHttpServer
+from service.http.server import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
 from service.server import HistorySender, KafkaServer

@@ -35,7 +35,7 @@ from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
 from remote_tier.uploader import RemoteLogManager
-from service.metrics import REMOTE_READ_BUCKETS, LatencyHistograms
+from service.http.metrics import REMOTE_READ_BUCKETS, LatencyHistograms
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig

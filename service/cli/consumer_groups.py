@@ -1,6 +1,6 @@
 """`strata groups list|describe|reset|delete`, in the manner of kafka-consumer-groups.sh.
 
-Like :mod:`service.client_commands` these talk the Kafka protocol through
+Like :mod:`service.cli.client_commands` these talk the Kafka protocol through
 confluent-kafka's AdminClient (ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, OffsetCommit, DeleteGroups), so they work against any
 Kafka-compatible broker, and every failure is one line on stderr with exit
@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from service.client_commands import (
+from service.cli.client_commands import (
     _CLIENT_TIMEOUT_S,
     CliError,
     _admin,

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import Any
 
-from service.client_commands import (
+from service.cli.client_commands import (
     CliError,
     _describe_kafka_error,
     _guarded,
@@ -49,7 +49,7 @@ from service.client_commands import (
     _probe,
     _topic_metadata,
 )
-from service.perf import ClientHealth, client_config, kafka_error_text, prop, user_props
+from service.cli.perf.command import ClientHealth, client_config, kafka_error_text, prop, user_props
 
 __all__ = ["DETAILED_HEADER", "HEADER", "register"]
 

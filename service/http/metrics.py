@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from local_tier.errors import KafkaError
-from service.state import group_lag, partition_state
+from service.http.state import group_lag, partition_state
 
 if TYPE_CHECKING:
     from service.broker import Broker

@@ -697,7 +697,7 @@ def _format(msg: Any, args: argparse.Namespace, sep: bytes) -> bytes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run these commands alone (``python -m service.client_commands``), without cli.py."""
+    """Run these commands alone (``python -m service.cli.client_commands``), without cli.py."""
     parser = argparse.ArgumentParser(prog="strata")
     sub = parser.add_subparsers(dest="command")
     register(sub)

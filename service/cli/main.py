@@ -80,10 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
     up.set_defaults(func=_cmd_up)
 
-    from service import client_commands, group_commands, perf
+    from service.cli import client_commands, consumer_groups
+    from service.cli.perf import command as perf
 
     client_commands.register(sub)
-    group_commands.register(sub)
+    consumer_groups.register(sub)
     perf.register(sub)
     return parser
 

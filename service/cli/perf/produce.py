@@ -7,7 +7,7 @@ partitioner spreads them, as with Kafka's tool.
 
 A record's latency is the time from its ``produce()`` call to its delivery
 callback, as in Kafka's tool. The callback only stores librdkafka's
-``msg.latency()`` into a preallocated array (:class:`~service.perf_stats.LatencyRecorder`
+``msg.latency()`` into a preallocated array (:class:`~service.cli.perf.stats.LatencyRecorder`
 folds it between polls); ``produce()`` is called positionally, ``poll(0)``
 every :data:`_POLL_EVERY` records, and a full queue (``BufferError``) is waited
 out in ``poll()``. A record costs about 1.5 us of CPU in all (the ``produce()``
@@ -29,7 +29,7 @@ then the summary line::
 and with ``--print-metrics`` Kafka's metric table of ``batch-size-avg``,
 ``bufferpool-wait-ratio``, ``outgoing-byte-rate``, ``record-queue-time-avg`` and
 ``request-latency-avg``, derived from librdkafka's statistics
-(:class:`~service.perf_stats.ProducerMetrics` says how).
+(:class:`~service.cli.perf.stats.ProducerMetrics` says how).
 
 Delivery failures stop the run: queued records are purged, the summary of what
 was delivered is printed, and one line on stderr says what failed (exit 1).
@@ -45,7 +45,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.client_commands import (
+from service.cli.client_commands import (
     CliError,
     _describe_kafka_error,
     _guarded,
@@ -54,10 +54,10 @@ from service.client_commands import (
     _probe,
     _topic_metadata,
 )
-from service.perf import ClientHealth, client_config, kafka_error_text, prop, user_props
+from service.cli.perf.command import ClientHealth, client_config, kafka_error_text, prop, user_props
 
 if TYPE_CHECKING:
-    from service.perf_stats import LatencyRecorder
+    from service.cli.perf.stats import LatencyRecorder
 
 __all__ = ["PRODUCER_CLIENT_ID", "register"]
 
@@ -130,7 +130,7 @@ class _ProduceResult:
 def _perf_produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException, Producer
 
-    from service.perf_stats import LatencyRecorder, ProducerMetrics, format_metrics_table
+    from service.cli.perf.stats import LatencyRecorder, ProducerMetrics, format_metrics_table
 
     parser: argparse.ArgumentParser = args.perf_parser
     props, bootstrap = user_props(args, "producer")
@@ -208,7 +208,7 @@ def _produce_records(producer: Any, args: argparse.Namespace, payloads: list[byt
     """Produce, pace, report progress, flush; the hot loops stay as small as they can."""
     import numpy as np
 
-    from service.perf_stats import ThroughputThrottler
+    from service.cli.perf.stats import ThroughputThrottler
 
     topic: str = args.topic
     total: int = args.num_records

@@ -4,10 +4,10 @@ Both drive librdkafka through confluent-kafka against any Kafka-protocol broker
 (``--bootstrap-server``, as the other client commands), print what Kafka's two
 tools print, and mean the same by it; ``docs/perf.md`` has the details.
 
-- :mod:`service.perf_produce`: ``perf produce``, records/s, MB/s, latency
+- :mod:`service.cli.perf.produce`: ``perf produce``, records/s, MB/s, latency
   percentiles, and ``--print-metrics``;
-- :mod:`service.perf_consume`: ``perf consume``, Kafka's CSV-like row;
-- :mod:`service.perf_stats`: the measuring parts (latency histogram, pacing,
+- :mod:`service.cli.perf.consume`: ``perf consume``, Kafka's CSV-like row;
+- :mod:`service.cli.perf.stats`: the measuring parts (latency histogram, pacing,
   librdkafka statistics mapped to Kafka's producer metrics), no I/O.
 
 This module wires the ``perf`` command and holds what both clients share:
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.client_commands import (
+from service.cli.client_commands import (
     CliError,
     _describe_kafka_error,
     _needs_subcommand,
@@ -45,7 +45,8 @@ BROKER_LOST_S = 10.0  # every broker down this long, with no progress: give up
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``perf produce`` and ``perf consume`` to the ``strata`` CLI."""
-    from service import perf_consume, perf_produce
+    from service.cli.perf import consume as perf_consume
+    from service.cli.perf import produce as perf_produce
 
     common = bootstrap_parent()
     perf = subparsers.add_parser(
