@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.records import build_batch, decode_batch, iter_batches
-from service.groups.coordinator import GroupConfig, GroupCoordinator
+from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
+from service.groups.requests import GroupConfig
 
 if TYPE_CHECKING:
     from service.broker import Broker
@@ -36,7 +37,7 @@ _READ_CHUNK = 4 * 1024 * 1024
 
 
 class LoopTimer:
-    """:class:`service.groups.coordinator.Timer` on the running asyncio loop."""
+    """:class:`service.groups.seams.Timer` on the running asyncio loop."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -46,7 +47,7 @@ class LoopTimer:
 
 
 class BrokerOffsetLog:
-    """:class:`service.groups.coordinator.OffsetLog` over the broker's local log."""
+    """:class:`service.groups.seams.OffsetLog` over the broker's local log."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
