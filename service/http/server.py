@@ -25,7 +25,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
@@ -34,9 +34,7 @@ from local_tier.errors import ErrorCode, KafkaError
 from service.http.metrics import render
 from service.http.openapi import OPENAPI
 from service.http.state import group_lag, partition_state
-
-if TYPE_CHECKING:
-    from service.broker import Broker
+from service.http.views import AdminView
 
 __all__ = ["AdminHttpServer"]
 
@@ -108,7 +106,7 @@ def _int(value: Any, what: str, default: int) -> int:
 
 
 class AdminHttpServer:
-    def __init__(self, broker: Broker, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
         self._broker = broker
         self._host = host
         self._port = port

@@ -45,16 +45,16 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.cli.client_commands import (
+from service.cli.common import (
     CliError,
-    _describe_kafka_error,
-    _guarded,
-    _metadata,
-    _positive_int,
-    _probe,
-    _topic_metadata,
+    describe_kafka_error,
+    fetch_metadata,
+    guarded,
+    positive_int,
+    probe,
+    topic_metadata,
 )
-from service.cli.perf.command import ClientHealth, client_config, kafka_error_text, prop, user_props
+from service.cli.perf.common import ClientHealth, client_config, kafka_error_text, prop, user_props
 
 if TYPE_CHECKING:
     from service.cli.perf.stats import LatencyRecorder
@@ -79,10 +79,10 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
         "produce", parents=[common], help="produce records as fast as asked; report "
         "records/s, MB/s and latency percentiles (kafka-producer-perf-test)")
     p.add_argument("--topic", required=True, metavar="TOPIC", help="produce to this topic")
-    p.add_argument("--num-records", required=True, type=_positive_int, metavar="N",
+    p.add_argument("--num-records", required=True, type=positive_int, metavar="N",
                    help="number of records to produce")
     payload = p.add_mutually_exclusive_group(required=True)
-    payload.add_argument("--record-size", type=_positive_int, metavar="BYTES",
+    payload.add_argument("--record-size", type=positive_int, metavar="BYTES",
                          help="size of each record's value (random uppercase letters)")
     payload.add_argument("--payload-file", metavar="FILE",
                          help="draw each record's value at random from this file's "
@@ -100,9 +100,9 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
                    help="a properties file of producer properties")
     p.add_argument("--print-metrics", action="store_true",
                    help="print producer metrics (from librdkafka's statistics) at the end")
-    p.add_argument("--reporting-interval", type=_positive_int, default=_REPORTING_INTERVAL_MS,
+    p.add_argument("--reporting-interval", type=positive_int, default=_REPORTING_INTERVAL_MS,
                    metavar="MS", help="interval between progress lines (default: %(default)s)")
-    p.set_defaults(func=_guarded(_perf_produce), perf_parser=p)
+    p.set_defaults(func=guarded(_perf_produce), perf_parser=p)
 
 
 def _throughput(text: str) -> float:
@@ -153,8 +153,8 @@ def _perf_produce(args: argparse.Namespace) -> int:
     except (KafkaException, ValueError, TypeError) as exc:
         parser.error(f"--producer-props: {kafka_error_text(exc)}")
 
-    _probe(bootstrap)
-    _topic_metadata(_metadata(producer, args, args.topic), args.topic, args)
+    probe(bootstrap)
+    topic_metadata(fetch_metadata(producer, args, args.topic), args.topic, args)
 
     queue_messages = int(conf.get("queue.buffering.max.messages", _DEFAULT_QUEUE_MESSAGES))
     recorder = LatencyRecorder(args.num_records, queue_messages + _POLL_EVERY)
@@ -366,7 +366,7 @@ def _raise_for_failures(result: _ProduceResult, health: ClientHealth,
             detail = (f"not acknowledged by {args.bootstrap_server} within message.timeout.ms:"
                       " is the broker healthy?")
         else:
-            detail = _describe_kafka_error(first, args)
+            detail = describe_kafka_error(first, args)
         raise CliError(f"{len(real)} records failed, stopped after {result.sent} of "
                        f"{args.num_records}: {detail}")
     if result.unacknowledged:
