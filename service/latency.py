@@ -39,7 +39,8 @@ class LatencyHistograms:
         self._sums[label] += seconds
 
     def series(self) -> Iterator[tuple[str, list[tuple[float, int]], float]]:
-        """Per label, by label: cumulative ``(upper bound, count)`` pairs (the last ``inf``), and the sum."""
+        """Per label, in label order: cumulative ``(upper bound, count)`` pairs, the last
+        bound ``inf``, and the sum of the observations."""
         for label, counts in sorted(self._counts.items()):
             cumulative, running = [], 0
             for bound, count in zip((*self.buckets, float("inf")), counts):

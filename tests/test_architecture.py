@@ -81,3 +81,13 @@ def test_the_check_sees_a_missing_a_stale_and_a_built_room(tmp_path: Path) -> No
         "service/gone/ is in the package table but is not a package here",
         "service/built/ is a room to come but exists: move it into the package table",
     ]
+
+
+def test_no_module_of_service_is_over_500_lines_without_a_reason() -> None:
+    """CONVENTIONS: small modules; one over ~500 lines says why at its top."""
+    long = []
+    for path in sorted((REPO_ROOT / "service").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > 500 and "Over 500 lines because" not in text[:3000]:
+            long.append(f"{path.relative_to(REPO_ROOT)}: {text.count(chr(10))} lines")
+    assert not long, "split these, or say at the top 'Over 500 lines because ...':\n" + "\n".join(long)

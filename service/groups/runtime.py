@@ -23,7 +23,13 @@ from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
 
-__all__ = ["OFFSETS_TOPIC_CONFIGS", "BrokerOffsetLog", "LoopTimer", "OffsetsHost", "start_coordinator"]
+__all__ = [
+    "OFFSETS_TOPIC_CONFIGS",
+    "BrokerOffsetLog",
+    "LoopTimer",
+    "OffsetsHost",
+    "start_coordinator",
+]
 
 #: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
 #: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the

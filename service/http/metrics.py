@@ -24,7 +24,9 @@ from service.latency import LatencyHistograms
 __all__ = ["BrokerCollector", "render"]
 
 
-def _histogram(name: str, doc: str, label: str, histograms: LatencyHistograms) -> HistogramMetricFamily:
+def _histogram(
+    name: str, doc: str, label: str, histograms: LatencyHistograms
+) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=[label])
     for value, cumulative, total in histograms.series():
         family.add_metric([value], [(_bound(bound), count) for bound, count in cumulative], total)

@@ -152,7 +152,7 @@ def test_no_import_cycle_between_modules_of_service() -> None:
 #: never import service.broker (not even for type checking), and why.
 _BROKER_READERS = {
     "service.http": "the HTTP listener reads it through service.http.views",
-    "service.groups": "the coordinator's runtime reads it through service.groups.runtime.OffsetsHost",
+    "service.groups": "its runtime reads it through service.groups.runtime.OffsetsHost",
     "service.tiering": "the tiering task reads it through service.tiering.TieredLogs",
     "service.latency": "a histogram the broker holds",
 }

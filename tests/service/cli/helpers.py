@@ -1,4 +1,4 @@
-"""Running ``python -m service ...`` as a subprocess, and what a clean success or failure looks like.
+"""``python -m service ...`` as a subprocess, and what a clean success or failure looks like.
 
 Shared by the tests of the ``strata`` client commands (topics, produce, consume,
 groups, perf).
