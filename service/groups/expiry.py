@@ -58,7 +58,7 @@ class OffsetExpiry:
         retention = self._config.offsets_retention_ms
         removed = 0
         for group in list(self._store.groups.values()):
-            if group.is_state(GroupState.EMPTY):
+            if group.is_empty():
                 if group.protocol_type is not None:
                     # Everything expires once the group has been empty for the retention.
                     expired = list(group.offsets) if group.current_state_timestamp_ms + retention <= now else []
@@ -66,7 +66,9 @@ class OffsetExpiry:
                     expired = [
                         tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
                     ]
-            elif group.is_state(GroupState.STABLE) and (topics := group.subscribed_topics()) is not None:
+            elif (group.is_state(GroupState.STABLE) or group.consumer is not None) and (
+                topics := group.subscribed_topics()
+            ) is not None:
                 expired = [
                     tp
                     for tp, o in group.offsets.items()
@@ -78,7 +80,7 @@ class OffsetExpiry:
                 if expired:
                     self._store.remove_offsets(group, expired)
                     removed += len(expired)
-                if group.is_state(GroupState.EMPTY) and not group.offsets:
+                if group.is_empty() and group.consumer is None and not group.offsets:
                     log.info("group %s: empty with no offsets left; removing it", group.group_id)
                     self._store.delete_group(group, self._timer.now_ms())
             except KafkaError as exc:
