@@ -14,6 +14,8 @@ so reconciliation takes a few hundred milliseconds instead of Kafka's 5 s defaul
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -22,6 +24,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError
 from confluent_kafka.admin import AdminClient
 
 from tests.conftest import BrokerFactory, BrokerProcess
+from tests.service.cli.helpers import ok, strata
 
 from . import helpers
 from .test_groups import Collector, close_all, partitions_of, produce_spread, wait_until
@@ -100,6 +103,7 @@ def test_three_members_each_partition_once_and_a_leaver_hands_over_without_dupli
         assert desc.state.name == "STABLE" and len(desc.members) == 3
         assert desc.partition_assignor == "uniform"
         assert committed(b, group) == dict.fromkeys(range(6), 100)
+        shows_the_group_everywhere(kip848_broker, group, topic, consumers)
 
         leaver = consumers.pop()
         leaver.close()  # epoch -1: its two partitions go to the others
@@ -117,6 +121,27 @@ def test_three_members_each_partition_once_and_a_leaver_hands_over_without_dupli
         assert committed(b, group) == dict.fromkeys(range(6), 150)
     finally:
         close_all(consumers)
+
+
+def shows_the_group_everywhere(broker: BrokerProcess, group: str, topic: str,
+                                consumers: list[Consumer]) -> None:
+    """`strata groups describe|list` and the admin API show the consumer-protocol group."""
+    out = ok(strata("groups", "describe", group, bootstrap=broker.bootstrap)).stdout
+    assert out.splitlines()[0] == f"Group {group}: state Stable, 3 member(s), assignor uniform, protocol consumer"
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert sorted(int(r[2]) for r in rows) == list(range(6))
+    assert {r[5] for r in rows} == {"0"}  # lag
+    listed = ok(strata("groups", "list", "--state", "--type", bootstrap=broker.bootstrap)).stdout
+    assert f"{group}\tStable\tconsumer" in listed.splitlines()
+    with urllib.request.urlopen(f"{broker.admin_url}/v1/groups/{group}", timeout=30) as resp:
+        view = json.load(resp)
+    assert (view["type"], view["state"], view["lag"]) == ("consumer", "Stable", 0)
+    assigned = sorted(p for m in view["members"] for tp in m["assignment"] for p in tp["partitions"])
+    assert assigned == list(range(6))
+    assert {m["member_id"] for m in view["members"]} == {c.memberid() for c in consumers}
+    with urllib.request.urlopen(f"{broker.admin_url}/v1/groups", timeout=30) as resp:
+        listing = {g["group_id"]: g for g in json.load(resp)["groups"]}
+    assert listing[group]["type"] == "consumer"
 
 
 def test_broker_restart_keeps_the_group_its_member_epochs_and_offsets(
