@@ -62,7 +62,7 @@ class CommittingCollector(Collector):
             if got and self.commit:
                 try:
                     c.commit(asynchronous=False)
-                except Exception as exc:  # noqa: BLE001 - only while the broker restarts
+                except Exception as exc:
                     if "TRANSPORT" not in str(exc) and "COORDINATOR" not in str(exc):
                         raise
 

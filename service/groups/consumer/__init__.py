@@ -12,7 +12,7 @@ is the way in; see ``docs/adr/0015-consumer-group-protocol.md``.
 from __future__ import annotations
 
 from service.groups.consumer.groups import ConsumerGroups, DescribedConsumerGroup, DescribedMember
-from service.groups.consumer.heartbeat import ConsumerHeartbeat, Heartbeats, HeartbeatResult
+from service.groups.consumer.heartbeat import ConsumerHeartbeat, HeartbeatResult, Heartbeats
 
 __all__ = [
     "ConsumerGroups",

@@ -59,8 +59,8 @@ from service.groups.consumer.records import (
 )
 from service.groups.errors import (
     FencedInstanceIdError,
-    GroupIdNotFoundError,
     FencedMemberEpochError,
+    GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidRegularExpressionError,
     UnknownMemberIdError,
@@ -72,7 +72,7 @@ from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
 from service.groups.seams import Timer, cancel
 
-__all__ = ["ConsumerHeartbeat", "Heartbeats", "HeartbeatResult", "metadata_hash"]
+__all__ = ["ConsumerHeartbeat", "HeartbeatResult", "Heartbeats", "metadata_hash"]
 
 log = logging.getLogger("strata.groups")
 E = ErrorCode
@@ -340,7 +340,7 @@ class Heartbeats:
 
     def _new_target(self, group: ConsumerGroup, epoch: int, members: Mapping[str, ConsumerMember],
                     subscribed: set[str], replaced: str | None,
-                    records: list[ConsumerRecord]) -> dict[str, Assignment]:
+                    records: list[ConsumerRecord]) -> Mapping[str, Assignment]:
         """A new target assignment for ``epoch``; records for the members whose target changed."""
         topics = self._groups.topics
         partitions: dict[uuid.UUID, int] = {}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 __all__ = [
     "CONSUMER_RECORD_TYPES",
     "Assignment",
+    "ConsumerRecord",
     "CurrentAssignmentRecord",
     "GroupEpochRecord",
     "MemberRecord",
@@ -48,7 +49,6 @@ __all__ = [
     "RegexRecord",
     "TargetEpochRecord",
     "TargetMemberRecord",
-    "ConsumerRecord",
     "decode",
     "encode",
     "is_consumer_record",

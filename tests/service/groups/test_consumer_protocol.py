@@ -223,8 +223,8 @@ def test_invalid_regex_is_invalid_regular_expression(coord: GroupCoordinator) ->
 
 
 def hb(coord: GroupCoordinator, **kw: object) -> HeartbeatResult:
-    base: dict[str, object] = dict(group_id="g", member_id="m", member_epoch=0, rebalance_timeout_ms=1000,
-                                   subscribed_topic_names=("orders",), owned={})
+    base: dict[str, object] = {"group_id": "g", "member_id": "m", "member_epoch": 0, "rebalance_timeout_ms": 1000,
+                                   "subscribed_topic_names": ("orders",), "owned": {}}
     base.update(kw)
     return coord.consumer_group_heartbeat(ConsumerHeartbeat(**base))  # type: ignore[arg-type]
 
@@ -344,7 +344,7 @@ def test_offset_commit_checks_the_member_epoch(coord: GroupCoordinator) -> None:
     a = Member(coord, "a")
     a.beat()
     tp = {("orders", 1): (5, -1, "")}
-    ok = lambda t: True  # noqa: E731
+    ok = lambda t: True
     assert coord.commit_offsets("g", a.epoch, "a", None, tp, ok) == {("orders", 1): E.none}
     assert coord.commit_offsets("g", a.epoch + 1, "a", None, tp, ok) == {("orders", 1): E.stale_member_epoch}
     assert coord.commit_offsets("g", a.epoch, "zz", None, tp, ok) == {("orders", 1): E.unknown_member_id}

@@ -12,7 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from local_tier.errors import ErrorCode
-from service.groups.consumer.reconcile import ConsumerMember, FencedMemberEpoch, MemberState, reconcile
+from service.groups.consumer.reconcile import (
+    ConsumerMember,
+    FencedMemberEpoch,
+    MemberState,
+    reconcile,
+)
 from tests.service.groups.test_consumer_protocol import FakeTopics, Member, make, owners
 from tests.service.groups.test_coordinator import FakeTimer, MemoryLog
 
@@ -28,8 +33,8 @@ def held_by_other(t: uuid.UUID, p: int) -> int:
 
 
 def member(**kw: object) -> ConsumerMember:
-    base: dict[str, object] = dict(member_id="m", member_epoch=2, previous_member_epoch=1,
-                                   assigned={T: (0, 1, 2, 3)})
+    base: dict[str, object] = {"member_id": "m", "member_epoch": 2, "previous_member_epoch": 1,
+                                   "assigned": {T: (0, 1, 2, 3)}}
     base.update(kw)
     return ConsumerMember(**base)  # type: ignore[arg-type]
 
