@@ -67,6 +67,21 @@ class CommittingCollector(Collector):
                         raise
 
 
+def start_group(bootstrap: str, prefix: str, partitions: int, members: int
+                ) -> tuple[str, str, list[Consumer], CommittingCollector]:
+    """A topic and a group of ``members`` subscribed to it, each owning its even share."""
+    topic = helpers.topic_name(prefix)
+    helpers.create_topic(bootstrap, topic, partitions=partitions)
+    consumers = [consumer(bootstrap, f"g-{topic}") for _ in range(members)]
+    for c in consumers:
+        c.subscribe([topic])
+    collector = CommittingCollector(consumers, commit=True)
+    share = [partitions // members] * members
+    wait_until(lambda: sorted(len(partitions_of(c)) for c in consumers) == share,
+               f"each of {members} members to own {share[0]} partitions", step=collector.step)
+    return topic, f"g-{topic}", consumers, collector
+
+
 def describe(bootstrap: str, group: str) -> Any:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return admin.describe_consumer_groups([group])[group].result(timeout=30)
@@ -81,16 +96,8 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
 def test_three_members_each_partition_once_and_a_leaver_hands_over_without_duplicates(
         kip848_broker: BrokerProcess) -> None:
     b = kip848_broker.bootstrap
-    topic = helpers.topic_name("kip848-three")
-    group = f"g-{topic}"
-    helpers.create_topic(b, topic, partitions=6)
-    consumers = [consumer(b, group) for _ in range(3)]
+    topic, group, consumers, collector = start_group(b, "kip848-three", 6, 3)
     try:
-        for c in consumers:
-            c.subscribe([topic])
-        collector = CommittingCollector(consumers, commit=True)
-        wait_until(lambda: sorted(len(partitions_of(c)) for c in consumers) == [2, 2, 2],
-                   "each of three members to own two partitions", step=collector.step)
         owners = [partitions_of(c) for c in consumers]
         assert set().union(*owners) == set(range(6))
         first = produce_spread(b, topic, 6, 100, tag="one")
@@ -148,16 +155,8 @@ def test_broker_restart_keeps_the_group_its_member_epochs_and_offsets(
         start_broker: BrokerFactory) -> None:
     broker = start_broker(sets=SETS)
     b = broker.bootstrap
-    topic = helpers.topic_name("kip848-restart")
-    group = f"g-{topic}"
-    helpers.create_topic(b, topic, partitions=4)
-    consumers = [consumer(b, group) for _ in range(2)]
+    topic, group, consumers, collector = start_group(b, "kip848-restart", 4, 2)
     try:
-        for c in consumers:
-            c.subscribe([topic])
-        collector = CommittingCollector(consumers, commit=True)
-        wait_until(lambda: sorted(len(partitions_of(c)) for c in consumers) == [2, 2],
-                   "a 2-way split", step=collector.step)
         first = produce_spread(b, topic, 4, 50, tag="before")
         wait_until(lambda: len(collector.all_seen()) >= len(first), "the first batch", step=collector.step)
         wait_until(lambda: committed(b, group) == dict.fromkeys(range(4), 50), "the commits",

@@ -393,3 +393,24 @@ def test_empty_groups_convert_both_ways(coord: GroupCoordinator, log_: MemoryLog
     again = make(log_, timer, topics)
     assert not again.is_consumer_group("g")
     assert again.fetch_offsets("g", [("orders", 0)])[1][("orders", 0)].offset == 7  # type: ignore[union-attr]
+
+
+def test_offsets_expire_as_kafka_does_for_consumer_groups(log_: MemoryLog, timer: FakeTimer,
+                                                          topics: FakeTopics) -> None:
+    coord = make(log_, timer, topics, offsets_retention_ms=60_000)
+    topics.add("old", 1)
+    a = Member(coord, "a")
+    a.beat()
+    ok = lambda t: True  # noqa: E731
+    coord.commit_offsets("g", a.epoch, "a", None, {("orders", 0): (1, -1, ""), ("old", 0): (2, -1, "")}, ok)
+    assert coord.delete_offsets("g", [("orders", 0)])[1] == {("orders", 0): E.group_subscribed_to_topic}
+    for _ in range(7):
+        timer.advance(10_000)
+        a.beat()
+    coord.expire_offsets()  # (it also runs every minute here)
+    # the topic nobody subscribes to is gone; "orders" stays while the group consumes it
+    assert set(coord.fetch_offsets("g", None)[1]) == {("orders", 0)}
+    a.leave()
+    timer.advance(61_000)
+    coord.expire_offsets()
+    assert coord.fetch_offsets("g", None)[1] == {}  # empty for the retention: everything goes
