@@ -35,9 +35,9 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
+from local_tier.errors import ErrorCode, KafkaError
 from service.groups.consumer.assignors import ASSIGNORS, MemberSpec
 from service.groups.consumer.groups import ConsumerGroups
 from service.groups.consumer.model import ConsumerGroup, current_record, member_record
@@ -57,55 +57,31 @@ from service.groups.consumer.records import (
     TargetEpochRecord,
     TargetMemberRecord,
 )
+from service.groups.consumer.requests import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerHeartbeat,
+    HeartbeatResult,
+    check_epoch,
+    validate,
+)
 from service.groups.errors import (
     FencedInstanceIdError,
-    FencedMemberEpochError,
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     InvalidRegularExpressionError,
     UnknownMemberIdError,
     UnreleasedInstanceIdError,
-    UnsupportedAssignorError,
     storage_error,
 )
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
 from service.groups.seams import Timer, cancel
 
-__all__ = ["ConsumerHeartbeat", "HeartbeatResult", "Heartbeats", "metadata_hash"]
+__all__ = ["Heartbeats", "metadata_hash"]
 
 log = logging.getLogger("strata.groups")
 E = ErrorCode
-LEAVE_EPOCH, STATIC_LEAVE_EPOCH = -1, -2
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerHeartbeat:
-    """One ConsumerGroupHeartbeat request (None: the field did not change / was not sent)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Mapping[uuid.UUID, tuple[int, ...]] | None = None
-    client_id: str = ""
-    client_host: str = ""
-    api_version: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode = E.none
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None  # None: unchanged, not sent
 
 
 def metadata_hash(group: ConsumerGroups, topic_names: set[str]) -> int:
@@ -135,7 +111,7 @@ class Heartbeats:
     def heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
         """Answer one heartbeat; every error is a Kafka error code in the result."""
         try:
-            self._validate(req)
+            validate(req, self._config.consumer_assignors)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return self._leave(req)
             return self._heartbeat(req)
@@ -147,35 +123,6 @@ class Heartbeats:
                         E.record_list_too_large, E.unknown_topic_or_partition):
                 code = storage_error(exc)
             return HeartbeatResult(code, exc.message)
-
-    def _validate(self, req: ConsumerHeartbeat) -> None:
-        """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
-        if (req.api_version >= 1 or req.member_epoch > 0 or req.member_epoch == LEAVE_EPOCH) \
-                and req.member_id == "":
-            raise InvalidRequestError("MemberId can't be empty.")
-        if req.group_id == "":
-            raise InvalidRequestError("GroupId can't be empty.")
-        if req.instance_id == "":
-            raise InvalidRequestError("InstanceId can't be empty.")
-        if req.rack_id == "":
-            raise InvalidRequestError("RackId can't be empty.")
-        if req.member_epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
-            if req.owned is None or any(req.owned.values()):
-                raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise InvalidRequestError(
-                    "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null when (re-)joining.")
-        elif req.member_epoch == STATIC_LEAVE_EPOCH:
-            if req.instance_id is None:
-                raise InvalidRequestError("InstanceId can't be null.")
-        elif req.member_epoch < STATIC_LEAVE_EPOCH:
-            raise InvalidRequestError("MemberEpoch is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in self._config.consumer_assignors:
-            raise UnsupportedAssignorError(
-                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
-                f"{', '.join(self._config.consumer_assignors)}.")
 
     # ------------------------------------------------------------------ regular heartbeat
 
@@ -259,7 +206,7 @@ class Heartbeats:
                 raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
             log.info("group %s: member %s joins with the consumer protocol", group.group_id, member_id)
             return ConsumerMember(member_id)
-        _check_epoch(member, req)
+        check_epoch(member, req)
         return member
 
     def _static_member(self, group: ConsumerGroup, member_id: str, req: ConsumerHeartbeat,
@@ -290,7 +237,7 @@ class Heartbeats:
             raise FencedInstanceIdError(
                 f"Static member {member_id} with instance id {req.instance_id} was fenced by member "
                 f"{existing.member_id}.")
-        _check_epoch(existing, req)
+        check_epoch(existing, req)
         return existing
 
     def _regexes(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
@@ -481,18 +428,3 @@ class Heartbeats:
     def _cancel_timers(group: ConsumerGroup, member_id: str) -> None:
         for handle in group.timers.pop(member_id, ()):
             cancel(handle)
-
-
-def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeat) -> None:
-    """Kafka's ``throwIfConsumerGroupMemberEpochIsInvalid``."""
-    if req.member_epoch > member.member_epoch:
-        raise FencedMemberEpochError(
-            f"The consumer group member has a greater member epoch ({req.member_epoch}) than the one "
-            f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
-            "partitions and rejoin.")
-    if req.member_epoch < member.member_epoch and (
-            req.member_epoch != member.previous_member_epoch or not member.owns_only_assigned(req.owned)):
-        raise FencedMemberEpochError(
-            f"The consumer group member has a smaller member epoch ({req.member_epoch}) than the one "
-            f"known by the group coordinator ({member.member_epoch}). The member must abandon all its "
-            "partitions and rejoin.")
