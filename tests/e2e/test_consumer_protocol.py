@@ -201,3 +201,33 @@ def test_list_groups_tells_consumer_groups_from_classic_ones(kip848_broker: Brok
         assert f"modern-{topic}" not in {g.group_id for g in classic.valid}
     finally:
         modern.close()
+
+
+def test_regex_subscription_follows_new_topics_and_new_partitions(kip848_broker: BrokerProcess) -> None:
+    """librdkafka sends ``^`` patterns as SubscribedTopicRegex; the broker resolves them and
+    gives out topics created later and partitions added later (new target assignments)."""
+    from confluent_kafka.admin import NewPartitions
+
+    b = kip848_broker.bootstrap
+    prefix = helpers.topic_name("kip848-rx")
+    helpers.create_topic(b, f"{prefix}-a", partitions=2)
+    c = consumer(b, f"g-{prefix}")
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+
+        def owned() -> set[tuple[str, int]]:
+            c.poll(0.05)
+            return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+        wait_until(lambda: owned() == {(f"{prefix}-a", 0), (f"{prefix}-a", 1)}, "the regex's topic")
+        helpers.create_topic(b, f"{prefix}-b", partitions=1)
+        helpers.create_topic(b, f"other-{prefix}", partitions=1)  # does not match
+        wait_until(lambda: (f"{prefix}-b", 0) in owned(), "the topic created later")
+        admin = AdminClient({"bootstrap.servers": b})
+        admin.create_partitions([NewPartitions(f"{prefix}-a", 3)])[f"{prefix}-a"].result(timeout=30)
+        wait_until(lambda: owned() == {(f"{prefix}-a", 0), (f"{prefix}-a", 1), (f"{prefix}-a", 2),
+                                       (f"{prefix}-b", 0)}, "the partition added later")
+        member = describe(b, f"g-{prefix}").members[0]
+        assert member.target_assignment is not None
+    finally:
+        c.close()
