@@ -96,6 +96,11 @@ class FileSystemObjectStore:
         except OSError as err:
             raise self._unavailable("read", key, err) from err
 
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """The whole object and the MD5 of exactly the bytes read (see ``store.get_with_etag``)."""
+        data = self.get(key)
+        return data, hashlib.md5(data, usedforsecurity=False).hexdigest()
+
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
         try:
