@@ -46,9 +46,7 @@ class ClusterMetadata:
     revision: int = 0
     topics: Mapping[str, TopicInfo] = field(default_factory=dict)
     brokers: Mapping[int, BrokerRegistration] = field(default_factory=dict)
-    partitions: Mapping[uuid.UUID, tuple[PartitionRegistration, ...]] = field(
-        default_factory=dict
-    )
+    partitions: Mapping[uuid.UUID, tuple[PartitionRegistration, ...]] = field(default_factory=dict)
     controller_id: int = -1
     controller_epoch: int = 0
     next_producer_id: int = 0
@@ -87,7 +85,9 @@ class ClusterMetadata:
         self, topic: TopicInfo, partitions: Sequence[PartitionRegistration] | None = None
     ) -> ClusterMetadata:
         """Add or replace ``topic``; ``partitions`` None keeps its registrations."""
-        registrations = self.partitions.get(topic.topic_id, ()) if partitions is None else partitions
+        registrations = (
+            self.partitions.get(topic.topic_id, ()) if partitions is None else partitions
+        )
         return replace(
             self,
             topics={**self.topics, topic.name: topic},

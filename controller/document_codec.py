@@ -107,7 +107,12 @@ def _broker_json(b: BrokerRegistration) -> dict[str, Any]:
         "fenced": b.fenced,
         "in_controlled_shutdown": b.in_controlled_shutdown,
         "endpoints": [
-            {"name": e.name, "host": e.host, "port": e.port, "security_protocol": e.security_protocol}
+            {
+                "name": e.name,
+                "host": e.host,
+                "port": e.port,
+                "security_protocol": e.security_protocol,
+            }
             for e in b.endpoints
         ],
     }

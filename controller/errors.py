@@ -5,7 +5,7 @@ treat them like every other Kafka error::
 
     KafkaError (local_tier.errors)
     ├── NotControllerError                NOT_CONTROLLER (41, retriable)
-    │   └── ControllerFencedError         NOT_CONTROLLER: a higher controller epoch owns the metadata
+    │   └── ControllerFencedError         NOT_CONTROLLER: a higher controller epoch wrote
     ├── TopicDeletionDisabledError        TOPIC_DELETION_DISABLED (73)
     ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT (39)
     ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH (74, retriable)

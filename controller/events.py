@@ -71,7 +71,8 @@ class PartitionChanged:
 
 @dataclass(frozen=True, slots=True)
 class BrokerChanged:
-    """Broker ``node_id`` registered, changed (fenced, unfenced...) or left (``registration`` None)."""
+    """Broker ``node_id`` registered, changed (fenced, unfenced...) or left
+    (``registration`` None)."""
 
     node_id: int
     previous: BrokerRegistration | None
@@ -112,10 +113,10 @@ def diff_metadata(old: ClusterMetadata, new: ClusterMetadata) -> list[MetadataEv
     """The events that lead from snapshot ``old`` to snapshot ``new`` (module docstring order)."""
     events = diff(old.topics.values(), new.topics.values())
     for topic in sorted(new.topics.values(), key=lambda t: t.name):
-        before = old.partitions.get(topic.topic_id)
-        if before is None or before is new.partitions[topic.topic_id]:
+        before, after = old.partitions.get(topic.topic_id), new.partitions[topic.topic_id]
+        if before is None or before is after:
             continue
-        for index, (was, now) in enumerate(zip(before, new.partitions[topic.topic_id])):
+        for index, (was, now) in enumerate(zip(before, after, strict=False)):
             if was != now:
                 events.append(PartitionChanged(topic, index, was, now))
     for node_id in sorted(set(old.brokers) | set(new.brokers)):

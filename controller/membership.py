@@ -55,7 +55,7 @@ Clock = Callable[[], float]
 
 
 class BrokerHeartbeatTracker:
-    """When each broker last heartbeated, in milliseconds of ``monotonic`` (see module docstring)."""
+    """When each broker last heartbeated, in ms of ``monotonic`` (see the module docstring)."""
 
     def __init__(self, session_timeout_ms: int, monotonic: Clock) -> None:
         self._timeout_ms = session_timeout_ms

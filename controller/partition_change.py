@@ -165,4 +165,3 @@ def revert_reassignment(current: PartitionRegistration) -> tuple[list[int], list
     if isr:
         return replicas, isr, False
     return replicas, [replicas[0]], True
-

@@ -101,7 +101,9 @@ class AlterPartitionResult:
     registration: PartitionRegistration | None = None
 
 
-def acceptor(md: ClusterMetadata, *, exclude: int = NO_LEADER, include: int = NO_LEADER) -> LeaderAcceptor:
+def acceptor(
+    md: ClusterMetadata, *, exclude: int = NO_LEADER, include: int = NO_LEADER
+) -> LeaderAcceptor:
     """Who may lead: active brokers, plus ``include``, minus ``exclude`` (Kafka's
     ``isAcceptableLeader`` while a broker is being fenced or unfenced)."""
     return lambda r: r != exclude and (r == include or md.is_active(r))
@@ -160,7 +162,9 @@ def _leader_and_isr_updates(
 def fence_broker(md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy) -> ClusterMetadata:
     """Fence ``broker_id``: out of every ISR, new leaders where it led, registration fenced."""
     registration = md.brokers[broker_id]
-    involved = [x for x in md.iter_partitions() if broker_id in x[2].isr or x[2].leader == broker_id]
+    involved = [
+        x for x in md.iter_partitions() if broker_id in x[2].isr or x[2].leader == broker_id
+    ]
     md = _leader_and_isr_updates(md, unclean, involved, remove=broker_id)
     return md.with_broker(replace(registration, fenced=True, in_controlled_shutdown=False))
 
@@ -263,7 +267,10 @@ def _validate(
     where = f"{topic.name}-{change.partition}"
     if current is None:
         return UnknownTopicOrPartitionError(f"Unknown partition {where}")
-    if change.leader_epoch > current.leader_epoch or change.partition_epoch > current.partition_epoch:
+    if (
+        change.leader_epoch > current.leader_epoch
+        or change.partition_epoch > current.partition_epoch
+    ):
         return NotControllerError(
             f"{where} is at leader epoch {current.leader_epoch} and partition epoch "
             f"{current.partition_epoch}, behind the request: this controller is stale"
@@ -281,7 +288,9 @@ def _validate(
         )
     isr = [s.broker_id for s in change.new_isr]
     if len(set(isr)) != len(isr) or not set(isr) <= set(current.replicas):
-        return InvalidRequestError(f"{where}: invalid ISR {isr} for replicas {list(current.replicas)}")
+        return InvalidRequestError(
+            f"{where}: invalid ISR {isr} for replicas {list(current.replicas)}"
+        )
     if current.leader not in isr:
         return InvalidRequestError(f"{where}: the ISR {isr} does not include the leader")
     recovering = LeaderRecoveryState.RECOVERING
@@ -292,7 +301,9 @@ def _validate(
     ineligible = [_ineligible(md, s) for s in change.new_isr]
     reasons = [r for r in ineligible if r is not None]
     if reasons:
-        return IneligibleReplicaError(f"{where}: ineligible replicas in the ISR: {', '.join(reasons)}")
+        return IneligibleReplicaError(
+            f"{where}: ineligible replicas in the ISR: {', '.join(reasons)}"
+        )
     return None
 
 
@@ -305,7 +316,8 @@ def _ineligible(md: ClusterMetadata, state: BrokerState) -> str | None:
     if registration.fenced:
         return f"{state.broker_id} (fenced)"
     if state.broker_epoch != -1 and state.broker_epoch != registration.broker_epoch:
-        return f"{state.broker_id} (broker epoch {state.broker_epoch}, not {registration.broker_epoch})"
+        expected = registration.broker_epoch
+        return f"{state.broker_id} (broker epoch {state.broker_epoch}, not {expected})"
     return None
 
 
@@ -339,15 +351,24 @@ def reassign_partition(
                 "would require an unclean leader election."
             )
         changed = change_partition(
-            current, acceptor(md), election=election, target_isr=isr,
-            target_replicas=replicas, target_adding=(), target_removing=(),
+            current,
+            acceptor(md),
+            election=election,
+            target_isr=isr,
+            target_replicas=replicas,
+            target_adding=(),
+            target_removing=(),
         )
     else:
-        validate_manual_assignment(target, md.brokers.keys())
+        validate_manual_assignment(target, frozenset(md.brokers))
         replicas, adding, removing = start_reassignment(current, target)
         changed = change_partition(
-            current, acceptor(md), election=election, target_replicas=replicas,
-            target_adding=adding, target_removing=removing,
+            current,
+            acceptor(md),
+            election=election,
+            target_replicas=replicas,
+            target_adding=adding,
+            target_removing=removing,
         )
     return md if changed is None else md.with_partitions({(topic.topic_id, index): changed})
 

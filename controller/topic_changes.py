@@ -129,7 +129,9 @@ class TopicChanges:
             registrations = _assigned(placement, assignments, 0, None)
         else:
             count = self._partition_count(num_partitions)
-            registrations = self._placed(placement, count, self._replication_factor(replication_factor))
+            registrations = self._placed(
+                placement, count, self._replication_factor(replication_factor)
+            )
         overrides = {k: validate_topic_config(k, v) for k, v in (configs or {}).items()}
         self._check_combination(overrides, None)
         topic = TopicInfo(name, random_uuid(), len(registrations), overrides, self._clock())
@@ -193,9 +195,7 @@ class TopicChanges:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _placed(
-        self, placement: Placement, count: int, factor: int
-    ) -> list[PartitionRegistration]:
+    def _placed(self, placement: Placement, count: int, factor: int) -> list[PartitionRegistration]:
         replicas = self._placer.place(
             placement.usable, count, factor, registered=len(placement.registered)
         )

@@ -51,7 +51,9 @@ _LONG_MAX = 2**63 - 1
 Change = Callable[[ClusterMetadata], tuple[ClusterMetadata, _T]]
 
 
-def allocate_producer_ids(md: ClusterMetadata, broker_id: int) -> tuple[ClusterMetadata, ProducerIdsBlock]:
+def allocate_producer_ids(
+    md: ClusterMetadata, broker_id: int
+) -> tuple[ClusterMetadata, ProducerIdsBlock]:
     """The next block of producer ids for ``broker_id`` (Kafka's AllocateProducerIds);
     the metadata it returns no longer hands those ids out."""
     first = md.next_producer_id
@@ -183,7 +185,7 @@ class MetadataWriter:
         validate_only: bool = False,
         assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
-        """Create a topic; -1 means the broker's ``num.partitions`` / ``default.replication.factor``.
+        """Create a topic; -1 means ``num.partitions`` / ``default.replication.factor``.
 
         ``assignments`` (partition index -> replicas, preferred leader first) places
         the partitions by hand; both counts must then be -1. Raises
@@ -194,7 +196,12 @@ class MetadataWriter:
         """
         return self._apply(
             lambda md: self._changes.create_topic(
-                md, self._placement(md), name, num_partitions, replication_factor, configs,
+                md,
+                self._placement(md),
+                name,
+                num_partitions,
+                replication_factor,
+                configs,
                 assignments,
             ),
             validate_only,
