@@ -169,9 +169,10 @@ class ClusterController(MetadataWriter):
         if self.is_active:
             return self.node_id
         seen = self._lease.observed
-        if seen is not None and seen.holder != NO_LEADER and seen.holder != self.node_id:
+        if seen is not None and seen.holder not in (NO_LEADER, self.node_id):
             return seen.holder
-        return self.metadata.controller_id
+        named = self.metadata.controller_id
+        return NO_LEADER if named == self.node_id else named
 
     def tick(self) -> float:
         """Do what is due (renew or compete for the lease, activate, fence expired
