@@ -7,7 +7,7 @@ Every broker runs one. It competes for the controller lease
    stamped with ``e`` (which also upgrades a format-1 document and re-elects
    partitions whose leader may not lead). From then on every write of a
    deposed controller is refused (:mod:`controller.commit`). Only then does it
-   serve requests, and every broker gets a fresh heartbeat session.
+   serve requests, and every unfenced broker gets a fresh heartbeat session.
 2. While active it renews the lease, fences brokers whose session expired
    (``broker.session.timeout.ms``), and serves the controller APIs below. Before
    every write it checks that its lease still holds on its own monotonic clock;
@@ -239,8 +239,8 @@ class ClusterController(MetadataWriter):
                 "node %d could not claim controller epoch %d: %s", self.node_id, epoch, err
             )
             return
-        with self._lock:
-            self._sessions.reset(self.metadata.brokers)
+        with self._lock:  # fresh sessions for unfenced brokers only, as Kafka's activate()
+            self._sessions.reset(n for n, b in self.metadata.brokers.items() if not b.fenced)
             self._active = True
         _log.info("node %d is the active controller at epoch %d", self.node_id, epoch)
 

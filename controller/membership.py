@@ -15,8 +15,8 @@
 * **Sessions** (:class:`BrokerHeartbeatTracker`): a broker whose last heartbeat
   is older than ``broker.session.timeout.ms`` on the controller's monotonic clock
   is fenced by the controller. Sessions live in the active controller's memory
-  only; a new controller starts every session afresh, as Kafka does, so a
-  failover never fences a broker that keeps heartbeating.
+  only; a new controller starts a fresh session for every unfenced broker, as
+  Kafka does, so a failover never fences a broker that keeps heartbeating.
 
 Pure functions over :class:`ClusterMetadata`, plus the tracker (not thread-safe:
 the controller calls it under its lock).

@@ -11,9 +11,11 @@ holds the fewest replicas of the partition so far. Hence:
 
 * every partition's replicas span ``min(replication_factor, racks)`` racks;
 * leaders differ by at most one partition between brokers;
-* without racks (or with equal racks), replicas per broker differ by at most
-  ``replication_factor`` (a full round of ``len(brokers)`` partitions places
-  exactly ``replication_factor`` replicas on every broker).
+* without racks, or with racks of equal size, replicas per broker differ by at
+  most ``replication_factor`` (without racks, every full round of
+  ``len(brokers)`` partitions puts exactly ``replication_factor`` replicas on
+  every broker). ``tests/controller/test_placement.py`` checks these as
+  properties.
 
 ``start`` and the initial shift come from the placer's random generator, so a
 placer seeded the same way places the same way (tests), while successive

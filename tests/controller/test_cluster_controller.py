@@ -49,7 +49,9 @@ def test_one_of_three_becomes_active_and_its_first_act_is_a_write_with_its_epoch
     assert document["version"] == 2
     assert document["controller"] == {"node_id": 1, "epoch": 1}
     assert (a.epoch, a.controller_id, b.controller_id, c.controller_id) == (1, 1, 1, 1)
-    with pytest.raises(NotControllerError, match="not the active controller .the controller is node 1"):
+    with pytest.raises(
+        NotControllerError, match="not the active controller .the controller is node 1"
+    ):
         b.create_topic("t", 1)
     assert "t" not in {t["name"] for t in stored_metadata(make_store())["topics"]}
 
@@ -95,11 +97,17 @@ def test_a_deposed_controllers_write_with_its_old_epoch_is_refused(
     assert fresh is not None and fresh.metadata.controller_epoch == 2
     sneaked = TopicInfo("sneaked", random_uuid(), 0)
     # with the current version (its If-Match would match): refused for its epoch
-    with pytest.raises(ControllerFencedError, match="epoch 1 is fenced by node 2 at controller epoch 2"):
-        committer.commit(fresh, fresh.metadata.with_topic(sneaked, ()), controller_epoch=1, controller_id=1)
+    with pytest.raises(
+        ControllerFencedError, match="epoch 1 is fenced by node 2 at controller epoch 2"
+    ):
+        committer.commit(
+            fresh, fresh.metadata.with_topic(sneaked, ()), controller_epoch=1, controller_id=1
+        )
     # with the version it last knew: its If-Match fails, the re-read shows epoch 2
     with pytest.raises(ControllerFencedError):
-        committer.commit(stale, stale.metadata.with_topic(sneaked, ()), controller_epoch=1, controller_id=1)
+        committer.commit(
+            stale, stale.metadata.with_topic(sneaked, ()), controller_epoch=1, controller_id=1
+        )
     assert committer.read() == fresh
 
 
@@ -185,7 +193,9 @@ def test_producer_id_blocks_are_never_handed_out_twice_across_a_failover(
     assert stored_metadata(make_store())["producer_ids"] == {"next_producer_id": 4000}
 
 
-def test_threaded_controllers_fail_over_after_a_crash_within_the_lease_bound(tmp_path: Path) -> None:
+def test_threaded_controllers_fail_over_after_a_crash_within_the_lease_bound(
+    tmp_path: Path,
+) -> None:
     """Real clocks and threads, short timings: the active controller's thread dies
     without releasing (a crash); another one is active within a generous bound."""
     fast = {

@@ -13,7 +13,6 @@ import pytest
 
 from controller import ControllerLease, LeaseEvent, LeaseRecord, LeaseTimings
 from controller.lease import LEASE_KEY, NO_HOLDER
-from remote_tier import ObjectStoreUnavailable
 from tests.controller.conftest import FakeClock, MakeStore
 from tests.remote_tier.flaky import FlakyObjectStore
 
@@ -196,7 +195,10 @@ def test_lease_object_holds_node_epoch_duration_and_renewal_count(
     document = json.loads(make_store().get(LEASE_KEY))
     assert document["version"] == 1
     assert {k: document[k] for k in ("holder", "epoch", "lease_ms", "renewals")} == {
-        "holder": 7, "epoch": 1, "lease_ms": 10_000, "renewals": 0,
+        "holder": 7,
+        "epoch": 1,
+        "lease_ms": 10_000,
+        "renewals": 0,
     }
     assert document["incarnation_id"] == "incarnation-7"
 
