@@ -297,6 +297,10 @@ class ClusterController(MetadataWriter):
         with self._lease_lock:
             self._lease.abandon(str(error))
         self._deactivate(str(error))
+        try:  # learn the higher epoch, so a later acquisition takes one above it
+            self.refresh()
+        except KafkaError as err:
+            _log.warning("could not re-read the cluster metadata: %s", err)
 
     def _placement(self, md: ClusterMetadata) -> Placement:
         usable = tuple(PlacementBroker(b.node_id, b.rack) for b in md.active_brokers())

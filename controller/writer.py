@@ -287,7 +287,7 @@ class MetadataWriter:
                 self._check_lease()
                 base = self._snapshot
                 updated, result = change(base.metadata)
-                if updated == base.metadata:
+                if updated is base.metadata or updated == base.metadata:
                     return result
                 try:
                     committed = self._committer.commit(
@@ -318,12 +318,10 @@ class MetadataWriter:
             )
 
     def _install(self, snapshot: Snapshot) -> None:
-        previous = self._snapshot.metadata if hasattr(self, "_snapshot") else None
+        previous = self._snapshot.metadata
         self._snapshot = snapshot
         for hear in list(self._snapshot_listeners):
             _call_safely(hear, snapshot)
-        if previous is None:
-            return
         for event in diff_metadata(previous, snapshot.metadata):
             for listener in list(self._listeners):
                 _call_safely(listener, event)

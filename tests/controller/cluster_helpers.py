@@ -1,4 +1,4 @@
-"""Helpers for tests of ClusterController: brokers joining, controllers electing, a fake clock."""
+"""Helpers for cluster tests: a fake clock, controllers electing, brokers joining."""
 
 from __future__ import annotations
 
@@ -14,7 +14,20 @@ from controller import (
 )
 from controller.lease import LeaseTimings
 from remote_tier import ObjectStore
-from tests.controller.conftest import FakeClock
+
+
+class FakeClock:
+    """A monotonic clock in milliseconds that moves only when told (shared by "machines")."""
+
+    def __init__(self, start_ms: float = 1_000_000.0) -> None:
+        self.now = start_ms
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += ms
+
 
 TIMINGS = LeaseTimings()  # the defaults: lease 10 s, renew 2 s, margin 2 s, skew 1 s, poll 0.5 s
 TAKEOVER_MS = TIMINGS.lease_ms + TIMINGS.clock_skew_ms

@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from controller import BrokerConfig, Controller, ObjectStoreMetadataStore
+from controller import BrokerConfig, ClusterController, Controller, ObjectStoreMetadataStore
 from remote_tier import FileSystemObjectStore, ObjectInfo, ObjectStore
 from remote_tier.s3 import S3ObjectStore
+from tests.controller.cluster_helpers import (
+    FakeClock,
+    join,
+    make_cluster_controller,
+    tick_until_active,
+)
 from tests.s3_fixtures import (  # noqa: F401 - fixtures registered for this directory
     TEST_ACCESS_KEY,
     TEST_REGION,
@@ -46,25 +52,26 @@ def controller(make_controller: MakeController) -> Controller:
 # -- cluster tests: a fake monotonic clock and both store implementations ----------------------
 
 
-class FakeClock:
-    """A monotonic clock in milliseconds that moves only when told (shared by "machines")."""
-
-    def __init__(self, start_ms: float = 1_000_000.0) -> None:
-        self.now = start_ms
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, ms: float) -> None:
-        self.now += ms
-
-
 MakeStore = Callable[[], ObjectStore]
 
 
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def active(make_fs_store: MakeStore, clock: FakeClock) -> ClusterController:
+    """An active ClusterController (node 1) on the filesystem store, no broker registered."""
+    return tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
+
+
+@pytest.fixture
+def ctl3(active: ClusterController) -> ClusterController:
+    """``active`` with brokers 1, 2 and 3 registered and unfenced."""
+    for node in (1, 2, 3):
+        join(active, node)
+    return active
 
 
 class PrefixedStore:

@@ -25,11 +25,12 @@ from remote_tier import FileSystemObjectStore, ObjectInfo, ObjectStore
 from tests.controller.cluster_helpers import (
     TAKEOVER_MS,
     TIMINGS,
+    FakeClock,
     join,
     make_cluster_controller,
     tick_until_active,
 )
-from tests.controller.conftest import FakeClock, MakeStore
+from tests.controller.conftest import MakeStore
 
 METADATA_KEY = "cluster/metadata.json"
 

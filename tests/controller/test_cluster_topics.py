@@ -8,20 +8,13 @@ import pytest
 from controller import ClusterController, Controller, InvalidReplicaAssignmentError
 from local_tier.errors import InvalidReplicationFactorError, InvalidRequestError
 from tests.controller.cluster_helpers import (
-    join,
-    make_cluster_controller,
     register,
-    tick_until_active,
 )
-from tests.controller.conftest import FakeClock, MakeStore
 
 
 @pytest.fixture
-def ctl(make_fs_store: MakeStore, clock: FakeClock) -> ClusterController:
-    controller = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
-    for node in (1, 2, 3):
-        join(controller, node)
-    return controller
+def ctl(ctl3: ClusterController) -> ClusterController:
+    return ctl3
 
 
 def test_a_manual_assignment_places_each_partition_as_asked(ctl: ClusterController) -> None:

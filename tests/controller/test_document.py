@@ -20,8 +20,13 @@ from controller import (
 )
 from controller.document_codec import decode, encode
 from remote_tier import ObjectStore
-from tests.controller.cluster_helpers import join, make_cluster_controller, tick_until_active
-from tests.controller.conftest import FakeClock, MakeStore
+from tests.controller.cluster_helpers import (
+    FakeClock,
+    join,
+    make_cluster_controller,
+    tick_until_active,
+)
+from tests.controller.conftest import MakeStore
 
 TOPIC_ID = uuid.UUID("3f1c1a7e-8f0e-4c0b-9a57-2f2f1d0d6b11")
 

@@ -28,12 +28,8 @@ from controller import (
 from controller.partition_change import change_partition
 from local_tier.errors import InvalidRequestError, UnknownTopicIdError
 from tests.controller.cluster_helpers import (
-    join,
-    make_cluster_controller,
     register,
-    tick_until_active,
 )
-from tests.controller.conftest import FakeClock, MakeStore
 
 P = PartitionRegistration
 
@@ -113,11 +109,8 @@ def test_a_registration_that_breaks_an_invariant_cannot_be_built(bad: dict) -> N
 
 
 @pytest.fixture
-def ctl(make_fs_store: MakeStore, clock: FakeClock) -> ClusterController:
-    controller = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
-    for node in (1, 2, 3):
-        join(controller, node)
-    return controller
+def ctl(ctl3: ClusterController) -> ClusterController:
+    return ctl3
 
 
 def isr_change(

@@ -13,7 +13,8 @@ import pytest
 
 from controller import ControllerLease, LeaseEvent, LeaseRecord, LeaseTimings
 from controller.lease import LEASE_KEY, NO_HOLDER
-from tests.controller.conftest import FakeClock, MakeStore
+from tests.controller.cluster_helpers import FakeClock
+from tests.controller.conftest import MakeStore
 from tests.remote_tier.flaky import FlakyObjectStore
 
 TIMINGS = LeaseTimings(lease_ms=10_000, renew_ms=2_000, safety_margin_ms=2_000, clock_skew_ms=1_000)

@@ -21,19 +21,19 @@ from local_tier.errors import ErrorCode
 from tests.controller.cluster_helpers import (
     SESSION_MS,
     TIMINGS,
+    FakeClock,
     heartbeat_all,
     join,
     make_cluster_controller,
     register,
     tick_until_active,
 )
-from tests.controller.conftest import FakeClock, MakeStore
+from tests.controller.conftest import MakeStore
 
 
 @pytest.fixture
-def ctl(make_fs_store: MakeStore, clock: FakeClock) -> ClusterController:
-    controller = make_cluster_controller(make_fs_store(), clock, 1)
-    return tick_until_active(clock, [controller])
+def ctl(active: ClusterController) -> ClusterController:
+    return active
 
 
 def wait_sessions_out(ctl: ClusterController, clock: FakeClock, *alive: int) -> None:

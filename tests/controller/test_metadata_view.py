@@ -14,12 +14,13 @@ from controller import (
     TopicCreated,
 )
 from tests.controller.cluster_helpers import (
+    FakeClock,
     heartbeat_all,
     join,
     make_cluster_controller,
     tick_until_active,
 )
-from tests.controller.conftest import FakeClock, MakeStore
+from tests.controller.conftest import MakeStore
 
 
 def test_a_view_polls_the_bucket_and_names_the_controller_and_its_endpoint(
