@@ -174,6 +174,17 @@ class ClusterController(MetadataWriter):
         named = self.metadata.controller_id
         return NO_LEADER if named == self.node_id else named
 
+    def live_brokers(self) -> list[int]:
+        """The brokers this active controller considers alive: registered, unfenced, not
+        shutting down, and heartbeating within ``broker.session.timeout.ms``."""
+        self._require_active()
+        with self._lock:
+            return [
+                b.node_id
+                for b in self.metadata.active_brokers()
+                if self._sessions.has_valid_session(b.node_id)
+            ]
+
     def tick(self) -> float:
         """Do what is due (renew or compete for the lease, activate, fence expired
         brokers); returns the milliseconds until the next call is useful."""

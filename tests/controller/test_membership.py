@@ -104,6 +104,7 @@ def test_a_silent_broker_is_fenced_its_leaderships_move_within_the_isr_and_come_
 
     assert ctl.metadata.brokers[2].fenced
     assert not ctl.metadata.brokers[1].fenced and not ctl.metadata.brokers[3].fenced
+    assert ctl.live_brokers() == [1, 3]
     moved = partition(ctl, "replicated")
     assert (moved.leader, moved.isr) == (1, (1, 3))
     assert (moved.leader_epoch, moved.partition_epoch) == (
