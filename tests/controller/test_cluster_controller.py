@@ -199,10 +199,10 @@ def test_threaded_controllers_fail_over_after_a_crash_within_the_lease_bound(
 ) -> None:
     """Real clocks and threads, short timings: the active controller's thread dies
     without releasing (a crash); another one is active within a generous bound."""
-    fast = {
-        "controller.lease.ms": "600",
-        "controller.lease.renew.ms": "100",
-        "controller.lease.safety.margin.ms": "200",
+    fast = {  # short, yet a holder starved of CPU for a second on a busy machine keeps its lease
+        "controller.lease.ms": "1500",
+        "controller.lease.renew.ms": "150",
+        "controller.lease.safety.margin.ms": "500",
         "controller.lease.clock.skew.ms": "100",
         "controller.lease.poll.ms": "50",
     }
