@@ -30,6 +30,7 @@ UP_DEFAULTS = {
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
+    from local_tier.dirlock import DataDirInUseError, DataDirLock
     from remote_tier.errors import ObjectStoreError
     from remote_tier.url import open_object_store
     from service.app import run_broker
@@ -40,6 +41,14 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
+    try:  # before anything under the data dir is opened or created (ADR 0007)
+        lock = DataDirLock.acquire(data_dir)
+    except DataDirInUseError as exc:
+        print(f"strata up: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"strata up: cannot use the data directory {data_dir}: {exc}", file=sys.stderr)
+        return 1
     url = args.object_store or (data_dir / "bucket").as_uri()
     try:
         store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
@@ -50,7 +59,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
         return 1
     http = None if args.http.lower() in ("off", "none", "") else args.http
-    return run_broker(data_dir, config, args.listen, args.advertise, store, http)
+    with lock:
+        return run_broker(data_dir, config, args.listen, args.advertise, store, http)
 
 
 def build_parser() -> argparse.ArgumentParser:
