@@ -128,7 +128,7 @@ def run_broker(
     try:
         _run(_serve(data_dir, config, host, port, advertise, object_store, http))
     except OSError as exc:
-        log.error("cannot start the broker on %s: %s", listen, exc)
+        log.error("cannot start the broker (listener %s, data in %s): %s", listen, data_dir, exc)
         if exc.errno != errno.EADDRINUSE:  # a data dir, a file, a permission: say which
             print(f"strata: cannot start the broker with data in {data_dir}: {exc}")
             return 1
