@@ -380,7 +380,11 @@ class Log:
         new_base = self.log_end_offset
         if active.base_offset == new_base:
             return active  # already empty at the log end
-        self._guarded("close the active segment of", active.on_become_inactive)
+        try:
+            active.on_become_inactive()
+        except OSError as exc:  # an optimisation: loading derives the max timestamp anyway
+            _log.info("%s: no final time index entry for %s (%s)", self.name,
+                      active.log_path.name, exc)
         created: list[LogSegment] = []
         self._guarded("roll", lambda: created.append(
             LogSegment.open(self.dir, new_base, self._config, create=True)))

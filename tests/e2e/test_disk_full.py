@@ -63,6 +63,13 @@ class DefaultProducer(threading.Thread):
                 pass
             self.producer.poll(0.002)
 
+    def abandon(self) -> None:
+        """Stop at once, dropping whatever is still queued (test teardown)."""
+        self.stop_event.set()
+        self.join(10)
+        self.producer.purge()
+        self.producer.flush(1)
+
     def finish(self) -> dict[bytes, int]:
         """Stop producing and wait until every record is acknowledged (or failed)."""
         self.stop_event.set()
@@ -70,6 +77,15 @@ class DefaultProducer(threading.Thread):
         assert self.producer.flush(60) == 0, "records still in flight 60 s after the disk was freed"
         assert not self.errors, self.errors[:3]
         return dict(self.acked)
+
+
+@pytest.fixture
+def producers() -> Iterator[list[DefaultProducer]]:
+    """Producers started by the test; a failed test must not leave one retrying."""
+    started: list[DefaultProducer] = []
+    yield started
+    for producer in started:
+        producer.abandon()
 
 
 @pytest.fixture
@@ -158,12 +174,13 @@ def _wait_for_more_acks(producer: DefaultProducer, than: int, what: str) -> None
 
 
 def test_full_disk_answers_storage_error_and_loses_no_acknowledged_record(
-    disk_broker: BrokerProcess,
+    disk_broker: BrokerProcess, producers: list[DefaultProducer],
 ) -> None:
     broker = disk_broker
     topic = helpers.topic_name("full-disk")
     helpers.create_topic(broker.bootstrap, topic)
     producer = DefaultProducer(broker.bootstrap, topic, 0)
+    producers.append(producer)
     producer.start()
     _wait_for_more_acks(producer, 0, "first acknowledgements")
     assert _commit(broker.bootstrap, topic, 5) is None  # creates __consumer_offsets
@@ -192,6 +209,7 @@ def test_full_disk_answers_storage_error_and_loses_no_acknowledged_record(
 
     # 3. Space again: the same log takes appends, then survives kill -9.
     producer = DefaultProducer(broker.bootstrap, topic, len(acked))
+    producers.append(producer)
     producer.start()
     _wait_for_more_acks(producer, 0, "acks after the restart")
     acked |= producer.finish()
