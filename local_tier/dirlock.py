@@ -21,13 +21,17 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LOCK_FILE", "DataDirInUseError", "DataDirLock"]
+__all__ = ["LOCK_FILE", "DataDirError", "DataDirInUseError", "DataDirLock"]
 
 LOCK_FILE = ".lock"
 _PID_BYTES = 32
 
 
-class DataDirInUseError(Exception):
+class DataDirError(Exception):
+    """The data directory cannot be locked (the message says why and what to do)."""
+
+
+class DataDirInUseError(DataDirError):
     """Another live process holds the data directory's lock."""
 
 
@@ -45,21 +49,25 @@ class DataDirLock:
 
     @classmethod
     def acquire(cls, directory: Path) -> DataDirLock:
-        """Create ``directory`` if needed and lock it; DataDirInUseError when held elsewhere.
+        """Create ``directory`` if needed and lock it.
 
-        Other OSErrors (a path that is not a directory, no permission) propagate.
+        Raises DataDirInUseError when another process holds the lock, DataDirError
+        for anything else in the way (a path that is not a directory, no permission).
         """
         directory = Path(directory).absolute()
-        directory.mkdir(parents=True, exist_ok=True)
         path = directory / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DataDirError(f"cannot use the data directory {directory}: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             holder = os.pread(fd, _PID_BYTES, 0).decode("ascii", "replace").strip()
             os.close(fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
+                raise DataDirError(f"cannot lock the data directory {directory}: {exc}") from exc
             who = f"process {holder}" if holder.isdigit() else "another process"
             raise DataDirInUseError(
                 f"the data directory {directory} is in use: {who} holds its lock {path}. "

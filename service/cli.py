@@ -30,7 +30,7 @@ UP_DEFAULTS = {
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
-    from local_tier.dirlock import DataDirInUseError, DataDirLock
+    from local_tier.dirlock import DataDirError, DataDirLock
     from remote_tier.errors import ObjectStoreError
     from remote_tier.url import open_object_store
     from service.app import run_broker
@@ -43,11 +43,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         return 2
     try:  # before anything under the data dir is opened or created (ADR 0007)
         lock = DataDirLock.acquire(data_dir)
-    except DataDirInUseError as exc:
+    except DataDirError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"strata up: cannot use the data directory {data_dir}: {exc}", file=sys.stderr)
         return 1
     url = args.object_store or (data_dir / "bucket").as_uri()
     try:

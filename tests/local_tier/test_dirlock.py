@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from local_tier.dirlock import LOCK_FILE, DataDirInUseError, DataDirLock
+from local_tier.dirlock import LOCK_FILE, DataDirError, DataDirInUseError, DataDirLock
 
 
 def test_the_lock_is_exclusive_until_released(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_a_lock_held_by_another_process_names_it_and_dies_with_it(tmp_path: Path
     DataDirLock.acquire(tmp_path).release()  # the kernel dropped it with the process
 
 
-def test_a_data_dir_that_is_a_file_is_an_os_error(tmp_path: Path) -> None:
+def test_a_data_dir_that_is_a_file_says_so(tmp_path: Path) -> None:
     (tmp_path / "data").write_text("")
-    with pytest.raises(OSError):
+    with pytest.raises(DataDirError, match=f"cannot use the data directory {tmp_path / 'data'}"):
         DataDirLock.acquire(tmp_path / "data")
