@@ -13,9 +13,9 @@ from typing import Any
 
 from controller.configs import BrokerConfig
 from remote_tier.store import ObjectStore
-from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
+from service.http.server import AdminHttpServer
 from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]

@@ -40,9 +40,9 @@ from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
-from service.metrics import LatencyHistograms
-from service.tiering import TieringService
 from service.groups import GroupCoordinator, start_coordinator
+from service.latency import LatencyHistograms
+from service.tiering import TieringService
 
 __all__ = ["Broker"]
 

@@ -19,11 +19,13 @@ with the codes that only consumer groups use::
 The coordinator mostly answers with bare :class:`ErrorCode` values (a rebalance
 outcome is data, not an exception); these classes serve the places where
 raising reads better, and :func:`group_error` maps a code back to its class.
+:func:`storage_error` is Kafka's mapping of a failed ``__consumer_offsets``
+append to the code a client sees.
 """
 
 from __future__ import annotations
 
-from local_tier.errors import ErrorCode, KafkaError
+from local_tier.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
 
 __all__ = [
     "CoordinatorNotAvailableError",
@@ -38,6 +40,7 @@ __all__ = [
     "RebalanceInProgressError",
     "UnknownMemberIdError",
     "group_error",
+    "storage_error",
 ]
 
 
@@ -98,3 +101,10 @@ def group_error(code: ErrorCode, message: str = "") -> KafkaError:
     err = KafkaError(message)
     err.code = code
     return err
+
+
+def storage_error(exc: KafkaError) -> ErrorCode:
+    """Kafka's mapping of a failed ``__consumer_offsets`` append to what a client sees."""
+    if isinstance(exc, (RecordTooLargeError, RecordBatchTooLargeError)):
+        return ErrorCode.invalid_commit_offset_size
+    return ErrorCode.coordinator_not_available

@@ -33,6 +33,7 @@ from local_tier.errors import ErrorCode
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
+    "MAX_GROUP_ID_LENGTH",
     "GroupMetadata",
     "GroupState",
     "JoinResult",
@@ -40,9 +41,12 @@ __all__ = [
     "OffsetAndMetadata",
     "SyncResult",
     "TopicPartition",
+    "valid_group_id",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+#: Longest group id accepted (Kafka has no limit; an id must fit a record key).
+MAX_GROUP_ID_LENGTH = 1024
 
 TopicPartition = tuple[str, int]
 
@@ -220,6 +224,18 @@ class GroupMetadata:
         holder = self.static_members.get(instance_id)
         return holder is not None and holder != member_id
 
+    def current_member_error(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Why ``member_id`` (with its ``group.instance.id``) may not act in this group, or None."""
+        if instance_id is not None:
+            if instance_id not in self.static_members:
+                return ErrorCode.unknown_member_id
+            if self.static_member_fenced(instance_id, member_id):
+                return ErrorCode.fenced_instance_id
+            return None
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        return None
+
     def has_all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
@@ -272,6 +288,13 @@ class GroupMetadata:
                 return None
             topics.update(parsed)
         return topics
+
+
+def valid_group_id(group_id: str | None, *, allow_empty: bool) -> bool:
+    """Kafka allows the empty id for offset commit/fetch and describe/delete only."""
+    if group_id is None or len(group_id) > MAX_GROUP_ID_LENGTH:
+        return False
+    return allow_empty or group_id != ""
 
 
 def parse_subscription_topics(data: bytes) -> list[str] | None:

@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
 
+from controller.configs import BrokerConfig
+from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
+from local_tier.log import LogAppendInfo
+from local_tier.manager import LogManager
 from local_tier.records import build_batch, decode_batch, iter_batches
-from service.groups.coordinator import GroupConfig, GroupCoordinator
+from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
+from service.groups.requests import GroupConfig
 
-if TYPE_CHECKING:
-    from service.broker import Broker
-
-__all__ = ["OFFSETS_TOPIC_CONFIGS", "BrokerOffsetLog", "LoopTimer", "start_coordinator"]
+__all__ = [
+    "OFFSETS_TOPIC_CONFIGS",
+    "BrokerOffsetLog",
+    "LoopTimer",
+    "OffsetsHost",
+    "start_coordinator",
+]
 
 #: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
 #: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
@@ -35,8 +43,31 @@ OFFSETS_TOPIC_CONFIGS = {
 _READ_CHUNK = 4 * 1024 * 1024
 
 
+class OffsetsHost(Protocol):
+    """What the coordinator's runtime needs of the broker (:class:`service.broker.Broker` has it).
+
+    The config (offsets topic size, group timings), the controller to look up
+    ``__consumer_offsets``, topic creation, appends, and the local logs to replay.
+    """
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    def create_topic(
+        self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo: ...
+
+    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+
+
 class LoopTimer:
-    """:class:`service.groups.coordinator.Timer` on the running asyncio loop."""
+    """:class:`service.groups.seams.Timer` on the running asyncio loop."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -46,9 +77,9 @@ class LoopTimer:
 
 
 class BrokerOffsetLog:
-    """:class:`service.groups.coordinator.OffsetLog` over the broker's local log."""
+    """:class:`service.groups.seams.OffsetLog` over the broker's local log."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
 
     def ensure(self) -> int:
@@ -91,7 +122,7 @@ class BrokerOffsetLog:
                     offset = header.next_offset
 
 
-def start_coordinator(broker: Broker) -> GroupCoordinator:
+def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
     """A coordinator loaded from the broker's logs, its timers on the running loop."""
     config = broker.config
     coordinator = GroupCoordinator(

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
-from service.groups.coordinator import MAX_GROUP_ID_LENGTH
-from service.groups.group import OffsetAndMetadata, TopicPartition
-from service.handlers.router import RequestContext
+from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 

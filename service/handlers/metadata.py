@@ -9,9 +9,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaError, UnknownTopicIdError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 from service.groups.records import OFFSETS_TOPIC
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 
 __all__ = ["handle_metadata"]

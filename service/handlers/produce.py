@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from local_tier.errors import CorruptRecordError, ErrorCode, InvalidRequiredAcksError, KafkaError
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
 
 __all__ = ["handle_produce"]

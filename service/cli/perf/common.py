@@ -1,25 +1,9 @@
-"""`strata perf produce|consume`: Kafka's kafka-producer-perf-test and kafka-consumer-perf-test.
+"""What ``perf produce`` and ``perf consume`` share: client properties and broker health.
 
-Both drive librdkafka through confluent-kafka against any Kafka-protocol broker
-(``--bootstrap-server``, as the other client commands), print what Kafka's two
-tools print, and mean the same by it; ``docs/perf.md`` has the details.
-
-- :mod:`service.perf_produce`: ``perf produce``, records/s, MB/s, latency
-  percentiles, and ``--print-metrics``;
-- :mod:`service.perf_consume`: ``perf consume``, Kafka's CSV-like row;
-- :mod:`service.perf_stats`: the measuring parts (latency histogram, pacing,
-  librdkafka statistics mapped to Kafka's producer metrics), no I/O.
-
-This module wires the ``perf`` command and holds what both clients share:
-properties (``--producer-props``/``--consumer-props`` and Java-style
-properties files, which win over the defaults here), and :class:`ClientHealth`,
-which bounds how long a client waits for a broker that went away.
-
-Failures follow the client commands: a broker that cannot be reached, an
-unknown topic or failed deliveries are one line on stderr and exit code 1
-(every wait is bounded: TCP probe, metadata, ``message.timeout.ms``,
-:data:`BROKER_LOST_S`); a bad flag, a malformed or unknown property is
-argparse's usage error and exit code 2.
+Properties come from ``--producer-props``/``--consumer-props`` and Java-style
+properties files (``--producer.config``/``--consumer.config``), which win over
+the defaults of :func:`client_config`; :class:`ClientHealth` bounds how long a
+client waits for a broker that went away (:data:`BROKER_LOST_S`).
 """
 
 from __future__ import annotations
@@ -29,32 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from service.client_commands import (
-    CliError,
-    _describe_kafka_error,
-    _needs_subcommand,
-    _quiet_logger,
-    bootstrap_parent,
-)
+from service.cli.common import CliError, describe_kafka_error, quiet_logger
 
 __all__ = ["BROKER_LOST_S", "ClientHealth", "client_config", "kafka_error_text", "prop",
-           "read_props_file", "register", "user_props"]
+           "read_props_file", "user_props"]
 
 BROKER_LOST_S = 10.0  # every broker down this long, with no progress: give up
-
-
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add ``perf produce`` and ``perf consume`` to the ``strata`` CLI."""
-    from service import perf_consume, perf_produce
-
-    common = bootstrap_parent()
-    perf = subparsers.add_parser(
-        "perf", help="measure produce or consume throughput and latency "
-        "(kafka-producer-perf-test, kafka-consumer-perf-test)")
-    cmds = perf.add_subparsers(dest="perf_command", metavar="COMMAND")
-    perf.set_defaults(func=_needs_subcommand(perf))
-    perf_produce.register(cmds, common)
-    perf_consume.register(cmds, common)
 
 
 def prop(text: str) -> tuple[str, str]:
@@ -105,7 +69,7 @@ def client_config(bootstrap: str, client_id: str) -> dict[str, Any]:
         "client.id": client_id,
         "socket.connection.setup.timeout.ms": 10_000,
         "reconnect.backoff.max.ms": 1000,
-        "logger": _quiet_logger(),
+        "logger": quiet_logger(),
     }
 
 
@@ -142,7 +106,7 @@ class ClientHealth:
     def failure(self, args: argparse.Namespace, role: str) -> CliError | None:
         """The one-line error for a failed client, or None."""
         if self.fatal:
-            return CliError(f"the {role} failed: {_describe_kafka_error(self.fatal[0], args)}")
+            return CliError(f"the {role} failed: {describe_kafka_error(self.fatal[0], args)}")
         if self.lost():
             return CliError(f"lost the broker at {args.bootstrap_server}: no connection for "
                             f"{BROKER_LOST_S:.0f} s; is it still running?")

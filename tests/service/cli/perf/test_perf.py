@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from service.perf_consume import HEADER
-from service.perf_stats import (
+from service.cli.perf.consume import HEADER
+from service.cli.perf.stats import (
     LatencyRecorder,
     ProducerMetrics,
     ThroughputThrottler,
@@ -29,7 +29,7 @@ from service.perf_stats import (
 )
 from tests.conftest import free_port
 from tests.e2e.helpers import consume, create_topic, produce_values, topic_name, watermarks
-from tests.service.test_client_commands import fails_cleanly, ok, strata
+from tests.service.cli.helpers import REPO_ROOT, fails_cleanly, ok, strata
 
 SUMMARY = re.compile(
     r"^(?P<count>\d+) records sent, (?P<rate>[\d.]+) records/sec \((?P<mb>[\d.]+) MB/sec\), "
@@ -338,6 +338,6 @@ def test_bad_flags_are_usage_errors(args: list[str]) -> None:
 def test_perf_without_a_subcommand_is_a_usage_error() -> None:
     proc = subprocess.run([sys.executable, "-m", "service", "perf"], capture_output=True,
                           text=True, timeout=60, check=False,
-                          cwd=Path(__file__).resolve().parents[2])
+                          cwd=REPO_ROOT)
     assert proc.returncode == 2
     assert "a command is required" in proc.stderr

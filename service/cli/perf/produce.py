@@ -7,7 +7,7 @@ partitioner spreads them, as with Kafka's tool.
 
 A record's latency is the time from its ``produce()`` call to its delivery
 callback, as in Kafka's tool. The callback only stores librdkafka's
-``msg.latency()`` into a preallocated array (:class:`~service.perf_stats.LatencyRecorder`
+``msg.latency()`` into a preallocated array (:class:`~service.cli.perf.stats.LatencyRecorder`
 folds it between polls); ``produce()`` is called positionally, ``poll(0)``
 every :data:`_POLL_EVERY` records, and a full queue (``BufferError``) is waited
 out in ``poll()``. A record costs about 1.5 us of CPU in all (the ``produce()``
@@ -29,7 +29,7 @@ then the summary line::
 and with ``--print-metrics`` Kafka's metric table of ``batch-size-avg``,
 ``bufferpool-wait-ratio``, ``outgoing-byte-rate``, ``record-queue-time-avg`` and
 ``request-latency-avg``, derived from librdkafka's statistics
-(:class:`~service.perf_stats.ProducerMetrics` says how).
+(:class:`~service.cli.perf.stats.ProducerMetrics` says how).
 
 Delivery failures stop the run: queued records are purged, the summary of what
 was delivered is printed, and one line on stderr says what failed (exit 1).
@@ -45,19 +45,19 @@ from itertools import repeat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from service.client_commands import (
+from service.cli.common import (
     CliError,
-    _describe_kafka_error,
-    _guarded,
-    _metadata,
-    _positive_int,
-    _probe,
-    _topic_metadata,
+    describe_kafka_error,
+    fetch_metadata,
+    guarded,
+    positive_int,
+    probe,
+    topic_metadata,
 )
-from service.perf import ClientHealth, client_config, kafka_error_text, prop, user_props
+from service.cli.perf.common import ClientHealth, client_config, kafka_error_text, prop, user_props
 
 if TYPE_CHECKING:
-    from service.perf_stats import LatencyRecorder
+    from service.cli.perf.stats import LatencyRecorder
 
 __all__ = ["PRODUCER_CLIENT_ID", "register"]
 
@@ -79,10 +79,10 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
         "produce", parents=[common], help="produce records as fast as asked; report "
         "records/s, MB/s and latency percentiles (kafka-producer-perf-test)")
     p.add_argument("--topic", required=True, metavar="TOPIC", help="produce to this topic")
-    p.add_argument("--num-records", required=True, type=_positive_int, metavar="N",
+    p.add_argument("--num-records", required=True, type=positive_int, metavar="N",
                    help="number of records to produce")
     payload = p.add_mutually_exclusive_group(required=True)
-    payload.add_argument("--record-size", type=_positive_int, metavar="BYTES",
+    payload.add_argument("--record-size", type=positive_int, metavar="BYTES",
                          help="size of each record's value (random uppercase letters)")
     payload.add_argument("--payload-file", metavar="FILE",
                          help="draw each record's value at random from this file's "
@@ -100,9 +100,9 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
                    help="a properties file of producer properties")
     p.add_argument("--print-metrics", action="store_true",
                    help="print producer metrics (from librdkafka's statistics) at the end")
-    p.add_argument("--reporting-interval", type=_positive_int, default=_REPORTING_INTERVAL_MS,
+    p.add_argument("--reporting-interval", type=positive_int, default=_REPORTING_INTERVAL_MS,
                    metavar="MS", help="interval between progress lines (default: %(default)s)")
-    p.set_defaults(func=_guarded(_perf_produce), perf_parser=p)
+    p.set_defaults(func=guarded(_perf_produce), perf_parser=p)
 
 
 def _throughput(text: str) -> float:
@@ -130,7 +130,7 @@ class _ProduceResult:
 def _perf_produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException, Producer
 
-    from service.perf_stats import LatencyRecorder, ProducerMetrics, format_metrics_table
+    from service.cli.perf.stats import LatencyRecorder, ProducerMetrics, format_metrics_table
 
     parser: argparse.ArgumentParser = args.perf_parser
     props, bootstrap = user_props(args, "producer")
@@ -153,8 +153,8 @@ def _perf_produce(args: argparse.Namespace) -> int:
     except (KafkaException, ValueError, TypeError) as exc:
         parser.error(f"--producer-props: {kafka_error_text(exc)}")
 
-    _probe(bootstrap)
-    _topic_metadata(_metadata(producer, args, args.topic), args.topic, args)
+    probe(bootstrap)
+    topic_metadata(fetch_metadata(producer, args, args.topic), args.topic, args)
 
     queue_messages = int(conf.get("queue.buffering.max.messages", _DEFAULT_QUEUE_MESSAGES))
     recorder = LatencyRecorder(args.num_records, queue_messages + _POLL_EVERY)
@@ -208,7 +208,7 @@ def _produce_records(producer: Any, args: argparse.Namespace, payloads: list[byt
     """Produce, pace, report progress, flush; the hot loops stay as small as they can."""
     import numpy as np
 
-    from service.perf_stats import ThroughputThrottler
+    from service.cli.perf.stats import ThroughputThrottler
 
     topic: str = args.topic
     total: int = args.num_records
@@ -366,7 +366,7 @@ def _raise_for_failures(result: _ProduceResult, health: ClientHealth,
             detail = (f"not acknowledged by {args.bootstrap_server} within message.timeout.ms:"
                       " is the broker healthy?")
         else:
-            detail = _describe_kafka_error(first, args)
+            detail = describe_kafka_error(first, args)
         raise CliError(f"{len(real)} records failed, stopped after {result.sent} of "
                        f"{args.num_records}: {detail}")
     if result.unacknowledged:

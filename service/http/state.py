@@ -6,15 +6,14 @@ Read on demand (a request or a scrape), never on the produce or fetch path.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from service.broker import Broker
+from service.http.views import PartitionsView
 
 __all__ = ["group_lag", "partition_state"]
 
 
-def partition_state(broker: Broker, topic: str, partition: int) -> dict[str, Any]:
+def partition_state(broker: PartitionsView, topic: str, partition: int) -> dict[str, Any]:
     """What an operator wants to know of one partition, local and remote."""
     local = broker.log_for(topic, partition)
     tier = broker.tiering.state(topic, partition)
@@ -44,7 +43,7 @@ def partition_state(broker: Broker, topic: str, partition: int) -> dict[str, Any
     }
 
 
-def group_lag(broker: Broker, offsets: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
+def group_lag(broker: PartitionsView, offsets: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
     """Per partition of one group: committed offset, high watermark (None if not hosted) and lag."""
     rows = []
     for (topic, partition), offset in sorted(offsets.items()):

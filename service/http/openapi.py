@@ -1,6 +1,6 @@
 """The OpenAPI 3.0 document of the admin API, served at ``/v1/openapi.json``.
 
-Kept beside the handlers (``service/admin_http.py``) and checked against them by
+Kept beside the handlers (``service/http/server.py``) and checked against them by
 a schemathesis run in the tests: every status a route can answer is listed, and
 every body matches its schema.
 """

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.conftest import BrokerFactory, BrokerProcess
 from tests.e2e import helpers
-from tests.service.test_client_commands import fails_cleanly, ok, strata
+from tests.service.cli.helpers import fails_cleanly, ok, strata
 
 
 @pytest.fixture(scope="module")

@@ -9,56 +9,28 @@ and rendered with ``prometheus_client``. Names follow Prometheus conventions:
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from local_tier.errors import KafkaError
-from service.state import group_lag, partition_state
+from service.http.state import group_lag, partition_state
+from service.http.views import MetricsView
+from service.latency import LatencyHistograms
 
-if TYPE_CHECKING:
-    from service.broker import Broker
-
-__all__ = ["REMOTE_READ_BUCKETS", "REQUEST_BUCKETS", "BrokerCollector", "LatencyHistograms", "render"]
-
-#: seconds; Kafka request latencies span 50 µs (ApiVersions) to a fetch's long poll
-REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                   1.0, 2.5, 5.0, 10.0, 30.0)
-
-#: seconds; a tiered read is a cache hit (sub-ms) or ranged GETs (ms to seconds)
-REMOTE_READ_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                       10.0, 30.0)
+__all__ = ["BrokerCollector", "render"]
 
 
-class LatencyHistograms:
-    """Cumulative-on-export histograms by one label, cheap to observe on the event loop."""
-
-    def __init__(self, buckets: Sequence[float] = REQUEST_BUCKETS) -> None:
-        self.buckets = tuple(buckets)
-        self._counts: dict[str, list[int]] = {}
-        self._sums: dict[str, float] = {}
-
-    def observe(self, label: str, seconds: float) -> None:
-        counts = self._counts.get(label)
-        if counts is None:
-            counts = self._counts[label] = [0] * (len(self.buckets) + 1)
-            self._sums[label] = 0.0
-        counts[bisect.bisect_left(self.buckets, seconds)] += 1
-        self._sums[label] += seconds
-
-    def family(self, name: str, doc: str, label: str) -> HistogramMetricFamily:
-        family = HistogramMetricFamily(name, doc, labels=[label])
-        for value, counts in sorted(self._counts.items()):
-            cumulative, running = [], 0
-            for bound, count in zip((*self.buckets, float("inf")), counts):
-                running += count
-                cumulative.append((_bound(bound), running))
-            family.add_metric([value], cumulative, self._sums[value])
-        return family
+def _histogram(
+    name: str, doc: str, label: str, histograms: LatencyHistograms
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    for value, cumulative, total in histograms.series():
+        family.add_metric([value], [(_bound(bound), count) for bound, count in cumulative], total)
+    return family
 
 
 def _bound(bound: float) -> str:
@@ -68,7 +40,7 @@ def _bound(bound: float) -> str:
 class BrokerCollector(Collector):
     """Everything ``/metrics`` shows, read from the broker when scraped."""
 
-    def __init__(self, broker: Broker, connections: Any) -> None:
+    def __init__(self, broker: MetricsView, connections: Any) -> None:
         self._broker = broker
         self._connections = connections  # () -> int
 
@@ -85,8 +57,9 @@ class BrokerCollector(Collector):
         for (api, code), n in sorted(b.errors.items()):
             errors.add_metric([api, code], n)
         yield errors
-        yield b.request_latency.family("strata_kafka_request_duration_seconds",
-                                       "Time from a request's decoding to its response being ready.", "api")
+        yield _histogram("strata_kafka_request_duration_seconds",
+                         "Time from a request's decoding to its response being ready.", "api",
+                         b.request_latency)
         yield _gauge("strata_connections", "Open Kafka client connections.", [], [((), self._connections())])
 
         for name, doc, counter in (
@@ -153,9 +126,9 @@ class BrokerCollector(Collector):
                      [], [((), cache.hits / total if total else 0.0)])
         yield _gauge("strata_tiered_fetch_chunk_cache_bytes", "Bytes held by the chunk cache.", [],
                      [((), cache.size_bytes)])
-        yield t.read_latency.family("strata_remote_read_duration_seconds",
-                                    "Time a tiered read takes from its request to its data, queueing included.",
-                                    "kind")
+        yield _histogram("strata_remote_read_duration_seconds",
+                         "Time a tiered read takes from its request to its data, queueing included.",
+                         "kind", t.read_latency)
 
     def _groups(self) -> Iterator[Any]:
         b = self._broker
@@ -183,7 +156,7 @@ def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str,
     return family
 
 
-def render(broker: Broker, connections: Any) -> bytes:
+def render(broker: MetricsView, connections: Any) -> bytes:
     """The Prometheus text exposition of the broker's metrics."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker, connections))

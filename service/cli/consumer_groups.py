@@ -1,6 +1,6 @@
 """`strata groups list|describe|reset|delete`, in the manner of kafka-consumer-groups.sh.
 
-Like :mod:`service.client_commands` these talk the Kafka protocol through
+Like :mod:`service.cli.common` these talk the Kafka protocol through
 confluent-kafka's AdminClient (ListGroups, DescribeGroups, OffsetFetch,
 ListOffsets, OffsetCommit, DeleteGroups), so they work against any
 Kafka-compatible broker, and every failure is one line on stderr with exit
@@ -18,18 +18,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from service.client_commands import (
-    _CLIENT_TIMEOUT_S,
+from service.cli.common import (
+    CLIENT_TIMEOUT_S,
     CliError,
-    _admin,
-    _describe_exception,
-    _guarded,
-    _metadata,
-    _needs_subcommand,
-    _non_negative_int,
-    _topic_metadata,
-    _wait,
+    admin_client,
     bootstrap_parent,
+    describe_exception,
+    fetch_metadata,
+    guarded,
+    needs_subcommand,
+    non_negative_int,
+    topic_metadata,
+    wait_for,
 )
 
 __all__ = ["register"]
@@ -42,16 +42,16 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     common = bootstrap_parent()
     groups = subparsers.add_parser("groups", help="list, describe, reset, delete consumer groups")
     cmds = groups.add_subparsers(dest="groups_command", metavar="COMMAND")
-    groups.set_defaults(func=_needs_subcommand(groups))
+    groups.set_defaults(func=needs_subcommand(groups))
 
     p = cmds.add_parser("list", parents=[common], help="list consumer groups")
     p.add_argument("--state", action="store_true", help="print each group's state too")
-    p.set_defaults(func=_guarded(_groups_list))
+    p.set_defaults(func=guarded(_groups_list))
 
     p = cmds.add_parser("describe", parents=[common],
                         help="members, assignment, committed offsets and lag of a group")
     p.add_argument("group")
-    p.set_defaults(func=_guarded(_groups_describe))
+    p.set_defaults(func=guarded(_groups_describe))
 
     p = cmds.add_parser("reset", parents=[common],
                         help="move an inactive group's committed offsets")
@@ -61,15 +61,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     to = p.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true")
     to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=_non_negative_int, metavar="N")
+    to.add_argument("--to-offset", type=non_negative_int, metavar="N")
     to.add_argument("--to-datetime", type=_datetime, metavar="ISO",
                     help="e.g. 2024-05-01T12:00:00Z (no zone: local time)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    p.set_defaults(func=_guarded(_groups_reset))
+    p.set_defaults(func=guarded(_groups_reset))
 
     p = cmds.add_parser("delete", parents=[common], help="delete inactive groups and their offsets")
     p.add_argument("groups", nargs="+", metavar="GROUP")
-    p.set_defaults(func=_guarded(_groups_delete))
+    p.set_defaults(func=guarded(_groups_delete))
 
 
 def _datetime(text: str) -> int:
@@ -88,15 +88,15 @@ def _datetime(text: str) -> int:
 
 def _result(future: Any, args: argparse.Namespace, what: str) -> Any:
     try:
-        return future.result(timeout=_CLIENT_TIMEOUT_S + 5)
+        return future.result(timeout=CLIENT_TIMEOUT_S + 5)
     except TimeoutError:
         raise CliError(f"no answer from {args.bootstrap_server} about {what}") from None
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        raise CliError(f"{what}: {_describe_exception(exc, args)}") from None
+        raise CliError(f"{what}: {describe_exception(exc, args)}") from None
 
 
 def _describe(admin: Any, args: argparse.Namespace, group: str) -> Any:
-    futures = admin.describe_consumer_groups([group], request_timeout=_CLIENT_TIMEOUT_S)
+    futures = admin.describe_consumer_groups([group], request_timeout=CLIENT_TIMEOUT_S)
     return _result(futures[group], args, f"group {group!r}")
 
 
@@ -104,7 +104,7 @@ def _committed(admin: Any, args: argparse.Namespace, group: str) -> dict[tuple[s
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                request_timeout=_CLIENT_TIMEOUT_S)
+                                                request_timeout=CLIENT_TIMEOUT_S)
     result = _result(futures[group], args, f"offsets of group {group!r}")
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
             if tp.offset != _NO_OFFSET}
@@ -117,7 +117,7 @@ def _list_offsets(admin: Any, args: argparse.Namespace, partitions: Sequence[tup
     if not partitions:
         return {}
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                 request_timeout=_CLIENT_TIMEOUT_S)
+                                 request_timeout=CLIENT_TIMEOUT_S)
     return {(tp.topic, tp.partition): _result(f, args, f"offsets of {tp.topic}/{tp.partition}").offset
             for tp, f in futures.items()}
 
@@ -138,8 +138,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _groups_list(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    result = _result(admin.list_consumer_groups(request_timeout=_CLIENT_TIMEOUT_S), args,
+    admin = admin_client(args)
+    result = _result(admin.list_consumer_groups(request_timeout=CLIENT_TIMEOUT_S), args,
                      "the group list")
     for listing in sorted(result.valid, key=lambda g: g.group_id):
         if args.state:
@@ -154,7 +154,7 @@ def _groups_describe(args: argparse.Namespace) -> int:
 
     OffsetSpec: Any = _OffsetSpec  # untyped in confluent-kafka
 
-    admin = _admin(args)
+    admin = admin_client(args)
     description = _describe(admin, args, args.group)
     committed = _committed(admin, args, args.group)
     if _state(description) == "Dead" and not committed:
@@ -190,11 +190,11 @@ def _groups_describe(args: argparse.Namespace) -> int:
 
 
 def _reset_partitions(admin: Any, args: argparse.Namespace) -> list[tuple[str, int]]:
-    md = _metadata(admin, args)
+    md = fetch_metadata(admin, args)
     chosen: list[tuple[str, int]] = []
     for spec in args.topic:
         name, _, wanted = spec.partition(":")
-        topic = _topic_metadata(md, name, args)
+        topic = topic_metadata(md, name, args)
         available = sorted(topic.partitions)
         if wanted:
             try:
@@ -216,7 +216,7 @@ def _groups_reset(args: argparse.Namespace) -> int:
 
     OffsetSpec: Any = _OffsetSpec  # untyped in confluent-kafka
 
-    admin = _admin(args)
+    admin = admin_client(args)
     description = _describe(admin, args, args.group)
     if description.members:
         raise CliError(f"group {args.group!r} has {len(description.members)} live member(s) "
@@ -245,7 +245,7 @@ def _groups_reset(args: argparse.Namespace) -> int:
         return 0
     request = ConsumerGroupTopicPartitions(
         args.group, [TopicPartition(t, p, target[(t, p)]) for t, p in partitions])
-    futures = admin.alter_consumer_group_offsets([request], request_timeout=_CLIENT_TIMEOUT_S)
+    futures = admin.alter_consumer_group_offsets([request], request_timeout=CLIENT_TIMEOUT_S)
     result = _result(futures[args.group], args, f"reset of group {args.group!r}")
     failed = [tp for tp in result.topic_partitions if tp.error is not None]
     if failed:
@@ -256,9 +256,9 @@ def _groups_reset(args: argparse.Namespace) -> int:
 
 
 def _groups_delete(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    futures = admin.delete_consumer_groups(list(args.groups), request_timeout=_CLIENT_TIMEOUT_S)
-    _wait(futures, args)
+    admin = admin_client(args)
+    futures = admin.delete_consumer_groups(list(args.groups), request_timeout=CLIENT_TIMEOUT_S)
+    wait_for(futures, args)
     for group in args.groups:
         print(f"deleted group {group}", file=sys.stderr)
     return 0

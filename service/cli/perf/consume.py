@@ -39,17 +39,17 @@ import sys
 import time
 from typing import Any
 
-from service.client_commands import (
+from service.cli.common import (
     CliError,
-    _describe_kafka_error,
-    _guarded,
-    _metadata,
-    _non_negative_int,
-    _positive_int,
-    _probe,
-    _topic_metadata,
+    describe_kafka_error,
+    fetch_metadata,
+    guarded,
+    non_negative_int,
+    positive_int,
+    probe,
+    topic_metadata,
 )
-from service.perf import ClientHealth, client_config, kafka_error_text, prop, user_props
+from service.cli.perf.common import ClientHealth, client_config, kafka_error_text, prop, user_props
 
 __all__ = ["DETAILED_HEADER", "HEADER", "register"]
 
@@ -70,7 +70,7 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
         "consume", parents=[common], help="consume records as fast as possible; report "
         "MB/s, records/s and rebalance time (kafka-consumer-perf-test)")
     p.add_argument("--topic", required=True, metavar="TOPIC", help="consume from this topic")
-    p.add_argument("--messages", required=True, type=_positive_int, metavar="N",
+    p.add_argument("--messages", required=True, type=positive_int, metavar="N",
                    help="number of records to consume")
     p.add_argument("--group", default=None, metavar="GROUP",
                    help="subscribe as a member of this consumer group (default: assign every "
@@ -78,22 +78,22 @@ def register(cmds: argparse._SubParsersAction[Any], common: argparse.ArgumentPar
     p.add_argument("--from-latest", action="store_true",
                    help="start at the end of the log, not the beginning, when there is no "
                    "committed offset")
-    p.add_argument("--timeout", type=_non_negative_int, default=10_000, metavar="MS",
+    p.add_argument("--timeout", type=non_negative_int, default=10_000, metavar="MS",
                    help="longest wait for the next records before giving up "
                    "(default: %(default)s)")
-    p.add_argument("--fetch-size", type=_positive_int, default=1024 * 1024, metavar="BYTES",
+    p.add_argument("--fetch-size", type=positive_int, default=1024 * 1024, metavar="BYTES",
                    help="max.partition.fetch.bytes (default: %(default)s)")
     p.add_argument("--consumer-props", nargs="+", action="extend", default=[], type=prop,
                    metavar="KEY=VALUE", help="librdkafka consumer properties "
                    "(they win over --consumer.config)")
     p.add_argument("--consumer.config", dest="consumer_config", metavar="FILE",
                    help="a properties file of consumer properties")
-    p.add_argument("--reporting-interval", type=_positive_int, default=5000, metavar="MS",
+    p.add_argument("--reporting-interval", type=positive_int, default=5000, metavar="MS",
                    help="interval between progress reports (default: %(default)s)")
     p.add_argument("--show-detailed-stats", action="store_true",
                    help="print a row per reporting interval instead of the summary")
     p.add_argument("--hide-header", action="store_true", help="do not print the header")
-    p.set_defaults(func=_guarded(_perf_consume), perf_parser=p)
+    p.set_defaults(func=guarded(_perf_consume), perf_parser=p)
 
 
 class _JoinTimer:
@@ -147,8 +147,8 @@ def _perf_consume(args: argparse.Namespace) -> int:
     except (KafkaException, ValueError, TypeError) as exc:
         parser.error(f"--consumer-props: {kafka_error_text(exc)}")
     try:
-        _probe(bootstrap)
-        topic = _topic_metadata(_metadata(consumer, args, args.topic), args.topic, args)
+        probe(bootstrap)
+        topic = topic_metadata(fetch_metadata(consumer, args, args.topic), args.topic, args)
         return _consume_records(consumer, args, sorted(topic.partitions), health)
     finally:
         consumer.close()
@@ -247,7 +247,7 @@ def _check(err: Any, args: argparse.Namespace) -> None:
                                KafkaError._AUTO_OFFSET_RESET,
                                KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                KafkaError.GROUP_AUTHORIZATION_FAILED):
-        raise CliError(_describe_kafka_error(err, args))
+        raise CliError(describe_kafka_error(err, args))
 
 
 def _stats_fields(total_bytes: int, total_count: int, nbytes: int, count: int, seconds: float,

@@ -1,6 +1,6 @@
 """The measuring parts of ``strata perf``: latencies, pacing, and producer metrics.
 
-Nothing here talks to a broker; :mod:`service.perf` drives librdkafka and feeds
+Nothing here talks to a broker; :mod:`service.cli.perf` drives librdkafka and feeds
 these.
 
 Latencies (:class:`LatencyRecorder`)

@@ -1,6 +1,6 @@
 """The broker's HTTP listener (aiohttp): metrics, health, the admin API and a status page.
 
-``GET /metrics``                          Prometheus text format (:mod:`service.metrics`)
+``GET /metrics``                          Prometheus text format (:mod:`service.http.metrics`)
 ``GET /v1/health``                        the process answers
 ``GET /v1/ready``                         recovery is done and the object store answers
 ``GET /v1/cluster``                       cluster id, controller, brokers
@@ -25,18 +25,16 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from controller.controller import AlterConfigOp
 from local_tier.errors import ErrorCode, KafkaError
-from service.metrics import render
-from service.openapi import OPENAPI
-from service.state import group_lag, partition_state
-
-if TYPE_CHECKING:
-    from service.broker import Broker
+from service.http.metrics import render
+from service.http.openapi import OPENAPI
+from service.http.state import group_lag, partition_state
+from service.http.views import AdminView
 
 __all__ = ["AdminHttpServer"]
 
@@ -108,7 +106,7 @@ def _int(value: Any, what: str, default: int) -> int:
 
 
 class AdminHttpServer:
-    def __init__(self, broker: Broker, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
         self._broker = broker
         self._host = host
         self._port = port
@@ -153,7 +151,7 @@ class AdminHttpServer:
     # -- operations -------------------------------------------------------------
 
     async def _status_page(self, request: web.Request) -> web.Response:
-        page = resources.files("service").joinpath("static/status.html").read_text(encoding="utf-8")
+        page = resources.files("service.http").joinpath("static/status.html").read_text(encoding="utf-8")
         return web.Response(text=page, content_type="text/html")
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -1,4 +1,10 @@
-"""The ``strata`` command line."""
+"""The ``strata`` command line: the parser, and ``strata up`` (the broker in the foreground).
+
+The client commands register their own sub-parsers (:mod:`service.cli.topics`,
+:mod:`~service.cli.console`, :mod:`~service.cli.consumer_groups`,
+:mod:`service.cli.perf.command`); ``up`` imports the broker (:mod:`service.app`)
+only when it runs, so a client command never loads it.
+"""
 
 from __future__ import annotations
 
@@ -87,10 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
     up.set_defaults(func=_cmd_up)
 
-    from service import client_commands, group_commands, perf
+    from service.cli import console, consumer_groups, topics
+    from service.cli.perf import command as perf
 
-    client_commands.register(sub)
-    group_commands.register(sub)
+    topics.register(sub)
+    console.register(sub)
+    consumer_groups.register(sub)
     perf.register(sub)
     return parser
 
