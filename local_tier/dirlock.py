@@ -20,6 +20,7 @@ import fcntl
 import os
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 __all__ = ["LOCK_FILE", "DataDirError", "DataDirInUseError", "DataDirLock"]
 
@@ -91,7 +92,7 @@ class DataDirLock:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> DataDirLock:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

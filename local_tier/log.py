@@ -1,4 +1,10 @@
-"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention."""
+"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention.
+
+Over 500 lines because append, roll, flush, read, recovery at load and
+retention all mutate the same segment list and offsets under one invariant
+(contiguous segments, ``log_start ≤ high watermark ≤ log end``); split apart,
+each piece would need the others' private state.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""LogSegment: one ``<base20>.log`` file with its ``.index`` and ``.timeindex``."""
+"""LogSegment: one ``<base20>.log`` file with its ``.index`` and ``.timeindex``.
+
+Over 500 lines because a segment's append, rollback, reads and recovery share
+its private state (size, next offset, max timestamp, the index cursor); the
+index files (``index.py``) and the batch codec (``records.py``) already live
+apart.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from local_tier.config import LogConfig
-from local_tier.errors import CorruptRecordError, KafkaError
+from local_tier.errors import KafkaError
 from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
 from local_tier.records import (
     BATCH_OVERHEAD,
@@ -162,6 +168,7 @@ class LogSegment:
         index_path = directory / segment_file_name(base_offset, ".index")
         time_path = directory / segment_file_name(base_offset, ".timeindex")
         missing = not index_path.exists() or not time_path.exists()
+        new_files = [p for p in (log_path, index_path, time_path) if not p.exists()]
         log_file = open(log_path, "a+b", buffering=0)  # noqa: SIM115 - owned by the segment
         offset_index: OffsetIndex | None = None
         try:
@@ -171,9 +178,8 @@ class LogSegment:
             log_file.close()
             if offset_index is not None:
                 offset_index.close()
-            if create:  # a segment that could not be made whole (a full disk) is not left behind
-                for path in (log_path, index_path, time_path):
-                    path.unlink(missing_ok=True)
+            for path in new_files:  # a segment that could not be made whole is not left behind
+                path.unlink(missing_ok=True)
             raise
         segment = cls(
             directory,
@@ -410,7 +416,10 @@ class LogSegment:
         if position >= end:
             return
         batches = self._scan(position, end)
-        found = next(batches, None)
+        try:
+            found = next(batches, None)
+        except KafkaError:  # not a batch header at all
+            found = None
         if found is not None and found[0] == position and found[1].last_offset == indexed_offset:
             yield found
             yield from batches

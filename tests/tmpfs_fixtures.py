@@ -6,8 +6,7 @@ Mounting needs root (or CAP_SYS_ADMIN); elsewhere the test is skipped with the
 reason. ``fill(path)`` writes a file until the filesystem answers ENOSPC, so
 what is left free is less than one page.
 
-Import the fixture into a test module with
-``from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401``.
+``tests/conftest.py`` makes the fixture available to every test directory.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from tests.conftest import BrokerProcess, free_port
-from tests.tmpfs_fixtures import free_bytes, small_tmpfs  # noqa: F401
+from tests.tmpfs_fixtures import free_bytes
 
 from . import helpers, rawkafka
 
@@ -145,7 +145,7 @@ def _read_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]
 def _assert_read_back_once(bootstrap: str, topic: str, acked: dict[bytes, int]) -> None:
     records = _read_all(bootstrap, topic, len(acked))
     assert [offset for offset, _ in records] == list(range(len(acked)))  # dense, from 0
-    assert dict((value, offset) for offset, value in records) == acked  # each once, where acked
+    assert {value: offset for offset, value in records} == acked  # each once, where acked
 
 
 def _commit(bootstrap: str, topic: str, offset: int, metadata: str = "") -> str | None:

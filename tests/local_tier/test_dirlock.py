@@ -24,10 +24,11 @@ def test_the_lock_is_exclusive_until_released(tmp_path: Path) -> None:
 
 def test_a_lock_held_by_another_process_names_it_and_dies_with_it(tmp_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; from pathlib import Path; from local_tier.dirlock import DataDirLock; "
-         f"lock = DataDirLock.acquire(Path({str(tmp_path)!r})); print('held', flush=True); "
-         "time.sleep(60)"],
+        [sys.executable, "-c", (
+            "import time; from pathlib import Path; from local_tier.dirlock import DataDirLock; "
+            f"lock = DataDirLock.acquire(Path({str(tmp_path)!r})); print('held', flush=True); "
+            "time.sleep(60)"
+        )],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
     )
     try:

@@ -22,7 +22,7 @@ from local_tier.log import Log
 from local_tier.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from local_tier.records import decode_all
 from tests.local_tier.batches import make_batch, small_config
-from tests.tmpfs_fixtures import fill, small_tmpfs  # noqa: F401
+from tests.tmpfs_fixtures import fill
 
 Mount = Callable[[int], Path]
 _MIB = 1024 * 1024

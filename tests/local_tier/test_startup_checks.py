@@ -8,6 +8,7 @@ rebuilt from the ``.log`` instead of reaching ``os.pread``.
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from pathlib import Path
@@ -141,6 +142,29 @@ def test_a_corrupt_index_is_rebuilt_from_the_log(
         assert log.fetch_offset_by_timestamp(1_033) == (33, 1_033)
         rebuilt = {p.name: p.read_bytes() for p in part.iterdir() if p.name in before}
         assert rebuilt == before  # the same entries as the appends wrote
+    finally:
+        manager.shutdown()
+
+
+def test_a_wrong_entry_the_start_cannot_see_only_slows_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An in-range, increasing first entry that points inside a batch: reads stay right."""
+    part = _shut_down_cleanly(tmp_path)
+    index = part / "00000000000000000000.index"
+    assert index.read_bytes() == struct.pack(">iiii", 9, BATCH, 14, 2 * BATCH)
+    index.write_bytes(struct.pack(">iiii", 9, BATCH - 5, 14, 2 * BATCH))
+
+    manager, log = _reload(tmp_path)
+    try:
+        assert index.read_bytes()[:8] == struct.pack(">ii", 9, BATCH - 5)  # not rebuilt
+        log.update_high_watermark(log.log_end_offset)
+        with caplog.at_level(logging.WARNING, logger="strata.local_tier"):
+            for offset in range(40):  # one batch each, found through the index
+                info = log.read(offset, 1)
+                batch = decode_all(b"".join(r.read_bytes() for r in info.regions))
+                assert batch[0].offset <= offset <= batch[-1].offset
+        assert caplog.text.count("does not match the log; scanning the segment from its start") == 1
     finally:
         manager.shutdown()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote_tier import FileSystemObjectStore, ObjectStoreUnavailable
-from tests.tmpfs_fixtures import fill, small_tmpfs  # noqa: F401
+from tests.tmpfs_fixtures import fill
 
 Mount = Callable[[int], Path]
 _MIB = 1024 * 1024
