@@ -18,13 +18,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from crc32c import crc32c
+
 from local_tier.config import LogConfig
-from local_tier.errors import KafkaError
+from local_tier.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaError,
+    UnsupportedCompressionTypeError,
+)
 from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
 from local_tier.records import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
     BatchHeader,
+    Compression,
     check_batch,
     decode_batch,
     iter_batches,
@@ -38,6 +46,7 @@ _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _INT32 = struct.Struct(">i")
+_CRC_START = 21  # RecordBatch v2: the CRC covers everything from the attributes on
 _NO_SIZE_LIMIT = 2**31  # batch sizes are int32: check_batch's max.message.bytes test never fires
 _log = logging.getLogger("strata.local_tier")
 
@@ -514,20 +523,59 @@ class LogSegment:
         Raises the batch's KafkaError at the first invalid one. A batch's size is
         bounded by the bytes left in the file, not by ``max.message.bytes``: a
         lowered limit must not cut batches that were valid when appended.
-        Memory: windows of 8 MiB, or one batch when larger.
+        Memory: windows of 8 MiB; a larger batch is checked 8 MiB at a time, so a
+        corrupt length field costs reads, never a large allocation.
         """
         fd = self._file.fileno()
         window = memoryview(b"")
         window_start = position
         while position < end:
             rel = position - window_start
+            if rel + LOG_OVERHEAD > len(window):  # this batch's length is not in the window
+                window = memoryview(os.pread(fd, min(_RECOVERY_CHUNK, end - position), position))
+                window_start, rel = position, 0
             need = _batch_size_hint(window, rel, end - position)
-            if rel + need > len(window):
-                size = min(max(_RECOVERY_CHUNK, need), end - position)
-                window, window_start, rel = memoryview(os.pread(fd, size, position)), position, 0
-            header = check_batch(window, rel, max_message_bytes=_NO_SIZE_LIMIT, file_position=position)
+            if need > _RECOVERY_CHUNK:  # larger than a window: checked in pieces
+                header = self._check_large_batch(position, need)
+                window, window_start = memoryview(b""), position + need
+            else:
+                if rel + need > len(window):
+                    size = min(_RECOVERY_CHUNK, end - position)
+                    window, window_start = memoryview(os.pread(fd, size, position)), position
+                    rel = 0
+                header = check_batch(
+                    window, rel, max_message_bytes=_NO_SIZE_LIMIT, file_position=position
+                )
             yield position, header
             position += header.size
+
+    def _check_large_batch(self, position: int, size: int) -> BatchHeader:
+        """:func:`check_batch` for one batch of ``size`` bytes, reading 8 MiB at a time."""
+        fd = self._file.fileno()
+        header = read_batch_header(os.pread(fd, BATCH_OVERHEAD, position))
+        crc = 0
+        at, end = position + _CRC_START, position + size
+        while at < end:
+            chunk = os.pread(fd, min(_RECOVERY_CHUNK, end - at), at)
+            if not chunk:
+                raise CorruptRecordError(f"incomplete batch at position {position}")
+            crc = crc32c(chunk, crc)
+            at += len(chunk)
+        if crc != header.crc:
+            raise CorruptRecordError(
+                f"CRC mismatch: batch at position {position} (base offset {header.base_offset}) "
+                f"stores {header.crc:#010x}, content has {crc:#010x}"
+            )
+        if header.records_count < 1 or header.records_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"batch at position {position} has records count {header.records_count} "
+                f"but last offset delta {header.last_offset_delta}"
+            )
+        if header.compression > max(Compression):
+            raise UnsupportedCompressionTypeError(
+                f"batch at position {position} uses unknown compression codec {header.compression}"
+            )
+        return header
 
     def recover(self) -> int:
         """Validate every batch from position 0, rebuild both indexes, cut the log at the first bad batch.

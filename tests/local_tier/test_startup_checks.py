@@ -197,3 +197,28 @@ def test_recovery_keeps_batches_larger_than_a_lowered_max_message_bytes(tmp_path
     finally:
         reopened.close()
     assert os.path.getsize(tmp_path / "t-0" / "00000000000000000000.log") > 10_000
+
+
+def test_recovery_checks_a_batch_larger_than_its_window_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory stays bounded by the window; a damaged large batch is still found and cut."""
+    monkeypatch.setattr("local_tier.segment._RECOVERY_CHUNK", 4096)
+    log = Log(tmp_path / "t-0", "t", 0, small_config(), needs_recovery=False)
+    for value_size in (3_000, 10, 3_000):  # 15 KB, 0.1 KB, 15 KB batches
+        log.append_as_leader(make_batch(5, value_size=value_size), 0)
+    good_end = log.active_segment.size - len(make_batch(5, value_size=3_000))
+    log.close()
+    path = tmp_path / "t-0" / "00000000000000000000.log"
+    data = bytearray(path.read_bytes())
+    data[-7_000] ^= 0xFF  # inside the last batch, two windows in
+    path.write_bytes(bytes(data))
+
+    reopened = Log(tmp_path / "t-0", "t", 0, small_config(), needs_recovery=True)
+    try:
+        assert reopened.log_end_offset == 10
+        assert _offsets(reopened) == list(range(10))
+        assert path.stat().st_size == good_end
+        assert "CRC mismatch" in (reopened.active_segment.recovery_error or "")
+    finally:
+        reopened.close()
