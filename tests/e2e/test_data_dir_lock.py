@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Producer
+
 from tests.conftest import REPO_ROOT, BrokerProcess, free_port, subprocess_env
 
 from . import helpers
@@ -31,6 +33,21 @@ def _strata_up(data_dir: Path, timeout: float = 30.0) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
+def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
+    """confluent-kafka on its defaults (acks=all); the acknowledged offsets."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    offsets: list[int] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        assert err is None, err
+        offsets.append(msg.offset())
+
+    for value in values:
+        producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
+    assert producer.flush(30) == 0
+    return offsets
+
+
 def _tree(root: Path) -> dict[str, int]:
     """Files and sizes, but for the checkpoints the running broker rewrites on its own."""
     return {str(p.relative_to(root)): p.stat().st_size for p in sorted(root.rglob("*"))
@@ -42,7 +59,7 @@ def test_a_second_broker_on_the_same_data_dir_refuses_to_start(start_broker: Any
     topic = helpers.topic_name("locked")
     helpers.create_topic(first.bootstrap, topic)
     values = [b"v%d" % i for i in range(50)]
-    helpers.produce_values(first.bootstrap, topic, values)
+    assert _produce(first.bootstrap, topic, values) == list(range(50))
     before = _tree(first.data_dir)
 
     second = _strata_up(first.data_dir)
@@ -56,7 +73,7 @@ def test_a_second_broker_on_the_same_data_dir_refuses_to_start(start_broker: Any
     # The first broker is unharmed. (That kill -9 drops the lock, so the next start takes
     # it, is shown by tests/e2e/test_disk_full.py and tests/local_tier/test_dirlock.py.)
     assert [m.value() for m in helpers.consume(first.bootstrap, topic, [0], 50)] == values
-    helpers.produce_values(first.bootstrap, topic, [b"after"])
+    assert _produce(first.bootstrap, topic, [b"after"]) == [50]
 
 
 def test_a_start_failure_that_is_not_a_port_in_use_names_what_failed(tmp_path: Path) -> None:
