@@ -120,6 +120,7 @@ class ClusterController(MetadataWriter):
         placement_seed: int | None = None,
         metadata_key: str = METADATA_KEY,
         lease_key: str = LEASE_KEY,
+        previous_incarnation_id: uuid.UUID | None = None,
     ) -> None:
         self._incarnation_id = incarnation_id or uuid.uuid4()
         self._monotonic = monotonic
@@ -131,6 +132,9 @@ class ClusterController(MetadataWriter):
             monotonic=monotonic,
             wall_clock=clock,
             key=lease_key,
+            previous_incarnation_id=(
+                None if previous_incarnation_id is None else str(previous_incarnation_id)
+            ),
         )
         self._lease_lock = threading.Lock()
         self._epoch = 0  # the epoch of the last acquisition; stamped on every write

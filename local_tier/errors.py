@@ -29,7 +29,15 @@ only, never a dead broker.
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
     ├── InvalidRecordError             INVALID_RECORD (87)
-    └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
+    ├── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
+    │   (a cluster: leadership, coordinators, the wire between brokers)
+    ├── LeaderNotAvailableError        LEADER_NOT_AVAILABLE (5)
+    ├── NotLeaderOrFollowerError       NOT_LEADER_OR_FOLLOWER (6)
+    ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
+    ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
+    ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
+    ├── NotCoordinatorError            NOT_COORDINATOR (16)
+    └── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
 
 Foreign exceptions (``OSError``, botocore errors) are translated at the edge
 where they are raised, once.
@@ -40,6 +48,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "BrokerNotAvailableError",
+    "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "ErrorCode",
     "InvalidConfigError",
@@ -52,11 +62,16 @@ __all__ = [
     "InvalidTopicError",
     "KafkaError",
     "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "NotCoordinatorError",
+    "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "PolicyViolationError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
+    "RequestTimedOutError",
     "TopicAlreadyExistsError",
+    "UnknownLeaderEpochError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
@@ -162,6 +177,47 @@ class InvalidRecordError(KafkaError):
 
 class UnknownTopicIdError(KafkaError):
     code = ErrorCode.unknown_topic_id
+
+
+# -- a cluster of brokers: partition leadership and the wire between brokers ----------------
+
+
+class LeaderNotAvailableError(KafkaError):
+    """The partition has no leader right now (its broker is down or an election runs)."""
+
+    code = ErrorCode.leader_not_available
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    """This broker does not lead the partition (or host it, for a follower's fetch)."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
+class UnknownLeaderEpochError(KafkaError):
+    """The request names a leader epoch newer than this broker knows."""
+
+    code = ErrorCode.unknown_leader_epoch
+
+
+class RequestTimedOutError(KafkaError):
+    code = ErrorCode.request_timed_out
+
+
+class BrokerNotAvailableError(KafkaError):
+    """Another broker could not be reached (connection refused, reset, timed out)."""
+
+    code = ErrorCode.broker_not_available
+
+
+class NotCoordinatorError(KafkaError):
+    """This broker does not lead the coordinator's partition of the group or transaction."""
+
+    code = ErrorCode.not_coordinator
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    code = ErrorCode.coordinator_load_in_progress
 
 
 _BY_CODE: dict[int, type[KafkaError]] = {

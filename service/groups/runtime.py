@@ -1,14 +1,20 @@
 """The coordinator's two seams to the broker: the ``__consumer_offsets`` log and asyncio timers.
 
-:func:`start_coordinator` is what :meth:`service.broker.Broker.open` calls: it
-loads every group from the local log of ``__consumer_offsets`` (when the topic
-exists; it is created, through the controller, the first time a group needs it)
-and drives the coordinator's timers with ``loop.call_later`` — no polling.
+:func:`start_coordinator` is what :meth:`service.broker.Broker.start` calls: it
+builds the coordinator over the broker's local log of ``__consumer_offsets`` and
+drives its timers with ``loop.call_later`` -- no polling. It serves no group
+yet: :class:`OffsetsLeadership` loads the groups of each ``__consumer_offsets``
+partition when this broker becomes its leader (the records are read on a worker
+thread; the groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile) and unloads
+them when it stops leading it. The topic itself is created through the
+controller by FindCoordinator, the first time a client looks for a coordinator
+(:meth:`BrokerOffsetLog.ensure` only reads it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,12 +22,14 @@ from typing import Protocol
 
 from controller.configs import BrokerConfig
 from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
-from controller.metadata import Controller, TopicInfo
+from controller.events import MetadataListener
+from controller.records import TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.records import build_batch, decode_batch, iter_batches
 from service.groups.coordinator import GroupCoordinator
+from service.groups.errors import CoordinatorNotAvailableError
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
 
@@ -31,6 +39,8 @@ __all__ = [
     "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
+    "OffsetsLeadership",
+    "ensure_offsets_topic",
     "start_coordinator",
 ]
 
@@ -44,6 +54,19 @@ OFFSETS_TOPIC_CONFIGS = {
     "remote.storage.enable": "false",
 }
 _READ_CHUNK = 4 * 1024 * 1024
+log = logging.getLogger("strata.groups")
+
+
+class TopicsReader(Protocol):
+    """The cluster metadata's topics as the broker reads them (its ``controller``)."""
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def add_listener(self, listener: MetadataListener) -> None: ...
 
 
 class OffsetsHost(Protocol):
@@ -57,13 +80,18 @@ class OffsetsHost(Protocol):
     def config(self) -> BrokerConfig: ...
 
     @property
-    def controller(self) -> Controller: ...
+    def controller(self) -> TopicsReader: ...
 
     @property
     def logs(self) -> LogManager: ...
 
-    def create_topic(
-        self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
     ) -> TopicInfo: ...
 
     def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
@@ -86,18 +114,9 @@ class BrokerOffsetLog:
         self._broker = broker
 
     def ensure(self) -> int:
-        broker = self._broker
-        info = broker.controller.topic(OFFSETS_TOPIC)
+        info = self._broker.controller.topic(OFFSETS_TOPIC)
         if info is None:
-            try:
-                info = broker.create_topic(
-                    OFFSETS_TOPIC,
-                    num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
-                    configs=OFFSETS_TOPIC_CONFIGS,
-                )
-            except TopicAlreadyExistsError:
-                info = broker.controller.topic(OFFSETS_TOPIC)
-                assert info is not None
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet")
         return info.partitions
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
@@ -105,9 +124,12 @@ class BrokerOffsetLog:
         batch = build_batch([(key, value, (), now) for key, value in records])
         self._broker.append(OFFSETS_TOPIC, partition, batch)
 
-    def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay(self, partition: int | None = None) -> Iterator[tuple[bytes, bytes | None]]:
+        """Every record of the local partitions (of ``partition`` only, when given)."""
         logs = sorted(
-            (p, log) for (topic, p), log in self._broker.logs.all_logs().items() if topic == OFFSETS_TOPIC
+            (p, log)
+            for (topic, p), log in self._broker.logs.all_logs().items()
+            if topic == OFFSETS_TOPIC and partition in (None, p)
         )
         for _, log in logs:
             offset, end = log.log_start_offset, log.log_end_offset
@@ -129,7 +151,7 @@ class ControllerTopics:
     """:class:`service.groups.seams.TopicsImage` over the controller; its version moves on every
     topic creation, deletion and partition increase (a metadata listener)."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: TopicsReader) -> None:
         self._controller = controller
         self.version = 1
         controller.add_listener(self._changed)
@@ -165,10 +187,67 @@ def group_config(config: BrokerConfig) -> GroupConfig:
 
 
 def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
-    """A coordinator loaded from the broker's logs, its timers on the running loop."""
+    """A coordinator over the broker's logs, its timers on the running loop, serving the
+    groups of no partition until :class:`OffsetsLeadership` loads them."""
     coordinator = GroupCoordinator(
         BrokerOffsetLog(broker), LoopTimer(), group_config(broker.config),
         ControllerTopics(broker.controller),
     )
-    coordinator.load()
+    coordinator.serve_partitions()
     return coordinator
+
+
+async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:
+    """``__consumer_offsets``, created through the controller when missing (FindCoordinator)."""
+    info = broker.controller.topic(OFFSETS_TOPIC)
+    if info is not None:
+        return info
+    try:
+        return await broker.create_topic(
+            OFFSETS_TOPIC,
+            num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
+            replication_factor=broker.config.get_int("offsets.topic.replication.factor"),
+            configs=OFFSETS_TOPIC_CONFIGS,
+        )
+    except TopicAlreadyExistsError:
+        info = broker.controller.topic(OFFSETS_TOPIC)
+        if info is None:
+            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created") from None
+        return info
+
+
+class OffsetsLeadership:
+    """Loads and unloads the coordinator's groups as this broker gains and loses the
+    leadership of ``__consumer_offsets`` partitions (a listener of the replica manager)."""
+
+    def __init__(self, broker: OffsetsHost, coordinator: GroupCoordinator) -> None:
+        self._log = BrokerOffsetLog(broker)
+        self._coordinator = coordinator
+        self._generation: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_leader(self, topic: str, index: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        generation = self._generation.get(index, 0) + 1
+        self._generation[index] = generation
+        self._coordinator.begin_loading(index)
+        task = asyncio.ensure_future(self._load(index, generation))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_resign(self, topic: str, index: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        self._generation[index] = self._generation.get(index, 0) + 1
+        self._coordinator.unload_partition(index)
+
+    async def _load(self, index: int, generation: int) -> None:
+        try:
+            records = await asyncio.to_thread(lambda: list(self._log.replay(index)))
+        except Exception:  # noqa: BLE001 - the partition stays loading; the next leadership retries
+            log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
+            return
+        if self._generation.get(index) != generation:
+            return  # the leadership moved on while reading
+        self._coordinator.load_partition(index, records)

@@ -35,7 +35,7 @@ def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, A
     return {"error_code": exc.code, "error_message": exc.message}
 
 
-def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(19, ctx.version)
     counts = Counter(t.name for t in request.topics)
@@ -58,7 +58,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             configs = {c.name: c.value for c in topic.configs}
             if any(v is None for v in configs.values()):
                 raise InvalidRequestError("a topic config in CreateTopics has a null value")
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 topic.name,
                 num_partitions=partitions,
                 replication_factor=replication,
@@ -72,7 +72,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 error_code=ErrorCode.none,
                 error_message=None,
                 num_partitions=info.partitions,
-                replication_factor=1,
+                replication_factor=replication if replication > 0 else broker.replication_factor(info),
                 configs=tuple(
                     build(
                         config_cls,
@@ -91,7 +91,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return build(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 
 
-def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(20, ctx.version)
     if hasattr(request, "topics"):
@@ -107,7 +107,7 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 if info is None:
                     raise UnknownTopicIdError(f"unknown topic id {topic_id}")
                 name = info.name
-            info = broker.delete_topic(name)
+            info = await broker.delete_topic(name)
             fields.update(name=info.name, topic_id=info.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "DeleteTopics", exc))
@@ -115,14 +115,14 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return build(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
 
 
-def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(37, ctx.version)
     results = []
     for topic in request.topics:
         fields: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none}
         try:
-            broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
+            await broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "CreatePartitions", exc))
         results.append(build(mod.CreatePartitionsTopicResult, **fields))
@@ -178,7 +178,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return build(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
 
 
-def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(44, ctx.version)
     results = []
@@ -196,7 +196,7 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
                     "change broker configs with `strata up --set KEY=VALUE` and restart"
                 )
             ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
-            broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+            await broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "IncrementalAlterConfigs", exc))
         results.append(build(mod.AlterConfigsResourceResponse, **fields))

@@ -24,7 +24,11 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
         for p in topic.partitions:
             try:
                 timestamp, offset, epoch = await _lookup(
-                    ctx, topic.name, int(p.partition_index), int(p.timestamp)
+                    ctx,
+                    topic.name,
+                    int(p.partition_index),
+                    int(p.timestamp),
+                    int(getattr(p, "current_leader_epoch", -1)),
                 )
                 fields: dict[str, Any] = {
                     "error_code": ErrorCode.none,
@@ -42,10 +46,12 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return build(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
 
 
-async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[int, int, int]:
-    log = ctx.broker.log_for(topic, partition)
+async def _lookup(
+    ctx: RequestContext, topic: str, partition: int, ts: int, current_leader_epoch: int
+) -> tuple[int, int, int]:
+    log = ctx.broker.log_for(topic, partition, current_leader_epoch)
     tiering = ctx.broker.tiering
-    epoch = ctx.broker.leader_epoch
+    epoch = ctx.broker.leader_epoch(topic, partition)
     if ts == LATEST:
         return -1, log.high_watermark, epoch
     if ts == EARLIEST:

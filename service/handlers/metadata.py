@@ -1,7 +1,10 @@
 """Metadata (key 3): brokers, cluster id, controller, topics and partitions.
 
+Any broker answers from its view of the cluster metadata: every live broker,
+and for each partition its leader (``LEADER_NOT_AVAILABLE`` while it has none),
+leader epoch, replicas, ISR and the replicas whose broker is down.
 Unknown topics are created here when the request allows it (v4+, always before)
-and ``auto.create.topics.enable`` is on, as in Kafka.
+and ``auto.create.topics.enable`` is on, as in Kafka (through the controller).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from typing import Any
 from local_tier.errors import (
     ErrorCode,
     KafkaError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -25,7 +30,7 @@ _NO_OPS = -2147483648  # authorized operations not requested
 _ZERO_UUID = uuid.UUID(int=0)
 
 
-def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     controller = broker.controller
     mod = response_module(3, ctx.version)
@@ -37,11 +42,10 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     else:
         requested = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
 
-    node = broker.node_id
     topics = []
     for name, topic_id in requested:
         try:
-            info = _resolve(ctx, name, topic_id, allow_create)
+            info = await _resolve(ctx, name, topic_id, allow_create)
         except KafkaError as exc:
             topics.append(
                 build(
@@ -55,18 +59,19 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 )
             )
             continue
+        md = controller.metadata
         partitions = tuple(
             build(
                 mod.MetadataResponsePartition,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.none if reg.has_leader else ErrorCode.leader_not_available,
                 partition_index=p,
-                leader_id=node,
-                leader_epoch=broker.leader_epoch,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
-                offline_replicas=(),
+                leader_id=reg.leader,
+                leader_epoch=reg.leader_epoch,
+                replica_nodes=tuple(reg.replicas),
+                isr_nodes=tuple(reg.isr),
+                offline_replicas=tuple(r for r in reg.replicas if not md.is_active(r)),
             )
-            for p in range(info.partitions)
+            for p, reg in enumerate(md.partitions.get(info.topic_id, ()))
         )
         topics.append(
             build(
@@ -94,7 +99,9 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool) -> Any:
+async def _resolve(
+    ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
+) -> Any:
     controller = ctx.broker.controller
     if name is None:
         info = controller.topic_by_id(topic_id) if topic_id else None
@@ -105,5 +112,11 @@ def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, 
     if info is not None:
         return info
     if allow_create and ctx.broker.auto_create_topics:
-        return ctx.broker.create_topic(name)
+        try:
+            return await ctx.broker.create_topic(name)
+        except TopicAlreadyExistsError:  # another client's request created it meanwhile
+            info = controller.topic(name)
+            if info is not None:
+                return info
+            raise LeaderNotAvailableError(f"topic {name!r} is being created") from None
     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")

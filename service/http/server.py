@@ -218,7 +218,7 @@ class AdminHttpServer:
             raise ApiError(400, "INVALID_PARTITIONS", f"at most {_MAX_PARTITIONS} partitions")
         replication = _int(body.get("replication_factor"), "replication_factor", -1)
         configs = _string_map(body.get("configs"), "configs")
-        info = self._broker.create_topic(name, num_partitions=partitions, replication_factor=replication,
+        info = await self._broker.create_topic(name, num_partitions=partitions, replication_factor=replication,
                                          configs=configs)
         return web.json_response(self._topic_json(info.name, with_partitions=False), status=201)
 
@@ -243,7 +243,7 @@ class AdminHttpServer:
         name = request.match_info["topic"]
         if self._broker.controller.topic(name) is None:
             raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"no topic named {name!r}")
-        self._broker.delete_topic(name)
+        await self._broker.delete_topic(name)
         return web.json_response({"deleted": name})
 
     async def _alter_configs(self, request: web.Request) -> web.Response:
@@ -259,7 +259,7 @@ class AdminHttpServer:
             raise ApiError(404, "UNKNOWN_TOPIC_OR_PARTITION", f"no topic named {name!r}")
         ops = [(k, int(AlterConfigOp.SET), v) for k, v in sets.items()]
         ops += [(k, int(AlterConfigOp.DELETE), None) for k in deletes]
-        self._broker.alter_topic_configs(name, ops, False)
+        await self._broker.alter_topic_configs(name, ops, False)
         return web.json_response(self._topic_json(name, with_partitions=False))
 
     async def _partitions(self, request: web.Request) -> web.Response:

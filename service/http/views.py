@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from controller.metadata import Controller, TopicInfo
+from controller.metadata import TopicInfo
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from remote_tier.store import ObjectStore
+from service.cluster.image import MetadataImage
 from service.groups import GroupCoordinator
 from service.latency import LatencyHistograms
 from service.tiering import TieringService
@@ -36,8 +37,8 @@ class PartitionsView(Protocol):
     @property
     def tiering(self) -> TieringService: ...
 
-    def log_for(self, topic: str, partition: int) -> Log:
-        """The local log of a hosted partition, or UnknownTopicOrPartitionError."""
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        """The local log of a partition this broker leads, or the KafkaError saying why not."""
         ...
 
 
@@ -71,12 +72,12 @@ class MetricsView(PartitionsView, Protocol):
 
 class AdminView(MetricsView, Protocol):
     @property
-    def controller(self) -> Controller: ...
+    def controller(self) -> MetadataImage: ...
 
     @property
     def object_store(self) -> ObjectStore: ...
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         *,
@@ -85,8 +86,8 @@ class AdminView(MetricsView, Protocol):
         configs: Mapping[str, str] | None = None,
     ) -> TopicInfo: ...
 
-    def delete_topic(self, name: str) -> TopicInfo: ...
+    async def delete_topic(self, name: str) -> TopicInfo: ...
 
-    def alter_topic_configs(
+    async def alter_topic_configs(
         self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool
     ) -> TopicInfo: ...
