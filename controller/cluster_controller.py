@@ -173,8 +173,9 @@ class ClusterController(MetadataWriter):
         if self.is_active:
             return self.node_id
         seen = self._lease.observed
-        if seen is not None and seen.holder not in (NO_LEADER, self.node_id):
-            return seen.holder
+        mine = seen is not None and seen.incarnation_id == str(self._incarnation_id)
+        if seen is not None and seen.holder != NO_LEADER and not mine:
+            return seen.holder  # may be this node id held by another process: a duplicate
         named = self.metadata.controller_id
         return NO_LEADER if named == self.node_id else named
 

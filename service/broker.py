@@ -228,10 +228,14 @@ class Broker:
         replication_factor: int = -1,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
         """Create a topic through the active controller (this broker's, or over the wire
-        for the topics a broker creates itself: auto-created, internal)."""
-        wanted = num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
+        for the topics a broker creates itself: auto-created, internal). ``assignments``
+        (partition -> replicas) places the partitions by hand."""
+        wanted = len(assignments) if assignments else (
+            num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
+        )
         self._check_descriptors(wanted)
         if self._goes_remote():
             assert self.cluster is not None
@@ -242,7 +246,7 @@ class Broker:
         controller = self._local_controller()
         return await asyncio.to_thread(
             controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}),
-            validate_only,
+            validate_only, assignments,
         )
 
     def _check_descriptors(self, new_partitions: int) -> None:

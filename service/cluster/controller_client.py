@@ -117,8 +117,10 @@ class ControllerClient:
         if self._local.is_active and local is not None:
             return await asyncio.to_thread(local)
         target = self._local.controller_id
-        if target in (NO_LEADER, self._node_id):
+        if target == NO_LEADER:
             raise NotControllerError("no active controller is known yet")
+        # target may be this very node id: another process holds it (a duplicate node.id),
+        # reached at the endpoint that process registered
         if answer is None:
             raise NotControllerError(f"api {api_key} is served only by the local controller")
         version, response = await self._peers.request(

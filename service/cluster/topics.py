@@ -18,6 +18,7 @@ from typing import Any
 
 from controller.errors import NotControllerError
 from controller.records import TopicInfo
+from local_tier.errors import TopicAlreadyExistsError
 from service.cluster.image import MetadataImage
 from service.cluster.node import ClusterNode
 from service.cluster.wire import raise_for, request_module
@@ -65,7 +66,11 @@ async def create_topic_remotely(
             name, num_partitions, replication_factor, dict(configs), validate_only
         )
 
-    created = await cluster.client.call(_API_CREATE_TOPICS, request, local=local, answer=answer)
+    try:
+        created = await cluster.client.call(_API_CREATE_TOPICS, request, local=local, answer=answer)
+    except TopicAlreadyExistsError:
+        await asyncio.to_thread(cluster.view.refresh)  # the caller reads what exists
+        raise
     if isinstance(created, TopicInfo):
         return created
     await asyncio.to_thread(cluster.view.refresh)

@@ -48,12 +48,15 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
             partitions = int(topic.num_partitions)
             replication = int(topic.replication_factor)
+            assignments = None
             if topic.assignments:
                 if partitions != -1 or replication != -1:
                     raise InvalidRequestError(
                         "give either a replica assignment or partitions and replication factor"
                     )
-                partitions = len(topic.assignments)
+                assignments = {
+                    int(a.partition_index): [int(b) for b in a.broker_ids] for a in topic.assignments
+                }
                 replication = len(topic.assignments[0].broker_ids)
             configs = {c.name: c.value for c in topic.configs}
             if any(v is None for v in configs.values()):
@@ -61,9 +64,10 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
             info = await broker.create_topic(
                 topic.name,
                 num_partitions=partitions,
-                replication_factor=replication,
+                replication_factor=-1 if assignments else replication,
                 configs=configs,
                 validate_only=validate_only,
+                assignments=assignments,
             )
             config_cls = getattr(mod, "CreatableTopicConfigs", None)  # v5+
             entries = broker.config.topic_entries(info.configs) if config_cls else []
@@ -86,7 +90,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 ),
             )
         except KafkaError as exc:
-            fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1)
+            fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1,
+                          configs=())
         results.append(build(mod.CreatableTopicResult, **fields))
     return build(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 

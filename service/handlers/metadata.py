@@ -2,7 +2,9 @@
 
 Any broker answers from its view of the cluster metadata: every live broker,
 and for each partition its leader (``LEADER_NOT_AVAILABLE`` while it has none),
-leader epoch, replicas, ISR and the replicas whose broker is down.
+leader epoch, replicas, ISR and the replicas whose broker is down. The
+``controller_id`` is the answering broker itself (DescribeCluster names the
+active controller).
 Unknown topics are created here when the request allows it (v4+, always before)
 and ``auto.create.topics.enable`` is on, as in Kafka (through the controller).
 """
@@ -93,7 +95,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         brokers=brokers,
         cluster_id=controller.cluster_id,
-        controller_id=controller.controller_id,
+        # Any broker takes admin writes (it relays them to the active controller), so,
+        # as a KRaft broker names a live broker, this one names itself: a client is never
+        # sent to a controller that just died (docs/adr/0016-inter-broker-protocol.md).
+        controller_id=broker.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=_NO_OPS,
     )

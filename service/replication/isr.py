@@ -8,11 +8,13 @@ partition counts the proposed ISR as its *maximal* ISR until the answer
 (:mod:`service.replication.partition`).
 
 Answers: the committed ISR and partition epoch are applied at once (the
-metadata follows within a poll); ``NEW_LEADER_ELECTED`` (the change completed a
-reassignment that moved the leadership away), ``FENCED_LEADER_EPOCH``,
-``INVALID_UPDATE_VERSION`` and others drop the proposal -- the next follower
+metadata follows within a poll); ``INVALID_UPDATE_VERSION`` and other errors
+drop the proposal -- the next follower
 fetch proposes again if it still holds; a request that fails outright is
-retried after a pause.
+retried after a pause. ``NEW_LEADER_ELECTED`` (the change completed a
+reassignment that moved the leadership away) and ``FENCED_LEADER_EPOCH`` keep
+the proposal counted until the metadata arrives, so the deposed leader
+acknowledges nothing the new leader may not have.
 
 Not thread-safe: the event loop only.
 """
@@ -92,6 +94,13 @@ class AlterPartitionManager:
             partition.apply_isr(tuple(isr), leader_epoch, partition_epoch)
             _log.info("%s: ISR is now %s (partition epoch %d)", partition.name, list(isr),
                       partition_epoch)
+        elif code in (ErrorCode.new_leader_elected, ErrorCode.fenced_leader_epoch):
+            # the leadership moved (the change completed a reassignment, or another one
+            # did): keep counting the proposed ISR, so nothing more is acknowledged here
+            # that the new leader may lack, until the metadata says this broker no
+            # longer leads (Kafka keeps its pending state the same way)
+            _log.info("%s: ISR change answered %s; waiting for the new metadata",
+                      partition.name, code.name.upper())
         else:
             _log.info("%s: ISR change answered %s", partition.name, code.name.upper())
             partition.pending_isr = None
