@@ -2,17 +2,19 @@
 
 Frames are size-prefixed (int32 big-endian); requests use header v1
 (api_key int16, api_version int16, correlation_id int32, client_id string).
-Only what the bad-input tests need: ApiVersions v0, Produce v3, Fetch v4, and
-record batches from kafka-python's ``DefaultRecordBatchBuilder`` (with helpers
-to corrupt them). Shares no code with the broker.
+By hand: what the bad-input tests need (ApiVersions v0, Produce v3, Fetch v4,
+record batches from kafka-python's ``DefaultRecordBatchBuilder`` with helpers to
+corrupt them). Any other API at any version: :func:`call_api`, with kafka-python's
+schema-built messages. Shares no code with the broker.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import sys
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -319,3 +321,32 @@ def fetch(bootstrap: str, topic: str, partition: int, offset: int) -> FetchParti
     _, results = parse_fetch_v4(payload)
     assert len(results) == 1, results
     return results[0]
+
+
+# --------------------------------------------------------------------------- any API, any version
+
+
+def call_api(conn: Connection, request: Any, version: int) -> Any:
+    """Send a kafka-python ``ApiMessage`` request at ``version``; its decoded response.
+
+    kafka-python 3 builds every message from Kafka's own JSON schemas (versions
+    Kafka 4 dropped included, e.g. ListOffsets v0), with no code shared with the
+    broker: the tests use it for the versions and fields real clients do not send.
+    """
+    conn.correlation_id += 1
+    request.with_header(correlation_id=conn.correlation_id, client_id="strata-raw-test")
+    conn.send_raw(bytes(request.encode(version=version, header=True, framed=True)))
+    payload = conn.read_frame()
+    if payload is None:
+        raise ConnectionError("broker closed the connection instead of answering")
+    response_class = type(request).__name__.replace("Request", "Response")
+    module = sys.modules[type(request).__module__]
+    response = getattr(module, response_class).decode(payload, version=version, header=True)
+    assert response.header.correlation_id == conn.correlation_id
+    return response
+
+
+def call(bootstrap: str, request: Any, version: int) -> Any:
+    """:func:`call_api` over a fresh connection."""
+    with Connection.to(bootstrap) as conn:
+        return call_api(conn, request, version)
