@@ -82,14 +82,15 @@ def fetch_v4_body(topic: str, partition: int, offset: int, max_wait_ms: int = 10
 
 
 def record_batch(values: list[bytes], *, key_prefix: bytes = b"k", timestamp: int = 1_700_000_000_000,
-                 compression_type: int = 0) -> bytearray:
-    """A valid RecordBatch v2 (magic 2) holding ``values``."""
+                 compression_type: int = 0, timestamps: list[int] | None = None) -> bytearray:
+    """A valid RecordBatch v2 (magic 2) holding ``values``; record i at ``timestamp + i``
+    unless ``timestamps`` gives each record's."""
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=compression_type, is_transactional=False,
         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
     for i, value in enumerate(values):
-        builder.append(i, timestamp=timestamp + i, key=key_prefix + str(i).encode(),
-                       value=value, headers=[])
+        ts = timestamps[i] if timestamps is not None else timestamp + i
+        builder.append(i, timestamp=ts, key=key_prefix + str(i).encode(), value=value, headers=[])
     return builder.build()
 
 
