@@ -90,7 +90,7 @@ def test_malformed_list_offsets_v0_closes_only_that_connection(broker: Any) -> N
 
 def test_latest_tiered_is_minus_one_on_a_topic_without_tiered_storage(broker: Any) -> None:
     topic = helpers.topic_name("not-tiered")
-    helpers.create_topic(broker.bootstrap, topic)
+    helpers.create_topic(broker.bootstrap, topic, config={"remote.storage.enable": "false"})
     helpers.produce_values(broker.bootstrap, topic, [b"x"] * 3)
     answer = _list_offsets(broker.bootstrap, topic, LATEST_TIERED, 9)
     assert (answer.error_code, answer.offset, answer.leader_epoch) == (0, -1, -1)
