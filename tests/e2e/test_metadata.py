@@ -68,11 +68,9 @@ def test_naming_consumer_offsets_does_not_create_it_its_coordinator_does(
 ) -> None:
     """kcat -L -t __consumer_offsets (and Burrow) on a fresh broker must not create the
     internal topic as an ordinary one; the group coordinator creates it with its configs."""
-    b = start_broker(sets={"offsets.topic.num.partitions": "3",
-                           "remote.log.storage.system.enable": "true",
-                           "log.remote.storage.enable": "true"})
+    b = start_broker(sets={"offsets.topic.num.partitions": "3"})  # topics tiered by default
     listing = subprocess.run([kcat, "-b", b.bootstrap, "-L", "-t", "__consumer_offsets", "-m", "5"],
-                             capture_output=True, text=True, timeout=30)
+                             check=False, capture_output=True, text=True, timeout=30)
     assert "__consumer_offsets" in listing.stdout + listing.stderr
     (answer,) = rk.call(b.bootstrap, MetadataRequest(
         topics=[Topic(name="__consumer_offsets")], allow_auto_topic_creation=True), 12).topics
