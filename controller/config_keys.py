@@ -266,6 +266,32 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("remote.log.orphan.cleanup.min.age.ms", "long", "3600000",
             "Objects no manifest references are deleted once this old (Strata).",
             validator=at_least(0)),
+    # The cluster: membership and the controller lease (docs/adr/0009-controller-lease.md).
+    ConfigDef("broker.rack", "string", None,
+            "Rack of this broker; replicas of a partition are spread across racks."),
+    ConfigDef("broker.session.timeout.ms", "int", "9000",
+            "A broker that has not heartbeated the controller for this long is fenced.",
+            validator=at_least(1)),
+    ConfigDef("broker.heartbeat.interval.ms", "int", "2000",
+            "How often a broker heartbeats the active controller.", validator=at_least(1)),
+    ConfigDef("controller.lease.ms", "long", "10000",
+            "How long the controller lease lasts without renewal (Strata).",
+            validator=at_least(1)),
+    ConfigDef("controller.lease.renew.ms", "long", "2000",
+            "How often the controller renews its lease; below controller.lease.ms minus "
+            "controller.lease.safety.margin.ms (Strata).", validator=at_least(1)),
+    ConfigDef("controller.lease.safety.margin.ms", "long", "2000",
+            "The controller stops acting this long before its lease would run out (Strata).",
+            validator=at_least(0)),
+    ConfigDef("controller.lease.clock.skew.ms", "long", "1000",
+            "Extra time a candidate waits, beyond controller.lease.ms, before taking over an "
+            "unrenewed lease (Strata).", validator=at_least(0)),
+    ConfigDef("controller.lease.poll.ms", "long", "500",
+            "How often a broker that is not the controller reads the lease (Strata).",
+            validator=at_least(1)),
+    ConfigDef("metadata.poll.interval.ms", "long", "500",
+            "How often a broker checks the bucket for a newer cluster metadata (Strata).",
+            validator=at_least(1)),
 )
 # fmt: on
 

@@ -136,6 +136,7 @@ class Broker:
                     next_retention = now + retention_s
                     if deleted := self.logs.run_retention(now_ms, self.tiering.remote_boundary):
                         log.info("retention deleted %d segment(s)", deleted)
+                        self._restore_reserve()
                 if now >= next_flush:
                     next_flush = now + flush_s
                     self.logs.run_flush(now_ms)
@@ -168,6 +169,7 @@ class Broker:
             self._ensure_logs(event.topic)
         elif isinstance(event, TopicDeleted):
             self.logs.delete_logs(event.topic.name)
+            self._restore_reserve()
             self.waiters.notify_all()
             if self.groups is not None and event.topic.name != OFFSETS_TOPIC:
                 self.groups.on_topics_deleted({event.topic.name})  # as Kafka: offsets go too
@@ -176,6 +178,12 @@ class Broker:
                 self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
         elif isinstance(event, TopicConfigChanged):
             self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
+
+    def _restore_reserve(self) -> None:
+        """Space was just freed: the embedded store takes back its full-disk reserve
+        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md)."""
+        if isinstance(self.object_store, FileSystemObjectStore):
+            self.object_store.restore_reserve()
 
     def create_topic(
         self,
