@@ -31,7 +31,14 @@ if TYPE_CHECKING:
     from service.broker import Broker
     from service.server import Connection, Response
 
-__all__ = ["ApiSpec", "RequestContext", "Router", "api_table", "handle_api_versions"]
+__all__ = [
+    "ApiSpec",
+    "RequestContext",
+    "Router",
+    "api_table",
+    "hand_decoders",
+    "handle_api_versions",
+]
 
 log = logging.getLogger("strata.server")
 
@@ -94,7 +101,7 @@ def api_table() -> dict[int, ApiSpec]:
 
 
 @cache
-def _hand_decoders() -> dict[tuple[int, int], Decoder]:
+def hand_decoders() -> dict[tuple[int, int], Decoder]:
     """(api key, version) → decoder, for the versions kio has no schema for."""
     from service import list_offsets_v0
 
@@ -132,7 +139,7 @@ class Router:
                 f"{spec.name} v{version} is not supported "
                 f"(this broker implements v{spec.min_version}-v{spec.max_version})"
             )
-        decode = _hand_decoders().get((api_key, version), decode_request)
+        decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
         return self._run(spec, RequestContext(header, self._broker, conn), body)
 
