@@ -37,6 +37,16 @@ RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+def _resource_fields(res: Any) -> dict[str, Any]:
+    """The fields of a config resource's result, before any error."""
+    return {
+        "resource_type": res.resource_type,
+        "resource_name": res.resource_name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
+
+
 def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, Any]:
     ctx.broker.metrics_error(api, exc.code)
     return {"error_code": exc.code, "error_message": exc.message}
@@ -144,12 +154,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for res in request.resources:
         keys = list(res.configuration_keys) if res.configuration_keys is not None else None
-        fields: dict[str, Any] = {
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        fields = _resource_fields(res)
         try:
             rtype = int(res.resource_type)
             if rtype == RESOURCE_TOPIC:
@@ -190,12 +195,7 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(44, ctx.version)
     results = []
     for res in request.resources:
-        fields: dict[str, Any] = {
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        fields = _resource_fields(res)
         try:
             if int(res.resource_type) != RESOURCE_TOPIC:
                 raise InvalidRequestError(
@@ -229,12 +229,7 @@ def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for res in request.resources:
         rtype = int(res.resource_type)
-        fields: dict[str, Any] = {
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        fields = _resource_fields(res)
         try:
             if seen[(rtype, res.resource_name)] > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
