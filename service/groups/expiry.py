@@ -58,18 +58,18 @@ class OffsetExpiry:
 
         Called when topics are deleted, so a topic created again under the same name
         starts with no committed offsets, and lag is never computed against a
-        partition that is gone. Empty groups left with no offsets are deleted, as by
-        :meth:`expire_offsets`. Returns the number of offsets removed.
+        partition that is gone. As in Kafka 4, only the offsets go: a group left empty
+        with none is removed by the next :meth:`expire_offsets` pass. Returns the
+        number of offsets removed.
         """
         removed = 0
         for group in list(self._store.groups.values()):
             gone = [tp for tp in group.offsets if tp[0] in topics]
+            if not gone:
+                continue
             try:
-                if gone:
-                    self._store.remove_offsets(group, gone)
-                    removed += len(gone)
-                    if group.is_state(GroupState.EMPTY) and not group.offsets:
-                        self._store.delete_group(group, self._timer.now_ms())
+                self._store.remove_offsets(group, gone)
+                removed += len(gone)
             except KafkaError as exc:
                 log.warning("group %s: could not remove offsets of deleted topics: %s",
                             group.group_id, exc)
@@ -83,7 +83,7 @@ class OffsetExpiry:
         retention = self._config.offsets_retention_ms
         removed = 0
         for group in list(self._store.groups.values()):
-            if group.is_state(GroupState.EMPTY):
+            if group.is_empty():
                 if group.protocol_type is not None:
                     # Everything expires once the group has been empty for the retention.
                     expired = list(group.offsets) if group.current_state_timestamp_ms + retention <= now else []
@@ -91,7 +91,9 @@ class OffsetExpiry:
                     expired = [
                         tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
                     ]
-            elif group.is_state(GroupState.STABLE) and (topics := group.subscribed_topics()) is not None:
+            elif (group.is_state(GroupState.STABLE) or group.consumer is not None) and (
+                topics := group.subscribed_topics()
+            ) is not None:
                 expired = [
                     tp
                     for tp, o in group.offsets.items()
@@ -103,7 +105,7 @@ class OffsetExpiry:
                 if expired:
                     self._store.remove_offsets(group, expired)
                     removed += len(expired)
-                if group.is_state(GroupState.EMPTY) and not group.offsets:
+                if group.is_empty() and group.consumer is None and not group.offsets:
                     log.info("group %s: empty with no offsets left; removing it", group.group_id)
                     self._store.delete_group(group, self._timer.now_ms())
             except KafkaError as exc:

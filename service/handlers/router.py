@@ -60,6 +60,7 @@ def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
     from service.handlers import (
         admin,
+        consumer_groups,
         fetch,
         groups,
         leader_epoch,
@@ -96,6 +97,8 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
         ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
         ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
+        ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
     return {s.key: s for s in specs}
 
