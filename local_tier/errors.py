@@ -28,6 +28,10 @@ only, never a dead broker.
     ├── InvalidConfigError             INVALID_CONFIG (40)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
+    ├── FetchSessionIdNotFoundError    FETCH_SESSION_ID_NOT_FOUND (70)
+    ├── InvalidFetchSessionEpochError  INVALID_FETCH_SESSION_EPOCH (71)
+    ├── FencedLeaderEpochError         FENCED_LEADER_EPOCH (74)
+    ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
     ├── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
     │   (a cluster: leadership, coordinators, the wire between brokers)
@@ -36,8 +40,7 @@ only, never a dead broker.
     ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
     ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
     ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
-    ├── NotCoordinatorError            NOT_COORDINATOR (16)
-    └── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
+    └── NotCoordinatorError            NOT_COORDINATOR (16)
 
 Foreign exceptions (``OSError``, botocore errors) are translated at the edge
 where they are raised, once.
@@ -52,7 +55,10 @@ __all__ = [
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "ErrorCode",
+    "FencedLeaderEpochError",
+    "FetchSessionIdNotFoundError",
     "InvalidConfigError",
+    "InvalidFetchSessionEpochError",
     "InvalidPartitionsError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
@@ -171,6 +177,22 @@ class UnsupportedCompressionTypeError(KafkaError):
     code = ErrorCode.unsupported_compression_type
 
 
+class FetchSessionIdNotFoundError(KafkaError):
+    code = ErrorCode.fetch_session_id_not_found
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    code = ErrorCode.invalid_fetch_session_epoch
+
+
+class FencedLeaderEpochError(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
+
+
 class InvalidRecordError(KafkaError):
     code = ErrorCode.invalid_record
 
@@ -192,12 +214,6 @@ class NotLeaderOrFollowerError(KafkaError):
     """This broker does not lead the partition (or host it, for a follower's fetch)."""
 
     code = ErrorCode.not_leader_or_follower
-
-
-class UnknownLeaderEpochError(KafkaError):
-    """The request names a leader epoch newer than this broker knows."""
-
-    code = ErrorCode.unknown_leader_epoch
 
 
 class RequestTimedOutError(KafkaError):

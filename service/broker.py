@@ -35,15 +35,19 @@ from typing import Any
 from controller.commit import Snapshot
 from controller.configs import BrokerConfig
 from controller.errors import NotControllerError
+from controller.events import MetadataEvent, TopicDeleted
 from controller.metadata import TopicInfo
 from controller.metadata_view import MetadataView
 from controller.registrations import Endpoint
 from fetch.planner import PartitionData
+from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.errors import (
     ErrorCode,
     InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
     RequestTimedOutError,
 )
 from local_tier.log import Log, LogAppendInfo
@@ -58,6 +62,7 @@ from service.cluster.topics import (
     delete_topic_remotely,
 )
 from service.groups import GroupCoordinator, start_coordinator
+from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
@@ -88,6 +93,9 @@ class Broker:
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(
+            config.get_int("max.incremental.fetch.session.cache.slots")
+        )
         self.requests: Counter[str] = Counter()
         self.errors: Counter[tuple[str, str]] = Counter()
         self.bytes_in: Counter[str] = Counter()
@@ -124,6 +132,7 @@ class Broker:
         await self.cluster.join()
         self.logs.load(self._log_config)
         self.groups = start_coordinator(self)
+        self.controller.add_listener(self._on_metadata_event)
         wire_replication(self, self.cluster)
         assert self.cluster.poller is not None
         self.cluster.poller.apply_latest()
@@ -203,6 +212,12 @@ class Broker:
 
     def restore_reserve(self) -> None:
         self._restore_reserve()
+
+    def _on_metadata_event(self, event: MetadataEvent) -> None:
+        """Topic events of an applied snapshot (partitions follow in the replica manager)."""
+        if isinstance(event, TopicDeleted) and event.topic.name != OFFSETS_TOPIC:
+            if self.groups is not None:  # as Kafka: the groups' offsets of it go too
+                self.groups.on_topics_deleted({event.topic.name})
 
     def _restore_reserve(self) -> None:
         """Space was just freed: the embedded store takes back its full-disk reserve
@@ -308,6 +323,39 @@ class Broker:
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         return self.replicas.leader_epoch(topic, partition)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
+
+        ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
+        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        the manifest moves first (its remote segments wholly below are deleted),
+        then the local log; the log start offsets are checkpointed before this
+        returns, so an answered DeleteRecords survives a crash. Local segments wholly
+        below the new start go at the next retention pass.
+        """
+        log_ = self.log_for(topic, partition)
+        if "compact" in log_.config.cleanup_policy.split(","):
+            raise PolicyViolationError(
+                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+            )
+        target = log_.high_watermark if offset == -1 else offset
+        if not 0 <= target <= log_.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} before offset {offset}: "
+                f"the high watermark is {log_.high_watermark}"
+            )
+        if target <= self.tiering.log_start_offset(topic, partition, log_):
+            return self.tiering.log_start_offset(topic, partition, log_)
+        info = self.controller.topic(topic)
+        if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
+            await self.tiering.delete_records(
+                topic, info.topic_id, partition, target, self.leader_epoch(topic, partition)
+            )
+            log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
+        if log_.maybe_increment_log_start_offset(target):
+            self.logs.checkpoint()
+        return self.tiering.log_start_offset(topic, partition, log_)
 
     def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
         target = self.replicas.get_partition(topic, partition)

@@ -106,7 +106,10 @@ def _int(value: Any, what: str, default: int) -> int:
 
 
 class AdminHttpServer:
-    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int]
+    ) -> None:
+        """``connections()`` is the Kafka listener's count of open client connections."""
         self._broker = broker
         self._host = host
         self._port = port
