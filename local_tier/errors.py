@@ -39,6 +39,7 @@ only, never a dead broker.
     ├── NotLeaderOrFollowerError       NOT_LEADER_OR_FOLLOWER (6)
     ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
     ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
+    ├── ReplicaNotAvailableError       REPLICA_NOT_AVAILABLE (9)
     ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
     └── NotCoordinatorError            NOT_COORDINATOR (16)
 
@@ -75,6 +76,7 @@ __all__ = [
     "PolicyViolationError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
+    "ReplicaNotAvailableError",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",
     "UnknownLeaderEpochError",
@@ -218,6 +220,13 @@ class NotLeaderOrFollowerError(KafkaError):
 
 class RequestTimedOutError(KafkaError):
     code = ErrorCode.request_timed_out
+
+
+class ReplicaNotAvailableError(KafkaError):
+    """The partition's data is not ready here yet (its bucket part is still being read
+    after a change of leader: Kafka's RemoteStorageNotReady); retriable."""
+
+    code = ErrorCode.replica_not_available
 
 
 class BrokerNotAvailableError(KafkaError):

@@ -139,6 +139,7 @@ class Broker:
         endpoint = Endpoint("PLAINTEXT", self.advertised_host, self.advertised_port)
         if not await self.cluster.register((endpoint,), ready_timeout_s):
             log.warning("broker %d is not unfenced yet; serving anyway", self.node_id)
+        await self.tiering.loaded()  # the manifests of the partitions it leads
 
     def apply_metadata(self, snapshot: Snapshot) -> None:
         """A newer metadata snapshot, on the loop: partitions, then listeners of topic events."""

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
-from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError
+from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
 from local_tier.split import copy_segment_tail
 from remote_tier.errors import FencedError, ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
@@ -188,6 +188,7 @@ class TieringService:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
         self.rlm = RemoteLogManager(store)
         self.scratch_dir: Path | None = None  # where tails of straddling segments are cut
+        self._loads: set[asyncio.Future[None]] = set()
         self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
         self.fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
         self.orphan_min_age_ms = config.get_int("remote.log.orphan.cleanup.min.age.ms")
@@ -241,8 +242,16 @@ class TieringService:
         return max(oldest, manifest.log_start_offset, state.log_start_floor)
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
-        """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
+        """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE;
+        REPLICA_NOT_AVAILABLE (retriable) while the manifest is still being read after this
+        broker became the leader."""
         state = self.partitions.get((topic, partition))
+        if self.enabled and local.config.remote_storage_enable and (
+            state is None or (state.manifest is None and not state.loaded)
+        ):
+            raise ReplicaNotAvailableError(
+                f"the tiered part of {topic}-{partition} is still being read from the bucket"
+            )
         manifest = state.manifest if state is not None else None
         start = self.log_start_offset(topic, partition, local)
         if manifest is None or offset < start:
@@ -367,10 +376,39 @@ class TieringService:
     # -- leadership (a listener of the replica manager) -----------------------
 
     def on_leader(self, partition: Partition) -> None:
-        """This broker leads the partition now: re-read and claim its manifest next round."""
-        state = self.partitions.get((partition.topic, partition.index))
-        if state is not None:
-            state.loaded = False
+        """This broker leads the partition now: read its manifest at once (reads of the
+        bucket part wait for it) and claim it at the next round."""
+        if not self.enabled or not partition.log.config.remote_storage_enable:
+            return
+        key = (partition.topic, partition.index)
+        state = self.partitions.get(key)
+        if state is None or state.topic_id != partition.topic_id:
+            state = PartitionTierState(
+                partition.topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
+            )
+            self.partitions[key] = state
+        state.loaded = False
+        task = asyncio.ensure_future(self._load_manifest(partition.topic, partition.index, state))
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _load_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
+        try:
+            manifest = await self._run_in_copier(
+                asyncio.get_running_loop(), self.rlm.manifest, state.topic_id, partition
+            )
+        except (ObjectStoreError, RemoteStorageError) as exc:
+            log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
+                        topic, partition, exc)
+            return
+        if self.partitions.get((topic, partition)) is state and not state.loaded:
+            state.manifest, state.loaded = manifest, True
+
+    async def loaded(self) -> None:
+        """Wait for the manifest reads started by :meth:`on_leader` (start-up waits for
+        them, so history is served from the first request)."""
+        while self._loads:
+            await asyncio.gather(*list(self._loads), return_exceptions=True)
 
     def on_resign(self, topic: str, index: int, deleted: bool) -> None:
         """No longer the leader: no more uploads; a follower keeps the manifest it read."""

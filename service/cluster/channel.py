@@ -301,6 +301,10 @@ class PeerChannels:
         self._resolve = resolve
         self._channels: dict[int, BrokerChannel] = {}
 
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where ``node_id`` is registered (None: nowhere)."""
+        return self._resolve(node_id)
+
     def channel(self, node_id: int) -> BrokerChannel:
         """The channel to ``node_id``; ``BrokerNotAvailableError`` if it has no endpoint."""
         address = self._resolve(node_id)

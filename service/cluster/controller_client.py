@@ -68,6 +68,8 @@ class ControllerClient:
         self._local = local
         self._peers = peers
         self._timeout_s = timeout_s
+        #: this broker's own (host, port), set once it registers
+        self.own_address: tuple[str, int] | None = None
 
     @property
     def local_is_active(self) -> bool:
@@ -120,11 +122,15 @@ class ControllerClient:
         if target == NO_LEADER:
             raise NotControllerError("no active controller is known yet")
         # target may be this very node id: another process holds it (a duplicate node.id),
-        # reached at the endpoint that process registered
+        # reached at the endpoint that process registered -- unless that is this broker's
+        # own endpoint (a dead incarnation of it holds the lease until it expires)
+        if target == self._node_id and self._peers.address_of(target) == self.own_address:
+            raise NotControllerError("the lease names this broker's previous incarnation")
         if answer is None:
             raise NotControllerError(f"api {api_key} is served only by the local controller")
+        attempt_s = min(deadline - time.monotonic(), self._timeout_s / 3)
         version, response = await self._peers.request(
-            target, api_key, fields, timeout_s=max(0.1, deadline - time.monotonic())
+            target, api_key, fields, timeout_s=max(0.1, attempt_s)
         )
         return answer(version, response)
 

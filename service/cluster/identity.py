@@ -20,6 +20,8 @@ at start-up only.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import uuid
 from dataclasses import dataclass, replace
@@ -28,6 +30,8 @@ from pathlib import Path
 __all__ = ["META_PROPERTIES", "DataDirOwnerError", "NodeIdentity"]
 
 META_PROPERTIES = "meta.properties"
+_log = logging.getLogger("strata.cluster")
+_FILE_BYTES = 512
 _VERSION = "1"
 
 
@@ -90,6 +94,17 @@ class NodeIdentity:
     def with_incarnation(self, incarnation_id: uuid.UUID) -> NodeIdentity:
         return replace(self, incarnation_id=incarnation_id, broker_epoch=-1)
 
+    def write_or_warn(self, data_dir: Path) -> bool:
+        """:meth:`write`, logging instead of raising when the disk is full (the file only
+        makes the next restart faster); True if written."""
+        try:
+            self.write(data_dir)
+        except OSError as exc:
+            _log.warning("cannot write %s (%s); the next restart of this broker waits for "
+                         "its previous session and lease to expire", data_dir / META_PROPERTIES, exc)
+            return False
+        return True
+
     def write(self, data_dir: Path) -> None:
         lines = [
             "# Written by Strata; the data dir's owner (do not edit while the broker runs)",
@@ -101,13 +116,30 @@ class NodeIdentity:
         if self.incarnation_id is not None:
             lines.append(f"incarnation.id={self.incarnation_id}")
         lines.append(f"broker.epoch={self.broker_epoch}")
+        text = "\n".join(lines) + "\n"
+        # padded to a fixed size, so that on a full disk it can be rewritten in place
+        data = (text + "#" * max(0, _FILE_BYTES - len(text) - 1) + "\n").encode()
         path = data_dir / META_PROPERTIES
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write("\n".join(lines) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not path.exists():
+                raise
+            if path.stat().st_size != len(data):
+                raise
+            fd = os.open(path, os.O_WRONLY)  # the same blocks: no new space needed
+            try:
+                os.pwrite(fd, data, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
         fd = os.open(data_dir, os.O_RDONLY)
         try:
             os.fsync(fd)

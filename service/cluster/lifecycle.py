@@ -151,17 +151,25 @@ class BrokerLifecycle:
         def local() -> int:
             return int(self._local.register_broker(request).broker_epoch)
 
-        try:
-            epoch = await self._client.call(
-                _API_REGISTRATION, fields, local=local, answer=answer, timeout_s=timeout_s
-            )
-        except DuplicateBrokerRegistrationError as exc:
-            raise DuplicateBrokerRegistrationError(duplicate_node_message(self.node_id)) from exc
+        # A node id held by a live broker is refused as long as that broker heartbeats; one
+        # held by a dead incarnation this data dir does not know of (its epoch could not be
+        # written) frees up when that session expires: try until then.
+        give_up = time.monotonic() + self._session_s * 1.5
+        while True:
+            try:
+                epoch = await self._client.call(
+                    _API_REGISTRATION, fields, local=local, answer=answer, timeout_s=timeout_s
+                )
+                break
+            except DuplicateBrokerRegistrationError as exc:
+                if time.monotonic() >= give_up:
+                    raise DuplicateBrokerRegistrationError(duplicate_node_message(self.node_id)) from exc
+                await asyncio.sleep(0.5)
         self.broker_epoch = epoch
         self.fenced = True
         self._unfenced.clear()
         self._identity = replace(self._identity, broker_epoch=epoch)
-        await asyncio.to_thread(self._identity.write, self._data_dir)
+        await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
         _log.info("broker %d registered at broker epoch %d", self.node_id, epoch)
         return epoch
 
@@ -200,7 +208,8 @@ class BrokerLifecycle:
         )
         self.caught_up = reply.is_caught_up
         if reply.is_fenced != self.fenced:
-            _log.info("broker %d is %s", self.node_id, "fenced" if reply.is_fenced else "unfenced")
+            _log.info("broker %d is %s", self.node_id,
+                      "inactive (the controller fenced it)" if reply.is_fenced else "active")
         self.fenced = reply.is_fenced
         if self.fenced:
             self._unfenced.clear()

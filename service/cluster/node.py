@@ -124,7 +124,7 @@ class ClusterNode:
             self.incarnation_id,
             self._identity.broker_epoch,
         )
-        await asyncio.to_thread(self._identity.write, self._data_dir)
+        await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
         controller = await asyncio.to_thread(
             ClusterController,
             self._store,
@@ -137,7 +137,7 @@ class ClusterNode:
             self._identity = NodeIdentity(
                 self.node_id, controller.cluster_id, self.incarnation_id, self._identity.broker_epoch
             )
-            await asyncio.to_thread(self._identity.write, self._data_dir)
+            await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
         self.controller = controller
         self.client = ControllerClient(self.node_id, controller, self.peers, timeout_s=self._timeout_s)
         controller.add_snapshot_listener(self.view.offer)
@@ -173,6 +173,8 @@ class ClusterNode:
         )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        if listeners:
+            self.client.own_address = (listeners[0].host, listeners[0].port)
         epoch = await self.lifecycle.register(timeout_s)
         await asyncio.to_thread(self.view.poll_for_revision, epoch, max(0.1, deadline - loop.time()), 0.05)
         self._lifecycle_task = asyncio.create_task(self.lifecycle.run(), name="broker-heartbeats")

@@ -17,20 +17,21 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from controller.configs import BrokerConfig
 from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from controller.events import MetadataListener
 from controller.records import TopicInfo
-from local_tier.errors import TopicAlreadyExistsError
+from controller.registrations import PartitionRegistration
+from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.records import build_batch, decode_batch, iter_batches
 from service.groups.coordinator import GroupCoordinator
 from service.groups.errors import CoordinatorNotAvailableError
-from service.groups.records import OFFSETS_TOPIC
+from service.groups.records import OFFSETS_TOPIC, partition_for
 from service.groups.requests import GroupConfig
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "OffsetsLeadership",
     "ensure_offsets_topic",
     "start_coordinator",
+    "wait_until_serving",
 ]
 
 #: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
@@ -65,6 +67,8 @@ class TopicsReader(Protocol):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
 
     def topics(self) -> list[TopicInfo]: ...
+
+    def partition(self, name: str, index: int) -> PartitionRegistration | None: ...
 
     def add_listener(self, listener: MetadataListener) -> None: ...
 
@@ -214,6 +218,39 @@ async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:
         if info is None:
             raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created") from None
         return info
+
+
+async def wait_until_serving(
+    broker: OffsetsHost,
+    coordinator: GroupCoordinator,
+    node_id: int,
+    group_ids: Iterable[str],
+    timeout_s: float = 5.0,
+) -> None:
+    """Before a group request: create ``__consumer_offsets`` if it is missing, and wait
+    (at most ``timeout_s``) while this broker leads a group's partition but has not
+    loaded it yet, so a client that skipped FindCoordinator, or came right after it,
+    is served instead of told to retry. Never raises: the request answers whatever
+    error remains (NOT_COORDINATOR when another broker leads the partition)."""
+    wanted = [g for g in group_ids if g]
+    if not wanted:
+        return
+    try:
+        info = await ensure_offsets_topic(broker)
+    except KafkaError:
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for group_id in wanted:
+        while (error := coordinator.coordinator_error(group_id)) is not None:
+            registration = broker.controller.partition(
+                OFFSETS_TOPIC, partition_for(group_id, info.partitions)
+            )
+            mine = registration is not None and registration.leader == node_id
+            if error == ErrorCode.not_coordinator and not mine:
+                break  # another broker coordinates it, or none does right now
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(0.01)
 
 
 class OffsetsLeadership:

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from controller.errors import NotControllerError
 from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.cluster.node import answering_locally
+from service.handlers import coordination
+from service.handlers.coordination import GROUP_APIS
 from service.handlers.context import Handler, RequestContext
 from service.protocol import (
     FrameError,
@@ -193,6 +195,8 @@ class Router:
         broker = self._broker
         broker.metrics_request(spec.name)
         started = time.perf_counter()
+        if spec.key in GROUP_APIS:
+            await coordination.prepare(ctx, body)
         result = spec.handler(ctx, body)
         if inspect.isawaitable(result):
             result = await result

@@ -105,6 +105,10 @@ def _int(value: Any, what: str, default: int) -> int:
     return value
 
 
+_ANSWERED_WHILE_STARTING = frozenset({"/v1/health", "/v1/ready", "/v1/openapi.json"})
+_STARTUP_WAIT_S = 30.0
+
+
 class AdminHttpServer:
     def __init__(
         self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int]
@@ -116,10 +120,35 @@ class AdminHttpServer:
         self._connections = connections
         self._runner: web.AppRunner | None = None
         self.port = port
-        self.ready = False
+        self._ready_event = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        """True once the broker has joined the cluster and serves; until then only the
+        probes answer at once, and other requests wait for it (at most
+        ``_STARTUP_WAIT_S``, then 503)."""
+        return self._ready_event.is_set()
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        if value:
+            self._ready_event.set()
+        else:
+            self._ready_event.clear()
+
+    @web.middleware
+    async def _until_started(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.ready and request.path not in _ANSWERED_WHILE_STARTING:
+            try:
+                await asyncio.wait_for(self._ready_event.wait(), _STARTUP_WAIT_S)
+            except TimeoutError:
+                return _error(503, "NOT_READY", "the broker has not joined its cluster yet")
+        return await handler(request)
 
     def _app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+        app = web.Application(
+            middlewares=[_errors, self._until_started], client_max_size=1024 * 1024
+        )
         r = app.router
         r.add_get("/", self._status_page)
         r.add_get("/metrics", self._metrics)
@@ -296,6 +325,10 @@ class AdminHttpServer:
             return self._describe_consumer_group(group_id)
         code, summary = groups.describe_group(group_id)
         offsets = groups.committed_offsets().get(group_id, {})
+        if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+            # this broker coordinates only the groups of the __consumer_offsets partitions it leads
+            raise ApiError(404, "GROUP_ID_NOT_FOUND",
+                           f"no group named {group_id!r} is coordinated by this broker")
         if code != ErrorCode.none:
             raise ApiError(400, code.name.upper(), f"cannot describe group {group_id!r}")
         if summary.state == "Dead" and not offsets:

@@ -28,6 +28,7 @@ Not thread-safe: lives on the broker's event loop.
 from __future__ import annotations
 
 import enum
+import logging
 import uuid
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from local_tier.log import Log
 __all__ = ["FollowerState", "Partition", "Transition"]
 
 NO_EPOCH = -1
+_log = logging.getLogger("strata.replication")
 
 
 class Transition(enum.Enum):
@@ -121,7 +123,11 @@ class Partition:
         log = self.log
         self.leader_epoch_start_offset = log.log_end_offset
         if self.leader_epoch > log.leader_epoch_cache.latest_epoch:
-            log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
+            try:
+                log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
+            except OSError as exc:  # a full disk: the next append records the epoch
+                _log.warning("%s: cannot record leader epoch %d (%s)", self.name,
+                             self.leader_epoch, exc)
         self.followers = {r: FollowerState() for r in self.replicas if r != self.local_id}
         self.pending_isr = None
         self.maybe_increment_high_watermark()
