@@ -430,13 +430,16 @@ class Log:
         """``producer.id.expiration.ms``: forget idle producers without an open transaction."""
         return self._producer_state.remove_expired(now_ms, expiration_ms)
 
-    def collect_aborted_txns(self, search: TxnSearch) -> None:
-        """Add the aborted transactions of the local segments to ``search`` (from its fetch offset on)."""
+    def collect_aborted_txns(self, search: TxnSearch, *, min_base: int = 0) -> None:
+        """Add the aborted transactions of the local segments to ``search``: from the segment
+        holding its fetch offset on, skipping segments based below ``min_base`` (those a
+        remote search already read)."""
         first = max(0, bisect_right(self._bases, search.fetch_offset) - 1)
         for segment in self._segments[first:]:
             if search.complete:
                 break
-            search.add(segment.txn_index.entries)
+            if segment.base_offset >= min_base:
+                search.add(segment.txn_index.entries)
 
     def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +33,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
 from local_tier.errors import OffsetOutOfRangeError
+from local_tier.producer_snapshot import snapshot_path
+from local_tier.txn_index import AbortedTxn, TxnSearch, decode_aborted
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
@@ -46,6 +50,8 @@ if TYPE_CHECKING:
 __all__ = ["PartitionTierState", "RemoteFetch", "TieredLogs", "TieringService"]
 
 log = logging.getLogger("strata.tiering")
+
+_TXN_INDEX_CACHE_ENTRIES = 4096  # remote .txnindex objects kept decoded (usually a few entries each)
 
 
 class TieredLogs(Protocol):
@@ -168,6 +174,8 @@ class TieringService:
         self.uploaded_bytes = 0
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
+        self._txn_indexes: OrderedDict[str, list[AbortedTxn]] = OrderedDict()
+        self._txn_lock = threading.Lock()
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -237,6 +245,53 @@ class TieringService:
         self.read_latency.observe("fetch", time.perf_counter() - started)
         return result.parts
 
+    async def read_committed(
+        self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool, local: Log
+    ) -> tuple[tuple[memoryview, ...], list[tuple[int, int]]]:
+        """:meth:`read`, plus the aborted transactions overlapping what was read.
+
+        ``(producer id, first offset)`` pairs from the transaction indexes of this
+        and later remote segments, then of the local segments past the bucket's
+        end: the list a read of the same offsets from local disk gives.
+        """
+        started = time.perf_counter()
+        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
+        result = await asyncio.wrap_future(fut)
+        aborted: list[tuple[int, int]] = []
+        if result.parts and result.next_offset > offset:
+            search = TxnSearch(offset, result.next_offset, [])
+            state = self.partitions.get((local.topic, local.partition))
+            manifest = state.manifest if state is not None else None
+            if manifest is not None:
+                later = [s for s in manifest.segments if s.base_offset >= fetch.segment.base_offset]
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(None, self._collect_remote_aborted, fetch, later, search)
+                if not search.complete:
+                    local.collect_aborted_txns(search, min_base=manifest.next_offset)
+            aborted = [(t.producer_id, t.first_offset) for t in search.found]
+        self.read_latency.observe("fetch", time.perf_counter() - started)
+        return result.parts, aborted
+
+    def _collect_remote_aborted(
+        self, fetch: RemoteFetch, segments: list[RemoteSegment], search: TxnSearch
+    ) -> None:
+        """Blocking (a thread): the remote segments' transaction indexes, cached by upload."""
+        for segment in segments:
+            if search.complete:
+                return
+            if not segment.txn_index_bytes:
+                continue
+            with self._txn_lock:
+                entries = self._txn_indexes.get(segment.upload_id)
+            if entries is None:
+                raw = self.rlm.read_txn_index(segment, fetch.topic_id, fetch.partition)
+                entries = decode_aborted(raw)
+                with self._txn_lock:
+                    self._txn_indexes[segment.upload_id] = entries
+                    while len(self._txn_indexes) > _TXN_INDEX_CACHE_ENTRIES:
+                        self._txn_indexes.popitem(last=False)
+            search.add(entries)
+
     # -- the periodic task ---------------------------------------------------
 
     async def run(self, broker: TieredLogs) -> None:
@@ -293,7 +348,14 @@ class TieringService:
             boundary = state.remote_next_offset
             uploaded_any = False
             while (segment := self._next_upload(local, boundary)) is not None:
-                paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
+                upper = local.segments[local.segments.index(segment) + 1].base_offset
+                paths = (
+                    segment.log_path,
+                    segment.offset_index.path,
+                    segment.time_index.path,
+                    segment.txn_index.path,
+                    snapshot_path(local.dir, upper),
+                )
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, paths
                 )
@@ -350,15 +412,15 @@ class TieringService:
             upper = segments[i + 1].base_offset
             if boundary is not None and upper <= boundary:
                 continue  # already in the bucket
-            if upper > local.high_watermark:
-                return None  # not committed yet
+            if upper > local.last_stable_offset:
+                return None  # not committed yet, or a transaction in it is still open
             if segment.size == 0:
                 continue
             return segment
         return None
 
-    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, Any, Any]) -> RemoteSegment:
-        log_path, index_path, timeindex_path = paths
+    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, ...]) -> RemoteSegment:
+        log_path, index_path, timeindex_path, txn_index_path, producer_snapshot_path = paths
         segment = self.rlm.upload_segment(
             topic=topic,
             topic_id=topic_id,
@@ -367,6 +429,8 @@ class TieringService:
             log_path=log_path,
             index_path=index_path,
             timeindex_path=timeindex_path,
+            txn_index_path=txn_index_path,
+            producer_snapshot_path=producer_snapshot_path,
         )
         log.info(
             "uploaded %s-%d segment [%d, %d] (%d bytes)",
