@@ -9,6 +9,7 @@ with the broker.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
@@ -50,8 +51,11 @@ def _compact_string(value: str | None) -> bytes:
 
 
 def producer_batch(values: list[bytes], *, producer_id: int, epoch: int, sequence: int,
-                   transactional: bool = False, timestamp: int = 1_700_000_000_000) -> bytes:
-    """A RecordBatch v2 of ``values`` from producer ``(producer_id, epoch)`` starting at ``sequence``."""
+                   transactional: bool = False, timestamp: int | None = None) -> bytes:
+    """A RecordBatch v2 of ``values`` from producer ``(producer_id, epoch)`` starting at ``sequence``
+    (timestamps from now, so no retention removes them)."""
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=transactional,
         producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
@@ -103,7 +107,8 @@ def write_txn_markers(conn: Connection, *, producer_id: int, epoch: int, commit:
     for _ in range(_read_uvarint(r) - 1):
         r.int64()
         for _ in range(_read_uvarint(r) - 1):
-            r.pos += _read_uvarint(r) - 1  # topic name
+            name_length = _read_uvarint(r) - 1
+            r.pos += name_length  # the topic name
             for _ in range(_read_uvarint(r) - 1):
                 partition, error = r.take(">ih")
                 out[partition] = error
