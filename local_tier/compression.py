@@ -142,6 +142,13 @@ def _bounded(kind: Compression, data: memoryview, max_size: int) -> bytes:
         while size < limit and (chunk := reader.read(limit - size)):
             chunks.append(chunk)
             size += len(chunk)
+        rest = bytes(data)
+        while size < limit and rest:  # all of it fits: check that no frame is cut short
+            frame = _ZSTD_DECOMPRESSOR.decompressobj()
+            frame.decompress(rest)
+            if not frame.eof:
+                raise EOFError("truncated zstd frame")
+            rest = frame.unused_data
         return b"".join(chunks)
     out = bytearray()
     rest = bytes(data)

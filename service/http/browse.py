@@ -173,15 +173,21 @@ def _record_json(record: Any, transactional: bool, req: BrowseRequest) -> dict[s
     }
 
 
+_CONTROL = frozenset(chr(c) for c in (*range(32), 127)) - {"\t", "\n", "\r"}
+
+
 def _show(data: bytes | None, req: BrowseRequest) -> tuple[str | None, str]:
-    """``data``'s first ``preview_bytes`` as text, or as hex when asked or not UTF-8."""
+    """``data``'s first ``preview_bytes`` as text, or as hex when asked, when not UTF-8 or
+    when it holds control characters (binary that happens to decode)."""
     if data is None:
         return None, "null"
     head = data[: req.preview_bytes]
     if req.encoding == "text":
         try:
-            return head.decode("utf-8"), "text"
+            text = head.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if exc.start >= len(head) - 3 and len(data) > len(head):  # a character cut in two
-                return head[: exc.start].decode("utf-8"), "text"
+            cut = exc.start >= len(head) - 3 and len(data) > len(head)  # a character cut in two
+            text = head[: exc.start].decode("utf-8") if cut else None
+        if text is not None and not _CONTROL.intersection(text):
+            return text, "text"
     return head.hex(), "hex"

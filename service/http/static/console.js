@@ -37,6 +37,7 @@ function fmtBytes(n) {
   return (i === 0 ? Math.round(n) : n.toFixed(n >= 100 ? 0 : 1)) + " " + units[i];
 }
 const fmtRate = (n) => fmtBytes(n) + "/s";
+const plural = (n, word) => `${fmtNum(n)} ${word}${n === 1 ? "" : "s"}`;
 const fmtNum = (n) => (n === null || n === undefined) ? "–" : Math.round(n).toLocaleString("en-US");
 const range = (lo, hi) => (lo === null || hi === null || hi <= lo) ? "–" : `${fmtNum(lo)} – ${fmtNum(hi - 1)}`;  // first – last offset
 
@@ -122,7 +123,7 @@ function pager(node, offset, total, size, move) {
 function renderSummary(c, hist) {
   $("cluster-id").textContent = `cluster ${c.cluster_id} · Strata ${c.version}`;
   const controller = c.brokers.find((b) => b.controller);
-  $("brokers").textContent = `${c.brokers.length} broker${c.brokers.length === 1 ? "" : "s"}`;
+  $("brokers").textContent = plural(c.brokers.length, "broker");
   $("broker-list").replaceChildren(...c.brokers.map((b) => el("div", {},
     `${b.node_id} · ${b.host}:${b.port}`, b.controller ? el("span", { class: "badge" }, "controller") : null,
     b.fenced ? el("span", { class: "badge fenced" }, "fenced") : null,
@@ -135,8 +136,8 @@ function renderSummary(c, hist) {
   $("records-out").textContent = `${fmtNum(t.records_out_per_sec)} records/s`;
   $("tiering").textContent = c.tiering_enabled ? "tiering on" : "tiering off";
   $("bucket").textContent = c.object_store + (c.object_store_endpoint ? ` at ${c.object_store_endpoint}` : "");
-  $("counts").textContent = `${fmtNum(c.user_topics)} topics`;
-  $("counts-detail").textContent = `${fmtNum(c.partitions)} partitions · ${fmtNum(c.groups)} groups · ` +
+  $("counts").textContent = plural(c.user_topics, "topic");
+  $("counts-detail").textContent = `${plural(c.partitions, "partition")} · ${plural(c.groups, "group")} · ` +
     `${c.internal_topics} internal`;
   spark("in", $("chart-in"), hist.timestamps, hist.totals.bytes_in_per_sec, "#0a84ff", 44);
   spark("out", $("chart-out"), hist.timestamps, hist.totals.bytes_out_per_sec, "#34c759", 44);
