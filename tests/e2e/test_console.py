@@ -1,8 +1,8 @@
 """The operator's view end to end: one broker with a tiered topic, a 1,000-partition topic,
-Kafka's 50-partition ``__consumer_offsets`` and a live consumer group with lag.
+Kafka's 50-partition ``__consumer_offsets`` and two live consumer groups with lag.
 
-* The console in headless Chromium: user topics, the tiering picture and the group's lag
-  on the first screen, internal topics folded, one row per topic (not per partition);
+* The console in headless Chromium: user topics, the tiering picture and the groups' lag
+  (a classic group and a consumer-protocol one) on the first screen, internal topics folded, one row per topic (not per partition);
   producing moves the rate shown and the group's lag (screenshots before and after).
 * The record browser API: records from the bucket and from local disk, by offset and by
   time, text and hex, within its bounds.
@@ -42,6 +42,7 @@ from tests.service.cli.helpers import ok, strata
 TIERED = "orders"
 WIDE = "clicks"
 GROUP = "billing"
+MODERN = "audit"  # a consumer-protocol (KIP-848) group
 TIERED_RECORDS = 3000
 CONSUMED = 1800
 T0 = (int(time.time()) - 3600) * 1000  # record timestamps: T0 + offset (ms); within retention
@@ -77,22 +78,30 @@ def scene(module_start_broker: BrokerFactory) -> Iterator[dict[str, Any]]:
     # uploaded, and local retention has dropped the oldest local copies
     helpers.wait_until(lambda: _topic(b, TIERED)["remote_bytes"] > _topic(b, TIERED)["local_and_remote_bytes"] > 0,
                        "segments in the bucket only and in both places", timeout=30)
-    member = Consumer({"bootstrap.servers": b.bootstrap, "group.id": GROUP,
-                       "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    members = [_member(b.bootstrap, GROUP, CONSUMED),  # classic: librdkafka's default
+               _member(b.bootstrap, MODERN, 100, **{"group.protocol": "consumer"})]  # KIP-848
+    try:
+        yield {"broker": b}
+    finally:
+        for member in members:
+            member.close()
+
+
+def _member(bootstrap: str, group: str, count: int, **conf: str) -> Consumer:
+    """A live member of ``group`` that consumed and committed ``count`` records of TIERED."""
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False, **conf})
     member.subscribe([TIERED])
     got = 0
     deadline = time.monotonic() + 60
-    while got < CONSUMED:
-        assert time.monotonic() < deadline, f"consumed {got}"
-        for msg in member.consume(num_messages=CONSUMED - got, timeout=0.5):
+    while got < count:
+        assert time.monotonic() < deadline, f"{group} consumed {got}"
+        for msg in member.consume(num_messages=count - got, timeout=0.5):
             assert msg.error() is None, msg.error()
             got += 1
-            if got == CONSUMED:
+            if got == count:
                 member.commit(message=msg, asynchronous=False)
-    try:
-        yield {"broker": b, "member": member}
-    finally:
-        member.close()
+    return member
 
 
 def _get(b: BrokerProcess, path: str) -> Any:
@@ -177,21 +186,22 @@ def test_metrics_pass_promtool_and_kafka_exporter_series_match_groups_describe(s
                                timeout=60, check=False)
         assert check.returncode == 0, check.stdout + check.stderr
     m = _samples(text)
-    out = ok(strata("groups", "describe", GROUP, bootstrap=b.bootstrap)).stdout
-    lines = out.splitlines()
-    assert lines[0].split()[4] == "1"  # "Group billing: state Stable, 1 member(s), ..."
-    header, *rows = [line.split() for line in lines[1:]]
-    assert rows
-    for row in rows:
-        r = dict(zip(header, row))
-        labels = (("consumergroup", GROUP), ("partition", r["PARTITION"]), ("topic", r["TOPIC"]))
-        assert m[("kafka_consumergroup_current_offset", labels)] == int(r["CURRENT-OFFSET"])
-        assert m[("kafka_consumergroup_lag", labels)] == int(r["LAG"])
-        tp = (("partition", r["PARTITION"]), ("topic", r["TOPIC"]))
-        assert m[("kafka_topic_partition_current_offset", tp)] == int(r["LOG-END-OFFSET"])
-    lag_sum = sum(int(dict(zip(header, row))["LAG"]) for row in rows)
-    assert m[("kafka_consumergroup_lag_sum", (("consumergroup", GROUP), ("topic", TIERED)))] == lag_sum
-    assert m[("kafka_consumergroup_members", (("consumergroup", GROUP),))] == 1
+    for group, protocol in ((GROUP, "classic"), (MODERN, "consumer")):
+        lines = ok(strata("groups", "describe", group, bootstrap=b.bootstrap)).stdout.splitlines()
+        # "Group billing: state Stable, 1 member(s), assignor range, protocol classic"
+        assert lines[0].split()[4] == "1" and lines[0].endswith(f"protocol {protocol}"), lines[0]
+        header, *rows = [line.split() for line in lines[1:]]
+        assert rows
+        for row in rows:
+            r = dict(zip(header, row))
+            labels = (("consumergroup", group), ("partition", r["PARTITION"]), ("topic", r["TOPIC"]))
+            assert m[("kafka_consumergroup_current_offset", labels)] == int(r["CURRENT-OFFSET"])
+            assert m[("kafka_consumergroup_lag", labels)] == int(r["LAG"])
+            tp = (("partition", r["PARTITION"]), ("topic", r["TOPIC"]))
+            assert m[("kafka_topic_partition_current_offset", tp)] == int(r["LOG-END-OFFSET"])
+        lag_sum = sum(int(dict(zip(header, row))["LAG"]) for row in rows)
+        assert m[("kafka_consumergroup_lag_sum", (("consumergroup", group), ("topic", TIERED)))] == lag_sum
+        assert m[("kafka_consumergroup_members", (("consumergroup", group),))] == 1
     assert m[("kafka_brokers", ())] == 1
     assert m[("kafka_topic_partitions", (("topic", WIDE),))] == 1000
     tp0 = (("partition", "0"), ("topic", TIERED))
@@ -227,10 +237,12 @@ _FIRST_SCREEN = """(() => {
   const parts = tiered ? [...tiered.querySelectorAll('.picture i')].filter(seen)
     .map((i) => [i.className, Number(i.dataset.bytes)]) : [];
   const group = row('tr.group[data-group="billing"]');
+  const modern = row('tr.group[data-group="audit"]');
   const wide = row('tr.topic[data-topic="clicks"]');
   return {topics, parts,
     groupLag: group && seen(group) ? group.querySelector('td.lag').textContent : null,
     groupMembers: group ? group.children[3].textContent : null,
+    modern: modern && seen(modern) ? [...modern.children].slice(1, 6).map((td) => td.textContent) : null,
     wideCells: wide ? [...wide.children].map((td) => td.textContent) : null,
     internal: document.getElementById('internal-toggle').textContent,
     internalRows: document.querySelectorAll('tr[data-topic^="__"]').length,
@@ -296,6 +308,7 @@ def test_console_first_screen_then_rates_move_in_headless_chromium(scene: dict[s
     assert parts["seg-both"] == api["local_and_remote_bytes"] > 0, (parts, api)
     assert parts["seg-active"] == api["active_segment_bytes"] > 0, (parts, api)
     assert first["groupLag"] == f"{lag_before:,}" and first["groupMembers"] == "1", first
+    assert first["modern"] == ["consumer", "Stable", "1", "1", f"{TIERED_RECORDS - 100:,}"], first
     moved = seen["moved"]
     assert int(moved["groupLag"].replace(",", "")) > lag_before, moved
     assert seen["pager"] == [50, "1–50 of 1,000 next ›"], seen["pager"]
