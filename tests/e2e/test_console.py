@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO_ROOT, BrokerFactory, BrokerProcess
@@ -78,30 +78,13 @@ def scene(module_start_broker: BrokerFactory) -> Iterator[dict[str, Any]]:
     # uploaded, and local retention has dropped the oldest local copies
     helpers.wait_until(lambda: _topic(b, TIERED)["remote_bytes"] > _topic(b, TIERED)["local_and_remote_bytes"] > 0,
                        "segments in the bucket only and in both places", timeout=30)
-    members = [_member(b.bootstrap, GROUP, CONSUMED),  # classic: librdkafka's default
-               _member(b.bootstrap, MODERN, 100, **{"group.protocol": "consumer"})]  # KIP-848
+    members = [helpers.join_and_commit(b.bootstrap, GROUP, TIERED, CONSUMED),  # classic: the default
+               helpers.join_and_commit(b.bootstrap, MODERN, TIERED, 100, **{"group.protocol": "consumer"})]
     try:
         yield {"broker": b}
     finally:
         for member in members:
             member.close()
-
-
-def _member(bootstrap: str, group: str, count: int, **conf: str) -> Consumer:
-    """A live member of ``group`` that consumed and committed ``count`` records of TIERED."""
-    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                       "auto.offset.reset": "earliest", "enable.auto.commit": False, **conf})
-    member.subscribe([TIERED])
-    got = 0
-    deadline = time.monotonic() + 60
-    while got < count:
-        assert time.monotonic() < deadline, f"{group} consumed {got}"
-        for msg in member.consume(num_messages=count - got, timeout=0.5):
-            assert msg.error() is None, msg.error()
-            got += 1
-            if got == count:
-                member.commit(message=msg, asynchronous=False)
-    return member
 
 
 def _get(b: BrokerProcess, path: str) -> Any:

@@ -145,16 +145,20 @@ function renderSummary(c, hist) {
 
 // --------------------------------------------------------------------------- topics
 
-function topicRow(name) {
-  const tr = el("tr", { class: "topic", dataset: { topic: name } });
-  for (let i = 0; i < 9; i++) tr.append(el("td", i === 0 ? { class: "name" } : [1, 2, 3, 5, 7, 8].includes(i) ? { class: "num" } : {}));
-  tr.children[4].append(el("div", { class: "spark" }));
+/* A row keyed by name: `cells` cells (numeric ones right-aligned), a sparkline cell, and a
+ * click that opens or closes its detail row (remembered in `opened`: name -> first item). */
+function keyedRow(kind, name, cells, numeric, sparkAt, opened, open) {
+  const tr = el("tr", { class: kind, dataset: { [kind]: name } });
+  for (let i = 0; i < cells; i++) tr.append(el("td", i === 0 ? { class: "name" } : numeric.includes(i) ? { class: "num" } : {}));
+  tr.children[sparkAt].append(el("div", { class: "spark" }));
   tr.addEventListener("click", () => {
-    if (state.openTopics.has(name)) { state.openTopics.delete(name); tr._detail.remove(); tr._detail = null; tr.classList.remove("open"); }
-    else { state.openTopics.set(name, 0); openTopic(tr, name); }
+    if (opened.has(name)) { opened.delete(name); tr._detail.remove(); tr._detail = null; tr.classList.remove("open"); }
+    else { opened.set(name, 0); open(tr, name); }
   });
   return tr;
 }
+
+const topicRow = (name) => keyedRow("topic", name, 9, [1, 2, 3, 5, 7, 8], 4, state.openTopics, openTopic);
 
 function renderTopics(body, hist) {
   const tbody = $("topics").querySelector("tbody");
@@ -216,14 +220,8 @@ async function renderInternal() {
 // --------------------------------------------------------------------------- groups
 
 function groupRow(name) {
-  const tr = el("tr", { class: "group", dataset: { group: name } });
-  for (let i = 0; i < 7; i++) tr.append(el("td", i === 0 ? { class: "name" } : [3, 4, 5].includes(i) ? { class: "num" } : {}));
+  const tr = keyedRow("group", name, 7, [3, 4, 5], 6, state.openGroups, openGroup);
   tr.children[5].classList.add("lag");
-  tr.children[6].append(el("div", { class: "spark" }));
-  tr.addEventListener("click", () => {
-    if (state.openGroups.has(name)) { state.openGroups.delete(name); tr._detail.remove(); tr._detail = null; tr.classList.remove("open"); }
-    else { state.openGroups.set(name, 0); openGroup(tr, name); }
-  });
   return tr;
 }
 
