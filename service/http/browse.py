@@ -183,6 +183,7 @@ def _show(data: bytes | None, req: BrowseRequest) -> tuple[str | None, str]:
         return None, "null"
     head = data[: req.preview_bytes]
     if req.encoding == "text":
+        text: str | None
         try:
             text = head.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -30,7 +30,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily, UntypedMetricFamily
 
 from local_tier.errors import KafkaError
-from service.http.state import group_lag
+from service.http.state import group_lag, member_count
 from service.http.views import AdminView
 
 __all__ = ["kafka_exporter_families"]
@@ -122,11 +122,7 @@ def _groups(broker: AdminView) -> Iterator[GaugeMetricFamily | UntypedMetricFami
     if groups is not None:
         committed = groups.committed_offsets()
         for group_id, _, _, kind in sorted(groups.list_groups_by_type()):
-            if kind == "consumer":
-                count = len(groups.consumer_group_describe(group_id).members)
-            else:
-                count = len(groups.describe_group(group_id)[1].members)
-            members.add_metric([group_id], count)
+            members.add_metric([group_id], member_count(groups, group_id, kind))
         for group_id, offsets in sorted(committed.items()):
             sums: dict[str, list[int]] = {}
             for row in group_lag(broker, offsets):

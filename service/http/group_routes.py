@@ -16,7 +16,7 @@ from local_tier.errors import ErrorCode
 from service.groups.group import parse_assignment
 from service.http.admin import page
 from service.http.common import ApiError
-from service.http.state import group_lag
+from service.http.state import group_lag, member_count
 from service.http.views import AdminView
 
 __all__ = ["GroupRoutes", "describe_group"]
@@ -44,19 +44,13 @@ class GroupRoutes:
         for g, ptype, state, kind in listed[offset:offset + limit]:
             rows = group_lag(self._broker, committed.get(g, {}))
             out.append({"group_id": g, "protocol_type": ptype, "state": state, "type": kind,
-                        "members": _member_count(groups, g, kind), "partitions": len(rows),
+                        "members": member_count(groups, g, kind), "partitions": len(rows),
                         "lag": sum(r["lag"] for r in rows)})
         return web.json_response({"groups": out, "total": len(listed)})
 
     async def describe(self, request: web.Request) -> web.Response:
         found = describe_group(self._broker, self._coordinator(), request.match_info["group"])
         return web.json_response(found)
-
-
-def _member_count(groups: Any, group_id: str, kind: str) -> int:
-    if kind == "consumer":
-        return len(groups.consumer_group_describe(group_id).members)
-    return len(groups.describe_group(group_id)[1].members)
 
 
 def describe_group(broker: AdminView, groups: Any, group_id: str) -> dict[str, Any]:

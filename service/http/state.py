@@ -26,7 +26,7 @@ from typing import Any
 
 from service.http.views import PartitionsView
 
-__all__ = ["INTERNAL_TOPICS", "group_lag", "is_internal", "partition_state", "topic_totals"]
+__all__ = ["INTERNAL_TOPICS", "group_lag", "is_internal", "member_count", "partition_state", "topic_totals"]
 
 #: Kafka's internal topics (``Topic.isInternal``); any other ``__``-prefixed name is
 #: folded away with them by the console as well.
@@ -106,3 +106,10 @@ def group_lag(broker: PartitionsView, offsets: Mapping[tuple[str, int], int]) ->
         rows.append({"topic": topic, "partition": partition, "committed_offset": offset,
                      "high_watermark": hw, "lag": max(0, hw - offset) if hw is not None else 0})
     return rows
+
+
+def member_count(groups: Any, group_id: str, kind: str) -> int:
+    """Live members of a group of either protocol (``kind``: classic or consumer)."""
+    if kind == "consumer":
+        return len(groups.consumer_group_describe(group_id).members)
+    return len(groups.describe_group(group_id)[1].members)
