@@ -28,6 +28,10 @@ only, never a dead broker.
     ├── InvalidConfigError             INVALID_CONFIG (40)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
+    ├── FetchSessionIdNotFoundError    FETCH_SESSION_ID_NOT_FOUND (70)
+    ├── InvalidFetchSessionEpochError  INVALID_FETCH_SESSION_EPOCH (71)
+    ├── FencedLeaderEpochError         FENCED_LEADER_EPOCH (74)
+    ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
     └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
 
@@ -42,7 +46,10 @@ from kio.schema.errors import ErrorCode
 __all__ = [
     "CorruptRecordError",
     "ErrorCode",
+    "FencedLeaderEpochError",
+    "FetchSessionIdNotFoundError",
     "InvalidConfigError",
+    "InvalidFetchSessionEpochError",
     "InvalidPartitionsError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
@@ -57,6 +64,7 @@ __all__ = [
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "TopicAlreadyExistsError",
+    "UnknownLeaderEpochError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
@@ -154,6 +162,22 @@ class KafkaStorageError(KafkaError):
 
 class UnsupportedCompressionTypeError(KafkaError):
     code = ErrorCode.unsupported_compression_type
+
+
+class FetchSessionIdNotFoundError(KafkaError):
+    code = ErrorCode.fetch_session_id_not_found
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    code = ErrorCode.invalid_fetch_session_epoch
+
+
+class FencedLeaderEpochError(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
 
 
 class InvalidRecordError(KafkaError):

@@ -27,7 +27,13 @@ from local_tier.errors import (
     RecordBatchTooLargeError,
 )
 from local_tier.index import CorruptIndexError
-from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
+from local_tier.records import (
+    ValidatedRecords,
+    decode_batch,
+    iter_batches,
+    stamp_batch,
+    validate_batches,
+)
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
 
 __all__ = [
@@ -504,7 +510,7 @@ class Log:
         if timestamp == MAX_TIMESTAMP:
             best = max(self._segments, key=lambda s: s.max_timestamp)
             if best.max_timestamp >= 0:
-                found = best.offset_of_max_timestamp, best.max_timestamp
+                found = _max_timestamp_record(best)
         elif timestamp >= 0:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp:
@@ -526,13 +532,12 @@ class Log:
         With ``remote.storage.enable`` this is *local* retention: ``local.retention.*``
         apply (``-2``: the same as ``retention.*``), and only segments wholly below
         ``remote_boundary`` (the next offset the bucket does not hold yet) may go, so
-        nothing is deleted that is not in the bucket. The whole log's retention is
+        nothing is deleted that is not in the bucket, except segments wholly below the
+        log start offset (their records were deleted). The whole log's retention is
         then the remote tier's job.
         """
         self._remove_due_deletes(now_ms)
         remote = self._config.remote_storage_enable
-        if remote and remote_boundary is None:
-            return 0
         deleted = 0
         while True:
             segment = self._segments[0]
@@ -542,7 +547,10 @@ class Log:
             upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
             if upper > self._high_watermark:
                 break
-            if remote and (remote_boundary is None or upper > remote_boundary):
+            # records below the log start are deleted (DeleteRecords): the bucket need
+            # not hold them first
+            below_start = upper <= self._log_start_offset
+            if remote and not below_start and (remote_boundary is None or upper > remote_boundary):
                 break
             if segment is self._segments[-1]:
                 if segment.size == 0:
@@ -645,3 +653,23 @@ class Log:
             f"Log({self.name}, log_start_offset={self._log_start_offset}, "
             f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})"
         )
+
+
+def _max_timestamp_record(segment: LogSegment) -> tuple[int, int]:
+    """``(offset, timestamp)`` of the first record holding ``segment``'s max timestamp.
+
+    The segment (like Kafka's time index) knows the batch of its max timestamp, not
+    the record: ListOffsets -3 answers that record's offset, as Kafka does since 3.8
+    (KAFKA-16310), so the batch is read and decoded here.
+    """
+    wanted = segment.max_timestamp
+    region = segment.read(segment.offset_of_max_timestamp, 1, min_one_message=True)
+    if region is not None and region.length:
+        data = region.read_bytes()
+        for pos, header in iter_batches(data):
+            if header.max_timestamp != wanted:
+                continue
+            for record in decode_batch(data, pos)[1]:
+                if record.timestamp == wanted:
+                    return record.offset, wanted
+    return segment.offset_of_max_timestamp, wanted

@@ -303,6 +303,40 @@ class RemoteLogManager:
             self._delete_quietly(list(layout.segment_keys(segment.base_offset, segment.upload_id)))
         return list(removed)
 
+    def move_log_start(
+        self,
+        topic: str,
+        topic_id: TopicId,
+        partition: int,
+        log_start_offset: int,
+        *,
+        leader_epoch: int,
+    ) -> PartitionManifest | None:
+        """DeleteRecords: raise the manifest's log start offset to ``log_start_offset``.
+
+        Creates the manifest when there is none yet (so a segment uploaded later
+        cannot bring the deleted records back: a new manifest would start at 0),
+        removes the segments wholly below the new start from it, then deletes their
+        objects. The start may lie past the last remote offset (the records were
+        deleted before being uploaded). Never lowers it. Returns the committed
+        manifest (None: there was none and nothing needed one).
+        """
+        removed: list[RemoteSegment] = []
+
+        def move(current: PartitionManifest | None) -> PartitionManifest | None:
+            removed.clear()
+            manifest = current or PartitionManifest.empty(topic, topic_id, partition, leader_epoch)
+            if log_start_offset <= manifest.log_start_offset:
+                return current
+            removed.extend(s for s in manifest.segments if s.last_offset < log_start_offset)
+            return manifest.without(removed, log_start_offset)
+
+        committed = self._manifests.update(topic_id, partition, move, leader_epoch=leader_epoch)
+        layout = self.layout(topic_id, partition)
+        for segment in removed:
+            self._delete_quietly(list(layout.segment_keys(segment.base_offset, segment.upload_id)))
+        return committed
+
     def delete_partition(self, topic_id: TopicId, partition: int) -> int:
         """Remove the manifest, then every object under the partition (topic deletion).
 

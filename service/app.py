@@ -77,7 +77,7 @@ async def _serve(
     admin = None
     if http:
         http_host, http_port = parse_hostport(http, 9644)
-        admin = AdminHttpServer(broker, http_host, http_port)
+        admin = AdminHttpServer(broker, http_host, http_port, connections=lambda: server.connection_count)
         await admin.start()
     broker.open()
     if admin is not None:

@@ -33,14 +33,22 @@ from controller.metadata import (
     TopicInfo,
 )
 from fetch.planner import PartitionData
+from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    UnknownTopicOrPartitionError,
+)
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
+from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.tiering import TieringService
 
@@ -70,6 +78,9 @@ class Broker:
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(
+            config.get_int("max.incremental.fetch.session.cache.slots")
+        )
         self.requests: Counter[str] = Counter()
         self.errors: Counter[tuple[str, str]] = Counter()
         self.bytes_in: Counter[str] = Counter()
@@ -160,6 +171,8 @@ class Broker:
             self.logs.delete_logs(event.topic.name)
             self._restore_reserve()
             self.waiters.notify_all()
+            if self.groups is not None and event.topic.name != OFFSETS_TOPIC:
+                self.groups.on_topics_deleted({event.topic.name})  # as Kafka: offsets go too
             if self.tiering.enabled:
                 info = event.topic
                 self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
@@ -227,6 +240,37 @@ class Broker:
                 f"this server does not host partition {partition} of topic {topic!r}"
             )
         return found
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
+
+        ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
+        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        the manifest moves first (its remote segments wholly below are deleted),
+        then the local log; the log start offsets are checkpointed before this
+        returns, so an answered DeleteRecords survives a crash. Local segments wholly
+        below the new start go at the next retention pass.
+        """
+        log_ = self.log_for(topic, partition)
+        if "compact" in log_.config.cleanup_policy.split(","):
+            raise PolicyViolationError(
+                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+            )
+        target = log_.high_watermark if offset == -1 else offset
+        if not 0 <= target <= log_.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} before offset {offset}: "
+                f"the high watermark is {log_.high_watermark}"
+            )
+        if target <= self.tiering.log_start_offset(topic, partition, log_):
+            return self.tiering.log_start_offset(topic, partition, log_)
+        info = self.controller.topic(topic)
+        if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
+            await self.tiering.delete_records(topic, info.topic_id, partition, target)
+            log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
+        if log_.maybe_increment_log_start_offset(target):
+            self.logs.checkpoint()
+        return self.tiering.log_start_offset(topic, partition, log_)
 
     def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
         target = self.log_for(topic, partition)

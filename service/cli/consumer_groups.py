@@ -188,7 +188,12 @@ def _groups_describe(args: argparse.Namespace) -> int:
         for tp in member.assignment.topic_partitions:
             owner[(tp.topic, tp.partition)] = member
     partitions = sorted(set(committed) | set(owner))
-    ends = _list_offsets(admin, args, partitions, OffsetSpec.latest())
+    # Only partitions that exist have a log end: a topic deleted under a group (or
+    # an assignment not yet rebalanced away) shows "-" instead of failing the command.
+    md = fetch_metadata(admin, args)
+    hosted = [(t, p) for t, p in partitions
+              if t in md.topics and p in md.topics[t].partitions]
+    ends = _list_offsets(admin, args, hosted, OffsetSpec.latest())
 
     assignor = description.partition_assignor or "-"
     kind = _type(description)

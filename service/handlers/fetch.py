@@ -1,4 +1,10 @@
-"""Fetch (key 1): read local logs, long-poll for min_bytes, send records with sendfile."""
+"""Fetch (key 1): read local logs, long-poll for min_bytes, send records with sendfile.
+
+Fetch v7+ may use an incremental fetch session (KIP-227, :mod:`fetch.sessions`):
+the partitions to read then come from the session, and the response carries only
+those that changed. A request with session id 0 and epoch -1 (sessionless, what
+librdkafka sends) never touches the session cache.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import logging
 from typing import Any
 
 from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
+from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
@@ -30,6 +37,26 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         for topic in request.topics
         for p in topic.partitions
     ]
+    session_id = int(getattr(request, "session_id", INVALID_SESSION_ID))  # v7+
+    session_epoch = int(getattr(request, "session_epoch", FINAL_EPOCH))
+    session: FetchContext | None = None
+    if session_id != INVALID_SESSION_ID or session_epoch != FINAL_EPOCH:  # KIP-227
+        forgotten = [
+            (t.topic, int(p)) for t in getattr(request, "forgotten_topics_data", ()) for p in t.partitions
+        ]
+        session = broker.fetch_sessions.new_context(
+            session_id,
+            session_epoch,
+            wanted,
+            forgotten,
+            privileged=int(getattr(request, "replica_id", -1)) >= 0,
+        )
+        if session.error != ErrorCode.none:
+            broker.metrics_error("Fetch", session.error)
+            return encode_fetch_response(
+                ctx.version, ctx.header.correlation_id, [], error_code=session.error
+            )
+        wanted = session.partitions
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
     isolation = int(getattr(request, "isolation_level", 0))
     min_bytes = int(request.min_bytes)
@@ -57,10 +84,15 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     broker.metrics_fetch(data)
+    error, response_session = ErrorCode.none, INVALID_SESSION_ID
+    if session is not None:
+        error, response_session, data = broker.fetch_sessions.respond(session, data)
     return encode_fetch_response(
         ctx.version,
         ctx.header.correlation_id,
         data,
+        error_code=error,
+        session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
     )
 

@@ -78,8 +78,9 @@ class AdminHttpServer:
     Not thread-safe: runs on the broker's event loop.
     """
 
-    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int] = lambda: 0,
+    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int],
                  history_interval_s: float = 2.0) -> None:
+        """``connections()`` is the Kafka listener's count of open client connections."""
         self._broker = broker
         self._host = host
         self._port = port

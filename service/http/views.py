@@ -26,6 +26,7 @@ from controller.metadata import (
     PartitionRegistration,
     TopicInfo,
 )
+from fetch.sessions import FetchSessionCache
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from remote_tier.store import ObjectStore
@@ -74,6 +75,9 @@ class MetricsView(PartitionsView, Protocol):
 
     @property
     def request_latency(self) -> LatencyHistograms: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 class ClusterView(Protocol):

@@ -19,7 +19,8 @@ def test_the_document_is_valid_openapi() -> None:
 
 
 def test_every_route_is_documented_with_its_methods() -> None:
-    app = AdminHttpServer(broker=None, host="127.0.0.1", port=0)._app()  # type: ignore[arg-type]
+    server = AdminHttpServer(broker=None, host="127.0.0.1", port=0, connections=lambda: 0)  # type: ignore[arg-type]
+    app = server._app()
     served: dict[str, set[str]] = {}
     for route in app.router.routes():
         info: Any = route.resource.get_info() if route.resource is not None else {}
