@@ -45,10 +45,11 @@ def store_location(store: Any) -> tuple[str, str | None]:
 
 
 def page(request: web.Request) -> tuple[int, int]:
-    offset = query_int(request, "offset", 0, 0, 2**31 - 1)
-    limit = query_int(request, "limit", MAX_PAGE, 1, MAX_PAGE)
-    assert offset is not None and limit is not None
-    return offset, limit
+    """``offset`` and ``limit`` (1 to MAX_PAGE); without ``limit``, everything from ``offset``
+    (what callers got before the lists were paged)."""
+    offset = query_int(request, "offset", 0, 0, 2**31 - 1) or 0
+    limit = query_int(request, "limit", None, 1, MAX_PAGE)
+    return offset, limit if limit is not None else 2**31 - 1
 
 
 class AdminRoutes:

@@ -63,7 +63,7 @@ def _array(name: str) -> dict[str, Any]:
 _TOPIC_PARAM = _path("topic", {"type": "string", "minLength": 1})
 _GROUP_PARAM = _path("group", {"type": "string", "minLength": 1})
 _PAGE = [_query("offset", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, "first item (default 0)"),
-         _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "items per page (default 1000)")]
+         _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "items per page (default: all)")]
 
 _SCHEMAS: dict[str, Any] = {
     "Error": _obj(["error_code", "message"], error_code=_STR, message=_STR),
