@@ -39,7 +39,7 @@ from service.http.views import AdminView
 from service.latency import LatencyHistograms
 from service.version import python_version, strata_version
 
-__all__ = ["EXPECTED_ERRORS", "BrokerCollector", "render"]
+__all__ = ["EXPECTED_ERRORS", "BrokerCollector", "exposition", "gather"]
 
 #: ``(api, error)`` pairs that are part of a normal exchange, not failures:
 #:
@@ -219,11 +219,28 @@ def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str,
     return family
 
 
-def render(broker: AdminView, connections: Any) -> bytes:
-    """The Prometheus text exposition of the broker's metrics, with the process's own."""
+class _Collected(Collector):
+    """Families already gathered (a snapshot): safe to format on another thread."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self._families)
+
+
+def gather(broker: AdminView, connections: Any) -> list[Any]:
+    """Every broker family, read now (on the event loop: the broker's state is not thread-safe)."""
+    return list(BrokerCollector(broker, connections).collect())
+
+
+def exposition(families: list[Any]) -> bytes:
+    """The Prometheus text of gathered families, with the process's own (any thread: at
+    1,000 partitions the text is about 1 MB, and formatting it is most of a scrape)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, connections))
+    registry.register(_Collected(families))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
     return generate_latest(registry)
+

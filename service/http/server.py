@@ -31,7 +31,7 @@ from service.http.admin import AdminRoutes
 from service.http.common import ApiError, error_response
 from service.http.group_routes import GroupRoutes
 from service.http.history import History
-from service.http.metrics import render
+from service.http.metrics import exposition, gather
 from service.http.openapi import OPENAPI
 from service.http.views import AdminView
 
@@ -135,7 +135,8 @@ class AdminHttpServer:
                             headers={"Cache-Control": "max-age=300"})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = render(self._broker, self._connections)
+        families = gather(self._broker, self._connections)  # the broker's state: here, on the loop
+        body = await asyncio.get_running_loop().run_in_executor(None, exposition, families)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _openapi(self, request: web.Request) -> web.Response:
