@@ -58,7 +58,8 @@ def scene(module_start_broker: BrokerFactory) -> Iterator[dict[str, Any]]:
     """The broker, its topics and a live member of GROUP that committed CONSUMED records."""
     b = module_start_broker(sets={"log.retention.check.interval.ms": "300",
                                   "remote.log.manager.task.interval.ms": "200",
-                                  "group.initial.rebalance.delay.ms": "0"})
+                                  "group.initial.rebalance.delay.ms": "0",
+                                  "group.consumer.heartbeat.interval.ms": "500"})
     helpers.create_topic(b.bootstrap, TIERED, partitions=1,
                          config={"segment.bytes": "16384", "local.retention.bytes": "40000"})
     helpers.create_topic(b.bootstrap, WIDE, partitions=1000)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from service.cli.main import _check_hostport
 from tests.service.cli.helpers import ok, strata, unused_port
 
 
@@ -16,21 +17,28 @@ def test_version_is_the_installed_distributions() -> None:
     assert ok(strata("--version")).stdout.strip() == f"strata {metadata.version('strata')}"
 
 
-@pytest.mark.parametrize(("option", "value", "example"), [
-    ("--listen", "localhost", "--listen localhost:9092"),
-    ("--http", "localhost", "--http localhost:9644"),
-    ("--advertise", "broker.example.com", "--advertise localhost:9092"),
-    ("--listen", "localhost:http", "port must be a number"),
+@pytest.mark.parametrize(("option", "value", "problem"), [
+    ("--listen", "localhost", "--listen needs HOST:PORT, e.g. --listen localhost:9092; got 'localhost'"),
+    ("--http", "localhost", "--http needs HOST:PORT, e.g. --http localhost:9644"),
+    ("--advertise", "broker.example.com", "--advertise needs HOST:PORT, e.g. --advertise localhost:9092"),
+    ("--listen", "localhost:http", "the port must be a number from 0 to 65535"),
+    ("--listen", "::1", "--listen needs HOST:PORT"),
+    ("--listen", "[::1]:9092", None),
+    ("--listen", ":9092", None),
+    ("--http", "0.0.0.0:0", None),
 ])
-def test_an_address_without_a_port_is_refused_with_an_example(tmp_path: Path, option: str, value: str,
-                                                              example: str) -> None:
+def test_addresses_need_a_port(option: str, value: str, problem: str | None) -> None:
+    found = _check_hostport(value, option)
+    assert (found is None) if problem is None else (problem in str(found)), found
+
+
+def test_strata_up_refuses_an_address_without_a_port_before_creating_anything(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    args = ["up", "--data-dir", str(data), "--listen", f"127.0.0.1:{unused_port()}",
-            "--http", f"127.0.0.1:{unused_port()}", option, value]
-    proc = strata(*args)
+    proc = strata("up", "--data-dir", str(data), "--listen", "localhost",
+                  "--http", f"127.0.0.1:{unused_port()}")
     assert proc.returncode == 2, proc
-    assert example in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    assert not data.exists()  # refused before anything was created
+    assert "--listen localhost:9092" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not data.exists()
 
 
 def _fail_on_busy_port(data: Path) -> str:
