@@ -45,12 +45,15 @@ from local_tier.errors import (
 )
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.producer_state import AppendOrigin
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
+from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
 
@@ -93,7 +96,14 @@ class Broker:
         # embedded default is a directory beside the logs.
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
         self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
-        self.logs = LogManager(data_dir / "logs")
+        self.logs = LogManager(
+            data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
+        )
+        self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
+        #: InitProducerId with a transactional id goes here (the transaction coordinator)
+        self.transaction_coordinator: TransactionalInit | None = None
+        #: topic -> called when transaction markers land in its partitions (ADR 0011)
+        self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
@@ -125,8 +135,9 @@ class Broker:
         retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, 1.0))
-        next_retention = next_flush = next_checkpoint = time.monotonic()
+        expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
+        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -143,6 +154,10 @@ class Broker:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_s
                     self.logs.checkpoint()
+                if now >= next_expiry:
+                    next_expiry = now + expiry_s
+                    if expired := self.logs.remove_expired_producers(now_ms):
+                        log.info("forgot %d expired producer id(s)", expired)
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
 
@@ -272,14 +287,42 @@ class Broker:
             self.logs.checkpoint()
         return self.tiering.log_start_offset(topic, partition, log_)
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Append to the partition's log; a duplicate idempotent batch writes nothing."""
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch)
+        info = target.append_as_leader(records, self.leader_epoch, origin=origin)
+        if info.duplicate:
+            return info
         target.update_high_watermark(target.log_end_offset)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
         self.waiters.notify(topic, partition)
         return info
+
+    def write_txn_markers(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        partitions: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """COMMIT/ABORT markers into ``partitions``: see :func:`service.txn_markers.write_txn_markers`."""
+        return write_txn_markers(
+            self,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            committed=committed,
+            partitions=partitions,
+        )
 
     # -- counters (exported as metrics by the admin API) --------------------
 

@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
 from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError
+from local_tier.producer_snapshot import snapshot_path
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
+from remote_tier.txn_indexes import RemoteTxnIndexes
 from remote_tier.uploader import RemoteLogManager
 from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
 
@@ -183,6 +185,7 @@ class TieringService:
         self.uploaded_bytes = 0
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
+        self.txn_indexes = RemoteTxnIndexes(self.rlm)
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -353,7 +356,14 @@ class TieringService:
             boundary = state.remote_next_offset
             uploaded_any = False
             while (segment := self._next_upload(local, boundary)) is not None:
-                paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
+                upper = local.segments[local.segments.index(segment) + 1].base_offset
+                paths = (
+                    segment.log_path,
+                    segment.offset_index.path,
+                    segment.time_index.path,
+                    segment.txn_index.path,
+                    snapshot_path(local.dir, upper),
+                )
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, paths
                 )
@@ -411,15 +421,15 @@ class TieringService:
             upper = segments[i + 1].base_offset
             if boundary is not None and upper <= boundary:
                 continue  # already in the bucket
-            if upper > local.high_watermark:
-                return None  # not committed yet
+            if upper > local.last_stable_offset:
+                return None  # not committed yet, or a transaction in it is still open
             if segment.size == 0 or upper <= local.log_start_offset:
                 continue  # empty, or its records were deleted (DeleteRecords)
             return segment
         return None
 
-    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, Any, Any]) -> RemoteSegment:
-        log_path, index_path, timeindex_path = paths
+    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, ...]) -> RemoteSegment:
+        log_path, index_path, timeindex_path, txn_index_path, producer_snapshot_path = paths
         segment = self.rlm.upload_segment(
             topic=topic,
             topic_id=topic_id,
@@ -428,6 +438,8 @@ class TieringService:
             log_path=log_path,
             index_path=index_path,
             timeindex_path=timeindex_path,
+            txn_index_path=txn_index_path,
+            producer_snapshot_path=producer_snapshot_path,
         )
         log.info(
             "uploaded %s-%d segment [%d, %d] (%d bytes)",
