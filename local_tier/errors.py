@@ -26,13 +26,21 @@ only, never a dead broker.
     ├── UnsupportedForMessageFormatError UNSUPPORTED_FOR_MESSAGE_FORMAT (43)
     ├── PolicyViolationError           POLICY_VIOLATION (44)
     ├── InvalidConfigError             INVALID_CONFIG (40)
+    ├── OutOfOrderSequenceError        OUT_OF_ORDER_SEQUENCE_NUMBER (45)
+    ├── DuplicateSequenceError         DUPLICATE_SEQUENCE_NUMBER (46)
+    ├── InvalidProducerEpochError      INVALID_PRODUCER_EPOCH (47)
+    ├── InvalidTxnStateError           INVALID_TXN_STATE (48)
+    ├── InvalidProducerIdMappingError  INVALID_PRODUCER_ID_MAPPING (49)
+    ├── TransactionCoordinatorFencedError TRANSACTION_COORDINATOR_FENCED (52)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
+    ├── UnknownProducerIdError         UNKNOWN_PRODUCER_ID (59)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
     ├── FetchSessionIdNotFoundError    FETCH_SESSION_ID_NOT_FOUND (70)
     ├── InvalidFetchSessionEpochError  INVALID_FETCH_SESSION_EPOCH (71)
     ├── FencedLeaderEpochError         FENCED_LEADER_EPOCH (74)
     ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
+    ├── ProducerFencedError            PRODUCER_FENCED (90)
     ├── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
     │   (a cluster: leadership, coordinators, the wire between brokers)
     ├── LeaderNotAvailableError        LEADER_NOT_AVAILABLE (5)
@@ -55,31 +63,39 @@ __all__ = [
     "BrokerNotAvailableError",
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
+    "DuplicateSequenceError",
     "ErrorCode",
     "FencedLeaderEpochError",
     "FetchSessionIdNotFoundError",
     "InvalidConfigError",
     "InvalidFetchSessionEpochError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "KafkaError",
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "NotCoordinatorError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "PolicyViolationError",
+    "ProducerFencedError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
     "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
     "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
@@ -201,6 +217,38 @@ class InvalidRecordError(KafkaError):
 
 class UnknownTopicIdError(KafkaError):
     code = ErrorCode.unknown_topic_id
+
+
+class OutOfOrderSequenceError(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceError(KafkaError):
+    code = ErrorCode.duplicate_sequence_number
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
+class UnknownProducerIdError(KafkaError):
+    code = ErrorCode.unknown_producer_id
+
+
+class ProducerFencedError(KafkaError):
+    code = ErrorCode.producer_fenced
 
 
 # -- a cluster of brokers: partition leadership and the wire between brokers ----------------

@@ -38,7 +38,7 @@ from controller.errors import NotControllerError
 from controller.events import MetadataEvent, TopicDeleted
 from controller.metadata import TopicInfo
 from controller.metadata_view import MetadataView
-from controller.registrations import Endpoint
+from controller.registrations import Endpoint, ProducerIdsBlock
 from fetch.planner import PartitionData
 from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
@@ -52,11 +52,13 @@ from local_tier.errors import (
 )
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.producer_state import AppendOrigin
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.cluster.image import MetadataImage
 from service.cluster.node import ClusterNode, must_answer_locally
 from service.cluster.topics import (
+    allocate_producer_ids,
     alter_configs_remotely,
     create_topic_remotely,
     delete_topic_remotely,
@@ -64,9 +66,11 @@ from service.cluster.topics import (
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.producer_ids import ProducerIdManager
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
 from service.tiering import TieringService
+from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker", "cancel_and_wait"]
 
@@ -109,8 +113,16 @@ class Broker:
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
         self.view = MetadataView(self.object_store)
         self.controller = MetadataImage(self.view, config, self._controller_id)
-        self.logs = LogManager(data_dir / "logs")
+        self.logs = LogManager(
+            data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
+        )
         self.replicas = ReplicaManager(self.node_id, self.logs, self._log_config, self.waiters)
+        # blocks of producer ids come from the active controller (AllocateProducerIds)
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
+        #: InitProducerId with a transactional id goes here (the transaction coordinator)
+        self.transaction_coordinator: TransactionalInit | None = None
+        #: topic -> called when transaction markers land in its partitions (ADR 0011)
+        self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config)
         self.cluster: ClusterNode | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -167,8 +179,9 @@ class Broker:
         retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, 1.0))
-        next_retention = next_flush = next_checkpoint = time.monotonic()
+        expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
+        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -185,6 +198,10 @@ class Broker:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_s
                     self.logs.checkpoint()
+                if now >= next_expiry:
+                    next_expiry = now + expiry_s
+                    if expired := self.logs.remove_expired_producers(now_ms):
+                        log.info("forgot %d expired producer id(s)", expired)
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
 
@@ -264,6 +281,13 @@ class Broker:
             controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}),
             validate_only, assignments,
         )
+
+    async def _allocate_producer_ids(self) -> ProducerIdsBlock:
+        """A block of producer ids from the active controller (AllocateProducerIds, 67)."""
+        cluster = self.cluster
+        if cluster is None:
+            raise NotControllerError("the broker has not joined its cluster yet")
+        return await allocate_producer_ids(cluster)
 
     def _check_descriptors(self, new_partitions: int) -> None:
         """Refuse partitions this process could not open files for (each holds about three).
@@ -358,9 +382,19 @@ class Broker:
             self.logs.checkpoint()
         return self.tiering.log_start_offset(topic, partition, log_)
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Append to a partition this broker leads, stamped with its leader epoch; a
+        duplicate idempotent batch writes nothing."""
         target = self.replicas.get_partition(topic, partition)
-        info = target.check_leader().append_as_leader(records, target.leader_epoch)
+        info = target.check_leader().append_as_leader(records, target.leader_epoch, origin=origin)
+        if info.duplicate:
+            return info
         self.replicas.after_append(target)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
@@ -385,6 +419,25 @@ class Broker:
                     f"{timeout_ms} ms"
                 )
             await self.waiters.wait([(topic, partition)], left)
+
+    def write_txn_markers(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        partitions: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """COMMIT/ABORT markers into ``partitions``: see :func:`service.txn_markers.write_txn_markers`."""
+        return write_txn_markers(
+            self,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            committed=committed,
+            partitions=partitions,
+        )
 
     # -- counters (exported as metrics by the admin API) --------------------
 

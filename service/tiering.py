@@ -39,10 +39,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
 from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
+from local_tier.producer_snapshot import snapshot_path
 from local_tier.split import copy_segment_tail
 from remote_tier.errors import FencedError, ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
+from remote_tier.txn_indexes import RemoteTxnIndexes
 from remote_tier.uploader import RemoteLogManager
 from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
 
@@ -209,6 +211,7 @@ class TieringService:
         self.uploaded_bytes = 0
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
+        self.txn_indexes = RemoteTxnIndexes(self.rlm)
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -474,9 +477,10 @@ class TieringService:
             boundary = state.remote_next_offset
             uploaded_any = False
             while (segment := self._next_upload(local, boundary)) is not None:
+                upper = local.segments[local.segments.index(segment) + 1].base_offset
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, segment, boundary,
-                    local.config, epoch,
+                    local.config, epoch, snapshot_path(local.dir, upper),
                 )
                 self.uploaded_segments += 1
                 self.uploaded_bytes += uploaded.size_bytes
@@ -537,8 +541,8 @@ class TieringService:
             upper = segments[i + 1].base_offset
             if boundary is not None and upper <= boundary:
                 continue  # already in the bucket
-            if upper > local.high_watermark:
-                return None  # not committed yet
+            if upper > local.last_stable_offset:
+                return None  # not committed yet, or a transaction in it is still open
             if segment.size == 0 or upper <= local.log_start_offset:
                 continue  # empty, or its records were deleted (DeleteRecords)
             return segment
@@ -553,7 +557,10 @@ class TieringService:
         boundary: int | None,
         config: Any,
         epoch: int,
+        producer_snapshot: Path,
     ) -> RemoteSegment:
+        """Upload ``local_segment`` with its indexes, transaction index and the producer
+        snapshot at its end (the part from ``boundary`` on when the bucket holds its head)."""
         scratch = None
         source = local_segment
         if boundary is not None and local_segment.base_offset < boundary:
@@ -572,6 +579,10 @@ class TieringService:
                 log_path=source.log_path,
                 index_path=source.offset_index.path,
                 timeindex_path=source.time_index.path,
+                # a tail copy keeps the whole segment's transaction index: entries
+                # before its first offset are never read for it
+                txn_index_path=local_segment.txn_index.path,
+                producer_snapshot_path=producer_snapshot,
             )
         finally:
             if scratch is not None:

@@ -47,6 +47,7 @@ class MetadataImage:
     ) -> None:
         self._view = view
         self._config = config
+        self.node_id = config.node_id  # this broker
         self._controller_id = controller_id
         self._listeners: list[MetadataListener] = []
         self._published: ClusterMetadata | None = None

@@ -1,8 +1,8 @@
 """Topic writes a broker sends to the active controller itself: auto-created topics
 (Metadata with ``allow_auto_topic_creation``), the internal topics of the
 coordinators (Kafka's ``AutoTopicCreationManager``), and the HTTP admin API's
-topic changes. (Clients' own admin requests are relayed whole instead: the
-router's forwarding.)
+topic changes, and blocks of producer ids for InitProducerId. (Clients' own
+admin requests are relayed whole instead: the router's forwarding.)
 
 A CreateTopics request (19) goes to the controller through the
 :class:`~service.cluster.controller_client.ControllerClient` (this broker's own
@@ -18,13 +18,19 @@ from typing import Any
 
 from controller.errors import NotControllerError
 from controller.records import TopicInfo
+from controller.registrations import ProducerIdsBlock
 from local_tier.errors import TopicAlreadyExistsError
 from service.cluster.image import MetadataImage
 from service.cluster.node import ClusterNode
 from service.cluster.wire import raise_for, request_module
 from service.protocol import build
 
-__all__ = ["alter_configs_remotely", "create_topic_remotely", "delete_topic_remotely"]
+__all__ = [
+    "allocate_producer_ids",
+    "alter_configs_remotely",
+    "create_topic_remotely",
+    "delete_topic_remotely",
+]
 
 _API_CREATE_TOPICS = 19
 
@@ -135,3 +141,22 @@ async def alter_configs_remotely(
     if info is None:
         raise NotControllerError(f"topic {name!r} is not in the metadata")
     return info
+
+
+async def allocate_producer_ids(cluster: ClusterNode) -> ProducerIdsBlock:
+    """The next block of producer ids, durably taken by the active controller
+    (AllocateProducerIds, 67): this broker's own controller when it is active."""
+    assert cluster.client is not None and cluster.controller is not None
+    controller = cluster.controller
+    broker_id, broker_epoch = cluster.node_id, cluster.broker_epoch
+
+    def answer(version: int, response: Any) -> ProducerIdsBlock:
+        raise_for(response.error_code)
+        return ProducerIdsBlock(broker_id, int(response.producer_id_start), int(response.producer_id_len))
+
+    return await cluster.client.call(
+        67,
+        {"broker_id": broker_id, "broker_epoch": broker_epoch},
+        local=lambda: controller.allocate_producer_ids(broker_id, broker_epoch),
+        answer=answer,
+    )

@@ -19,6 +19,7 @@ from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
 from service.replication.leader import read_for_follower
+from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
 
@@ -78,7 +79,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
     data, total, errors = read()
     if any(d.remote is not None for d in data):
-        await _read_remote(broker, data)
+        await _read_remote(broker, data, isolation == READ_COMMITTED)
     elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -102,7 +103,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     )
 
 
-async def _read_remote(broker: Any, data: list[Any]) -> None:
+async def _read_remote(broker: Any, data: list[Any], committed: bool = False) -> None:
     """Fill the partitions planned from the bucket, waiting at most remote.fetch.max.wait.ms.
 
     A read that takes longer keeps running on its tiered-fetch thread (it warms the
@@ -113,7 +114,16 @@ async def _read_remote(broker: Any, data: list[Any]) -> None:
     pending = [d for d in data if d.remote is not None]
     tasks = [
         asyncio.ensure_future(
-            tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
+            read_committed(
+                tiering,
+                d.remote.target,
+                d.remote.offset,
+                d.remote.max_bytes,
+                d.remote.min_one_message,
+                broker.log_for(d.topic, d.partition),
+            )
+            if committed
+            else tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
         )
         for d in pending
     ]
@@ -130,10 +140,12 @@ async def _read_remote(broker: Any, data: list[Any]) -> None:
             log.error("tiered read of %s-%d failed: %s", d.topic, d.partition, exc)
             d.error_code = ErrorCode.kafka_storage_error
         else:
-            parts = task.result()
+            result = task.result()
+            parts, aborted = result if committed else (result, [])
             if parts:
                 d.regions = list(parts)
                 d.size = sum(len(p) for p in parts)
+                d.aborted = aborted
 
 
 def _consume_result(task: asyncio.Future[Any]) -> None:

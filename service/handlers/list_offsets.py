@@ -31,6 +31,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     if isinstance(request, list_offsets_v0.ListOffsetsV0Request):
         return _handle_v0(ctx, request)
     mod = response_module(2, ctx.version)
+    committed = int(getattr(request, "isolation_level", 0)) == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -42,6 +43,7 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
                     int(p.partition_index),
                     int(p.timestamp),
                     int(getattr(p, "current_leader_epoch", -1)),  # v4+
+                    committed,
                 )
                 fields: dict[str, Any] = {
                     "error_code": ErrorCode.none,
@@ -60,8 +62,9 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
 
 
 async def _lookup(
-    ctx: RequestContext, topic: str, partition: int, ts: int, current_epoch: int
+    ctx: RequestContext, topic: str, partition: int, ts: int, current_epoch: int, committed: bool
 ) -> tuple[int, int, int]:
+    """read_committed (``committed``) answers only offsets below the last stable offset."""
     log = ctx.broker.log_for(topic, partition, current_epoch)  # leadership and epoch checks
     tiering = ctx.broker.tiering
     epoch = ctx.broker.leader_epoch(topic, partition)
@@ -69,8 +72,9 @@ async def _lookup(
         raise UnsupportedVersionError(
             f"timestamp {ts} needs ListOffsets v{_NEEDS_VERSION[ts]} (this request is v{ctx.version})"
         )
+    limit = log.last_stable_offset if committed else log.high_watermark
     if ts == LATEST:
-        return -1, log.high_watermark, epoch
+        return -1, limit, epoch
     if ts == EARLIEST:
         return -1, tiering.log_start_offset(topic, partition, log), epoch
     if ts == EARLIEST_LOCAL:
@@ -91,7 +95,7 @@ async def _lookup(
             found = await tiering.offset_for_timestamp(topic, partition, ts, log)
         if found is None:
             found = log.fetch_offset_by_timestamp(ts)
-    if found is None or found[0] >= log.high_watermark:
+    if found is None or found[0] >= limit:
         return -1, -1, -1
     offset, timestamp = found
     return timestamp, offset, epoch

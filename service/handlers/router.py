@@ -77,7 +77,9 @@ def api_table() -> dict[int, ApiSpec]:
         log_admin,
         metadata,
         produce,
+        producer_ids,
         reassignments,
+        txn_markers,
     )
 
     specs = [
@@ -119,6 +121,8 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
         ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
         ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
+        ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
+        ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]

@@ -202,10 +202,11 @@ def test_a_store_failing_every_third_request_still_gets_every_segment_through_on
     assert manifest.segments[0].base_offset == 0 and manifest.next_offset == boundary
     for prev, nxt in zip(manifest.segments, manifest.segments[1:]):
         assert nxt.base_offset == prev.last_offset + 1
-    # no object dangles: three per committed segment, each referenced
+    # no object dangles: three per committed segment plus its producer snapshot, each referenced
     referenced = {s.upload_id for s in manifest.segments}
     keys = _segment_keys(real)
-    assert len(keys) == 3 * len(bases)
+    assert all(s.producer_snapshot_bytes > 0 and s.txn_index_bytes == 0 for s in manifest.segments)
+    assert len(keys) == 4 * len(bases)
     assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == referenced
     # and the history reads back whole, through the flaky store too
     assert [o for o, _ in history] == list(range(total))
@@ -387,7 +388,7 @@ def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_r
     keys = _segment_keys(real)
     assert orphans[0] not in keys
     assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == {s.upload_id for s in manifest.segments}
-    assert len(keys) == 3 * len(manifest.segments)
+    assert len(keys) == 4 * len(manifest.segments)  # .log, .index, .timeindex, .snapshot
     assert total == 400
 
 
