@@ -162,9 +162,11 @@ class Broker:
             self.cluster.metadata_applied()
 
     async def stop(self) -> None:
-        """Leave the cluster cleanly (controlled shutdown, lease handed back)."""
+        """Leave the cluster cleanly (controlled shutdown, lease handed back), then stop the
+        replica fetchers and ISR requests."""
         if self.cluster is not None:
             await self.cluster.leave(self.config.get_bool("controlled.shutdown.enable"))
+        await self.replicas.close()
 
     def close(self) -> None:
         if self.groups is not None:

@@ -18,11 +18,12 @@ through three states (``PartitionFetchState``):
    batches are appended as they are (:meth:`local_tier.log.Log.append_as_follower`)
    and the follower's high watermark follows the leader's.
 
-Errors: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH park
-the partition until the metadata names its new leader (the replica manager then
-re-adds it); OFFSET_OUT_OF_RANGE and OFFSET_MOVED_TO_TIERED_STORAGE (the leader
-no longer holds the offset locally) bootstrap it again from the bucket; a failed
-request backs off ``replica.fetch.backoff.ms``.
+Errors: FENCED_LEADER_EPOCH parks the partition until the metadata names its
+new leadership (the replica manager then re-adds it); OFFSET_OUT_OF_RANGE and
+OFFSET_MOVED_TO_TIERED_STORAGE (the leader no longer holds the offset locally)
+bootstrap it again from the bucket; anything else -- NOT_LEADER_OR_FOLLOWER from a
+leader that has not applied the same metadata yet, UNKNOWN_LEADER_EPOCH, a failed
+request -- backs off ``replica.fetch.backoff.ms`` and tries again.
 
 What issue #17 adds on this: the ISR shrinking when a follower lags
 (``replica.lag.time.max.ms``), followers sending their broker epoch (Fetch v15
@@ -55,14 +56,15 @@ _log = logging.getLogger("strata.replication.fetcher")
 _API_FETCH = 1
 _API_OFFSET_FOR_LEADER_EPOCH = 23
 TopicPartition = tuple[str, int]
-_PARKING_ERRORS = {
+# this follower's leader epoch is older than the leader's: the metadata will name a newer
+# leadership, and the replica manager adds the partition again then (Kafka's onPartitionFenced)
+_PARKING_ERRORS = {ErrorCode.fenced_leader_epoch}
+_RESTART_ERRORS = {ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage}
+_RETRY_QUIETLY = {  # the leader's metadata is behind or ahead of this broker's for a moment
     ErrorCode.not_leader_or_follower,
-    ErrorCode.fenced_leader_epoch,
     ErrorCode.unknown_leader_epoch,
     ErrorCode.unknown_topic_or_partition,
-    ErrorCode.leader_not_available,
 }
-_RESTART_ERRORS = {ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage}
 
 
 class State(enum.Enum):
@@ -351,6 +353,9 @@ class ReplicaFetcher:
             _log.info("%s: broker %d answered %s; waiting for new metadata", name, self.source_id,
                       code.name.upper())
             state.state = State.PARKED
+        elif code in _RETRY_QUIETLY:
+            _log.debug("%s: broker %d answered %s; retrying", name, self.source_id, code.name.upper())
+            self._delay([state])
         elif code in _RESTART_ERRORS:
             _log.warning("%s: broker %d answered %s; starting the replica again from the bucket",
                          name, self.source_id, code.name.upper())

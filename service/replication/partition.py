@@ -192,6 +192,11 @@ class Partition:
             return False
         log = self.log
         candidate = log.log_end_offset
+        if self.pending_isr is None and len(self.isr) <= 1:  # the ISR is this broker alone
+            if candidate > log.high_watermark:
+                log.update_high_watermark(candidate)
+                return True
+            return False
         for replica in self.maximal_isr():
             if replica == self.local_id:
                 continue

@@ -227,6 +227,13 @@ class ReplicaManager:
         if self.followers is not None:
             self.followers.remove(list(self.partitions))
 
+    async def close(self) -> None:
+        """Stop the fetchers' and the ISR manager's tasks."""
+        for part in (self.followers, self.isr_changes):
+            closer = getattr(part, "close", None)
+            if closer is not None:
+                await closer()
+
     # -- reads for requests ---------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition | None:
