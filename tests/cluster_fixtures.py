@@ -49,6 +49,7 @@ FAST: Mapping[str, str] = {
     "controlled.shutdown.timeout.ms": "2000",
     "group.initial.rebalance.delay.ms": "0",
     "offsets.topic.num.partitions": "6",
+    "replica.fetch.backoff.ms": "200",
 }
 READY_TIMEOUT_S = 45.0
 
