@@ -35,14 +35,21 @@ from controller.metadata import (
 from fetch.planner import PartitionData
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+)
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.records import build_batch
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
-from service.groups import GroupCoordinator, start_coordinator
+from service.groups import OFFSETS_TOPIC, GroupCoordinator, start_coordinator
 from service.latency import LatencyHistograms
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator, start_transaction_coordinator
 
 __all__ = ["Broker"]
 
@@ -86,6 +93,8 @@ class Broker:
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
+        self._next_producer_id = int(time.time() * 1000) << 8  # interim: see next_producer_id
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -101,8 +110,11 @@ class Broker:
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
+        self.transactions = start_transaction_coordinator(self)
 
     def close(self) -> None:
+        if self.transactions is not None:
+            self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
@@ -228,6 +240,40 @@ class Broker:
         self.records_in[topic] += info.record_count
         self.waiters.notify(topic, partition)
         return info
+
+    # -- transactions: the partition side (INTERIM until idem's lands) ----
+
+    def next_producer_id(self) -> int:
+        """INTERIM: ids from the clock; replaced by the durable id blocks of the partition side."""
+        self._next_producer_id += 1
+        return self._next_producer_id
+
+    async def write_txn_markers(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        partitions: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """INTERIM: a control batch per partition; the partition side adds producer state and indexes."""
+        marker = build_batch(
+            [(b"\x00\x00\x00" + (b"\x01" if committed else b"\x00"),
+              b"\x00\x00" + coordinator_epoch.to_bytes(4, "big", signed=True), (), None)],
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            is_transactional=True, is_control=True,
+        )
+        results: dict[tuple[str, int], ErrorCode] = {}
+        for topic, partition in partitions:
+            try:
+                self.append(topic, partition, marker)
+            except KafkaError as exc:
+                results[(topic, partition)] = exc.code
+                continue
+            results[(topic, partition)] = ErrorCode.none
+            if topic == OFFSETS_TOPIC:
+                self.groups.txn_offsets.complete(partition, producer_id, committed)
+        return results
 
     # -- counters (exported as metrics by the admin API) --------------------
 

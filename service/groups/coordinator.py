@@ -53,6 +53,7 @@ from service.groups.requests import (
 )
 from service.groups.seams import OffsetLog, Timer, cancel
 from service.groups.store import GroupStore
+from service.groups.txn_offsets import TransactionalOffsets
 
 __all__ = ["GroupCoordinator"]
 
@@ -68,12 +69,15 @@ class GroupCoordinator:
         self._members = Membership(self._store, self._rebalance, timer, self.config)
         self._offsets = CommittedOffsets(self._store, self._rebalance, timer, self.config)
         self._expiry = OffsetExpiry(self._store, timer, self.config)
+        #: TxnOffsetCommit's pending offsets (:mod:`~service.groups.txn_offsets`)
+        self.txn_offsets = TransactionalOffsets(self._store, log_, timer)
 
     # ================================================================== lifecycle
 
     def load(self) -> None:
         """Rebuild groups and offsets from the log; start member sessions and offset expiry."""
         self._store.load(self._timer.now_ms())
+        self.txn_offsets.restore()
         for group in self._store.groups.values():
             for member in group.members.values():
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)

@@ -18,7 +18,8 @@ from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
-from local_tier.records import build_batch, decode_batch, iter_batches
+from local_tier.records import build_batch
+from service.log_replay import iter_log_records
 from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
@@ -40,7 +41,6 @@ OFFSETS_TOPIC_CONFIGS = {
     "segment.bytes": str(100 * 1024 * 1024),
     "remote.storage.enable": "false",
 }
-_READ_CHUNK = 4 * 1024 * 1024
 
 
 class OffsetsHost(Protocol):
@@ -81,6 +81,7 @@ class BrokerOffsetLog:
 
     def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
+        self._open: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure(self) -> int:
         broker = self._broker
@@ -102,24 +103,54 @@ class BrokerOffsetLog:
         batch = build_batch([(key, value, (), now) for key, value in records])
         self._broker.append(OFFSETS_TOPIC, partition, batch)
 
+    def append_transactional(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> None:
+        now = int(time.time() * 1000)
+        batch = build_batch(
+            [(key, value, (), now) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        self._broker.append(OFFSETS_TOPIC, partition, batch)
+
+    def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
+        return self._open
+
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """Records in offset order; a transaction's records where its COMMIT marker stands.
+
+        Aborted transactions are dropped; those with no marker yet are kept in
+        :meth:`open_transactions` (``service.groups.txn_offsets``).
+        """
+        self._open = {}
         logs = sorted(
             (p, log) for (topic, p), log in self._broker.logs.all_logs().items() if topic == OFFSETS_TOPIC
         )
-        for _, log in logs:
-            offset, end = log.log_start_offset, log.log_end_offset
-            while offset < end:
-                data = log.read(offset, _READ_CHUNK, max_offset=end)
-                if not data.regions:
-                    break
-                buf = b"".join(region.read_bytes() for region in data.regions)
-                for pos, header in iter_batches(buf):
-                    if header.next_offset <= offset:
-                        continue
-                    for record in decode_batch(buf, pos)[1]:
-                        if record.offset >= offset and record.key is not None:
-                            yield record.key, record.value
-                    offset = header.next_offset
+        for partition, log in logs:
+            for header, record in iter_log_records(log):
+                if header.is_control:
+                    held = self._open.pop((partition, header.producer_id), [])
+                    if is_commit_marker(record.key):
+                        yield from held
+                elif record.key is None:
+                    continue
+                elif header.is_transactional:
+                    self._open.setdefault((partition, header.producer_id), []).append(
+                        (record.key, record.value)
+                    )
+                else:
+                    yield record.key, record.value
+
+
+def is_commit_marker(key: bytes | None) -> bool:
+    """A control record's key is (version int16, type int16); type 1 is COMMIT."""
+    return key is not None and len(key) >= 4 and key[2:4] == b"\x00\x01"
 
 
 def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:

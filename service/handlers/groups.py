@@ -39,6 +39,7 @@ __all__ = [
 E = ErrorCode
 _NO_OPS = -2147483648  # authorized operations not requested
 _KEY_TYPE_GROUP = 0
+_KEY_TYPE_TRANSACTION = 1
 _T = TypeVar("_T")
 
 
@@ -74,15 +75,20 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
     def lookup(key: str) -> dict[str, Any]:
         error, message = E.none, None
-        if key_type != _KEY_TYPE_GROUP:
-            error, message = E.invalid_request, "only group coordinators exist (no transactions yet)"
+        if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+            error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
+        elif key_type == _KEY_TYPE_TRANSACTION and not key:
+            error, message = E.invalid_request, "the transactional id is empty"
         elif len(key) > MAX_GROUP_ID_LENGTH:
             error, message = E.invalid_group_id, f"group ids are at most {MAX_GROUP_ID_LENGTH} characters"
         else:
             try:
-                broker.groups.ensure_offsets_topic()
+                if key_type == _KEY_TYPE_TRANSACTION:
+                    broker.transactions.ensure_topic()
+                else:
+                    broker.groups.ensure_offsets_topic()
             except KafkaError as exc:
-                error, message = E.coordinator_not_available, f"__consumer_offsets: {exc.message}"
+                error, message = E.coordinator_not_available, f"coordinator topic: {exc.message}"
         _count_error(ctx, "FindCoordinator", error)
         if error != E.none:
             return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}

@@ -22,8 +22,6 @@ def handle_produce(ctx: RequestContext, request: Any) -> bytes | None:
             try:
                 if acks not in (0, 1, -1):
                     raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
-                if request.transactional_id is not None:
-                    raise KafkaError("transactions are not supported by this broker yet")
                 if pdata.records is None:
                     raise CorruptRecordError("produce request carries no record data")
                 info = broker.append(topic.name, index, pdata.records)
