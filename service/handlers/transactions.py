@@ -11,6 +11,7 @@ from InitProducerId v4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn v2 on, and
 
 from __future__ import annotations
 
+import datetime
 from collections import defaultdict
 from typing import Any
 
@@ -203,11 +204,16 @@ def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
             by_topic[topic].append(partition)
         states.append(build(
             mod.TransactionState, error_code=d.error, transactional_id=tid, transaction_state=d.state,
-            transaction_timeout=d.timeout_ms, transaction_start_time=d.start_ms,
+            transaction_timeout=d.timeout_ms, transaction_start_time=_start_time(d.start_ms),
             producer_id=d.producer_id, producer_epoch=d.producer_epoch,
             topics=tuple(build(mod.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
         ))
     return build(mod.DescribeTransactionsResponse, throttle_time=0, transaction_states=tuple(states))
+
+
+def _start_time(ms: int) -> datetime.datetime:
+    """The start time as kio writes it; -1 (no transaction) is a non-null field in Kafka's schema."""
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
 
 
 def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
