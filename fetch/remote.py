@@ -329,7 +329,7 @@ class RemoteReader:
                 self._indexes[key] = entry
                 while len(self._indexes) > self._index_entries:
                     self._indexes.popitem(last=False)
-        base = int(getattr(segment, "base_offset"))
+        base = int(segment.base_offset)
         rel, positions = entry
         i = bisect.bisect_right(rel, offset - base) - 1
         return positions[i] if i >= 0 else 0

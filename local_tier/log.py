@@ -7,6 +7,7 @@ import shutil
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +16,15 @@ from local_tier.config import LogConfig
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from local_tier.errors import InvalidRequestError, OffsetOutOfRangeError, RecordBatchTooLargeError
 from local_tier.index import CorruptIndexError
+from local_tier.log_producers import analyze_append, apply_append, replay_segments
+from local_tier.producer_snapshot import write_snapshot
+from local_tier.producer_state import AppendOrigin, ProducerStateManager
 from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
+from local_tier.txn_index import AbortedTxn, TxnSearch
 
 __all__ = [
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
@@ -30,6 +36,8 @@ __all__ = [
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 _INT32_MAX = 2**31 - 1
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
@@ -46,6 +54,9 @@ class LogAppendInfo:
     log_start_offset: int
     record_count: int
     size: int
+    #: a retried idempotent batch already in the log: the offsets are the original
+    #: ones and nothing was written
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,7 @@ class Log:
         needs_recovery: bool,
         log_start_offset: int | None = None,
         scheduler: Executor | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.dir = dir
         self._topic = topic
@@ -104,6 +116,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
+        self._first_recovered_base: int | None = None
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, needs_recovery)
         leo = self.log_end_offset
@@ -114,6 +127,8 @@ class Log:
         )
         self._leader_epoch_cache.truncate_from_end(leo)
         self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._producer_state = ProducerStateManager(dir, self.name)
+        self._load_producer_state(producer_id_expiration_ms)
 
     # ------------------------------------------------------------------ loading
 
@@ -132,6 +147,8 @@ class Log:
         recovered: list[LogSegment] = []
         for index, segment in enumerate(self._segments):
             if needs_recovery and index >= first_unflushed:
+                if self._first_recovered_base is None:
+                    self._first_recovered_base = segment.base_offset
                 recovered.append(segment)
                 truncated = self._recover_segment(segment)
             else:
@@ -158,12 +175,31 @@ class Log:
                 else max(self._bases[0], min(recovery_point, self.log_end_offset))
             )
 
+    def _load_producer_state(self, expiration_ms: int) -> None:
+        """Latest snapshot, then replay of the batches after it (ADR 0011).
+
+        After an unclean stop the replay starts no later than the first recovered
+        segment, whose transaction index may have lost entries with its tail.
+        """
+        state = self._producer_state
+        leo = self.log_end_offset
+        upper = leo if self._first_recovered_base is None else min(leo, self._first_recovered_base)
+        snapshot = state.load(upper, now_ms=_now_ms(), expiration_ms=expiration_ms)
+        start = max(snapshot, self._bases[0])
+        if snapshot < 0:
+            state.clear(start)
+        replayed = replay_segments(state, self._segments, start)
+        state.map_end_offset = leo
+        if replayed:
+            _log.info("%s: producer state rebuilt from offset %d (%d batches)", self.name, start, replayed)
+            state.take_snapshot()
+
     def _remove_leftovers(self) -> None:
         for path in self.dir.iterdir():
             if path.name.endswith(_LEFTOVER_SUFFIXES):
                 _log.info("%s: removing leftover file %s", self.name, path.name)
                 path.unlink(missing_ok=True)
-            elif path.suffix in (".index", ".timeindex") and not path.with_suffix(".log").exists():
+            elif path.suffix in (".index", ".timeindex", ".txnindex") and not path.with_suffix(".log").exists():
                 _log.info("%s: removing index %s without a log", self.name, path.name)
                 path.unlink(missing_ok=True)
 
@@ -250,6 +286,18 @@ class Log:
         return self._segments[-1]
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it hold no record of an open transaction (read_committed reads up to it)."""
+        first_unstable = self._producer_state.first_unstable_offset
+        if first_unstable is None:
+            return self._high_watermark
+        return min(first_unstable, self._high_watermark)
+
+    @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
         return self._leader_epoch_cache
 
@@ -265,10 +313,15 @@ class Log:
         leader_epoch: int,
         validated: ValidatedRecords | None = None,
         now_ms: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
-        """Validate (unless done), assign offsets, stamp and append a Produce record set.
+        """Validate (unless done), check producer state, assign offsets, stamp and append.
 
-        Per-batch work only. Does not move the high watermark.
+        Per-batch work only. Does not move the high watermark. A client's retried
+        idempotent batch that is already in the log is answered with its original
+        offsets (``duplicate``) and not written again. ``origin`` is
+        ``COORDINATOR`` for transaction markers and a coordinator's own writes
+        (epochs checked, no sequences).
         """
         config = self._config
         if validated is None:
@@ -279,8 +332,20 @@ class Log:
             )
         now = _now_ms() if now_ms is None else now_ms
         append_time = now if config.message_timestamp_type == "LogAppendTime" else None
-        buf = bytearray(records)
         first_offset = offset = self.log_end_offset
+        producers = analyze_append(self._producer_state, records, validated, first_offset, origin)
+        if producers.duplicate is not None:
+            dup = producers.duplicate
+            return LogAppendInfo(
+                first_offset=dup.first_offset,
+                last_offset=dup.last_offset,
+                log_append_time_ms=dup.timestamp if append_time is not None else -1,
+                log_start_offset=self._log_start_offset,
+                record_count=0,
+                size=0,
+                duplicate=True,
+            )
+        buf = bytearray(records)
         for position, header in validated.headers:
             stamp_batch(
                 buf,
@@ -298,6 +363,7 @@ class Log:
             max_timestamp, offset_of_max = append_time, first_offset
         segment = self._maybe_roll(len(buf), now, last_offset)
         segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now)
+        apply_append(self._producer_state, producers, segment, last_offset + 1)
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
             self._leader_epoch_cache.assign(leader_epoch, first_offset)
         self._unflushed_messages += validated.record_count
@@ -338,7 +404,52 @@ class Log:
         self._add_segment(segment)
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)
+        self._snapshot_in_background()
         return segment
+
+    # ------------------------------------------------------------------ producers
+
+    def _snapshot_in_background(self) -> None:
+        """Kafka's snapshot at roll: the state as of the new segment's base, written off the loop."""
+        offset, data = self._producer_state.snapshot_bytes()
+
+        def job() -> None:
+            try:
+                write_snapshot(self.dir, offset, data)
+            except OSError:
+                _log.exception("%s: producer snapshot at %d failed", self.name, offset)
+
+        self._submit(job)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer snapshot at the log end now (clean shutdown)."""
+        self._producer_state.map_end_offset = self.log_end_offset
+        self._producer_state.take_snapshot()
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle producers without an open transaction."""
+        return self._producer_state.remove_expired(now_ms, expiration_ms)
+
+    def collect_aborted_txns(self, search: TxnSearch) -> None:
+        """Add the aborted transactions of the local segments to ``search`` (from its fetch offset on)."""
+        first = max(0, bisect_right(self._bases, search.fetch_offset) - 1)
+        for segment in self._segments[first:]:
+            if search.complete:
+                break
+            search.add(segment.txn_index.entries)
+
+    def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""
+        search = TxnSearch(fetch_offset, upper_bound, [])
+        self.collect_aborted_txns(search)
+        return search.found
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self._scheduler is None:
+            job()
+        else:
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(self._scheduler.submit(job))
 
     # ------------------------------------------------------------------ flush
 
@@ -492,7 +603,14 @@ class Log:
             deleted += 1
         if deleted:
             self.maybe_increment_log_start_offset(self._bases[0])
+            self._delete_stale_snapshots()
         return deleted
+
+    def _delete_stale_snapshots(self) -> None:
+        """Producer snapshots below the first segment go with it; the newest always stays."""
+        offsets = self._producer_state.snapshot_offsets()
+        keep_from = min(self._bases[0], offsets[-1]) if offsets else self._bases[0]
+        self._producer_state.delete_snapshots_below(keep_from)
 
     def _retention_reason(self, segment: LogSegment, now_ms: int, *, local: bool = False) -> str | None:
         config = self._config

@@ -17,7 +17,7 @@ from local_tier.checkpoint import (
     write_offset_checkpoint,
 )
 from local_tier.config import LogConfig
-from local_tier.log import Log
+from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
 
@@ -47,8 +47,9 @@ class LogManager:
     follow a segment roll or a flush.ms flush.
     """
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.log_dir = log_dir
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         log_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], Log] = {}
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
@@ -85,6 +86,7 @@ class LogManager:
                 needs_recovery=not clean,
                 log_start_offset=start_offsets.get(parsed),
                 scheduler=self._executor,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
         if clean:
             marker.unlink()
@@ -104,6 +106,7 @@ class LogManager:
                 config,
                 needs_recovery=False,
                 scheduler=self._executor,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
             self._logs[(topic, partition)] = log
         return log
@@ -156,6 +159,13 @@ class LogManager:
             self.checkpoint()
         return deleted
 
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """``producer.id.expiration.ms`` over every log; returns the producers forgotten."""
+        return sum(
+            log.remove_expired_producers(now_ms, self.producer_id_expiration_ms)
+            for log in self._logs.values()
+        )
+
     def run_flush(self, now_ms: int) -> None:
         """Flush (on the flush thread) every log whose flush.ms has elapsed."""
         for log in self._logs.values():
@@ -167,6 +177,10 @@ class LogManager:
         for log in self._logs.values():
             log.wait_for_flushes()
             log.flush()
+            try:
+                log.take_producer_snapshot()
+            except OSError:
+                _log.exception("%s: producer snapshot at shutdown failed (rebuilt at start)", log.name)
             log.close()
         self.checkpoint()
         (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()

@@ -35,21 +35,18 @@ from controller.metadata import (
 from fetch.planner import PartitionData
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import (
-    ErrorCode,
-    InvalidPartitionsError,
-    KafkaError,
-    UnknownTopicOrPartitionError,
-)
+from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
-from local_tier.records import build_batch
+from local_tier.producer_state import AppendOrigin
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import OFFSETS_TOPIC, GroupCoordinator, start_coordinator
 from service.latency import LatencyHistograms
+from service.producer_ids import FileBlockAllocator, ProducerIdManager
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
+from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
 
@@ -89,12 +86,19 @@ class Broker:
         # embedded default is a directory beside the logs.
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
         self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
-        self.logs = LogManager(data_dir / "logs")
+        self.logs = LogManager(
+            data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
+        )
+        allocate = getattr(self.controller, "allocate_producer_ids", None)
+        self.producer_ids = ProducerIdManager(allocate or FileBlockAllocator(data_dir / "producer-id-block"))
+        #: InitProducerId with a transactional id goes here (the transaction coordinator)
+        self.transaction_coordinator: TransactionalInit | None = None
+        #: topic -> called when transaction markers land in its partitions (ADR 0011)
+        self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
         self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
-        self._next_producer_id = int(time.time() * 1000) << 8  # interim: see next_producer_id
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -110,7 +114,9 @@ class Broker:
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
+        self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
         self.transactions = start_transaction_coordinator(self)
+        self.transaction_coordinator = self.transactions
 
     def close(self) -> None:
         if self.transactions is not None:
@@ -126,8 +132,9 @@ class Broker:
         retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, 1.0))
-        next_retention = next_flush = next_checkpoint = time.monotonic()
+        expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
+        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -143,6 +150,10 @@ class Broker:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_s
                     self.logs.checkpoint()
+                if now >= next_expiry:
+                    next_expiry = now + expiry_s
+                    if expired := self.logs.remove_expired_producers(now_ms):
+                        log.info("forgot %d expired producer id(s)", expired)
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
 
@@ -232,48 +243,42 @@ class Broker:
             )
         return found
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Append to the partition's log; a duplicate idempotent batch writes nothing."""
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch)
+        info = target.append_as_leader(records, self.leader_epoch, origin=origin)
+        if info.duplicate:
+            return info
         target.update_high_watermark(target.log_end_offset)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
         self.waiters.notify(topic, partition)
         return info
 
-    # -- transactions: the partition side (INTERIM until idem's lands) ----
-
-    def next_producer_id(self) -> int:
-        """INTERIM: ids from the clock; replaced by the durable id blocks of the partition side."""
-        self._next_producer_id += 1
-        return self._next_producer_id
-
-    async def write_txn_markers(
+    def write_txn_markers(
         self,
+        *,
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
         committed: bool,
         partitions: Sequence[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]:
-        """INTERIM: a control batch per partition; the partition side adds producer state and indexes."""
-        marker = build_batch(
-            [(b"\x00\x00\x00" + (b"\x01" if committed else b"\x00"),
-              b"\x00\x00" + coordinator_epoch.to_bytes(4, "big", signed=True), (), None)],
-            producer_id=producer_id, producer_epoch=producer_epoch,
-            is_transactional=True, is_control=True,
+        """COMMIT/ABORT markers into ``partitions``: see :func:`service.txn_markers.write_txn_markers`."""
+        return write_txn_markers(
+            self,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            committed=committed,
+            partitions=partitions,
         )
-        results: dict[tuple[str, int], ErrorCode] = {}
-        for topic, partition in partitions:
-            try:
-                self.append(topic, partition, marker)
-            except KafkaError as exc:
-                results[(topic, partition)] = exc.code
-                continue
-            results[(topic, partition)] = ErrorCode.none
-            if topic == OFFSETS_TOPIC:
-                self.groups.txn_offsets.complete(partition, producer_id, committed)
-        return results
 
     # -- counters (exported as metrics by the admin API) --------------------
 

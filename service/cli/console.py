@@ -79,7 +79,7 @@ def _produce(args: argparse.Namespace) -> int:
         "linger.ms": 5,
         "compression.type": args.compression,
         "message.timeout.ms": int(CLIENT_TIMEOUT_S * 3 * 1000),
-        "enable.idempotence": False,
+        "enable.idempotence": True,
     })
     topic = topic_metadata(fetch_metadata(producer, args, args.topic), args.topic, args)
     if args.partition is not None and args.partition not in topic.partitions:

@@ -150,6 +150,13 @@ class TransactionalOffsets:
             applied += len(offsets)
         return applied
 
+    def on_markers(
+        self, producer_id: int, producer_epoch: int, committed: bool, partitions: Sequence[int]
+    ) -> None:
+        """The partition side's completion hook for ``__consumer_offsets`` (``TxnCompletionHook``)."""
+        for partition in partitions:
+            self.complete(partition, producer_id, committed)
+
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
         """True while an open transaction holds an offset of ``tp`` for the group (not yet stable)."""
         try:

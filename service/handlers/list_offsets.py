@@ -18,13 +18,14 @@ EARLIEST_LOCAL = -4  # v8+ (KIP-405)
 
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(2, ctx.version)
+    committed = int(getattr(request, "isolation_level", 0)) == 1
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             try:
                 timestamp, offset, epoch = await _lookup(
-                    ctx, topic.name, int(p.partition_index), int(p.timestamp)
+                    ctx, topic.name, int(p.partition_index), int(p.timestamp), committed
                 )
                 fields: dict[str, Any] = {
                     "error_code": ErrorCode.none,
@@ -42,12 +43,16 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     return build(mod.ListOffsetsResponse, throttle_time=0, topics=tuple(topics))
 
 
-async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> tuple[int, int, int]:
+async def _lookup(
+    ctx: RequestContext, topic: str, partition: int, ts: int, committed: bool
+) -> tuple[int, int, int]:
+    """read_committed (``committed``) answers only offsets below the last stable offset."""
     log = ctx.broker.log_for(topic, partition)
     tiering = ctx.broker.tiering
     epoch = ctx.broker.leader_epoch
+    limit = log.last_stable_offset if committed else log.high_watermark
     if ts == LATEST:
-        return -1, log.high_watermark, epoch
+        return -1, limit, epoch
     if ts == EARLIEST:
         return -1, tiering.log_start_offset(topic, partition, log), epoch
     if ts == EARLIEST_LOCAL:
@@ -66,7 +71,7 @@ async def _lookup(ctx: RequestContext, topic: str, partition: int, ts: int) -> t
             found = await tiering.offset_for_timestamp(topic, partition, ts, log)
         if found is None:
             found = log.fetch_offset_by_timestamp(ts)
-    if found is None or found[0] >= log.high_watermark:
+    if found is None or found[0] >= limit:
         return -1, -1, -1
     offset, timestamp = found
     return timestamp, offset, epoch

@@ -1,12 +1,14 @@
-"""Transaction APIs: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+"""Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 TxnOffsetCommit, DescribeTransactions, ListTransactions.
 
 Each handler turns one version of the request into a call on the broker's
 :class:`service.transactions.TransactionCoordinator` (or, for TxnOffsetCommit,
 the group coordinator's pending offsets) and the answer into that version's
 response. Fencing is answered as Kafka does per version: ``PRODUCER_FENCED``
-from InitProducerId v4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn v2 on, and
+from AddPartitionsToTxn/AddOffsetsToTxn/EndTxn v2 on, and
 ``INVALID_PRODUCER_EPOCH`` before (clients that old do not know the newer code).
+InitProducerId is :mod:`service.handlers.producer_ids`'s; with a transactional
+id it calls the coordinator (``Broker.transaction_coordinator``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from local_tier.errors import ErrorCode
 from service.groups.records import partition_for
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
-from service.protocol import timedelta_to_ms as _ms
 from service.transactions.metadata import TopicPartition
 
 __all__ = [
@@ -27,7 +28,6 @@ __all__ = [
     "handle_add_partitions_to_txn",
     "handle_describe_transactions",
     "handle_end_txn",
-    "handle_init_producer_id",
     "handle_list_transactions",
     "handle_txn_offset_commit",
 ]
@@ -46,30 +46,6 @@ def _count(ctx: RequestContext, api: str, code: ErrorCode) -> ErrorCode:
     if code != E.none:
         ctx.broker.metrics_error(api, code)
     return code
-
-
-# --------------------------------------------------------------------------- InitProducerId
-
-
-def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
-    mod = response_module(22, ctx.version)
-    broker = ctx.broker
-    tid = request.transactional_id
-    if tid is None:
-        # An idempotent producer: a fresh id at epoch 0 (the partition side's).
-        result_id, result_epoch, code = broker.next_producer_id(), 0, E.none
-    else:
-        pid = int(getattr(request, "producer_id", -1))
-        epoch = int(getattr(request, "producer_epoch", -1))
-        expected = (pid, epoch) if pid >= 0 else None
-        result = broker.transactions.init_producer_id(tid, _ms(request.transaction_timeout), expected)
-        result_id, result_epoch = result.producer_id, result.producer_epoch
-        code = _fenced(result.error, ctx.version, 4)
-    _count(ctx, "InitProducerId", code)
-    return build(
-        mod.InitProducerIdResponse, throttle_time=0, error_code=code,
-        producer_id=result_id, producer_epoch=result_epoch,
-    )
 
 
 # --------------------------------------------------------------------------- AddPartitionsToTxn

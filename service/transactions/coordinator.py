@@ -39,21 +39,15 @@ from service.transactions.metadata import (
     TransactionMetadata,
     TxnState,
 )
+from service.txn_markers import InitProducerIdResult as InitResult
 from service.transactions.seams import MarkerWriter, ProducerIds, TxnConfig, TxnStateLog
 from service.transactions.state import TxnPartition, TxnStateStore
 
-__all__ = ["InitResult", "TransactionCoordinator", "TxnDescription"]
+__all__ = ["TransactionCoordinator", "TxnDescription"]
 
 log = logging.getLogger("strata.transactions")
 E = ErrorCode
 S = TxnState
-
-
-@dataclass(frozen=True, slots=True)
-class InitResult:
-    error: ErrorCode
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +112,15 @@ class TransactionCoordinator:
 
     # ================================================================== InitProducerId
 
-    def init_producer_id(
-        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None = None
+    async def init_producer_id(
+        self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
     ) -> InitResult:
-        """A producer id and epoch for ``transactional_id``; ``expected`` is KIP-360's (id, epoch)."""
+        """A producer id and epoch for ``transactional_id`` (:class:`service.txn_markers.TransactionalInit`).
+
+        ``producer_id``/``producer_epoch`` (InitProducerId v3+, KIP-360) are the
+        ones the producer holds, or -1.
+        """
+        expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         if not transactional_id:
             return InitResult(E.invalid_request)
         if not 0 < timeout_ms <= self.config.max_timeout_ms:
@@ -132,10 +131,12 @@ class TransactionCoordinator:
         meta = entry.transactions.get(transactional_id)
         if meta is None:
             try:
-                meta = TransactionMetadata(transactional_id, self._ids.next_producer_id(), timeout_ms=timeout_ms)
+                new_id = await self._ids.next_producer_id()
             except KafkaError as exc:
                 return InitResult(exc.code)
-            entry.transactions[transactional_id] = meta
+            meta = entry.transactions.setdefault(
+                transactional_id, TransactionMetadata(transactional_id, new_id, timeout_ms=timeout_ms)
+            )
         if meta.pending_transition:
             return InitResult(E.concurrent_transactions)
         if expected is not None and not (
@@ -154,9 +155,11 @@ class TransactionCoordinator:
             return InitResult(error if error != E.none else E.concurrent_transactions)
         if meta.epoch_exhausted and (expected is None or expected[1] == meta.producer_epoch):
             try:
-                new_id = self._ids.next_producer_id()
+                new_id = await self._ids.next_producer_id()
             except KafkaError as exc:
                 return InitResult(exc.code)
+            if meta.pending_transition:
+                return InitResult(E.concurrent_transactions)
             transit = meta.prepare_rotate_producer_id(new_id, timeout_ms, now, expected is not None)
         else:
             bumped = meta.prepare_increment_epoch(

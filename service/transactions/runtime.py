@@ -4,7 +4,8 @@
 calls: it builds the coordinator over the broker's local log of
 ``__transaction_state`` (:class:`BrokerTxnStateLog`), its marker writer and
 producer-id source (:class:`BrokerMarkers`, :class:`BrokerProducerIds`: the
-partition side's ``write_txn_markers`` and id blocks) and asyncio timers, then
+partition side's :func:`service.txn_markers.write_txn_markers` and
+:class:`service.producer_ids.ProducerIdManager`) and asyncio timers, then
 loads every hosted partition, which finishes the transactions a crash left
 prepared.
 """
@@ -18,6 +19,7 @@ from typing import Protocol
 from controller.configs import BrokerConfig
 from controller.metadata import Controller, TopicInfo
 from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
+from service.producer_ids import ProducerIdManager
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.records import build_batch
@@ -56,18 +58,20 @@ class TxnHost(Protocol):
         self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
     ) -> TopicInfo: ...
 
+    @property
+    def producer_ids(self) -> ProducerIdManager: ...
+
     def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
 
-    async def write_txn_markers(
+    def write_txn_markers(
         self,
+        *,
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
         committed: bool,
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]: ...
-
-    def next_producer_id(self) -> int: ...
 
 
 def transaction_state_topic_configs(config: BrokerConfig) -> dict[str, str]:
@@ -144,9 +148,14 @@ class BrokerMarkers:
         commit: bool,
         partitions: Sequence[TopicPartition],
     ) -> Mapping[TopicPartition, ErrorCode]:
-        return await self._broker.write_txn_markers(
-            producer_id, producer_epoch, coordinator_epoch, commit, partitions
+        return self._broker.write_txn_markers(
+            producer_id=producer_id, producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch, committed=commit, partitions=partitions,
         )
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.coordinator_not_available
 
 
 class BrokerProducerIds:
@@ -155,13 +164,11 @@ class BrokerProducerIds:
     def __init__(self, broker: TxnHost) -> None:
         self._broker = broker
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         try:
-            return self._broker.next_producer_id()
-        except KafkaError:
-            raise
-        except OSError as exc:  # the block could not be reserved in the metadata store
-            raise KafkaError(f"no producer id block: {exc}") from exc
+            return await self._broker.producer_ids.generate_producer_id()
+        except OSError as exc:  # the block could not be reserved
+            raise CoordinatorNotAvailableError(f"no producer id block: {exc}") from exc
 
 
 def start_transaction_coordinator(broker: TxnHost) -> TransactionCoordinator:

@@ -60,7 +60,7 @@ class MarkerWriter(Protocol):
 class ProducerIds(Protocol):
     """Producer ids from the same durable blocks as idempotent producers' (never reused)."""
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         """A fresh id, or raise KafkaError when no block can be had."""
         ...
 

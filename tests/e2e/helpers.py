@@ -64,7 +64,7 @@ def wait_for_topic(bootstrap: str, name: str, partitions: int,
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-            "enable.idempotence": False, "message.timeout.ms": 30_000}
+            "message.timeout.ms": 30_000}
     conf.update(overrides)
     return Producer(conf)
 

@@ -19,7 +19,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import TransactionalIdNotFoundError
 
 from tests.conftest import REPO_ROOT, BrokerProcess, subprocess_env
-from tests.e2e import rawtxn
+from tests.e2e import rawcoordinator as rawtxn
 from tests.e2e.helpers import consume, create_topic, topic_name, wait_until, watermarks
 from tests.e2e.rawkafka import Connection
 

@@ -88,7 +88,7 @@ class Ids:
     def __init__(self) -> None:
         self.next = 1000
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         self.next += 1
         return self.next
 
@@ -122,9 +122,9 @@ EMPTY, ONGOING, PREP_COMMIT, PREP_ABORT, DONE_COMMIT, DONE_ABORT = range(6)
 def test_init_gives_an_id_and_each_init_bumps_the_epoch() -> None:
     async def body() -> None:
         coord, log, _, _ = make()
-        first = coord.init_producer_id(TID, 10_000)
-        assert (first.error, first.producer_id, first.producer_epoch) == (E.none, 1001, 0)
-        second = coord.init_producer_id(TID, 10_000)
+        first = await coord.init_producer_id(TID, 10_000)
+        assert (first.error_code, first.producer_id, first.producer_epoch) == (E.none, 1001, 0)
+        second = await coord.init_producer_id(TID, 10_000)
         assert (second.producer_id, second.producer_epoch) == (1001, 1)
         assert log.states() == [EMPTY, EMPTY]
         assert {p for p, _, _ in log.records} == {txn_partition_for(TID, 3)}
@@ -136,9 +136,9 @@ def test_init_gives_an_id_and_each_init_bumps_the_epoch() -> None:
 def test_timeout_above_the_maximum_is_refused() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
-        assert coord.init_producer_id(TID, 60_001).error == E.invalid_transaction_timeout
-        assert coord.init_producer_id(TID, 0).error == E.invalid_transaction_timeout
-        assert coord.init_producer_id("", 1000).error == E.invalid_request
+        assert (await coord.init_producer_id(TID, 60_001)).error_code == E.invalid_transaction_timeout
+        assert (await coord.init_producer_id(TID, 0)).error_code == E.invalid_transaction_timeout
+        assert (await coord.init_producer_id("", 1000)).error_code == E.invalid_request
         coord.shutdown()
 
     run(body)
@@ -149,7 +149,7 @@ def test_error_paths_of_add_and_end() -> None:
         coord, _, _, _ = make()
         assert coord.end_txn("nobody", 1, 0, True) == E.invalid_producer_id_mapping
         assert coord.describe("nobody").error == E.transactional_id_not_found
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         assert coord.add_partitions(TID, r.producer_id + 1, 0, [("t", 0)]) == E.invalid_producer_id_mapping
         assert coord.add_partitions(TID, r.producer_id, 5, [("t", 0)]) == E.producer_fenced
         assert coord.end_txn(TID, r.producer_id, 0, True) == E.invalid_txn_state  # nothing begun
@@ -161,7 +161,7 @@ def test_error_paths_of_add_and_end() -> None:
 def test_commit_writes_prepare_markers_then_complete() -> None:
     async def body() -> None:
         coord, log, markers, _ = make()
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         assert coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)]) == E.none
         assert coord.add_partitions(TID, r.producer_id, 0, [("t", 1)]) == E.none  # already in: no write
         assert coord.end_txn(TID, r.producer_id, 0, True) == E.none
@@ -183,7 +183,7 @@ def test_commit_writes_prepare_markers_then_complete() -> None:
 def test_failed_markers_are_retried_until_written() -> None:
     async def body() -> None:
         coord, log, markers, _ = make(markers=Markers(failures={("t", 1): 2}))
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)])
         coord.end_txn(TID, r.producer_id, 0, False)
         await settle(coord)
@@ -197,14 +197,14 @@ def test_failed_markers_are_retried_until_written() -> None:
 def test_a_second_producer_fences_the_first_and_aborts_its_transaction() -> None:
     async def body() -> None:
         coord, log, markers, _ = make()
-        old = coord.init_producer_id(TID, 10_000)
+        old = await coord.init_producer_id(TID, 10_000)
         coord.add_partitions(TID, old.producer_id, 0, [("t", 0)])
         # The new producer's first InitProducerId aborts the open transaction at epoch 1.
-        assert coord.init_producer_id(TID, 10_000).error == E.concurrent_transactions
+        assert (await coord.init_producer_id(TID, 10_000)).error_code == E.concurrent_transactions
         await settle(coord)
         assert markers.calls == [(old.producer_id, 1, False, (("t", 0),))]
-        new = coord.init_producer_id(TID, 10_000)
-        assert (new.error, new.producer_id, new.producer_epoch) == (E.none, old.producer_id, 2)
+        new = await coord.init_producer_id(TID, 10_000)
+        assert (new.error_code, new.producer_id, new.producer_epoch) == (E.none, old.producer_id, 2)
         assert coord.end_txn(TID, old.producer_id, 0, True) == E.producer_fenced
         assert coord.add_partitions(TID, old.producer_id, 0, [("t", 0)]) == E.producer_fenced
         assert log.states() == [EMPTY, ONGOING, PREP_ABORT, DONE_ABORT, EMPTY]
@@ -216,15 +216,15 @@ def test_a_second_producer_fences_the_first_and_aborts_its_transaction() -> None
 def test_a_failed_fence_write_does_not_bump_the_epoch_twice() -> None:
     async def body() -> None:
         coord, log, _, _ = make()
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         log.fail = True
-        assert coord.init_producer_id(TID, 10_000).error == E.not_coordinator
-        assert coord.init_producer_id(TID, 10_000).error == E.not_coordinator
+        assert (await coord.init_producer_id(TID, 10_000)).error_code == E.not_coordinator
+        assert (await coord.init_producer_id(TID, 10_000)).error_code == E.not_coordinator
         log.fail = False
-        assert coord.init_producer_id(TID, 10_000).error == E.concurrent_transactions
+        assert (await coord.init_producer_id(TID, 10_000)).error_code == E.concurrent_transactions
         await settle(coord)
-        assert coord.init_producer_id(TID, 10_000).producer_epoch == 2
+        assert (await coord.init_producer_id(TID, 10_000)).producer_epoch == 2
         coord.shutdown()
 
     run(body)
@@ -233,7 +233,7 @@ def test_a_failed_fence_write_does_not_bump_the_epoch_twice() -> None:
 def test_a_transaction_open_past_its_timeout_is_aborted_with_a_new_epoch() -> None:
     async def body() -> None:
         coord, log, markers, clock = make()
-        r = coord.init_producer_id(TID, 5_000)
+        r = await coord.init_producer_id(TID, 5_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         clock.now += 4_000
         coord._abort_timed_out()
@@ -254,7 +254,7 @@ def test_a_prepared_commit_found_at_load_is_completed() -> None:
         log = MemoryTxnLog()
         markers = Markers(failures={("t", 0): 10_000})  # the first broker never gets them out
         coord, _, _, _ = make(log, markers)
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         coord.end_txn(TID, r.producer_id, 0, True)
         await asyncio.sleep(0.01)
@@ -273,7 +273,7 @@ def test_a_prepared_commit_found_at_load_is_completed() -> None:
 def test_unload_answers_not_coordinator() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         coord.unload(txn_partition_for(TID, 3))
         assert coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.not_coordinator
         coord.load(txn_partition_for(TID, 3), 1)
@@ -286,7 +286,7 @@ def test_unload_answers_not_coordinator() -> None:
 def test_verify_only_reports_partitions_outside_the_transaction() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
-        r = coord.init_producer_id(TID, 10_000)
+        r = await coord.init_producer_id(TID, 10_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         got = coord.verify_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)])
         assert got == {("t", 0): E.none, ("t", 1): E.transaction_abortable}
@@ -299,8 +299,8 @@ def test_verify_only_reports_partitions_outside_the_transaction() -> None:
 def test_list_filters_by_state_producer_and_pattern() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
-        a = coord.init_producer_id("app-1", 10_000)
-        coord.init_producer_id("other", 10_000)
+        a = await coord.init_producer_id("app-1", 10_000)
+        await coord.init_producer_id("other", 10_000)
         coord.add_partitions("app-1", a.producer_id, 0, [("t", 0)])
         err, unknown, found = coord.list_transactions(states=["Ongoing", "Bogus"])
         assert (err, unknown, found) == (E.none, ["Bogus"], [("app-1", a.producer_id, "Ongoing")])
@@ -315,7 +315,7 @@ def test_list_filters_by_state_producer_and_pattern() -> None:
 def test_expired_ids_are_tombstoned() -> None:
     async def body() -> None:
         coord, log, _, clock = make()
-        coord.init_producer_id(TID, 10_000)
+        await coord.init_producer_id(TID, 10_000)
         clock.now += coord.config.id_expiration_ms + 1
         coord._expire_ids()
         assert log.records[-1][2] is None
