@@ -17,6 +17,7 @@ from controller.configs import BrokerConfig
 from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
+from local_tier.producer_state import AppendOrigin
 from local_tier.manager import LogManager
 from local_tier.records import build_batch
 from service.log_replay import iter_log_records
@@ -63,7 +64,9 @@ class OffsetsHost(Protocol):
         self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
     ) -> TopicInfo: ...
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+    def append(
+        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo: ...
 
 
 class LoopTimer:
@@ -117,7 +120,8 @@ class BrokerOffsetLog:
             producer_epoch=producer_epoch,
             is_transactional=True,
         )
-        self._broker.append(OFFSETS_TOPIC, partition, batch)
+        # A coordinator's append: the producer's epoch is checked, not its sequence (Kafka's).
+        self._broker.append(OFFSETS_TOPIC, partition, batch, AppendOrigin.COORDINATOR)
 
     def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
         return self._open

@@ -21,6 +21,7 @@ from controller.metadata import Controller, TopicInfo
 from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
 from service.producer_ids import ProducerIdManager
 from local_tier.log import LogAppendInfo
+from local_tier.producer_state import AppendOrigin
 from local_tier.manager import LogManager
 from local_tier.records import build_batch
 from service.groups.runtime import LoopTimer
@@ -61,7 +62,9 @@ class TxnHost(Protocol):
     @property
     def producer_ids(self) -> ProducerIdManager: ...
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+    def append(
+        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo: ...
 
     def write_txn_markers(
         self,

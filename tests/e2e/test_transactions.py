@@ -82,6 +82,8 @@ def test_confluent_kafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
     assert watermarks(b, topic)[1] == 10
     got = values_of(b, topic, 8, **{"isolation.level": "read_uncommitted"})
     assert got == [f"committed-{i}".encode() for i in range(5)] + [f"aborted-{i}".encode() for i in range(3)]
+    # read_committed (librdkafka's default) sees only the committed ones
+    assert values_of(b, topic, 5) == [f"committed-{i}".encode() for i in range(5)]
 
 
 def test_aiokafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
@@ -110,6 +112,26 @@ def test_aiokafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
     got = values_of(b, topic, 5, **{"isolation.level": "read_uncommitted"})
     assert got == [f"committed-{i}".encode() for i in range(4)] + [b"aborted"]
 
+    async def read_committed() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        c = AIOKafkaConsumer(bootstrap_servers=b, isolation_level="read_committed",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await c.start()
+        try:
+            c.assign([TopicPartition(topic, 0)])
+            out: list[bytes] = []
+            for _ in range(20):
+                batches = await c.getmany(timeout_ms=300)
+                out += [m.value for ms in batches.values() for m in ms]
+                if await c.position(TopicPartition(topic, 0)) >= 7:
+                    break
+            return out
+        finally:
+            await c.stop()
+
+    assert asyncio.run(read_committed()) == [f"committed-{i}".encode() for i in range(4)]
+
 
 def test_a_second_producer_fences_the_first(txn_broker: BrokerProcess) -> None:
     b = txn_broker.bootstrap
@@ -129,6 +151,7 @@ def test_a_second_producer_fences_the_first(txn_broker: BrokerProcess) -> None:
     second.produce(topic, b"winner", partition=0)
     second.commit_transaction(30)
     assert state(b, "fence-1") == "CompleteCommit"
+    assert values_of(b, topic, 1) == [b"winner"]  # the zombie's record was aborted
 
 
 def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess) -> None:
@@ -144,6 +167,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProces
     d = describe(b, "slow-1")
     assert d.producer_epoch == 1  # bumped: the abandoned producer is fenced
     assert watermarks(b, topic)[1] == 2  # the record and the ABORT marker
+    assert values_of(b, topic, 0) == []  # read_committed: nothing
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
 
