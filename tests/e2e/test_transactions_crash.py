@@ -73,7 +73,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(start_broker: A
     app = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:
-        assert app.stdout is not None
+        assert app.stdout is not None and app.stderr is not None
         committed = 0
         while committed < 60:  # some transactions committed, the run is well under way
             line = app.stdout.readline()
@@ -83,6 +83,7 @@ def test_consume_transform_produce_is_exactly_once_across_kill_9(start_broker: A
         app.kill()  # kill -9, likely inside a transaction
         app.wait()
         app.stdout.close()
+        app.stderr.close()
     assert committed < total
     again = subprocess.run(command, cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True,
                            timeout=120)
