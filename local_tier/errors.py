@@ -35,6 +35,10 @@ only, never a dead broker.
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
     ├── UnknownProducerIdError         UNKNOWN_PRODUCER_ID (59)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
+    ├── FetchSessionIdNotFoundError    FETCH_SESSION_ID_NOT_FOUND (70)
+    ├── InvalidFetchSessionEpochError  INVALID_FETCH_SESSION_EPOCH (71)
+    ├── FencedLeaderEpochError         FENCED_LEADER_EPOCH (74)
+    ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
     ├── ProducerFencedError            PRODUCER_FENCED (90)
     └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
@@ -51,7 +55,10 @@ __all__ = [
     "CorruptRecordError",
     "DuplicateSequenceError",
     "ErrorCode",
+    "FencedLeaderEpochError",
+    "FetchSessionIdNotFoundError",
     "InvalidConfigError",
+    "InvalidFetchSessionEpochError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidProducerIdMappingError",
@@ -72,6 +79,7 @@ __all__ = [
     "RecordTooLargeError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
+    "UnknownLeaderEpochError",
     "UnknownProducerIdError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
@@ -170,6 +178,22 @@ class KafkaStorageError(KafkaError):
 
 class UnsupportedCompressionTypeError(KafkaError):
     code = ErrorCode.unsupported_compression_type
+
+
+class FetchSessionIdNotFoundError(KafkaError):
+    code = ErrorCode.fetch_session_id_not_found
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    code = ErrorCode.invalid_fetch_session_epoch
+
+
+class FencedLeaderEpochError(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
 
 
 class InvalidRecordError(KafkaError):

@@ -1,4 +1,10 @@
-"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention."""
+"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention.
+
+Over 500 lines because append, roll, flush, read, recovery at load and
+retention all mutate the same segment list and offsets under one invariant
+(contiguous segments, ``log_start ≤ high watermark ≤ log end``); split apart,
+each piece would need the others' private state.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +20,23 @@ from pathlib import Path
 
 from local_tier.config import LogConfig
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from local_tier.errors import InvalidRequestError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from local_tier.errors import (
+    InvalidRequestError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+)
 from local_tier.index import CorruptIndexError
 from local_tier.log_producers import analyze_append, apply_append, replay_segments
 from local_tier.producer_snapshot import write_snapshot
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
-from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
+from local_tier.records import (
+    ValidatedRecords,
+    decode_batch,
+    iter_batches,
+    stamp_batch,
+    validate_batches,
+)
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
 from local_tier.txn_index import AbortedTxn, TxnSearch
 
@@ -117,6 +134,7 @@ class Log:
         self._last_flush_ms = _now_ms()
         self._closed = False
         self._first_recovered_base: int | None = None
+        self._write_failing = False  # the last write failed: warn once, note the recovery
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, needs_recovery)
         leo = self.log_end_offset
@@ -140,7 +158,8 @@ class Log:
             if path.stem.isdigit() and len(path.stem) == 20
         )
         for base in bases:
-            self._add_segment(LogSegment.open(self.dir, base, self._config))
+            last = base == bases[-1]
+            self._add_segment(LogSegment.open(self.dir, base, self._config, validate_tail=last))
         if not self._segments:
             self._add_segment(LogSegment.open(self.dir, 0, self._config, create=True))
         first_unflushed = max(0, bisect_right(self._bases, recovery_point) - 1)
@@ -204,7 +223,7 @@ class Log:
                 path.unlink(missing_ok=True)
 
     def _recover_segment(self, segment: LogSegment) -> int:
-        truncated = segment.recover(self._config.max_message_bytes)
+        truncated = segment.recover()
         if truncated:
             _log.warning(
                 "Recovery of %s: truncated %d invalid bytes at position %d of segment %s (%s)",
@@ -362,10 +381,26 @@ class Log:
         else:
             max_timestamp, offset_of_max = append_time, first_offset
         segment = self._maybe_roll(len(buf), now, last_offset)
-        segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now)
-        apply_append(self._producer_state, producers, segment, last_offset + 1)
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
-            self._leader_epoch_cache.assign(leader_epoch, first_offset)
+            # Before the bytes: if this write fails, nothing was appended. If the
+            # append then fails, the entry names the offset the next append gets.
+            self._guarded(
+                f"record leader epoch {leader_epoch} for",
+                lambda: self._leader_epoch_cache.assign(leader_epoch, first_offset),
+            )
+        self._guarded(
+            "append to",
+            lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),
+        )
+        # the bytes are in: producer state and the .txnindex follow (a failing index write
+        # leaves the entry to the replay at the next start, as after a crash)
+        self._guarded(
+            "index the transactions of",
+            lambda: apply_append(self._producer_state, producers, segment, last_offset + 1),
+        )
+        if self._write_failing:
+            self._write_failing = False
+            _log.info("%s: appends succeed again", self.name)
         self._unflushed_messages += validated.record_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now)
@@ -376,6 +411,30 @@ class Log:
             log_start_offset=self._log_start_offset,
             record_count=validated.record_count,
             size=len(buf),
+        )
+
+    def _guarded(self, what: str, action: Callable[[], None]) -> None:
+        """Run ``action``; an OSError (a full disk, an I/O error) becomes KafkaStorageError.
+
+        The local tier's writers undo their own partial work before raising, so
+        the log is as it was before the call.
+        """
+        try:
+            action()
+        except OSError as exc:
+            raise self._storage_error(what, exc) from exc
+
+    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        if not self._write_failing:  # once per episode: a full disk fails every retry
+            self._write_failing = True
+            _log.warning(
+                "cannot %s %s (%s); answering KAFKA_STORAGE_ERROR until a write succeeds",
+                what,
+                self.name,
+                exc,
+            )
+        return KafkaStorageError(
+            f"cannot {what} partition {self.name}: {exc.strerror or exc}; nothing was appended"
         )
 
     def _maybe_roll(self, size: int, now_ms: int, last_offset: int) -> LogSegment:
@@ -394,13 +453,24 @@ class Log:
         return segment
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Start a new active segment at the log end offset; fsync the old ones in the background."""
+        """Start a new active segment at the log end offset; fsync the old ones in the background.
+
+        Raises KafkaStorageError, with the log unchanged, when the new segment's
+        files cannot be made (a full disk).
+        """
         active = self._segments[-1]
         new_base = self.log_end_offset
         if active.base_offset == new_base:
             return active  # already empty at the log end
-        active.on_become_inactive()
-        segment = LogSegment.open(self.dir, new_base, self._config, create=True)
+        try:
+            active.on_become_inactive()
+        except OSError as exc:  # an optimisation: loading derives the max timestamp anyway
+            _log.info("%s: no final time index entry for %s (%s)", self.name,
+                      active.log_path.name, exc)
+        created: list[LogSegment] = []
+        self._guarded("roll", lambda: created.append(
+            LogSegment.open(self.dir, new_base, self._config, create=True)))
+        segment = created[0]
         self._add_segment(segment)
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)
@@ -430,13 +500,16 @@ class Log:
         """``producer.id.expiration.ms``: forget idle producers without an open transaction."""
         return self._producer_state.remove_expired(now_ms, expiration_ms)
 
-    def collect_aborted_txns(self, search: TxnSearch) -> None:
-        """Add the aborted transactions of the local segments to ``search`` (from its fetch offset on)."""
+    def collect_aborted_txns(self, search: TxnSearch, *, min_base: int = 0) -> None:
+        """Add the aborted transactions of the local segments to ``search``: from the segment
+        holding its fetch offset on, skipping segments based below ``min_base`` (those a
+        remote search already read)."""
         first = max(0, bisect_right(self._bases, search.fetch_offset) - 1)
         for segment in self._segments[first:]:
             if search.complete:
                 break
-            search.add(segment.txn_index.entries)
+            if segment.base_offset >= min_base:
+                search.add(segment.txn_index.entries)
 
     def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""
@@ -555,7 +628,7 @@ class Log:
         if timestamp == MAX_TIMESTAMP:
             best = max(self._segments, key=lambda s: s.max_timestamp)
             if best.max_timestamp >= 0:
-                found = best.offset_of_max_timestamp, best.max_timestamp
+                found = _max_timestamp_record(best)
         elif timestamp >= 0:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp:
@@ -577,13 +650,12 @@ class Log:
         With ``remote.storage.enable`` this is *local* retention: ``local.retention.*``
         apply (``-2``: the same as ``retention.*``), and only segments wholly below
         ``remote_boundary`` (the next offset the bucket does not hold yet) may go, so
-        nothing is deleted that is not in the bucket. The whole log's retention is
+        nothing is deleted that is not in the bucket, except segments wholly below the
+        log start offset (their records were deleted). The whole log's retention is
         then the remote tier's job.
         """
         self._remove_due_deletes(now_ms)
         remote = self._config.remote_storage_enable
-        if remote and remote_boundary is None:
-            return 0
         deleted = 0
         while True:
             segment = self._segments[0]
@@ -593,7 +665,10 @@ class Log:
             upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
             if upper > self._high_watermark:
                 break
-            if remote and (remote_boundary is None or upper > remote_boundary):
+            # records below the log start are deleted (DeleteRecords): the bucket need
+            # not hold them first
+            below_start = upper <= self._log_start_offset
+            if remote and not below_start and (remote_boundary is None or upper > remote_boundary):
                 break
             if segment is self._segments[-1]:
                 if segment.size == 0:
@@ -703,3 +778,23 @@ class Log:
             f"Log({self.name}, log_start_offset={self._log_start_offset}, "
             f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})"
         )
+
+
+def _max_timestamp_record(segment: LogSegment) -> tuple[int, int]:
+    """``(offset, timestamp)`` of the first record holding ``segment``'s max timestamp.
+
+    The segment (like Kafka's time index) knows the batch of its max timestamp, not
+    the record: ListOffsets -3 answers that record's offset, as Kafka does since 3.8
+    (KAFKA-16310), so the batch is read and decoded here.
+    """
+    wanted = segment.max_timestamp
+    region = segment.read(segment.offset_of_max_timestamp, 1, min_one_message=True)
+    if region is not None and region.length:
+        data = region.read_bytes()
+        for pos, header in iter_batches(data):
+            if header.max_timestamp != wanted:
+                continue
+            for record in decode_batch(data, pos)[1]:
+                if record.timestamp == wanted:
+                    return record.offset, wanted
+    return segment.offset_of_max_timestamp, wanted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 import socket
@@ -75,7 +76,7 @@ async def _serve(
     admin = None
     if http:
         http_host, http_port = parse_hostport(http, 9644)
-        admin = AdminHttpServer(broker, http_host, http_port)
+        admin = AdminHttpServer(broker, http_host, http_port, connections=lambda: server.connection_count)
         await admin.start()
     broker.open()
     if admin is not None:
@@ -127,7 +128,10 @@ def run_broker(
     try:
         _run(_serve(data_dir, config, host, port, advertise, object_store, http))
     except OSError as exc:
-        log.error("cannot start the broker on %s: %s", listen, exc)
+        log.error("cannot start the broker (listener %s, data in %s): %s", listen, data_dir, exc)
+        if exc.errno != errno.EADDRINUSE:  # a data dir, a file, a permission: say which
+            print(f"strata: cannot start the broker with data in {data_dir}: {exc}")
+            return 1
         print(f"strata: cannot listen on {listen} or {http}: {exc.strerror or exc}. "
               "Is another broker running? Pick ports with --listen HOST:PORT and --http HOST:PORT.")
         return 1

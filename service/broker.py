@@ -33,17 +33,25 @@ from controller.metadata import (
     TopicInfo,
 )
 from fetch.planner import PartitionData
+from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    UnknownTopicOrPartitionError,
+)
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
-from service.groups import OFFSETS_TOPIC, GroupCoordinator, start_coordinator
+from service.groups import GroupCoordinator, start_coordinator
+from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
-from service.producer_ids import FileBlockAllocator, ProducerIdManager
+from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
@@ -74,6 +82,9 @@ class Broker:
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(
+            config.get_int("max.incremental.fetch.session.cache.slots")
+        )
         self.requests: Counter[str] = Counter()
         self.errors: Counter[tuple[str, str]] = Counter()
         self.bytes_in: Counter[str] = Counter()
@@ -89,8 +100,7 @@ class Broker:
         self.logs = LogManager(
             data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
         )
-        allocate = getattr(self.controller, "allocate_producer_ids", None)
-        self.producer_ids = ProducerIdManager(allocate or FileBlockAllocator(data_dir / "producer-id-block"))
+        self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
         #: InitProducerId with a transactional id goes here (the transaction coordinator)
         self.transaction_coordinator: TransactionalInit | None = None
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
@@ -144,6 +154,7 @@ class Broker:
                     next_retention = now + retention_s
                     if deleted := self.logs.run_retention(now_ms, self.tiering.remote_boundary):
                         log.info("retention deleted %d segment(s)", deleted)
+                        self._restore_reserve()
                 if now >= next_flush:
                     next_flush = now + flush_s
                     self.logs.run_flush(now_ms)
@@ -180,12 +191,21 @@ class Broker:
             self._ensure_logs(event.topic)
         elif isinstance(event, TopicDeleted):
             self.logs.delete_logs(event.topic.name)
+            self._restore_reserve()
             self.waiters.notify_all()
+            if self.groups is not None and event.topic.name != OFFSETS_TOPIC:
+                self.groups.on_topics_deleted({event.topic.name})  # as Kafka: offsets go too
             if self.tiering.enabled:
                 info = event.topic
                 self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
         elif isinstance(event, TopicConfigChanged):
             self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
+
+    def _restore_reserve(self) -> None:
+        """Space was just freed: the embedded store takes back its full-disk reserve
+        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md)."""
+        if isinstance(self.object_store, FileSystemObjectStore):
+            self.object_store.restore_reserve()
 
     def create_topic(
         self,
@@ -242,6 +262,37 @@ class Broker:
                 f"this server does not host partition {partition} of topic {topic!r}"
             )
         return found
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
+
+        ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
+        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        the manifest moves first (its remote segments wholly below are deleted),
+        then the local log; the log start offsets are checkpointed before this
+        returns, so an answered DeleteRecords survives a crash. Local segments wholly
+        below the new start go at the next retention pass.
+        """
+        log_ = self.log_for(topic, partition)
+        if "compact" in log_.config.cleanup_policy.split(","):
+            raise PolicyViolationError(
+                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+            )
+        target = log_.high_watermark if offset == -1 else offset
+        if not 0 <= target <= log_.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} before offset {offset}: "
+                f"the high watermark is {log_.high_watermark}"
+            )
+        if target <= self.tiering.log_start_offset(topic, partition, log_):
+            return self.tiering.log_start_offset(topic, partition, log_)
+        info = self.controller.topic(topic)
+        if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
+            await self.tiering.delete_records(topic, info.topic_id, partition, target)
+            log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
+        if log_.maybe_increment_log_start_offset(target):
+            self.logs.checkpoint()
+        return self.tiering.log_start_offset(topic, partition, log_)
 
     def append(
         self,

@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 __all__ = [
     "MAX_PRODUCER_EPOCH",
-    "FileBlockAllocator",
     "IdBlock",
     "ProducerIdManager",
     "bump_epoch",
@@ -105,37 +102,3 @@ class ProducerIdManager:
             return await self.generate_producer_id(), 0
         new_id = await self.generate_producer_id() if producer_epoch >= MAX_PRODUCER_EPOCH else None
         return bump_epoch(producer_id, producer_epoch, new_id)
-
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    first_producer_id: int
-    size: int
-
-
-class FileBlockAllocator:
-    """Blocks of ids reserved durably in one file on this broker's disk.
-
-    The stand-in for the controller's ``allocate_producer_ids`` until that lands:
-    the next free id is written and fsynced before a block is handed out, so ids
-    are not reused across restarts of this broker (not across a lost disk, which
-    the bucket-held controller allocation fixes).
-    """
-
-    BLOCK_SIZE = 1000
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __call__(self) -> _Block:
-        try:
-            first = int(self._path.read_text().strip() or 0)
-        except FileNotFoundError:
-            first = 0
-        tmp = self._path.with_name(self._path.name + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(f"{first + self.BLOCK_SIZE}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
-        return _Block(first, self.BLOCK_SIZE)

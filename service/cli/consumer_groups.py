@@ -1,10 +1,12 @@
 """`strata groups list|describe|reset|delete`, in the manner of kafka-consumer-groups.sh.
 
 Like :mod:`service.cli.common` these talk the Kafka protocol through
-confluent-kafka's AdminClient (ListGroups, DescribeGroups, OffsetFetch,
-ListOffsets, OffsetCommit, DeleteGroups), so they work against any
-Kafka-compatible broker, and every failure is one line on stderr with exit
-code 1 (the error handling is shared with those commands).
+confluent-kafka's AdminClient (ListGroups, ConsumerGroupDescribe then
+DescribeGroups, OffsetFetch, ListOffsets, OffsetCommit, DeleteGroups), so they
+work against any Kafka-compatible broker and show groups of both protocols
+(classic, and consumer: KIP-848, with each member's target assignment while it
+reconciles), and every failure is one line on stderr with exit code 1 (the
+error handling is shared with those commands).
 
 ``reset`` refuses to touch a group that has live members (their next commit
 would undo the reset, as Kafka's tool warns); ``--dry-run`` prints the plan.
@@ -46,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
     p = cmds.add_parser("list", parents=[common], help="list consumer groups")
     p.add_argument("--state", action="store_true", help="print each group's state too")
+    p.add_argument("--type", action="store_true",
+                   help="print each group's type too (classic, or consumer: KIP-848)")
     p.set_defaults(func=guarded(_groups_list))
 
     p = cmds.add_parser("describe", parents=[common],
@@ -142,11 +146,26 @@ def _groups_list(args: argparse.Namespace) -> int:
     result = _result(admin.list_consumer_groups(request_timeout=CLIENT_TIMEOUT_S), args,
                      "the group list")
     for listing in sorted(result.valid, key=lambda g: g.group_id):
+        columns = [listing.group_id]
         if args.state:
-            print(f"{listing.group_id}\t{listing.state.name.capitalize()}")
-        else:
-            print(listing.group_id)
+            columns.append(listing.state.name.capitalize())
+        if args.type:
+            columns.append(_type(listing))
+        print("\t".join(columns))
     return 0
+
+
+def _type(described: Any) -> str:
+    """``classic`` or ``consumer`` (the KIP-848 protocol); ``-`` when the broker does not say."""
+    kind = getattr(described, "type", None)
+    name = getattr(kind, "name", "UNKNOWN")
+    return "-" if name == "UNKNOWN" else str(name).lower()
+
+
+def _partitions(assignment: Any) -> set[tuple[str, int]]:
+    if assignment is None:
+        return set()
+    return {(tp.topic, tp.partition) for tp in assignment.topic_partitions}
 
 
 def _groups_describe(args: argparse.Namespace) -> int:
@@ -164,11 +183,18 @@ def _groups_describe(args: argparse.Namespace) -> int:
         for tp in member.assignment.topic_partitions:
             owner[(tp.topic, tp.partition)] = member
     partitions = sorted(set(committed) | set(owner))
-    ends = _list_offsets(admin, args, partitions, OffsetSpec.latest())
+    # Only partitions that exist have a log end: a topic deleted under a group (or
+    # an assignment not yet rebalanced away) shows "-" instead of failing the command.
+    md = fetch_metadata(admin, args)
+    hosted = [(t, p) for t, p in partitions
+              if t in md.topics and p in md.topics[t].partitions]
+    ends = _list_offsets(admin, args, hosted, OffsetSpec.latest())
 
     assignor = description.partition_assignor or "-"
+    kind = _type(description)
     print(f"Group {args.group}: state {_state(description)}, "
-          f"{len(description.members)} member(s), assignor {assignor}")
+          f"{len(description.members)} member(s), assignor {assignor}"
+          + (f", protocol {kind}" if kind != "-" else ""))
     rows = [["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
              "CONSUMER-ID", "HOST", "CLIENT-ID"]]
     for tp in partitions:
@@ -186,6 +212,15 @@ def _groups_describe(args: argparse.Namespace) -> int:
                          member.client_id])
     if len(rows) > 1:
         print(_table(rows))
+    # A consumer-protocol group reconciles member by member: show who is still on the way.
+    for member in description.members:
+        target = getattr(member, "target_assignment", None)
+        if target is None:
+            continue
+        now, then = _partitions(member.assignment), _partitions(target)
+        if now != then:
+            show = ", ".join(f"{t}-{p}" for t, p in sorted(then)) or "nothing"
+            print(f"member {member.member_id} is reconciling towards: {show}")
     return 0
 
 

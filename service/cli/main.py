@@ -36,6 +36,7 @@ UP_DEFAULTS = {
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
+    from local_tier.dirlock import DataDirError, DataDirLock
     from remote_tier.errors import ObjectStoreError
     from remote_tier.url import open_object_store
     from service.app import run_broker
@@ -46,6 +47,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
+    try:  # before anything under the data dir is opened or created (ADR 0007)
+        lock = DataDirLock.acquire(data_dir)
+    except DataDirError as exc:
+        print(f"strata up: {exc}", file=sys.stderr)
+        return 1
     url = args.object_store or (data_dir / "bucket").as_uri()
     try:
         store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
@@ -56,7 +62,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
         return 1
     http = None if args.http.lower() in ("off", "none", "") else args.http
-    return run_broker(data_dir, config, args.listen, args.advertise, store, http)
+    with lock:
+        return run_broker(data_dir, config, args.listen, args.advertise, store, http)
 
 
 def build_parser() -> argparse.ArgumentParser:

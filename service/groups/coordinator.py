@@ -27,12 +27,23 @@ Not thread-safe: every method runs on the broker's event loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from local_tier.errors import ErrorCode, KafkaError
+from service.groups.consumer import (
+    ConsumerGroups,
+    ConsumerHeartbeat,
+    DescribedConsumerGroup,
+    HeartbeatResult,
+    Heartbeats,
+)
+from service.groups.consumer.groups import tombstones
+from service.groups.consumer.model import ConsumerGroup
+from service.groups.consumer.records import is_consumer_record
 from service.groups.errors import storage_error
 from service.groups.expiry import OffsetExpiry
 from service.groups.group import (
+    MAX_GROUP_ID_LENGTH,
     GroupMetadata,
     GroupState,
     JoinResult,
@@ -51,7 +62,7 @@ from service.groups.requests import (
     MemberSummary,
     SyncRequest,
 )
-from service.groups.seams import OffsetLog, Timer, cancel
+from service.groups.seams import OffsetLog, Timer, TopicsImage, cancel
 from service.groups.store import GroupStore
 from service.groups.txn_offsets import TransactionalOffsets
 
@@ -61,10 +72,13 @@ E = ErrorCode
 
 
 class GroupCoordinator:
-    def __init__(self, log_: OffsetLog, timer: Timer, config: GroupConfig | None = None) -> None:
+    def __init__(self, log_: OffsetLog, timer: Timer, config: GroupConfig | None = None,
+                 topics: TopicsImage | None = None) -> None:
         self.config = config or GroupConfig()
         self._timer = timer
         self._store = GroupStore(log_)
+        self._consumers = ConsumerGroups(self._store, timer, topics or _NoTopics())
+        self._heartbeats = Heartbeats(self._consumers, timer, self.config)
         self._rebalance = Rebalancer(self._store, timer, self.config)
         self._members = Membership(self._store, self._rebalance, timer, self.config)
         self._offsets = CommittedOffsets(self._store, self._rebalance, timer, self.config)
@@ -76,12 +90,21 @@ class GroupCoordinator:
 
     def load(self) -> None:
         """Rebuild groups and offsets from the log; start member sessions and offset expiry."""
-        self._store.load(self._timer.now_ms())
+        self._store.load(self._timer.now_ms(), self._load_consumer_record)
+        self._consumers.finish_load()
         self.txn_offsets.restore()
         for group in self._store.groups.values():
             for member in group.members.values():
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
+        for consumer_group in self._consumers.groups.values():
+            self._heartbeats.schedule_all(consumer_group)
         self._expiry.schedule()
+
+    def _load_consumer_record(self, key: bytes, value: bytes | None) -> bool:
+        if not is_consumer_record(key):
+            return False
+        self._consumers.replay_raw(key, value)
+        return True
 
     def shutdown(self) -> None:
         """Cancel every timer; parked join/sync answers are dropped with the connections."""
@@ -92,6 +115,10 @@ class GroupCoordinator:
             for handle in group.pending_members.values():
                 cancel(handle)
             cancel(group.join_timer)
+        for consumer_group in self._consumers.groups.values():
+            for handles in consumer_group.timers.values():
+                for handle in handles:
+                    cancel(handle)
 
     def ensure_offsets_topic(self) -> int:
         return self._store.ensure_offsets_topic()
@@ -103,23 +130,59 @@ class GroupCoordinator:
     # ================================================================== member requests
 
     def join_group(self, req: JoinRequest, respond: Callable[[JoinResult], None]) -> None:
-        """Answer through ``respond``, now or once the rebalance completes."""
+        """Answer through ``respond``, now or once the rebalance completes.
+
+        A consumer-protocol group of that id: an empty one becomes a classic group
+        (Kafka 4); one with members answers INCONSISTENT_GROUP_PROTOCOL, as Kafka
+        does when classic members may not join it (see ADR 0015).
+        """
+        consumer_group = self._consumers.get(req.group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                return respond(JoinResult(E.inconsistent_group_protocol, req.member_id))
+            try:
+                self._consumers.convert_to_classic(consumer_group)
+            except KafkaError as exc:
+                return respond(JoinResult(storage_error(exc), req.member_id))
         self._members.join_group(req, respond)
 
     def sync_group(self, req: SyncRequest, respond: Callable[[SyncResult], None]) -> None:
         """Answer through ``respond``, now or once the leader brings the assignment."""
+        if self._consumers.get(req.group_id) is not None:
+            return respond(SyncResult(E.unknown_member_id))
         self._members.sync_group(req, respond)
 
     def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
+        if self._consumers.get(group_id) is not None:
+            return E.unknown_member_id
         return self._members.heartbeat(group_id, generation_id, member_id, instance_id)
 
     def leave_group(
         self, group_id: str, members: Sequence[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """(group error, one error per ``(member_id, group_instance_id)`` leaving)."""
+        if self._consumers.get(group_id) is not None:
+            return E.none, [E.unknown_member_id] * len(members)
         return self._members.leave_group(group_id, members)
+
+    # ================================================================== consumer protocol
+
+    def consumer_group_heartbeat(self, req: ConsumerHeartbeat) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat (KIP-848); errors are codes in the result."""
+        if len(req.group_id) > MAX_GROUP_ID_LENGTH:
+            return HeartbeatResult(E.invalid_group_id, "group id too long")
+        return self._heartbeats.heartbeat(req)
+
+    def consumer_group_describe(self, group_id: str) -> DescribedConsumerGroup:
+        """ConsumerGroupDescribe of one group (GROUP_ID_NOT_FOUND unless a consumer group)."""
+        if not valid_group_id(group_id, allow_empty=False):
+            return DescribedConsumerGroup(group_id, E.invalid_group_id, "invalid group id")
+        return self._consumers.describe(group_id, self.config.consumer_assignors[0])
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        return self._consumers.get(group_id) is not None
 
     # ================================================================== offsets
 
@@ -131,16 +194,36 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: Mapping[TopicPartition, tuple[int, int, str | None]],
         topic_exists: Callable[[str], bool],
+        api_version: int = 9,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Store ``(offset, leader_epoch, metadata)`` per partition; an error code per partition."""
+        """Store ``(offset, leader_epoch, metadata)`` per partition; an error code per partition.
+
+        For a consumer-protocol group ``generation_id`` is the member epoch, checked
+        as Kafka does (STALE_MEMBER_EPOCH, OffsetCommit v9+ for its members).
+        """
+        consumer_group = self._consumers.get(group_id)
+        if consumer_group is not None:
+            error = self._consumers.validate_commit(consumer_group, member_id, generation_id, api_version)
+            if error is not None:
+                return dict.fromkeys(offsets, error)
+            generation_id, member_id, instance_id = -1, "", None  # checked: commit as the group
         return self._offsets.commit_offsets(
             group_id, generation_id, member_id, instance_id, offsets, topic_exists
         )
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None
+        self, group_id: str, partitions: Iterable[TopicPartition] | None,
+        member_id: str | None = None, member_epoch: int = -1,
     ) -> tuple[ErrorCode, dict[TopicPartition, OffsetAndMetadata | None]]:
-        """Committed offsets (None: nothing committed); ``partitions=None`` means all."""
+        """Committed offsets (None: nothing committed); ``partitions=None`` means all.
+
+        ``member_id``/``member_epoch`` (OffsetFetch v9) are checked for consumer-protocol groups.
+        """
+        consumer_group = self._consumers.get(group_id)
+        if consumer_group is not None:
+            error = self._consumers.validate_fetch(consumer_group, member_id, member_epoch)
+            if error is not None:
+                return error, {}
         return self._offsets.fetch_offsets(group_id, partitions)
 
     def delete_offsets(
@@ -153,6 +236,10 @@ class GroupCoordinator:
         """One pass of offset expiry now (it also runs on its schedule); offsets removed."""
         return self._expiry.expire_offsets()
 
+    def on_topics_deleted(self, topics: Collection[str]) -> int:
+        """Tombstone every group's committed offsets of deleted ``topics``; offsets removed."""
+        return self._expiry.remove_topics(topics)
+
     # ================================================================== admin
 
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
@@ -160,8 +247,8 @@ class GroupCoordinator:
         if not valid_group_id(group_id, allow_empty=True):
             return E.invalid_group_id, dead
         group = self._store.get(group_id)
-        if group is None:
-            return E.none, dead
+        if group is None or group.consumer is not None:
+            return E.none, dead  # Kafka's DescribeGroups knows classic groups only
         stable = group.is_state(GroupState.STABLE)
         members = tuple(
             MemberSummary(
@@ -193,12 +280,25 @@ class GroupCoordinator:
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """``(group_id, protocol_type, state)`` of every live group, optionally by state."""
+        return [(g, p, s) for g, p, s, _ in self.list_groups_by_type(states)]
+
+    def list_groups_by_type(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[tuple[str, str, str, str]]:
+        """``(group_id, protocol_type, state, type)``, type "classic" or "consumer" (any case)."""
         wanted = {s.lower() for s in states}
-        return [
-            (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._store.groups.values()
-            if not g.is_state(GroupState.DEAD) and (not wanted or g.state.value.lower() in wanted)
-        ]
+        kinds = {t.lower() for t in types}
+        out = []
+        if not kinds or "classic" in kinds:
+            out += [
+                (g.group_id, g.protocol_type or "", g.state.value, "classic")
+                for g in self._store.groups.values()
+                if g.consumer is None and not g.is_state(GroupState.DEAD)
+                and (not wanted or g.state.value.lower() in wanted)
+            ]
+        if not kinds or "consumer" in kinds:
+            out += [(g, "consumer", s, "consumer") for g, s in self._consumers.list(wanted)]
+        return out
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
         results: dict[str, ErrorCode] = {}
@@ -207,7 +307,10 @@ class GroupCoordinator:
                 results[group_id] = E.invalid_group_id
                 continue
             group = self._store.get(group_id)
-            if group is None or group.is_state(GroupState.DEAD):
+            consumer_group = self._consumers.get(group_id)
+            if consumer_group is not None:
+                results[group_id] = self._delete_consumer_group(consumer_group, group)
+            elif group is None or group.is_state(GroupState.DEAD):
                 results[group_id] = E.group_id_not_found
             elif not group.is_state(GroupState.EMPTY):
                 results[group_id] = E.non_empty_group
@@ -218,3 +321,30 @@ class GroupCoordinator:
                 except KafkaError as exc:
                     results[group_id] = storage_error(exc)
         return results
+
+    def _delete_consumer_group(self, group: ConsumerGroup, holder: GroupMetadata | None) -> ErrorCode:
+        if group.members:
+            return E.non_empty_group
+        try:
+            self._consumers.write(group.group_id, tombstones(group))
+            if holder is not None:
+                holder.consumer = None
+                self._store.delete_group(holder, self._timer.now_ms())
+        except KafkaError as exc:
+            return storage_error(exc)
+        return E.none
+
+
+class _NoTopics:
+    """The topics of a coordinator given none (unit tests of the classic protocol)."""
+
+    version = 0
+
+    def by_name(self, name: str) -> None:
+        return None
+
+    def by_id(self, topic_id: object) -> None:
+        return None
+
+    def names(self) -> tuple[str, ...]:
+        return ()

@@ -14,7 +14,16 @@ with the codes that only consumer groups use::
     ├── GroupIdNotFoundError           GROUP_ID_NOT_FOUND (69)
     ├── NonEmptyGroupError             NON_EMPTY_GROUP (68)
     ├── MemberIdRequiredError          MEMBER_ID_REQUIRED (79)
-    └── FencedInstanceIdError          FENCED_INSTANCE_ID (82)
+    ├── GroupMaxSizeReachedError       GROUP_MAX_SIZE_REACHED (81)
+    ├── FencedInstanceIdError          FENCED_INSTANCE_ID (82)
+    ├── FencedMemberEpochError         FENCED_MEMBER_EPOCH (110)
+    ├── UnreleasedInstanceIdError      UNRELEASED_INSTANCE_ID (111)
+    ├── UnsupportedAssignorError       UNSUPPORTED_ASSIGNOR (112)
+    ├── StaleMemberEpochError          STALE_MEMBER_EPOCH (113)
+    └── InvalidRegularExpressionError  INVALID_REGULAR_EXPRESSION (128)
+
+The last five are the consumer group protocol's (KIP-848,
+:mod:`service.groups.consumer`).
 
 The coordinator mostly answers with bare :class:`ErrorCode` values (a rebalance
 outcome is data, not an exception); these classes serve the places where
@@ -30,15 +39,21 @@ from local_tier.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, R
 __all__ = [
     "CoordinatorNotAvailableError",
     "FencedInstanceIdError",
+    "FencedMemberEpochError",
     "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
     "InvalidGroupIdError",
+    "InvalidRegularExpressionError",
     "InvalidSessionTimeoutError",
     "MemberIdRequiredError",
     "NonEmptyGroupError",
     "RebalanceInProgressError",
+    "StaleMemberEpochError",
     "UnknownMemberIdError",
+    "UnreleasedInstanceIdError",
+    "UnsupportedAssignorError",
     "group_error",
     "storage_error",
 ]
@@ -86,6 +101,30 @@ class MemberIdRequiredError(KafkaError):
 
 class FencedInstanceIdError(KafkaError):
     code = ErrorCode.fenced_instance_id
+
+
+class GroupMaxSizeReachedError(KafkaError):
+    code = ErrorCode.group_max_size_reached
+
+
+class FencedMemberEpochError(KafkaError):
+    code = ErrorCode.fenced_member_epoch
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    code = ErrorCode.unreleased_instance_id
+
+
+class UnsupportedAssignorError(KafkaError):
+    code = ErrorCode.unsupported_assignor
+
+
+class StaleMemberEpochError(KafkaError):
+    code = ErrorCode.stale_member_epoch
+
+
+class InvalidRegularExpressionError(KafkaError):
+    code = ErrorCode.invalid_regular_expression
 
 
 _BY_CODE: dict[ErrorCode, type[KafkaError]] = {

@@ -15,6 +15,7 @@ Not thread-safe: the timer calls back on the broker's event loop thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from local_tier.errors import KafkaError
 from service.groups.group import GroupState
@@ -52,13 +53,37 @@ class OffsetExpiry:
 
         self._handle = self._timer.call_later(max(interval, 1000), run)
 
+    def remove_topics(self, topics: Collection[str]) -> int:
+        """Kafka's ``onPartitionsDeleted``: tombstone every group's offsets of ``topics``.
+
+        Called when topics are deleted, so a topic created again under the same name
+        starts with no committed offsets, and lag is never computed against a
+        partition that is gone. As in Kafka 4, only the offsets go: a group left empty
+        with none is removed by the next :meth:`expire_offsets` pass. Returns the
+        number of offsets removed.
+        """
+        removed = 0
+        for group in list(self._store.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in topics]
+            if not gone:
+                continue
+            try:
+                self._store.remove_offsets(group, gone)
+                removed += len(gone)
+            except KafkaError as exc:
+                log.warning("group %s: could not remove offsets of deleted topics: %s",
+                            group.group_id, exc)
+        if removed:
+            log.info("removed %d committed offset(s) of deleted topic(s) %s", removed, sorted(topics))
+        return removed
+
     def expire_offsets(self) -> int:
         """Kafka's ``cleanupGroupMetadata``: drop expired offsets and groups left with none."""
         now = self._timer.now_ms()
         retention = self._config.offsets_retention_ms
         removed = 0
         for group in list(self._store.groups.values()):
-            if group.is_state(GroupState.EMPTY):
+            if group.is_empty():
                 if group.protocol_type is not None:
                     # Everything expires once the group has been empty for the retention.
                     expired = list(group.offsets) if group.current_state_timestamp_ms + retention <= now else []
@@ -66,7 +91,9 @@ class OffsetExpiry:
                     expired = [
                         tp for tp, o in group.offsets.items() if o.commit_timestamp + retention <= now
                     ]
-            elif group.is_state(GroupState.STABLE) and (topics := group.subscribed_topics()) is not None:
+            elif (group.is_state(GroupState.STABLE) or group.consumer is not None) and (
+                topics := group.subscribed_topics()
+            ) is not None:
                 expired = [
                     tp
                     for tp, o in group.offsets.items()
@@ -78,7 +105,7 @@ class OffsetExpiry:
                 if expired:
                     self._store.remove_offsets(group, expired)
                     removed += len(expired)
-                if group.is_state(GroupState.EMPTY) and not group.offsets:
+                if group.is_empty() and group.consumer is None and not group.offsets:
                     log.info("group %s: empty with no offsets left; removing it", group.group_id)
                     self._store.delete_group(group, self._timer.now_ms())
             except KafkaError as exc:

@@ -27,7 +27,7 @@ import enum
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from local_tier.errors import ErrorCode
 
@@ -49,6 +49,14 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 MAX_GROUP_ID_LENGTH = 1024
 
 TopicPartition = tuple[str, int]
+
+
+class ConsumerProtocolGroup(Protocol):
+    """What a classic group's holder needs of a consumer-protocol group of the same id."""
+
+    def is_empty(self) -> bool: ...
+
+    def subscribed_topic_names(self) -> set[str]: ...
 
 
 class GroupState(enum.Enum):
@@ -159,8 +167,17 @@ class GroupMetadata:
     initial_join_pending: bool = False
     join_timer: Any = None
     current_state_timestamp_ms: int = -1
+    #: set when the group uses the consumer protocol (KIP-848): this object then only
+    #: holds its committed offsets (no classic members; see service.groups.consumer)
+    consumer: ConsumerProtocolGroup | None = None
 
     # -- state ------------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        """No members of either protocol (offset expiry and OffsetDelete ask this)."""
+        if self.consumer is not None:
+            return self.consumer.is_empty()
+        return self.is_state(GroupState.EMPTY)
 
     def is_state(self, *states: GroupState) -> bool:
         return self.state in states
@@ -279,6 +296,8 @@ class GroupMetadata:
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol); None when unknown."""
+        if self.consumer is not None:
+            return self.consumer.subscribed_topic_names()
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
             return None
         topics: set[str] = set()

@@ -128,7 +128,7 @@ class CommittedOffsets:
         group = self._store.get(group_id)
         if group is None or group.is_state(GroupState.DEAD):
             return E.group_id_not_found, {}
-        if group.is_state(GroupState.EMPTY):
+        if group.is_empty():
             subscribed: set[str] = set()
         elif group.protocol_type == "consumer":
             subscribed = group.subscribed_topics() or set()

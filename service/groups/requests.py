@@ -22,6 +22,12 @@ class GroupConfig:
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = 300_000
+    # The consumer group protocol (KIP-848): Kafka's group.consumer.* keys.
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    consumer_migration_policy: str = "bidirectional"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from controller.configs import BrokerConfig
+from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
@@ -28,6 +30,7 @@ from service.groups.requests import GroupConfig
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
     "BrokerOffsetLog",
+    "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
     "start_coordinator",
@@ -157,16 +160,50 @@ def is_commit_marker(key: bytes | None) -> bool:
     return key is not None and len(key) >= 4 and key[2:4] == b"\x00\x01"
 
 
+class ControllerTopics:
+    """:class:`service.groups.seams.TopicsImage` over the controller; its version moves on every
+    topic creation, deletion and partition increase (a metadata listener)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self.version = 1
+        controller.add_listener(self._changed)
+
+    def _changed(self, event: object) -> None:
+        if isinstance(event, (TopicCreated, TopicDeleted, PartitionsCreated)):
+            self.version += 1
+
+    def by_name(self, name: str) -> tuple[uuid.UUID, int] | None:
+        info = self._controller.topic(name)
+        return None if info is None else (info.topic_id, info.partitions)
+
+    def by_id(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
+        info = self._controller.topic_by_id(topic_id)
+        return None if info is None else (info.name, info.partitions)
+
+    def names(self) -> list[str]:
+        return [t.name for t in self._controller.topics()]
+
+
+def group_config(config: BrokerConfig) -> GroupConfig:
+    """The coordinator's settings from the broker's config keys."""
+    assignors = tuple(a.strip() for a in config.get_str("group.consumer.assignors").split(",") if a.strip())
+    return GroupConfig(
+        initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+        offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+        consumer_session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
+        consumer_heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
+        consumer_max_size=config.get_int("group.consumer.max.size"),
+        consumer_assignors=assignors or ("uniform", "range"),
+        consumer_migration_policy=config.get_str("group.consumer.migration.policy").lower(),
+    )
+
+
 def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
     """A coordinator loaded from the broker's logs, its timers on the running loop."""
-    config = broker.config
     coordinator = GroupCoordinator(
-        BrokerOffsetLog(broker),
-        LoopTimer(),
-        GroupConfig(
-            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
-        ),
+        BrokerOffsetLog(broker), LoopTimer(), group_config(broker.config),
+        ControllerTopics(broker.controller),
     )
     coordinator.load()
     return coordinator

@@ -18,7 +18,7 @@ Not thread-safe: lives on the broker's event loop thread, like the coordinator.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from local_tier.errors import KafkaError
 from service.groups.group import (
@@ -67,13 +67,19 @@ class GroupStore:
 
     # ------------------------------------------------------------------ load
 
-    def load(self, now_ms: int) -> int:
-        """Rebuild groups and committed offsets from the log; the number of records read."""
+    def load(self, now_ms: int, other: Callable[[bytes, bytes | None], bool] | None = None) -> int:
+        """Rebuild groups and committed offsets from the log; the number of records read.
+
+        ``other`` sees every record first and returns True for those it takes
+        (the consumer group protocol's, :mod:`service.groups.consumer`).
+        """
         offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         metadata: dict[str, GroupMetadataValue] = {}
         count = 0
         for raw_key, raw_value in self._log.replay():
             count += 1
+            if other is not None and other(raw_key, raw_value):
+                continue
             try:
                 key = decode_key(raw_key)
                 if isinstance(key, OffsetKey):
@@ -87,8 +93,9 @@ class GroupStore:
                             v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
                         )
                 elif raw_value is None:
+                    # Offsets have tombstones of their own (DeleteGroups, expiry); a group
+                    # converted to the consumer protocol keeps them.
                     metadata.pop(key.group, None)
-                    offsets.pop(key.group, None)
                 else:
                     metadata[key.group] = decode_group_value(raw_value)
             except ValueError as exc:
@@ -179,6 +186,18 @@ class GroupStore:
         for handle in group.pending_members.values():
             cancel(handle)
         self.groups.pop(group.group_id, None)
+
+    def tombstone_classic_metadata(self, group: GroupMetadata) -> None:
+        """End the classic metadata of an empty group (it becomes a consumer group); offsets stay."""
+        self._append(group.group_id, [(encode_key(GroupMetadataKey(group.group_id)), None)])
+        cancel(group.join_timer)
+        for handle in group.pending_members.values():
+            cancel(handle)
+        group.pending_members.clear()
+
+    def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Append encoded records of ``group_id`` (the consumer group protocol's) to its partition."""
+        self._append(group_id, records)
 
     def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         partitions = self.ensure_offsets_topic()

@@ -19,6 +19,11 @@ from local_tier.errors import ErrorCode, KafkaError
 from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
 from service.handlers.context import RequestContext
+from service.handlers.operations import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
@@ -37,7 +42,7 @@ __all__ = [
 ]
 
 E = ErrorCode
-_NO_OPS = -2147483648  # authorized operations not requested
+_NO_OPS = OPERATIONS_NOT_REQUESTED
 _KEY_TYPE_GROUP = 0
 _KEY_TYPE_TRANSACTION = 1
 _T = TypeVar("_T")
@@ -226,6 +231,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         getattr(request, "group_instance_id", None),
         offsets,
         lambda name: broker.controller.topic(name) is not None,
+        api_version=ctx.version,
     )
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for (name, index), code in results.items():
@@ -248,7 +254,8 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 mod.OffsetFetchResponseGroup,
                 group_id=g.group_id,
                 **_fetch_group(ctx, mod, g.group_id, g.topics, "OffsetFetchResponseTopics",
-                               "OffsetFetchResponsePartitions"),
+                               "OffsetFetchResponsePartitions", getattr(g, "member_id", None),
+                               int(getattr(g, "member_epoch", -1))),
             )
             for g in request.groups
         )
@@ -259,11 +266,14 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topic_cls: str,
-                 partition_cls: str) -> dict[str, Any]:
+                 partition_cls: str, member_id: str | None = None,
+                 member_epoch: int = -1) -> dict[str, Any]:
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted)
+    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    if error != E.none and ctx.version >= 2:
+        wanted = []  # a group-level error (STALE_MEMBER_EPOCH, ...) answers no partitions
     _count_error(ctx, "OffsetFetch", error)
     if wanted is None:
         wanted = sorted(found)
@@ -312,10 +322,22 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
 
 def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(15, ctx.version)
+    want_ops = bool(getattr(request, "include_authorized_operations", False))  # v3+
     described = []
     for group_id in request.groups:
         error, summary = ctx.broker.groups.describe_group(group_id)
+        message = None
+        group = ctx.broker.groups.group(group_id)
+        if error == E.none and ctx.version >= 6 and (group is None or group.consumer is not None):
+            # v6+ (KIP-1043): a group DescribeGroups does not know (unknown, or of the
+            # consumer protocol) is an error, no longer a Dead group
+            error = E.group_id_not_found
+            message = (f"Group {group_id} not found." if group is None
+                       else f"Group {group_id} is not a classic group.")
         _count_error(ctx, "DescribeGroups", error)
+        ops = _NO_OPS
+        if want_ops and error == E.none:
+            ops = authorized_operations(ctx, ResourceType.GROUP, group_id)
         members = tuple(
             build(
                 mod.DescribedGroupMember,
@@ -332,12 +354,13 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             build(
                 mod.DescribedGroup,
                 error_code=error,
+                error_message=message,
                 group_id=group_id,
                 group_state=summary.state,
                 protocol_type=summary.protocol_type,
                 protocol_data=summary.protocol_name,
                 members=members,
-                authorized_operations=_NO_OPS,
+                authorized_operations=ops,
             )
         )
     return build(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))
@@ -346,19 +369,18 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(16, ctx.version)
     types = getattr(request, "types_filter", None) or ()
-    listed = []
-    if not types or "classic" in {t.lower() for t in types}:
-        states = getattr(request, "states_filter", None) or ()
-        listed = [
-            build(
-                mod.ListedGroup,
-                group_id=group_id,
-                protocol_type=protocol_type,
-                group_state=state,
-                group_type="classic",
-            )
-            for group_id, protocol_type, state in ctx.broker.groups.list_groups(states)
-        ]
+    states = getattr(request, "states_filter", None) or ()
+    listed = [
+        build(
+            mod.ListedGroup,
+            group_id=group_id,
+            protocol_type=protocol_type,
+            group_state=state,
+            group_type=group_type,
+        )
+        for group_id, protocol_type, state, group_type in ctx.broker.groups.list_groups_by_type(
+            states, types)
+    ]
     return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.none, groups=tuple(listed))
 
 

@@ -61,6 +61,7 @@ class BrokerCollector(Collector):
                          "Time from a request's decoding to its response being ready.", "api",
                          b.request_latency)
         yield _gauge("strata_connections", "Open Kafka client connections.", [], [((), self._connections())])
+        yield from self._fetch_sessions()
 
         for name, doc, counter in (
             ("strata_topic_bytes_in", "Record batch bytes appended, by topic.", b.bytes_in),
@@ -100,6 +101,22 @@ class BrokerCollector(Collector):
         ):
             yield _gauge(name, doc, ["topic", "partition"],
                          [((r["topic"], str(r["partition"])), r[field] or 0) for r in rows])
+
+    def _fetch_sessions(self) -> Iterator[Any]:
+        sessions = self._broker.fetch_sessions
+        yield _gauge("strata_fetch_sessions", "Incremental fetch sessions cached (KIP-227).", [],
+                     [((), len(sessions))])
+        yield _gauge("strata_fetch_session_partitions", "Partitions held by cached fetch sessions.",
+                     [], [((), sessions.cached_partitions)])
+        for name, doc, value in (
+            ("strata_fetch_session_evictions", "Fetch sessions evicted to make room for others.",
+             sessions.evictions),
+            ("strata_incremental_fetches", "Fetch requests served from a fetch session.",
+             sessions.incremental_fetches),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
 
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering

@@ -106,7 +106,10 @@ def _int(value: Any, what: str, default: int) -> int:
 
 
 class AdminHttpServer:
-    def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int]
+    ) -> None:
+        """``connections()`` is the Kafka listener's count of open client connections."""
         self._broker = broker
         self._host = host
         self._port = port
@@ -281,14 +284,16 @@ class AdminHttpServer:
     async def _groups(self, request: web.Request) -> web.Response:
         groups = self._coordinator()
         committed = groups.committed_offsets()
-        out = [{"group_id": g, "protocol_type": ptype, "state": state,
+        out = [{"group_id": g, "protocol_type": ptype, "state": state, "type": kind,
                 "lag": sum(r["lag"] for r in group_lag(self._broker, committed.get(g, {})))}
-               for g, ptype, state in sorted(groups.list_groups())]
+               for g, ptype, state, kind in sorted(groups.list_groups_by_type())]
         return web.json_response({"groups": out})
 
     async def _describe_group(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group"]
         groups = self._coordinator()
+        if groups.is_consumer_group(group_id):
+            return self._describe_consumer_group(group_id)
         code, summary = groups.describe_group(group_id)
         offsets = groups.committed_offsets().get(group_id, {})
         if code != ErrorCode.none:
@@ -301,4 +306,22 @@ class AdminHttpServer:
         return web.json_response({"group_id": group_id, "state": summary.state,
                                   "protocol_type": summary.protocol_type, "protocol": summary.protocol_name,
                                   "generation_id": summary.generation_id, "members": members,
-                                  "offsets": lag, "lag": sum(r["lag"] for r in lag)})
+                                  "offsets": lag, "lag": sum(r["lag"] for r in lag), "type": "classic"})
+
+    def _describe_consumer_group(self, group_id: str) -> web.Response:
+        """A consumer-protocol (KIP-848) group: epochs, each member's assignment and target."""
+        groups = self._coordinator()
+        d = groups.consumer_group_describe(group_id)
+
+        def named(assignment: Any) -> list[dict[str, Any]]:
+            return [{"topic": name, "partitions": list(parts)} for _, name, parts in assignment]
+
+        members = [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "member_epoch": m.member_epoch, "assignment": named(m.assignment),
+                    "target_assignment": named(m.target)} for m in d.members]
+        lag = group_lag(self._broker, groups.committed_offsets().get(group_id, {}))
+        return web.json_response({"group_id": group_id, "state": d.state, "protocol_type": "consumer",
+                                  "protocol": d.assignor, "generation_id": d.group_epoch,
+                                  "assignment_epoch": d.assignment_epoch, "members": members,
+                                  "offsets": lag, "lag": sum(r["lag"] for r in lag), "type": "consumer"})

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from controller.metadata import Controller, TopicInfo
+from fetch.sessions import FetchSessionCache
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from remote_tier.store import ObjectStore
@@ -67,6 +68,9 @@ class MetricsView(PartitionsView, Protocol):
 
     @property
     def request_latency(self) -> LatencyHistograms: ...
+
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
 
 
 class AdminView(MetricsView, Protocol):

@@ -9,10 +9,12 @@ with the broker.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from tests.e2e.rawconsumer import cstring, uvarint
 from tests.e2e.rawkafka import (
     API_FETCH,
     API_PRODUCE,
@@ -33,25 +35,12 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_RECORD = 87
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _compact_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\0"
-    raw = value.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
 def producer_batch(values: list[bytes], *, producer_id: int, epoch: int, sequence: int,
-                   transactional: bool = False, timestamp: int = 1_700_000_000_000) -> bytes:
-    """A RecordBatch v2 of ``values`` from producer ``(producer_id, epoch)`` starting at ``sequence``."""
+                   transactional: bool = False, timestamp: int | None = None) -> bytes:
+    """A RecordBatch v2 of ``values`` from producer ``(producer_id, epoch)`` starting at ``sequence``
+    (timestamps from now, so no retention removes them)."""
+    if timestamp is None:
+        timestamp = int(time.time() * 1000)
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=0, is_transactional=transactional,
         producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
@@ -83,7 +72,7 @@ class Flexible:
 def init_producer_id(conn: Connection, producer_id: int = -1, epoch: int = -1,
                      transactional_id: str | None = None) -> tuple[int, int, int]:
     """InitProducerId v3: (error code, producer id, epoch)."""
-    body = (_compact_string(transactional_id) + struct.pack(">iqh", 60_000, producer_id, epoch)
+    body = (cstring(transactional_id) + struct.pack(">iqh", 60_000, producer_id, epoch)
             + b"\0")
     r = Flexible(conn).call(API_INIT_PRODUCER_ID, 3, body)
     r.int32()  # throttle
@@ -94,16 +83,17 @@ def init_producer_id(conn: Connection, producer_id: int = -1, epoch: int = -1,
 def write_txn_markers(conn: Connection, *, producer_id: int, epoch: int, commit: bool,
                       topic: str, partitions: list[int], coordinator_epoch: int = 0) -> dict[int, int]:
     """WriteTxnMarkers v1 with one marker: {partition: error code}."""
-    parts = _uvarint(len(partitions) + 1) + b"".join(struct.pack(">i", p) for p in partitions)
-    topics = _uvarint(2) + _compact_string(topic) + parts + b"\0"
+    parts = uvarint(len(partitions) + 1) + b"".join(struct.pack(">i", p) for p in partitions)
+    topics = uvarint(2) + cstring(topic) + parts + b"\0"
     marker = struct.pack(">qhb", producer_id, epoch, 1 if commit else 0) + topics
     marker += struct.pack(">i", coordinator_epoch) + b"\0"
-    r = Flexible(conn).call(API_WRITE_TXN_MARKERS, 1, _uvarint(2) + marker + b"\0")
+    r = Flexible(conn).call(API_WRITE_TXN_MARKERS, 1, uvarint(2) + marker + b"\0")
     out: dict[int, int] = {}
     for _ in range(_read_uvarint(r) - 1):
         r.int64()
         for _ in range(_read_uvarint(r) - 1):
-            r.pos += _read_uvarint(r) - 1  # topic name
+            name_length = _read_uvarint(r) - 1
+            r.pos += name_length  # the topic name
             for _ in range(_read_uvarint(r) - 1):
                 partition, error = r.take(">ih")
                 out[partition] = error

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e import helpers
+from tests.e2e import helpers, rawkafka
 
 RECORDS = 500
 
@@ -75,9 +75,21 @@ def test_metrics_count_what_was_produced_and_consumed(broker: Any) -> None:
     assert produce >= RECORDS // 50
     assert m[("strata_kafka_request_duration_seconds_count", (("api", "Produce"),))] == produce
     assert m[("strata_kafka_request_duration_seconds_bucket", (("api", "Produce"), ("le", "+Inf")))] == produce
-    assert m[("strata_connections", ())] >= 0
     assert ("strata_tiered_fetch_queue_depth", ()) in m
     assert ("strata_tiering_upload_failures_total", ()) in m
+
+    # strata_connections counts the Kafka listener's open connections
+    idle = m[("strata_connections", ())]
+    conns = [rawkafka.Connection.to(broker.bootstrap) for _ in range(3)]
+    try:
+        for conn in conns:  # answered, so accepted by the broker
+            conn.call(rawkafka.API_VERSIONS, 0, b"")
+        assert _metrics(broker)[("strata_connections", ())] == idle + 3
+    finally:
+        for conn in conns:
+            conn.close()
+    helpers.wait_until(lambda: _metrics(broker)[("strata_connections", ())] == idle,
+                       "closed connections to leave the gauge", timeout=10)
 
 
 def test_metrics_count_error_codes(broker: Any) -> None:

@@ -78,7 +78,7 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
         return doc if len(doc["segments"]) >= 5 else None
 
     doc = helpers.wait_until(manifest, "segments in the manifest")
-    assert doc["format_version"] == 1 and doc["topic"] == topic and doc["partition"] == 0
+    assert doc["format_version"] == 2 and doc["topic"] == topic and doc["partition"] == 0
     segments = doc["segments"]
     assert segments[0]["base_offset"] == 0
     for prev, nxt in zip(segments, segments[1:]):
