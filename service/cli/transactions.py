@@ -14,7 +14,14 @@ import logging
 import time
 from typing import Any
 
-from service.cli.common import CLIENT_ID, CLIENT_TIMEOUT_S, CliError, bootstrap_parent, guarded, needs_subcommand
+from service.cli.common import (
+    CLIENT_ID,
+    CLIENT_TIMEOUT_S,
+    CliError,
+    bootstrap_parent,
+    guarded,
+    needs_subcommand,
+)
 
 __all__ = ["register"]
 

@@ -19,13 +19,13 @@ from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
-from local_tier.producer_state import AppendOrigin
 from local_tier.manager import LogManager
+from local_tier.producer_state import AppendOrigin
 from local_tier.records import build_batch
-from service.log_replay import iter_log_records
 from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
+from service.log_replay import iter_log_records
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",

@@ -11,13 +11,12 @@ into those seams. See ``docs/adr/0013-transaction-coordinator.md``.
 
 from __future__ import annotations
 
-from service.transactions.coordinator import InitResult, TransactionCoordinator, TxnDescription
+from service.transactions.coordinator import TransactionCoordinator, TxnDescription
 from service.transactions.records import TRANSACTION_STATE_TOPIC
 from service.transactions.runtime import start_transaction_coordinator
 
 __all__ = [
     "TRANSACTION_STATE_TOPIC",
-    "InitResult",
     "TransactionCoordinator",
     "TxnDescription",
     "start_transaction_coordinator",

@@ -22,6 +22,7 @@ idle transactional ids). Not thread-safe: runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -59,7 +60,7 @@ class MarkerCompletion:
         assert meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
         task = asyncio.ensure_future(self._complete(entry, meta))
         self._tasks[meta.transactional_id] = (entry.partition, task)
-        task.add_done_callback(lambda t, tid=meta.transactional_id: self._forget(tid, t))
+        task.add_done_callback(functools.partial(self._forget, meta.transactional_id))
 
     def _forget(self, transactional_id: str, task: asyncio.Task[None]) -> None:
         current = self._tasks.get(transactional_id)

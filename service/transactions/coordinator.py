@@ -39,9 +39,9 @@ from service.transactions.metadata import (
     TransactionMetadata,
     TxnState,
 )
-from service.txn_markers import InitProducerIdResult as InitResult
 from service.transactions.seams import MarkerWriter, ProducerIds, TxnConfig, TxnStateLog
 from service.transactions.state import TxnPartition, TxnStateStore
+from service.txn_markers import InitProducerIdResult as InitResult
 
 __all__ = ["TransactionCoordinator", "TxnDescription"]
 

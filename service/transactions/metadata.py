@@ -27,7 +27,8 @@ Invariants: ``partitions`` is empty in Empty, CompleteCommit, CompleteAbort;
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 from service.transactions.records import TxnLogValue
 
@@ -174,12 +175,16 @@ class TransactionMetadata:
             raise RuntimeError(f"{self.transactional_id}: transition to {state} while {self.pending} is pending")
         if self.state not in _VALID_PREVIOUS[state]:
             raise RuntimeError(f"{self.transactional_id}: {self.state} cannot move to {state}")
-        base = TxnTransit(
-            self.producer_id, self.prev_producer_id, self.producer_epoch, self.last_producer_epoch,
-            self.timeout_ms, state, frozenset(self.partitions), self.start_ms, self.last_update_ms,
-        )
+        values: dict[str, Any] = {
+            "producer_id": self.producer_id, "prev_producer_id": self.prev_producer_id,
+            "producer_epoch": self.producer_epoch, "last_producer_epoch": self.last_producer_epoch,
+            "timeout_ms": self.timeout_ms, "partitions": self.partitions, "start_ms": self.start_ms,
+            "last_update_ms": self.last_update_ms,
+        }
+        values.update(changes)
+        values["partitions"] = frozenset(values["partitions"])
         self.pending = state
-        return replace(base, **changes)  # type: ignore[arg-type]
+        return TxnTransit(state=state, **values)
 
     def prepare_fence_abort(self, now_ms: int) -> TxnTransit:
         """Ongoing → PrepareAbort at the next epoch: the producer that holds the id is fenced.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 from service.groups.records import partition_for
 
@@ -71,8 +72,10 @@ class TxnLogValue:
     client_transaction_version: int = 0
 
 
+@lru_cache(maxsize=4096)
 def txn_partition_for(transactional_id: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions``."""
+    """Kafka's ``Utils.abs(transactionalId.hashCode) % partitions`` (cached: every request and
+    every write of an id asks)."""
     return partition_for(transactional_id, partitions)
 
 

@@ -19,13 +19,13 @@ from typing import Protocol
 from controller.configs import BrokerConfig
 from controller.metadata import Controller, TopicInfo
 from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
-from service.producer_ids import ProducerIdManager
 from local_tier.log import LogAppendInfo
-from local_tier.producer_state import AppendOrigin
 from local_tier.manager import LogManager
+from local_tier.producer_state import AppendOrigin
 from local_tier.records import build_batch
 from service.groups.runtime import LoopTimer
 from service.log_replay import iter_log_records
+from service.producer_ids import ProducerIdManager
 from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition
 from service.transactions.records import TRANSACTION_STATE_TOPIC

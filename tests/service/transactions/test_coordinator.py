@@ -232,7 +232,7 @@ def test_a_failed_fence_write_does_not_bump_the_epoch_twice() -> None:
 
 def test_a_transaction_open_past_its_timeout_is_aborted_with_a_new_epoch() -> None:
     async def body() -> None:
-        coord, log, markers, clock = make()
+        coord, _log, markers, clock = make()
         r = await coord.init_producer_id(TID, 5_000)
         coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         clock.now += 4_000
