@@ -1,7 +1,7 @@
-"""`strata transactions list|describe`, in the manner of kafka-transactions.sh.
+"""`strata transactions list|describe|describe-producers`, in the manner of kafka-transactions.sh.
 
-ListTransactions and DescribeTransactions are Kafka admin APIs that
-librdkafka's AdminClient does not offer, so these two commands use
+ListTransactions, DescribeTransactions and DescribeProducers are Kafka admin APIs
+that librdkafka's AdminClient does not offer, so these commands use
 kafka-python's admin client; like every client command they work against any
 Kafka-compatible broker, and a failure is one line on stderr with exit code 1.
 The columns are kafka-transactions.sh's.
@@ -27,7 +27,7 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add ``transactions`` (list, describe) to the ``strata`` CLI."""
+    """Add ``transactions`` (list, describe, describe-producers) to the ``strata`` CLI."""
     common = bootstrap_parent()
     txns = subparsers.add_parser("transactions", help="list and describe transactions")
     cmds = txns.add_subparsers(dest="transactions_command", metavar="COMMAND")
@@ -41,6 +41,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p = cmds.add_parser("describe", parents=[common], help="the state of one transactional id")
     p.add_argument("--transactional-id", required=True)
     p.set_defaults(func=guarded(_describe))
+
+    p = cmds.add_parser("describe-producers", parents=[common],
+                        help="the active producers of one partition (its producer state)")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--partition", type=int, required=True)
+    p.add_argument("--broker-id", type=int, default=None,
+                   help="ask this broker's replica (default: the partition's leader)")
+    p.set_defaults(func=guarded(_describe_producers))
 
 
 def _admin(args: argparse.Namespace) -> Any:
@@ -102,5 +110,31 @@ def _describe(args: argparse.Namespace) -> int:
          _state(d.state), str(d.transaction_timeout_ms), str(start) if start >= 0 else "None",
          str(now - start) if start >= 0 else "None", partitions],
     ]
+    print(_table(rows))
+    return 0
+
+
+def _describe_producers(args: argparse.Namespace) -> int:
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    tp = TopicPartition(args.topic, args.partition)
+    admin = _admin(args)
+    try:
+        found = admin.describe_producers([tp], broker_id=args.broker_id)
+    except KafkaError as exc:
+        where = "leader" if args.broker_id is None else f"broker {args.broker_id}"
+        raise CliError(
+            f"Failed to describe producers for partition {args.topic}-{args.partition} on {where}: "
+            f"{type(exc).__name__}"
+        ) from None
+    finally:
+        admin.close()
+    rows = [["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence", "LastTimestamp",
+             "CurrentTransactionStartOffset"]]
+    for p in found[tp].active_producers:
+        start = p.current_transaction_start_offset
+        rows.append([str(p.producer_id), str(p.producer_epoch), str(p.coordinator_epoch),
+                     str(p.last_sequence), str(p.last_timestamp), str(start) if start >= 0 else "None"])
     print(_table(rows))
     return 0

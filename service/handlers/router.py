@@ -106,6 +106,7 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(28, "TxnOffsetCommit", 0, 4, transactions.handle_txn_offset_commit),
         ApiSpec(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
         ApiSpec(66, "ListTransactions", 0, 2, transactions.handle_list_transactions),
+        ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
         ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
         ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),

@@ -1,5 +1,5 @@
 """Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
-TxnOffsetCommit, DescribeTransactions, ListTransactions.
+TxnOffsetCommit, DescribeTransactions, ListTransactions, DescribeProducers.
 
 Each handler turns one version of the request into a call on the broker's
 :class:`service.transactions.TransactionCoordinator` (or, for TxnOffsetCommit,
@@ -8,7 +8,9 @@ response. Fencing is answered as Kafka does per version: ``PRODUCER_FENCED``
 from AddPartitionsToTxn/AddOffsetsToTxn/EndTxn v2 on, and
 ``INVALID_PRODUCER_EPOCH`` before (clients that old do not know the newer code).
 InitProducerId is :mod:`service.handlers.producer_ids`'s; with a transactional
-id it calls the coordinator (``Broker.transaction_coordinator``).
+id it calls the coordinator (``Broker.transaction_coordinator``). DescribeProducers
+reads a partition's producer state (:mod:`local_tier.producer_state`), as
+kafka-transactions.sh's describe-producers asks it of the partition's leader.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from controller.topic_changes import check_topic_name
+from local_tier.errors import ErrorCode, KafkaError
 from service.groups.records import partition_for
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
@@ -26,6 +29,7 @@ from service.transactions.metadata import TopicPartition
 __all__ = [
     "handle_add_offsets_to_txn",
     "handle_add_partitions_to_txn",
+    "handle_describe_producers",
     "handle_describe_transactions",
     "handle_end_txn",
     "handle_list_transactions",
@@ -206,3 +210,50 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
             for t, p, s in found
         ),
     )
+
+
+# --------------------------------------------------------------------------- DescribeProducers
+
+
+def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    """Kafka's checks: an illegal topic name or an unknown topic fails each of its partitions;
+    a partition the topic lacks is UNKNOWN_TOPIC_OR_PARTITION, one this broker does not host
+    NOT_LEADER_OR_FOLLOWER (the client's metadata is stale)."""
+    mod = response_module(61, ctx.version)
+    broker = ctx.broker
+    topics = []
+    for topic in request.topics:
+        error, message = E.none, None
+        try:
+            check_topic_name(topic.name)
+            info = broker.controller.topic(topic.name)
+            count = -1 if info is None else info.partitions
+        except KafkaError as exc:
+            error, message, count = exc.code, exc.message, -1
+        if error == E.none and count < 0:
+            error = E.unknown_topic_or_partition
+        partitions = []
+        for index in topic.partition_indexes:
+            fields: dict[str, Any] = {"error_code": error, "error_message": message}
+            if error == E.none:
+                log = broker.logs.get_log(topic.name, int(index))
+                if not 0 <= index < count:
+                    fields["error_code"] = E.unknown_topic_or_partition
+                elif log is None:
+                    fields["error_code"] = E.not_leader_or_follower
+                else:
+                    fields["active_producers"] = tuple(
+                        build(mod.ProducerState, producer_id=pid, producer_epoch=entry.producer_epoch,
+                              last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+                              coordinator_epoch=entry.coordinator_epoch,
+                              current_txn_start_offset=_or_none(entry.current_txn_first_offset))
+                        for pid, entry in sorted(log.producer_state.producers.items())
+                    )
+            _count(ctx, "DescribeProducers", fields["error_code"])
+            partitions.append(build(mod.PartitionResponse, partition_index=index, **fields))
+        topics.append(build(mod.TopicResponse, name=topic.name, partitions=tuple(partitions)))
+    return build(mod.DescribeProducersResponse, throttle_time=0, topics=tuple(topics))
+
+
+def _or_none(offset: int | None) -> int:
+    return -1 if offset is None else offset

@@ -3,7 +3,7 @@
 confluent-kafka and aiokafka commit and abort; a second producer with the same
 transactional.id fences the first; a transaction left open past its timeout is
 aborted by the coordinator; the coordinator's error paths over the raw
-protocol; ``strata transactions list|describe``.
+protocol; DescribeProducers; ``strata transactions list|describe|describe-producers``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException, Producer
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.errors import TransactionalIdNotFoundError
+from kafka.errors import InvalidTopicError, TransactionalIdNotFoundError, UnknownTopicOrPartitionError
 
 from tests.conftest import REPO_ROOT, BrokerProcess, subprocess_env
 from tests.e2e import rawcoordinator as rawtxn
@@ -235,6 +236,39 @@ def test_cli_lists_and_describes_transactions(txn_broker: BrokerProcess) -> None
     assert fields["TransactionState"] == "Ongoing"
     assert fields["TopicPartitions"] == f"{topic}-0"
     assert fields["ProducerEpoch"] == "0"
+    producers = strata("transactions", "describe-producers", "--topic", topic, "--partition", "0",
+                       "--bootstrap-server", b)
+    assert producers.returncode == 0, producers.stderr
+    header, row = producers.stdout.splitlines()
+    open_txn = dict(zip(header.split(), row.split()))
+    assert open_txn["ProducerId"] == fields["ProducerId"]
+    assert (open_txn["ProducerEpoch"], open_txn["LastSequence"]) == ("0", "0")
+    assert open_txn["CurrentTransactionStartOffset"] == "0"
     p.commit_transaction(30)
+    producers = strata("transactions", "describe-producers", "--topic", topic, "--partition", "0",
+                       "--bootstrap-server", b)
+    header, row = producers.stdout.splitlines()
+    committed = dict(zip(header.split(), row.split()))
+    assert (committed["LatestCoordinatorEpoch"], committed["CurrentTransactionStartOffset"]) == ("0", "None")
     missing = strata("transactions", "describe", "--transactional-id", "nope", "--bootstrap-server", b)
     assert missing.returncode == 1 and "TransactionalIdNotFound" in missing.stderr
+    missing = strata("transactions", "describe-producers", "--topic", topic, "--partition", "7",
+                     "--broker-id", "1", "--bootstrap-server", b)
+    assert missing.returncode == 1 and "UnknownTopicOrPartition" in missing.stderr
+
+
+def test_describe_producers_error_paths(txn_broker: BrokerProcess) -> None:
+    """Kafka's answers: an illegal name, an unknown topic, a partition the topic lacks."""
+    topic = topic_name("txn-producers")
+    create_topic(txn_broker.bootstrap, topic)
+    admin = KafkaAdminClient(bootstrap_servers=txn_broker.bootstrap)
+    try:
+        for tp, error in ((TopicPartition("bad/name", 0), InvalidTopicError),
+                          (TopicPartition("no-such-topic", 0), UnknownTopicOrPartitionError),
+                          (TopicPartition(topic, 1), UnknownTopicOrPartitionError)):
+            with pytest.raises(error):
+                admin.describe_producers([tp], broker_id=1)
+        # nothing written yet: no active producer
+        assert admin.describe_producers([TopicPartition(topic, 0)])[TopicPartition(topic, 0)].active_producers == []
+    finally:
+        admin.close()
