@@ -17,7 +17,11 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
-from kafka.errors import InvalidTopicError, TransactionalIdNotFoundError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    InvalidTopicError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+)
 
 from tests.conftest import REPO_ROOT, BrokerProcess, subprocess_env
 from tests.e2e import rawcoordinator as rawtxn
