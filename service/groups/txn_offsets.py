@@ -85,8 +85,10 @@ class TransactionalOffsets:
         member_id: str,
         instance_id: str | None,
         offsets: Mapping[TopicPartition, tuple[int, int, str | None]],
+        metadata_max_bytes: int,
     ) -> dict[TopicPartition, ErrorCode]:
-        """Write the offsets as pending offsets of the producer's transaction; a code per partition."""
+        """Write the offsets as pending offsets of the producer's transaction; a code per partition
+        (OFFSET_METADATA_TOO_LARGE for metadata over ``metadata_max_bytes``, as Kafka)."""
         group = self._store.get(group_id)
         error = self._validate(group, generation_id, member_id, instance_id)
         if error is None and self._log is None:
@@ -95,10 +97,18 @@ class TransactionalOffsets:
             return dict.fromkeys(offsets, error)
         assert self._log is not None
         now = self._timer.now_ms()
+        results = {
+            tp: E.offset_metadata_too_large
+            for tp, (_, _, metadata) in offsets.items()
+            if metadata is not None and len(metadata.encode()) > metadata_max_bytes
+        }
         accepted = {
             tp: OffsetAndMetadata(offset, epoch, metadata or "", now)
             for tp, (offset, epoch, metadata) in offsets.items()
+            if tp not in results
         }
+        if not accepted:
+            return results
         records = [
             (
                 encode_key(OffsetKey(group_id, t, p)),
@@ -110,10 +120,10 @@ class TransactionalOffsets:
         try:
             self._log.append_transactional(partition, records, producer_id, producer_epoch)
         except KafkaError as exc:
-            return dict.fromkeys(offsets, storage_error(exc))
+            return {**results, **dict.fromkeys(accepted, storage_error(exc))}
         pending = self._pending.setdefault(partition, {}).setdefault(producer_id, {})
         pending.setdefault(group_id, {}).update(accepted)
-        return dict.fromkeys(offsets, E.none)
+        return {**results, **dict.fromkeys(accepted, E.none)}
 
     def _validate(
         self, group: GroupMetadata | None, generation_id: int, member_id: str, instance_id: str | None

@@ -255,19 +255,20 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 group_id=g.group_id,
                 **_fetch_group(ctx, mod, g.group_id, g.topics, "OffsetFetchResponseTopics",
                                "OffsetFetchResponsePartitions", getattr(g, "member_id", None),
-                               int(getattr(g, "member_epoch", -1))),
+                               int(getattr(g, "member_epoch", -1)), bool(request.require_stable)),
             )
             for g in request.groups
         )
         return build(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
     fields = _fetch_group(ctx, mod, request.group_id, request.topics, "OffsetFetchResponseTopic",
-                          "OffsetFetchResponsePartition")
+                          "OffsetFetchResponsePartition",
+                          require_stable=bool(getattr(request, "require_stable", False)))
     return build(mod.OffsetFetchResponse, throttle_time=0, **fields)
 
 
 def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topic_cls: str,
                  partition_cls: str, member_id: str | None = None,
-                 member_epoch: int = -1) -> dict[str, Any]:
+                 member_epoch: int = -1, require_stable: bool = False) -> dict[str, Any]:
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
@@ -277,9 +278,13 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
     _count_error(ctx, "OffsetFetch", error)
     if wanted is None:
         wanted = sorted(found)
+    # KIP-447 (v7+): offsets an open transaction holds are not answered until it ends
+    unstable = ctx.broker.groups.unstable_offsets(group_id, wanted) if require_stable else set()
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for name, index in wanted:
-        committed: OffsetAndMetadata | None = found.get((name, index))
+        committed: OffsetAndMetadata | None = None if (name, index) in unstable else found.get((name, index))
+        code = E.unstable_offset_commit if (name, index) in unstable else E.none
+        _count_error(ctx, "OffsetFetch", code)
         by_topic[name].append(
             build(
                 getattr(mod, partition_cls),
@@ -288,7 +293,7 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
                 committed_leader_epoch=-1 if committed is None else committed.leader_epoch,
                 metadata="" if committed is None else committed.metadata,
                 # v1 has no group-level error: it goes on every partition
-                error_code=error if ctx.version < 2 else E.none,
+                error_code=error if ctx.version < 2 else code,
             )
         )
     return {

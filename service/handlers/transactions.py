@@ -152,10 +152,11 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     check = broker.transactions.transaction_includes(request.transactional_id, pid, epoch, offsets_tp)
     if check == E.producer_fenced:
         check = E.invalid_producer_epoch
+    results: dict[TopicPartition, ErrorCode]
     if check != E.none:
         results = dict.fromkeys(offsets, check)
     else:
-        results = broker.groups.txn_offsets.commit(
+        results = broker.groups.txn_commit_offsets(
             request.group_id, pid, epoch, int(getattr(request, "generation_id", -1)),
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None), offsets,
         )

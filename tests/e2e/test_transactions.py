@@ -22,11 +22,23 @@ from kafka.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from kafka.protocol.consumer import OffsetFetchRequest
 
 from tests.conftest import REPO_ROOT, BrokerProcess, subprocess_env
 from tests.e2e import rawcoordinator as rawtxn
-from tests.e2e.helpers import consume, create_topic, topic_name, wait_until, watermarks
+from tests.e2e import rawkafka as rk
+from tests.e2e.helpers import (
+    consume,
+    consumer,
+    create_topic,
+    produce_values,
+    topic_name,
+    wait_until,
+    watermarks,
+)
 from tests.e2e.rawkafka import Connection
+
+UNSTABLE_OFFSET_COMMIT = 88
 
 SETS = {
     "transaction.state.log.num.partitions": "2",
@@ -175,6 +187,37 @@ def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProces
     assert values_of(b, topic, 0) == []  # read_committed: nothing
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
+
+
+def test_offsets_of_a_kip848_consumer_stay_unstable_until_the_commit(txn_broker: BrokerProcess) -> None:
+    """send_offsets_to_transaction from a consumer-protocol member (its member epoch checked);
+    OffsetFetch with require_stable (KIP-447) answers UNSTABLE_OFFSET_COMMIT until the commit."""
+    b = txn_broker.bootstrap
+    source, sink, group = topic_name("txn-in"), topic_name("txn-out"), topic_name("txn-group")
+    create_topic(b, source)
+    create_topic(b, sink)
+    produce_values(b, source, [b"a", b"b", b"c"])
+    c = consumer(b, **{"group.id": group, "group.protocol": "consumer"})
+    c.subscribe([source])
+    got: list[Any] = []
+    wait_until(lambda: got.extend(m for m in c.consume(3, 0.5) if m.error() is None) or len(got) == 3,
+               "the member consumes its assignment", timeout=30)
+    p = txn_producer(b, "kip848-eos")
+    p.begin_transaction()
+    p.produce(sink, b"derived", partition=0)
+    p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(), 30)
+
+    def fetch(stable: bool) -> tuple[int, int]:
+        request = OffsetFetchRequest(group_id=group, require_stable=stable, topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=source, partition_indexes=[0])])
+        (answer,) = rk.call(b, request, 7).topics[0].partitions
+        return answer.error_code, answer.committed_offset
+
+    assert fetch(stable=True) == (UNSTABLE_OFFSET_COMMIT, -1)
+    assert fetch(stable=False) == (rawtxn.NONE, -1)  # pending: not committed yet
+    p.commit_transaction(30)
+    assert fetch(stable=True) == (rawtxn.NONE, 3)
+    c.close()
 
 
 # --------------------------------------------------------------------------- raw protocol
