@@ -68,7 +68,8 @@ def _broker_counters(b: BrokerProcess) -> dict[str, float]:
     """CONCURRENT_TRANSACTIONS answers, and per timed API its request count and seconds."""
     out: dict[str, float] = {"concurrent_transactions": 0.0}
     for line in _metrics(b).splitlines():
-        if line.startswith("strata_kafka_request_errors") and 'error="CONCURRENT_TRANSACTIONS"' in line:
+        if line.startswith(("strata_kafka_request_errors", "strata_kafka_request_expected_errors")) \
+                and 'error="CONCURRENT_TRANSACTIONS"' in line:
             out["concurrent_transactions"] += float(line.rsplit(" ", 1)[1])
         m = re.match(r'strata_kafka_request_duration_seconds_(sum|count)\{api="(\w+)"\} (\S+)', line)
         if m and m.group(2) in _TIMED_APIS:
