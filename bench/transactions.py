@@ -18,7 +18,6 @@ with py-spy during the transactional passes. Every figure comes from this run.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import sys
@@ -32,7 +31,7 @@ sys.path.insert(0, str(BENCH))
 
 from confluent_kafka import Producer
 from foundation import BrokerProcess, Profiler, log, machine_info
-from idempotence import create_topic
+from idempotence import create_topic, report
 
 RECORDS_PER_TXN = 1000
 VALUE = b"x" * 100
@@ -145,9 +144,7 @@ def main() -> int:
             "runs": runs,
             "machine": machine_info(work),
         }
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("runs", "machine")}, indent=1))
-    if args.out:
-        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    report(summary, args.out)
     return 0
 
 

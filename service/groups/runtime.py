@@ -17,7 +17,8 @@ from typing import Protocol
 from controller.configs import BrokerConfig
 from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from controller.metadata import Controller, TopicInfo
-from local_tier.errors import TopicAlreadyExistsError
+from local_tier.control import marker_from
+from local_tier.errors import CorruptRecordError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
@@ -33,6 +34,7 @@ __all__ = [
     "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
+    "ensure_internal_topic",
     "start_coordinator",
 ]
 
@@ -72,6 +74,23 @@ class OffsetsHost(Protocol):
     ) -> LogAppendInfo: ...
 
 
+def ensure_internal_topic(
+    broker: OffsetsHost, name: str, partitions_key: str, configs: Mapping[str, str]
+) -> int:
+    """A coordinator's topic (``__consumer_offsets``, ``__transaction_state``), created on first
+    use with ``partitions_key`` partitions and ``configs``; its partition count."""
+    info = broker.controller.topic(name)
+    if info is None:
+        try:
+            info = broker.create_topic(
+                name, num_partitions=broker.config.get_int(partitions_key), configs=configs
+            )
+        except TopicAlreadyExistsError:
+            info = broker.controller.topic(name)
+            assert info is not None
+    return info.partitions
+
+
 class LoopTimer:
     """:class:`service.groups.seams.Timer` on the running asyncio loop."""
 
@@ -90,19 +109,9 @@ class BrokerOffsetLog:
         self._open: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure(self) -> int:
-        broker = self._broker
-        info = broker.controller.topic(OFFSETS_TOPIC)
-        if info is None:
-            try:
-                info = broker.create_topic(
-                    OFFSETS_TOPIC,
-                    num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
-                    configs=OFFSETS_TOPIC_CONFIGS,
-                )
-            except TopicAlreadyExistsError:
-                info = broker.controller.topic(OFFSETS_TOPIC)
-                assert info is not None
-        return info.partitions
+        return ensure_internal_topic(
+            self._broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", OFFSETS_TOPIC_CONFIGS
+        )
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         now = int(time.time() * 1000)
@@ -143,7 +152,11 @@ class BrokerOffsetLog:
             for header, record in iter_log_records(log):
                 if header.is_control:
                     held = self._open.pop((partition, header.producer_id), [])
-                    if is_commit_marker(record.key):
+                    try:
+                        marker = marker_from(header, record.key, record.value)
+                    except CorruptRecordError:
+                        marker = None  # as an abort: the held offsets are dropped
+                    if marker is not None and marker.committed:
                         yield from held
                 elif record.key is None:
                     continue
@@ -153,11 +166,6 @@ class BrokerOffsetLog:
                     )
                 else:
                     yield record.key, record.value
-
-
-def is_commit_marker(key: bytes | None) -> bool:
-    """A control record's key is (version int16, type int16); type 1 is COMMIT."""
-    return key is not None and len(key) >= 4 and key[2:4] == b"\x00\x01"
 
 
 class ControllerTopics:

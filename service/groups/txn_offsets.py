@@ -28,7 +28,8 @@ from typing import Protocol, runtime_checkable
 
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups.errors import storage_error
-from service.groups.group import GroupMetadata, GroupState, OffsetAndMetadata, TopicPartition
+from service.groups.group import GroupMetadata, OffsetAndMetadata, TopicPartition
+from service.groups.offsets import validate_offset_commit
 from service.groups.records import (
     OffsetKey,
     OffsetValue,
@@ -128,18 +129,9 @@ class TransactionalOffsets:
     def _validate(
         self, group: GroupMetadata | None, generation_id: int, member_id: str, instance_id: str | None
     ) -> ErrorCode | None:
-        if group is None:
+        if group is None:  # Kafka creates an empty group for a commit at generation -1
             return E.illegal_generation if generation_id >= 0 else None
-        if group.is_state(GroupState.DEAD):
-            return E.coordinator_not_available
-        if generation_id < 0 and not member_id and instance_id is None:
-            return None  # a producer committing for a group it is not a member of
-        error = group.current_member_error(member_id, instance_id)
-        if error is not None:
-            return error
-        if generation_id != group.generation_id:
-            return E.illegal_generation
-        return None
+        return validate_offset_commit(group, generation_id, member_id, instance_id, transactional=True)
 
     # ------------------------------------------------------------------ markers
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from local_tier.errors import ErrorCode, KafkaError
@@ -28,6 +28,7 @@ from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
 __all__ = [
+    "codes_by_topic",
     "handle_delete_groups",
     "handle_describe_groups",
     "handle_find_coordinator",
@@ -39,6 +40,7 @@ __all__ = [
     "handle_offset_delete",
     "handle_offset_fetch",
     "handle_sync_group",
+    "offsets_to_commit",
 ]
 
 E = ErrorCode
@@ -51,6 +53,29 @@ _T = TypeVar("_T")
 def _count_error(ctx: RequestContext, api: str, code: ErrorCode) -> None:
     if code != E.none:
         ctx.broker.metrics_error(api, code)
+
+
+def codes_by_topic(
+    results: Mapping[TopicPartition, ErrorCode], topic_cls: type, partition_cls: type,
+    partitions: str = "partitions", code: str = "error_code",
+) -> tuple[Any, ...]:
+    """Per-partition error codes as a response's topics, in the results' order (the
+    entity classes and, where a schema names them otherwise, its two field names)."""
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (name, index), error in results.items():
+        by_topic[name].append(build(partition_cls, partition_index=index, **{code: error}))
+    return tuple(build(topic_cls, name=name, **{partitions: tuple(parts)}) for name, parts in by_topic.items())
+
+
+def offsets_to_commit(topics: Any) -> dict[TopicPartition, tuple[int, int, str | None]]:
+    """OffsetCommit's and TxnOffsetCommit's ``(offset, leader epoch, metadata)`` per partition."""
+    return {
+        (topic.name, int(p.partition_index)): (
+            int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata,
+        )
+        for topic in topics
+        for p in topic.partitions
+    }
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -215,15 +240,7 @@ def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(8, ctx.version)
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            epoch = int(getattr(p, "committed_leader_epoch", -1))
-            offsets[(topic.name, int(p.partition_index))] = (
-                int(p.committed_offset),
-                epoch,
-                p.committed_metadata,
-            )
+    offsets = offsets_to_commit(request.topics)
     results = broker.groups.commit_offsets(
         request.group_id,
         int(request.generation_id_or_member_epoch),
@@ -233,16 +250,9 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         lambda name: broker.controller.topic(name) is not None,
         api_version=ctx.version,
     )
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (name, index), code in results.items():
+    for code in results.values():
         _count_error(ctx, "OffsetCommit", code)
-        by_topic[name].append(
-            build(mod.OffsetCommitResponsePartition, partition_index=index, error_code=code)
-        )
-    topics = tuple(
-        build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    topics = codes_by_topic(results, mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition)
     return build(mod.OffsetCommitResponse, throttle_time=0, topics=topics)
 
 
@@ -310,15 +320,7 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
     error, results = ctx.broker.groups.delete_offsets(request.group_id, wanted)
     _count_error(ctx, "OffsetDelete", error)
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (name, index), code in results.items():
-        by_topic[name].append(
-            build(mod.OffsetDeleteResponsePartition, partition_index=index, error_code=code)
-        )
-    topics = tuple(
-        build(mod.OffsetDeleteResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    topics = codes_by_topic(results, mod.OffsetDeleteResponseTopic, mod.OffsetDeleteResponsePartition)
     return build(mod.OffsetDeleteResponse, error_code=error, throttle_time=0, topics=topics)
 
 

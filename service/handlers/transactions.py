@@ -23,6 +23,7 @@ from controller.topic_changes import check_topic_name
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups.records import partition_for
 from service.handlers.context import RequestContext
+from service.handlers.groups import codes_by_topic, offsets_to_commit
 from service.protocol import build, response_module
 from service.transactions.metadata import TopicPartition
 
@@ -75,15 +76,8 @@ def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics:
 
 
 def _topic_results(mod: Any, results: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (topic, partition), code in results.items():
-        by_topic[topic].append(
-            build(mod.AddPartitionsToTxnPartitionResult, partition_index=partition, partition_error_code=code)
-        )
-    return tuple(
-        build(mod.AddPartitionsToTxnTopicResult, name=name, results_by_partition=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    return codes_by_topic(results, mod.AddPartitionsToTxnTopicResult, mod.AddPartitionsToTxnPartitionResult,
+                          partitions="results_by_partition", code="partition_error_code")
 
 
 def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
@@ -141,12 +135,7 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(28, ctx.version)
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            offsets[(topic.name, int(p.partition_index))] = (
-                int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata,
-            )
+    offsets = offsets_to_commit(request.topics)
     offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
     # The producer must hold the transactional id and have added the group (AddOffsetsToTxn).
     check = broker.transactions.transaction_includes(request.transactional_id, pid, epoch, offsets_tp)
@@ -160,14 +149,9 @@ def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             request.group_id, pid, epoch, int(getattr(request, "generation_id", -1)),
             getattr(request, "member_id", ""), getattr(request, "group_instance_id", None), offsets,
         )
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (name, index), code in results.items():
+    for code in results.values():
         _count(ctx, "TxnOffsetCommit", code)
-        by_topic[name].append(build(mod.TxnOffsetCommitResponsePartition, partition_index=index, error_code=code))
-    topics = tuple(
-        build(mod.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    topics = codes_by_topic(results, mod.TxnOffsetCommitResponseTopic, mod.TxnOffsetCommitResponsePartition)
     return build(mod.TxnOffsetCommitResponse, throttle_time=0, topics=topics)
 
 

@@ -17,13 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from controller.configs import BrokerConfig
-from controller.metadata import Controller, TopicInfo
-from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
-from local_tier.log import LogAppendInfo
-from local_tier.manager import LogManager
-from local_tier.producer_state import AppendOrigin
+from local_tier.errors import ErrorCode, KafkaError
 from local_tier.records import build_batch
-from service.groups.runtime import LoopTimer
+from service.groups.runtime import LoopTimer, OffsetsHost, ensure_internal_topic
 from service.log_replay import iter_log_records
 from service.producer_ids import ProducerIdManager
 from service.transactions.coordinator import TransactionCoordinator
@@ -40,31 +36,12 @@ __all__ = [
 ]
 
 
-class TxnHost(Protocol):
-    """What the coordinator's runtime needs of the broker (:class:`service.broker.Broker` has it)."""
-
-    @property
-    def config(self) -> BrokerConfig: ...
-
-    @property
-    def controller(self) -> Controller: ...
-
-    @property
-    def logs(self) -> LogManager: ...
-
-    @property
-    def leader_epoch(self) -> int: ...
-
-    def create_topic(
-        self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
-    ) -> TopicInfo: ...
+class TxnHost(OffsetsHost, Protocol):
+    """What the coordinator's runtime needs of the broker (:class:`service.broker.Broker` has it):
+    what the group coordinator's does, and producer ids and the markers."""
 
     @property
     def producer_ids(self) -> ProducerIdManager: ...
-
-    def append(
-        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
-    ) -> LogAppendInfo: ...
 
     def write_txn_markers(
         self,
@@ -103,19 +80,10 @@ class BrokerTxnStateLog:
         self._broker = broker
 
     def ensure(self) -> int:
-        broker = self._broker
-        info = broker.controller.topic(TRANSACTION_STATE_TOPIC)
-        if info is None:
-            try:
-                info = broker.create_topic(
-                    TRANSACTION_STATE_TOPIC,
-                    num_partitions=broker.config.get_int("transaction.state.log.num.partitions"),
-                    configs=transaction_state_topic_configs(broker.config),
-                )
-            except TopicAlreadyExistsError:
-                info = broker.controller.topic(TRANSACTION_STATE_TOPIC)
-                assert info is not None
-        return info.partitions
+        return ensure_internal_topic(
+            self._broker, TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions",
+            transaction_state_topic_configs(self._broker.config),
+        )
 
     def append(self, partition: int, key: bytes, value: bytes | None) -> None:
         batch = build_batch([(key, value, (), int(time.time() * 1000))])

@@ -56,13 +56,7 @@ def add_partitions(conn: Connection, tid: str, pid: int, epoch: int,
     r = Reader(conn.call(API_ADD_PARTITIONS_TO_TXN, 1, body))
     r.int32()
     r.int32()
-    out: dict[tuple[str, int], int] = {}
-    for _ in range(r.int32()):
-        topic = r.string() or ""
-        for _ in range(r.int32()):
-            partition = r.int32()
-            out[(topic, partition)] = r.int16()
-    return out
+    return r.partition_codes()
 
 
 def add_offsets(conn: Connection, tid: str, pid: int, epoch: int, group: str) -> int:

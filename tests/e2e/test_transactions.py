@@ -71,6 +71,17 @@ def txn_producer(bootstrap: str, tid: str, **conf: Any) -> Producer:
     return p
 
 
+def open_transaction(bootstrap: str, tid: str, value: bytes, **conf: Any) -> tuple[str, Producer]:
+    """A new topic and a producer whose open transaction has ``value`` in it (flushed)."""
+    topic = topic_name(f"txn-{tid}")
+    create_topic(bootstrap, topic)
+    p = txn_producer(bootstrap, tid, **conf)
+    p.begin_transaction()
+    p.produce(topic, value, partition=0)
+    p.flush(30)
+    return topic, p
+
+
 def values_of(bootstrap: str, topic: str, count: int, **conf: Any) -> list[bytes]:
     return [m.value() for m in consume(bootstrap, topic, [0], count, timeout=30, **conf)]
 
@@ -152,12 +163,7 @@ def test_aiokafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
 
 def test_a_second_producer_fences_the_first(txn_broker: BrokerProcess) -> None:
     b = txn_broker.bootstrap
-    topic = topic_name("txn-fence")
-    create_topic(b, topic)
-    first = txn_producer(b, "fence-1")
-    first.begin_transaction()
-    first.produce(topic, b"zombie", partition=0)
-    first.flush(30)
+    topic, first = open_transaction(b, "fence-1", b"zombie")
     second = txn_producer(b, "fence-1")  # aborts the zombie's transaction, bumps the epoch
     d = describe(b, "fence-1")
     assert (str(d.state.value), d.producer_epoch) == ("Empty", 2)
@@ -173,12 +179,7 @@ def test_a_second_producer_fences_the_first(txn_broker: BrokerProcess) -> None:
 
 def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess) -> None:
     b = txn_broker.bootstrap
-    topic = topic_name("txn-timeout")
-    create_topic(b, topic)
-    p = txn_producer(b, "slow-1", **{"transaction.timeout.ms": 1500})
-    p.begin_transaction()
-    p.produce(topic, b"abandoned", partition=0)
-    p.flush(30)
+    topic, p = open_transaction(b, "slow-1", b"abandoned", **{"transaction.timeout.ms": 1500})
     assert state(b, "slow-1") == "Ongoing"
     wait_until(lambda: state(b, "slow-1") == "CompleteAbort", "the coordinator aborts it", timeout=20)
     d = describe(b, "slow-1")
@@ -264,12 +265,7 @@ def strata(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_lists_and_describes_transactions(txn_broker: BrokerProcess) -> None:
     b = txn_broker.bootstrap
-    topic = topic_name("txn-cli")
-    create_topic(b, topic)
-    p = txn_producer(b, "cli-open")
-    p.begin_transaction()
-    p.produce(topic, b"x", partition=0)
-    p.flush(30)
+    topic, p = open_transaction(b, "cli-open", b"x")
     listed = strata("transactions", "list", "--bootstrap-server", b)
     assert listed.returncode == 0, listed.stderr
     rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}

@@ -12,32 +12,10 @@ from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition
 from service.transactions.records import decode_txn_key, decode_txn_value, txn_partition_for
 from service.transactions.seams import TxnConfig
+from tests.service.groups.test_coordinator import FakeTimer
 
 E = ErrorCode
 TID = "tx-a"
-
-
-@dataclass
-class _Handle:
-    callback: Callable[[], None]
-    cancelled: bool = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-@dataclass
-class Clock:
-    now: int = 1_000_000
-    handles: list[tuple[int, _Handle]] = field(default_factory=list)
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> _Handle:
-        handle = _Handle(callback)
-        self.handles.append((self.now + delay_ms, handle))
-        return handle
 
 
 @dataclass
@@ -98,10 +76,10 @@ def run(body: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
 
 
 def make(log: MemoryTxnLog | None = None, markers: Markers | None = None,
-         clock: Clock | None = None) -> tuple[TransactionCoordinator, MemoryTxnLog, Markers, Clock]:
+         clock: FakeTimer | None = None) -> tuple[TransactionCoordinator, MemoryTxnLog, Markers, FakeTimer]:
     log = log or MemoryTxnLog()
     markers = markers or Markers()
-    clock = clock or Clock()
+    clock = clock or FakeTimer()
     coord = TransactionCoordinator(log, markers, Ids(), clock, TxnConfig(max_timeout_ms=60_000, marker_retry_ms=1))
     coord.startup()
     return coord, log, markers, clock
