@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
-from remote_tier.store import ObjectStore
 from local_tier.errors import KafkaError
+from remote_tier.store import ObjectStore
 from service.broker import Broker, cancel_and_wait
 from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router

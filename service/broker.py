@@ -70,6 +70,7 @@ from service.producer_ids import ProducerIdManager
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker", "cancel_and_wait"]
@@ -127,6 +128,7 @@ class Broker:
         self.cluster: ClusterNode | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by start()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -144,6 +146,9 @@ class Broker:
         await self.cluster.join()
         self.logs.load(self._log_config)
         self.groups = start_coordinator(self)
+        self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
+        self.transactions = start_transaction_coordinator(self, self.cluster.peers)
+        self.transaction_coordinator = self.transactions
         self.controller.add_listener(self._on_metadata_event)
         wire_replication(self, self.cluster)
         assert self.cluster.poller is not None
@@ -169,6 +174,8 @@ class Broker:
         await self.replicas.close()
 
     def close(self) -> None:
+        if self.transactions is not None:
+            self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.replicas.shutdown()
@@ -235,9 +242,8 @@ class Broker:
 
     def _on_metadata_event(self, event: MetadataEvent) -> None:
         """Topic events of an applied snapshot (partitions follow in the replica manager)."""
-        if isinstance(event, TopicDeleted) and event.topic.name != OFFSETS_TOPIC:
-            if self.groups is not None:  # as Kafka: the groups' offsets of it go too
-                self.groups.on_topics_deleted({event.topic.name})
+        if isinstance(event, TopicDeleted) and event.topic.name != OFFSETS_TOPIC and self.groups is not None:
+            self.groups.on_topics_deleted({event.topic.name})  # as Kafka: the groups' offsets of it go too
 
     def _restore_reserve(self) -> None:
         """Space was just freed: the embedded store takes back its full-disk reserve

@@ -45,7 +45,7 @@ def _admin(args: argparse.Namespace) -> Any:
     try:
         return KafkaAdminClient(bootstrap_servers=args.bootstrap_server, client_id="strata-cli",
                                 request_timeout_ms=int(CLIENT_TIMEOUT_S * 1000))
-    except Exception as exc:  # noqa: BLE001 - kafka-python's NoBrokersAvailable and kin
+    except Exception as exc:
         raise CliError(f"cannot reach {args.bootstrap_server}: {exc}") from exc
 
 
@@ -95,5 +95,5 @@ def _print_moves(moves: dict[Any, dict[str, list[int]]]) -> None:
     print(f"{'TOPIC':<30} {'PARTITION':>9}  REPLICAS        ADDING    REMOVING")
     for tp in sorted(moves, key=lambda t: (t.topic, t.partition)):
         m = moves[tp]
-        print(f"{tp.topic:<30} {tp.partition:>9}  {str(m['replicas']):<15} "
-              f"{str(m['adding_replicas']):<9} {m['removing_replicas']}")
+        print(f"{tp.topic:<30} {tp.partition:>9}  {m['replicas']!s:<15} "
+              f"{m['adding_replicas']!s:<9} {m['removing_replicas']}")

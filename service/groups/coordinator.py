@@ -64,6 +64,7 @@ from service.groups.requests import (
 )
 from service.groups.seams import OffsetLog, Timer, TopicsImage, cancel
 from service.groups.store import GroupStore
+from service.groups.txn_offsets import TransactionalOffsets
 
 __all__ = ["GroupCoordinator"]
 
@@ -88,6 +89,8 @@ class GroupCoordinator:
         self._owned: set[int] | None = None
         self._loading: set[int] = set()
         self._expiry_scheduled = False
+        #: TxnOffsetCommit's pending offsets (:mod:`~service.groups.txn_offsets`)
+        self.txn_offsets = TransactionalOffsets(self._store, log_, timer)
 
     # ================================================================== lifecycle
 
@@ -95,6 +98,7 @@ class GroupCoordinator:
         """Rebuild groups and offsets from the log; start member sessions and offset expiry."""
         self._store.load(self._timer.now_ms(), self._load_consumer_record)
         self._consumers.finish_load()
+        self.txn_offsets.restore()
         for group in self._store.groups.values():
             for member in group.members.values():
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -120,21 +124,29 @@ class GroupCoordinator:
     def is_loading(self, partition: int) -> bool:
         return partition in self._loading
 
-    def load_partition(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    def load_partition(
+        self,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        open_transactions: Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]] | None = None,
+    ) -> None:
         """Rebuild the groups of ``partition`` from its records and start serving them
-        (Kafka's ``GroupMetadataManager.loadGroupsAndOffsets``)."""
+        (Kafka's ``GroupMetadataManager.loadGroupsAndOffsets``); ``open_transactions``: the
+        transactional offsets the replay found without a marker yet (pending again)."""
         self.serve_partitions()
         assert self._owned is not None
         self._loading.discard(partition)
         self._store.load(self._timer.now_ms(), self._load_consumer_record, records)
         self._consumers.finish_load()
+        self.txn_offsets.restore(open_transactions or {})
         for group in self._store.groups.values():
             if self._store.partition_of(group.group_id) != partition:
                 continue
             for member in group.members.values():
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
-            if group.consumer is not None:
-                self._heartbeats.schedule_all(group.consumer)
+        for consumer_group in self._consumers.groups.values():
+            if self._store.partition_of(consumer_group.group_id) == partition:
+                self._heartbeats.schedule_all(consumer_group)
         if not self._expiry_scheduled:
             self._expiry_scheduled = True
             self._expiry.schedule()
@@ -148,6 +160,7 @@ class GroupCoordinator:
         assert self._owned is not None
         self._loading.discard(partition)
         self._owned.discard(partition)
+        self.txn_offsets.unload(partition)
         for group in self._store.unload(partition):
             for member in group.members.values():
                 cancel(member.heartbeat_timer)
@@ -300,6 +313,37 @@ class GroupCoordinator:
             group_id, generation_id, member_id, instance_id, offsets, topic_exists
         )
 
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: Mapping[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets wait in the producer's transaction (:mod:`.txn_offsets`).
+
+        For a consumer-protocol group ``generation_id`` is the member epoch, checked as
+        Kafka's ``validateTransactionalOffsetCommit`` does (a stale epoch is ILLEGAL_GENERATION).
+        """
+        if (gate := self.coordinator_error(group_id)) is not None:
+            return dict.fromkeys(offsets, gate)
+        consumer_group = self._consumers.get(group_id)
+        if consumer_group is not None:
+            error = self._consumers.validate_commit(
+                consumer_group, member_id, generation_id, 0, transactional=True, instance_id=instance_id
+            )
+            if error is not None:
+                code = E.illegal_generation if error == E.stale_member_epoch else error
+                return dict.fromkeys(offsets, code)
+            generation_id, member_id, instance_id = -1, "", None  # checked: commit as the group
+        return self.txn_offsets.commit(
+            group_id, producer_id, producer_epoch, generation_id, member_id, instance_id, offsets,
+            self.config.offset_metadata_max_bytes,
+        )
+
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None,
         member_id: str | None = None, member_epoch: int = -1,
@@ -316,6 +360,11 @@ class GroupCoordinator:
             if error is not None:
                 return error, {}
         return self._offsets.fetch_offsets(group_id, partitions)
+
+    def unstable_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Those of ``partitions`` an open transaction holds an offset of for the group (KIP-447:
+        OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
+        return {tp for tp in partitions if self.txn_offsets.has_pending(group_id, tp)}
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]

@@ -21,18 +21,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from controller.configs import BrokerConfig
-from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
-from controller.events import MetadataListener
+from controller.events import MetadataListener, PartitionsCreated, TopicCreated, TopicDeleted
 from controller.records import TopicInfo
 from controller.registrations import PartitionRegistration
-from local_tier.errors import ErrorCode, KafkaError, TopicAlreadyExistsError
+from local_tier.control import marker_from
+from local_tier.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
-from local_tier.records import build_batch, decode_batch, iter_batches
+from local_tier.producer_state import AppendOrigin
+from local_tier.records import build_batch
 from service.groups.coordinator import GroupCoordinator
 from service.groups.errors import CoordinatorNotAvailableError
 from service.groups.records import OFFSETS_TOPIC, partition_for
 from service.groups.requests import GroupConfig
+from service.log_replay import iter_log_records
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
@@ -41,6 +43,8 @@ __all__ = [
     "LoopTimer",
     "OffsetsHost",
     "OffsetsLeadership",
+    "create_internal_topic",
+    "ensure_internal_topic",
     "ensure_offsets_topic",
     "start_coordinator",
     "wait_until_serving",
@@ -55,7 +59,6 @@ OFFSETS_TOPIC_CONFIGS = {
     "segment.bytes": str(100 * 1024 * 1024),
     "remote.storage.enable": "false",
 }
-_READ_CHUNK = 4 * 1024 * 1024
 log = logging.getLogger("strata.groups")
 
 
@@ -98,7 +101,41 @@ class OffsetsHost(Protocol):
         configs: Mapping[str, str] | None = None,
     ) -> TopicInfo: ...
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+    def append(
+        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo: ...
+
+
+def ensure_internal_topic(broker: OffsetsHost, name: str) -> int:
+    """A coordinator's topic's (``__consumer_offsets``, ``__transaction_state``) partition
+    count; COORDINATOR_NOT_AVAILABLE while it does not exist (FindCoordinator creates it
+    through the controller: :func:`create_internal_topic`)."""
+    info = broker.controller.topic(name)
+    if info is None:
+        raise CoordinatorNotAvailableError(f"{name} does not exist yet")
+    return info.partitions
+
+
+async def create_internal_topic(
+    broker: OffsetsHost, name: str, partitions_key: str, replication_key: str, configs: Mapping[str, str]
+) -> TopicInfo:
+    """A coordinator's topic, created through the controller when missing, with
+    ``partitions_key`` partitions, ``replication_key`` replicas and ``configs``."""
+    info = broker.controller.topic(name)
+    if info is not None:
+        return info
+    try:
+        return await broker.create_topic(
+            name,
+            num_partitions=broker.config.get_int(partitions_key),
+            replication_factor=broker.config.get_int(replication_key),
+            configs=configs,
+        )
+    except TopicAlreadyExistsError:
+        info = broker.controller.topic(name)
+        if info is None:
+            raise CoordinatorNotAvailableError(f"{name} is being created") from None
+        return info
 
 
 class LoopTimer:
@@ -116,39 +153,67 @@ class BrokerOffsetLog:
 
     def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
+        self._open: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure(self) -> int:
-        info = self._broker.controller.topic(OFFSETS_TOPIC)
-        if info is None:
-            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} does not exist yet")
-        return info.partitions
+        return ensure_internal_topic(self._broker, OFFSETS_TOPIC)
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, (), now) for key, value in records])
         self._broker.append(OFFSETS_TOPIC, partition, batch)
 
+    def append_transactional(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> None:
+        now = int(time.time() * 1000)
+        batch = build_batch(
+            [(key, value, (), now) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        # A coordinator's append: the producer's epoch is checked, not its sequence (Kafka's).
+        self._broker.append(OFFSETS_TOPIC, partition, batch, AppendOrigin.COORDINATOR)
+
+    def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
+        return self._open
+
     def replay(self, partition: int | None = None) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every record of the local partitions (of ``partition`` only, when given)."""
+        """Records in offset order (of ``partition`` only, when given); a transaction's
+        records where its COMMIT marker stands.
+
+        Aborted transactions are dropped; those with no marker yet are kept in
+        :meth:`open_transactions` (``service.groups.txn_offsets``).
+        """
+        self._open = {}
         logs = sorted(
             (p, log)
             for (topic, p), log in self._broker.logs.all_logs().items()
             if topic == OFFSETS_TOPIC and partition in (None, p)
         )
-        for _, log in logs:
-            offset, end = log.log_start_offset, log.log_end_offset
-            while offset < end:
-                data = log.read(offset, _READ_CHUNK, max_offset=end)
-                if not data.regions:
-                    break
-                buf = b"".join(region.read_bytes() for region in data.regions)
-                for pos, header in iter_batches(buf):
-                    if header.next_offset <= offset:
-                        continue
-                    for record in decode_batch(buf, pos)[1]:
-                        if record.offset >= offset and record.key is not None:
-                            yield record.key, record.value
-                    offset = header.next_offset
+        for index, log in logs:
+            for header, record in iter_log_records(log):
+                if header.is_control:
+                    held = self._open.pop((index, header.producer_id), [])
+                    try:
+                        marker = marker_from(header, record.key, record.value)
+                    except CorruptRecordError:
+                        marker = None  # as an abort: the held offsets are dropped
+                    if marker is not None and marker.committed:
+                        yield from held
+                elif record.key is None:
+                    continue
+                elif header.is_transactional:
+                    self._open.setdefault((index, header.producer_id), []).append(
+                        (record.key, record.value)
+                    )
+                else:
+                    yield record.key, record.value
 
 
 class ControllerTopics:
@@ -203,21 +268,10 @@ def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
 
 async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:
     """``__consumer_offsets``, created through the controller when missing (FindCoordinator)."""
-    info = broker.controller.topic(OFFSETS_TOPIC)
-    if info is not None:
-        return info
-    try:
-        return await broker.create_topic(
-            OFFSETS_TOPIC,
-            num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
-            replication_factor=broker.config.get_int("offsets.topic.replication.factor"),
-            configs=OFFSETS_TOPIC_CONFIGS,
-        )
-    except TopicAlreadyExistsError:
-        info = broker.controller.topic(OFFSETS_TOPIC)
-        if info is None:
-            raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} is being created") from None
-        return info
+    return await create_internal_topic(
+        broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", "offsets.topic.replication.factor",
+        OFFSETS_TOPIC_CONFIGS,
+    )
 
 
 async def wait_until_serving(
@@ -258,7 +312,7 @@ class OffsetsLeadership:
     leadership of ``__consumer_offsets`` partitions (a listener of the replica manager)."""
 
     def __init__(self, broker: OffsetsHost, coordinator: GroupCoordinator) -> None:
-        self._log = BrokerOffsetLog(broker)
+        self._broker = broker
         self._coordinator = coordinator
         self._generation: dict[int, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -280,11 +334,12 @@ class OffsetsLeadership:
         self._coordinator.unload_partition(index)
 
     async def _load(self, index: int, generation: int) -> None:
+        offset_log = BrokerOffsetLog(self._broker)  # one per load: it keeps the open transactions
         try:
-            records = await asyncio.to_thread(lambda: list(self._log.replay(index)))
-        except Exception:  # noqa: BLE001 - the partition stays loading; the next leadership retries
+            records = await asyncio.to_thread(lambda: list(offset_log.replay(index)))
+        except Exception:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
             return
         if self._generation.get(index) != generation:
             return  # the leadership moved on while reading
-        self._coordinator.load_partition(index, records)
+        self._coordinator.load_partition(index, records, offset_log.open_transactions())

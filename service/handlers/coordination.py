@@ -18,8 +18,8 @@ from service.handlers.context import RequestContext
 __all__ = ["GROUP_APIS", "group_ids", "prepare"]
 
 #: OffsetCommit, OffsetFetch, JoinGroup, Heartbeat, LeaveGroup, SyncGroup, DescribeGroups,
-#: DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat, ConsumerGroupDescribe
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68, 69})
+#: TxnOffsetCommit, DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat, ConsumerGroupDescribe
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69})
 
 
 def group_ids(body: Any) -> list[str]:

@@ -115,7 +115,7 @@ class AdminHttpServer:
             try:
                 await asyncio.wait_for(self._ready_event.wait(), _STARTUP_WAIT_S)
             except TimeoutError:
-                return _error(503, "NOT_READY", "the broker has not joined its cluster yet")
+                return error_response(503, "NOT_READY", "the broker has not joined its cluster yet")
         return await handler(request)
 
     def _app(self) -> web.Application:

@@ -215,7 +215,7 @@ class ReplicaFetcher:
             return
         try:
             channel = self._peers.channel(self.source_id)
-            version, answer = await channel.request(
+            _, answer = await channel.request(
                 _API_OFFSET_FOR_LEADER_EPOCH,
                 lambda v: self._epoch_request(v, need),
                 timeout_s=self._config.request_timeout_ms / 1000,

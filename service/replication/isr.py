@@ -26,8 +26,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from controller.replication_control import AlterPartitionResult, BrokerState, PartitionStateChange
 from controller.registrations import LeaderRecoveryState
+from controller.replication_control import AlterPartitionResult, BrokerState, PartitionStateChange
 from local_tier.errors import ErrorCode, KafkaError
 from service.cluster.controller_client import ControllerClient
 from service.cluster.wire import raise_for, request_module

@@ -6,7 +6,8 @@
 * ISR changes: an :class:`~service.replication.isr.AlterPartitionManager` over
   the controller client (this broker's own controller when it is active);
 * leadership listeners: the group coordinator loads and unloads the
-  ``__consumer_offsets`` partitions this broker leads, tiering starts and stops
+  ``__consumer_offsets`` partitions this broker leads, the transaction
+  coordinator the ``__transaction_state`` ones, tiering starts and stops
   uploading;
 * deleted logs: a deleted topic's remote data is removed by the broker that led
   the partition.
@@ -27,6 +28,8 @@ from service.replication.isr import AlterPartitionManager
 from service.replication.partition import Partition
 from service.replication.replica_manager import ReplicaManager
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator
+from service.transactions.runtime import TxnLeadership
 
 __all__ = ["GroupLeadership", "ReplicationHost", "wire_replication"]
 
@@ -48,6 +51,9 @@ class ReplicationHost(OffsetsHost, Protocol):
 
     @property
     def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
 
     def restore_reserve(self) -> None: ...
 
@@ -89,6 +95,7 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
         broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition
     )
     replicas.add_listener(GroupLeadership(broker))
+    replicas.add_listener(TxnLeadership(broker.transactions))
     replicas.add_listener(broker.tiering)
 
     def log_deleted(topic: str, index: int, topic_id: uuid.UUID, delete_remote: bool) -> None:
