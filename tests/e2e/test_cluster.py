@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -83,6 +83,17 @@ def _leaders(bootstrap: str, topic: str) -> dict[int, int]:
 def _create(bootstrap: str, topic: NewTopic) -> None:
     client = _admin(bootstrap)
     client.create_topics([topic], request_timeout=TIMEOUT_S)[topic.topic].result(timeout=TIMEOUT_S)
+
+
+def _known_everywhere(cluster: Cluster, topic: str, known: bool = True) -> None:
+    """Wait until every live broker's metadata has (or, ``known=False``, no longer has) the
+    topic: a change reaches the brokers within a metadata poll, not at once."""
+
+    def check() -> bool:
+        return all((topic in _admin(b.bootstrap).list_topics(timeout=TIMEOUT_S).topics) == known
+                   for b in cluster.brokers.values() if b.running)
+
+    cluster.wait_for(f"{topic} {'known' if known else 'gone'} on every broker", check, 10.0, 0.1)
 
 
 def _controller_named(broker: BrokerProcess) -> int:
@@ -240,8 +251,9 @@ def test_admin_writes_sent_to_any_broker_reach_the_controller(s3_cluster: Cluste
     described = client.describe_configs([ConfigResource("topic", "forwarded")])
     entries = next(iter(described.values())).result(timeout=TIMEOUT_S)
     assert entries["retention.ms"].value == "7200000"
+    # librdkafka sends it to the controller some Metadata named: maybe not `other`
     client.delete_topics(["forwarded"], request_timeout=TIMEOUT_S)["forwarded"].result(TIMEOUT_S)
-    assert "forwarded" not in _admin(other.bootstrap).list_topics(timeout=TIMEOUT_S).topics
+    _known_everywhere(s3_cluster, "forwarded", known=False)
 
 
 def test_controller_apis_and_partition_leadership_are_checked(s3_cluster: Cluster) -> None:
@@ -257,6 +269,7 @@ def test_controller_apis_and_partition_leadership_are_checked(s3_cluster: Cluste
     assert int(_raw(s3_cluster.brokers[controller], 63, heartbeat).error_code) == 77
 
     _create(s3_cluster.bootstrap, NewTopic("lead", num_partitions=1, replica_assignment=[[others[0]]]))
+    _known_everywhere(s3_cluster, "lead")  # else a broker may answer UNKNOWN_TOPIC_OR_PARTITION
     leader, follower = s3_cluster.brokers[others[0]], s3_cluster.brokers[others[1]]
     md = _admin(s3_cluster.bootstrap).list_topics("lead", timeout=TIMEOUT_S).topics["lead"]
     epoch = s3_cluster.wait_for(
@@ -537,3 +550,73 @@ def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_k
             assert offsets[0] == max(committed[partition], 0)
     assert sorted(first + rest) == sorted(set(first + rest))  # nothing read twice
     assert os.path.exists(cluster.brokers[coordinator].data_dir / "meta.properties")
+
+
+def _txn_coordinator(broker: BrokerProcess, transactional_id: str) -> int:
+    """The node FindCoordinator (key type 1) names for a transactional id (-1: none yet)."""
+    answer = _raw(broker, 10, {"key": transactional_id, "key_type": 1,
+                               "coordinator_keys": (transactional_id,)})
+    found = answer.coordinators[0] if getattr(answer, "coordinators", None) else answer
+    return int(found.node_id) if int(found.error_code) == 0 else -1
+
+
+def _read_committed(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
+    """Every committed value of ``topic`` (read_committed, from the start to the end)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txn-reader",
+                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                values.append(msg.value())
+            elif msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, "the read_committed consumer did not reach the end"
+    return values
+
+
+def test_transactions_span_brokers_and_survive_their_coordinator_killed(start_cluster: Any) -> None:
+    """The transaction coordinator is the leader of the id's __transaction_state partition;
+    its markers reach partitions led by the other brokers (WriteTxnMarkers). Killed with a
+    transaction open, it comes back with its partition (replication factor 1): the next
+    producer of the id aborts that transaction and commits its own."""
+    cluster = start_cluster(3)
+    bootstrap = cluster.bootstrap
+    tid = "spanning"
+    coordinator = cluster.wait_for("a transaction coordinator",
+                                   lambda: (n := _txn_coordinator(cluster.brokers[1], tid)) >= 0 and [n])[0]
+    elsewhere = [n for n in cluster.brokers if n != coordinator]
+    _create(bootstrap, NewTopic("ledger", num_partitions=2, replica_assignment=[[n] for n in elsewhere]))
+    _known_everywhere(cluster, "ledger")
+
+    def send(producer: Producer, label: str) -> None:
+        producer.begin_transaction()
+        for i in range(20):
+            producer.produce("ledger", value=b"%s-%d" % (label.encode(), i), partition=i % 2)
+
+    first = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    first.init_transactions(TIMEOUT_S)
+    send(first, "one")
+    first.commit_transaction(TIMEOUT_S)  # COMMIT markers on two other brokers
+    send(first, "two")
+    assert first.flush(TIMEOUT_S) == 0  # in the logs, not committed
+
+    cluster.kill(coordinator)
+    cluster.restart(coordinator)
+    second = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
+    second.init_transactions(TIMEOUT_S)  # fences `first`; its open transaction is aborted
+    send(second, "three")
+    second.commit_transaction(TIMEOUT_S)
+
+    values = _read_committed(bootstrap, "ledger", 2)
+    expected = {b"%s-%d" % (label, i) for label in (b"one", b"three") for i in range(20)}
+    assert sorted(values) == sorted(expected)  # nothing of "two", each committed record once
