@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -459,6 +462,14 @@ def test_the_active_controller_killed_hands_over_within_the_lease(start_cluster:
     epoch_before = _partition_epoch(cluster, "before", led_by_old)
     cluster.kill(old)
     killed_at = time.monotonic()
+    # the brokers still up keep serving their partitions while the lease runs out (acks=all)
+    acked: list[bytes] = []
+    survivor_partitions = [p for p, leader in _leaders(bootstrap, "before").items() if leader != old]
+    during = Producer({"bootstrap.servers": cluster.live_bootstrap(), "acks": "all"})
+    for i in range(60):
+        during.produce("before", value=b"during-%d" % i, partition=survivor_partitions[i % len(survivor_partitions)],
+                       on_delivery=lambda err, msg: err is None and acked.append(msg.value()))
+    assert during.flush(TIMEOUT_S) == 0 and len(acked) == 60
     new = cluster.wait_for("a new controller", lambda: (h := cluster.controller_id()) not in (old, -1)
                            and h, LEASE_S + 10, 0.05)
     took_over_s = time.monotonic() - killed_at
@@ -483,6 +494,8 @@ def test_the_active_controller_killed_hands_over_within_the_lease(start_cluster:
     assert _list_offsets_partition(cluster.brokers[old], "before", led_by_old, epoch_before) == 74
     assert {_controller_named(b) for b in cluster.brokers.values()} == {new}
     assert old in _admin(bootstrap).list_topics(timeout=TIMEOUT_S).brokers
+    read_back = set(_consume_all(bootstrap, "before", 150, "before-again").values())
+    assert set(acked) <= read_back and len(read_back) == 150  # every acknowledged record
 
     # a metadata write stamped with the old controller's epoch is refused
     committer = MetadataCommitter(ObjectStoreMetadataStore(FileSystemObjectStore(cluster.store_dir)))
@@ -620,3 +633,49 @@ def test_transactions_span_brokers_and_survive_their_coordinator_killed(start_cl
     values = _read_committed(bootstrap, "ledger", 2)
     expected = {b"%s-%d" % (label, i) for label in (b"one", b"three") for i in range(20)}
     assert sorted(values) == sorted(expected)  # nothing of "two", each committed record once
+
+
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports on 127.0.0.1."""
+    for _ in range(50):
+        base = free_port()
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no consecutive free ports")
+
+
+def test_strata_up_brokers_3_starts_a_cluster_and_ctrl_c_stops_it(tmp_path: Path) -> None:
+    base = _free_ports(3)
+    cmd = [sys.executable, "-m", "service", "up", "--brokers", "3", "--listen", f"127.0.0.1:{base}",
+           "--http", "off", "--data-dir", str(tmp_path / "strata-data")]
+    for key, value in FAST.items():
+        cmd += ["--set", f"{key}={value}"]
+    proc = subprocess.Popen(cmd, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    bootstrap = ",".join(f"127.0.0.1:{base + k}" for k in range(3))
+    try:
+        def three_brokers() -> bool:
+            try:
+                return sorted(_admin(bootstrap).list_topics(timeout=2).brokers) == [1, 2, 3]
+            except Exception:  # noqa: BLE001 - not listening yet
+                return False
+
+        deadline = time.monotonic() + 45
+        while not three_brokers():
+            assert proc.poll() is None and time.monotonic() < deadline, "the cluster did not start"
+            time.sleep(0.3)
+        _create(bootstrap, NewTopic("local", num_partitions=3, replication_factor=1))
+        assert sorted(_leaders(bootstrap, "local").values()) == [1, 2, 3]
+    finally:
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        out, _ = proc.communicate(timeout=60)
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    assert "all 3 broker(s) stopped" in text
+    assert all((tmp_path / "strata-data" / f"broker-{k}" / "meta.properties").exists() for k in (1, 2, 3))
