@@ -35,7 +35,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-from foundation import BrokerProcess, log, machine_info  # noqa: E402
+from foundation import BrokerProcess, log, machine_info
 
 _RATE = re.compile(r"(\d+) records sent, ([0-9.]+) records/sec")
 
