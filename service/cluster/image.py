@@ -16,8 +16,7 @@ listeners run on the event loop.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Protocol
 
 from controller.broker_config import BrokerConfig
@@ -25,9 +24,9 @@ from controller.commit import Snapshot
 from controller.document import ClusterMetadata
 from controller.errors import NotControllerError
 from controller.events import MetadataEvent, MetadataListener, diff_metadata
-from controller.records import BrokerInfo, ConfigEntry, TopicInfo
-from controller.registrations import NO_LEADER, PartitionRegistration
-from controller.topic_changes import require
+from controller.metadata_reads import MetadataReads
+from controller.records import BrokerInfo
+from controller.registrations import NO_LEADER
 
 __all__ = ["MetadataImage", "SnapshotSource"]
 
@@ -36,7 +35,7 @@ class SnapshotSource(Protocol):
     def snapshot(self) -> Snapshot | None: ...
 
 
-class MetadataImage:
+class MetadataImage(MetadataReads):
     """Reads over the newest snapshot (see the module docstring)."""
 
     def __init__(
@@ -72,35 +71,6 @@ class MetadataImage:
     def controller_id(self) -> int:
         """The active controller (Metadata's and DescribeCluster's ``controller_id``)."""
         return self._controller_id()
-
-    # -- topics -----------------------------------------------------------------------
-
-    def topics(self) -> list[TopicInfo]:
-        return sorted(self.metadata.topics.values(), key=lambda t: t.name)
-
-    def topic(self, name: str) -> TopicInfo | None:
-        return self.metadata.topics.get(name)
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self.metadata.topic_by_id(topic_id)
-
-    def partitions(self, name: str) -> tuple[PartitionRegistration, ...]:
-        md = self.metadata
-        return md.partitions[require(md, name).topic_id]
-
-    def partition(self, name: str, index: int) -> PartitionRegistration | None:
-        md = self.metadata
-        info = md.topics.get(name)
-        return None if info is None else md.partition(info.topic_id, index)
-
-    def effective_topic_config(self, name: str) -> dict[str, str]:
-        return {**self._config.topic_defaults(), **require(self.metadata, name).configs}
-
-    def describe_topic_config(self, name: str, keys: Collection[str] | None = None) -> list[ConfigEntry]:
-        return self._config.topic_entries(require(self.metadata, name).configs, keys)
-
-    def describe_broker_config(self, keys: Collection[str] | None = None) -> list[ConfigEntry]:
-        return self._config.entries(keys)
 
     # -- brokers ----------------------------------------------------------------------
 
