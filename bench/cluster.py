@@ -4,7 +4,8 @@ and how long a controller failover takes.
     python bench/cluster.py [--records 1000000] [--failover-runs 10] [--out docs/benchmarks-cluster.json]
 
 * **cores**: produce 100-byte records to a 6-partition topic (``strata perf produce``:
-  librdkafka, acks=all, linger.ms=5, one producer process) against one broker,
+  librdkafka, acks=all, ``--producers`` processes at once, once per ``--linger-ms``
+  value: 5, and 0 where the broker's cost per request dominates) against one broker,
   then against a cluster of two broker processes on the same machine (the topic's
   leaders spread 3 and 3), in the same run; records/s of each, their ratio, and
   the brokers' CPU seconds. One broker is one event loop on one core: the ratio
@@ -77,20 +78,27 @@ def leaders(bootstrap: str, name: str) -> dict[int, int]:
     return {p: m.leader for p, m in md.topics[name].partitions.items()}
 
 
-def produce(bootstrap: str, topic: str, records: int) -> float:
+def produce(bootstrap: str, topic: str, records: int, producers: int, linger_ms: int) -> float:
+    """``producers`` ``strata perf produce`` processes at once, ``records`` in all; their summed
+    records/s."""
     cmd = [sys.executable, "-m", "service", "perf", "produce", "--bootstrap-server", bootstrap,
-           "--topic", topic, "--num-records", str(records), "--record-size", "100",
-           "--producer-props", "acks=all", "linger.ms=5"]
-    out = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True).stdout
-    sent, rate = _RATE.findall(out)[-1]
-    assert int(sent) == records, out
-    return float(rate)
+           "--topic", topic, "--num-records", str(records // producers), "--record-size", "100",
+           "--producer-props", "acks=all", f"linger.ms={linger_ms}"]
+    procs = [subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(producers)]
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate()
+        assert proc.returncode == 0, out
+        sent, rate = _RATE.findall(out)[-1]
+        assert int(sent) == records // producers, out
+        total += float(rate)
+    return total
 
 
-def cores(work: Path, records: int) -> dict:
-    results = {}
+def cores(work: Path, records: int, producers: int, linger_ms: int) -> dict:
+    results: dict = {"producers": producers, "linger_ms": linger_ms, "records": records}
     for size in (1, 2):
-        brokers = start_cluster(work / f"cores-{size}", size, {})
+        brokers = start_cluster(work / f"cores-{size}-linger-{linger_ms}", size, {})
         try:
             bootstrap = ",".join(b.bootstrap for b in brokers)
             create_topic(bootstrap, "bench-cores", 6)
@@ -98,12 +106,13 @@ def cores(work: Path, records: int) -> dict:
             spread = sorted(leaders(bootstrap, "bench-cores").values())
             cpu_before = [b.cpu_seconds() for b in brokers]
             started = time.monotonic()
-            rate = produce(bootstrap, "bench-cores", records)
+            rate = produce(bootstrap, "bench-cores", records, producers, linger_ms)
             wall = time.monotonic() - started
-            cpu = [b.cpu_seconds() - c for b, c in zip(brokers, cpu_before, strict=True)]
+            cpu = [round(b.cpu_seconds() - c, 2) for b, c in zip(brokers, cpu_before, strict=True)]
         finally:
             stop_all(brokers)
-        log(f"{size} broker(s): {rate:.0f} records/s; leaders {spread}; broker CPU s {cpu} in {wall:.1f} s")
+        log(f"{size} broker(s), {producers} producer(s), linger.ms={linger_ms}: {rate:.0f} records/s; "
+            f"leaders {spread}; broker CPU s {cpu} in {wall:.1f} s")
         results[f"brokers_{size}"] = {"records_per_s": rate, "leaders": spread,
                                       "broker_cpu_s": cpu, "wall_s": wall}
     results["ratio_two_to_one"] = results["brokers_2"]["records_per_s"] / results["brokers_1"]["records_per_s"]
@@ -166,6 +175,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--failover-runs", type=int, default=10)
+    parser.add_argument("--producers", type=int, default=2, help="producer processes at once")
+    parser.add_argument("--linger-ms", type=int, nargs="+", default=[5, 0],
+                        help="one cores run per value (0: a request per few records, the broker's "
+                             "per-request cost dominates)")
     parser.add_argument("--skip-cores", action="store_true")
     parser.add_argument("--skip-failover", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -175,7 +188,7 @@ def main() -> int:
         work = Path(tmp)
         report["machine"] = machine_info(work)
         if not args.skip_cores:
-            report["cores"] = cores(work, args.records)
+            report["cores"] = [cores(work, args.records, args.producers, linger) for linger in args.linger_ms]
         if not args.skip_failover:
             report["failover"] = failover(work, args.failover_runs)
             f = report["failover"]

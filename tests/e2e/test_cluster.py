@@ -165,6 +165,11 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     assert sorted(md.brokers) == [1, 2, 3]
     for broker in s3_cluster.brokers.values():  # every broker names the lease holder
         assert _controller_named(broker) == s3_cluster.controller_id() != -1
+    _known_everywhere(s3_cluster, "spread")
+    for broker in s3_cluster.brokers.values():  # bootstrapping from any one broker: the same picture
+        one = _admin(broker.bootstrap).list_topics("spread", timeout=TIMEOUT_S)
+        assert sorted(one.brokers) == [1, 2, 3]
+        assert {p: m.leader for p, m in one.topics["spread"].partitions.items()} == leaders
 
     sent: set[bytes] = set()
     confluent = Producer({"bootstrap.servers": bootstrap})  # defaults: idempotent, acks=all
@@ -174,7 +179,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
         sent.add(value)
     assert confluent.flush(TIMEOUT_S) == 0
 
-    kp = KafkaProducer(bootstrap_servers=bootstrap)  # kafka-python's defaults
+    kp = KafkaProducer(bootstrap_servers=s3_cluster.brokers[2].bootstrap)  # kafka-python's defaults
     futures = [kp.send("spread", key=b"k%d" % i, value=b"kafka-python-%d" % i) for i in range(300)]
     for f in futures:
         f.get(timeout=TIMEOUT_S)
@@ -204,7 +209,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     assert _dense(list(got))
     assert {p for p, _ in got} == set(range(6))
 
-    kc = KafkaConsumer("spread", bootstrap_servers=bootstrap, group_id="spread-kp",
+    kc = KafkaConsumer("spread", bootstrap_servers=s3_cluster.brokers[3].bootstrap, group_id="spread-kp",
                        auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000))
     kp_read = []
     for record in kc:
