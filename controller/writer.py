@@ -91,7 +91,7 @@ class MetadataWriter(MetadataReads):
         self._config = config
         self._clock = clock
         self._listeners: list[MetadataListener] = []
-        self._snapshot_listeners: list[Callable[[Snapshot], None]] = []
+        self._snapshot_listeners: list[Callable[[Snapshot], object]] = []
         self._lock = threading.RLock()
         self._changes = TopicChanges(config, clock, ReplicaPlacer(placement_seed))
         self._snapshot = self._load_or_initialise()
@@ -231,7 +231,7 @@ class MetadataWriter(MetadataReads):
         """
         self._listeners.append(listener)
 
-    def add_snapshot_listener(self, listener: Callable[[Snapshot], None]) -> None:
+    def add_snapshot_listener(self, listener: Callable[[Snapshot], object]) -> None:
         """Call ``listener(snapshot)`` with every snapshot installed after a commit or refresh."""
         self._snapshot_listeners.append(listener)
 
@@ -310,7 +310,7 @@ class MetadataWriter(MetadataReads):
         raise NotControllerError("could not read or initialise the cluster metadata")
 
 
-def _call_safely(listener: Callable[[_T], None], value: _T) -> None:
+def _call_safely(listener: Callable[[_T], object], value: _T) -> None:
     try:
         listener(value)
     except Exception:  # noqa: BLE001 - a listener bug must not undo a commit

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpochError
 from controller.membership import HeartbeatReply, RegistrationRequest
@@ -56,7 +56,7 @@ def duplicate_node_message(node_id: int) -> str:
     )
 
 
-class ControllerSide:
+class ControllerSide(Protocol):
     """What the lifecycle calls on this broker's own controller when it is active."""
 
     def register_broker(self, request: RegistrationRequest) -> Any: ...

@@ -172,9 +172,8 @@ class ReplicaManager:
                     self._logs.update_config(name, self._config_for(name))
         became_followers: list[Partition] = []
         for key, (topic_id, reg) in wanted.items():
-            partition = self.partitions.get(key)
-            if partition is None:
-                partition = self._open(key, topic_id)
+            found = self.partitions.get(key)
+            partition = self._open(key, topic_id) if found is None else found
             transition = partition.update(reg)
             if transition is Transition.LEADER:
                 _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
