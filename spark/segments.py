@@ -24,7 +24,6 @@ import pyarrow as pa
 from aiokafka.record._crecords import DefaultRecordBatch
 
 from local_tier.compression import decompress
-
 from spark.bucket import Bucket
 from spark.options import StrataSourceError
 

@@ -33,6 +33,7 @@ seen. Thread-safe (one lock around the cache).
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 from collections import OrderedDict
@@ -156,7 +157,7 @@ class BucketTxns:
             newest -= 1
         open_txns = dict(state or {})
         for seg in segments[newest + 1:]:
-            ended, opened = _cached(self.bucket, seg.key, "replay", lambda seg=seg: self._replay(seg))
+            ended, opened = _cached(self.bucket, seg.key, "replay", functools.partial(self._replay, seg))
             for pid, first in ended.items():
                 if first is None:
                     open_txns.pop(pid, None)
@@ -192,15 +193,17 @@ class BucketTxns:
 
     # -- aborted transactions -------------------------------------------------------
 
+    def _txn_index(self, seg: SegmentRef) -> list[tuple[int, int, int, int]]:
+        key = seg.sibling("txnindex")
+        return parse_txn_index(self.bucket.get(key), key)
+
     def aborted(self, segments: Sequence[SegmentRef], lo: int, hi: int) -> list[AbortedTxn]:
         """The aborted transactions with records in ``[lo, hi)`` (Kafka's ``collectAbortedTxns``)."""
         out: list[AbortedTxn] = []
         for seg in segments:
             if seg.last_offset < lo or not seg.txn_index_bytes:
                 continue
-            entries = _cached(self.bucket, seg.key, "txnindex",
-                              lambda seg=seg: parse_txn_index(self.bucket.get(seg.sibling("txnindex")),
-                                                              seg.sibling("txnindex")))
+            entries = _cached(self.bucket, seg.key, "txnindex", functools.partial(self._txn_index, seg))
             for pid, first, last, lso in entries:
                 if last >= lo and first < hi:
                     out.append((pid, first, last))

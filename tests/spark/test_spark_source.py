@@ -3,6 +3,9 @@
 History is produced through a real broker with every codec, tiered to the bucket,
 and read by Spark straight from the bucket, with the broker stopped. Offsets,
 timestamps, headers and timestampType are compared with what was produced.
+Committed and aborted transactions (written with Produce + WriteTxnMarkers) are
+read with both isolation levels and compared with librdkafka consumers of the same
+level through the broker.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
-from tests.e2e import helpers
+from tests.e2e import helpers, rawtxn
+from tests.e2e.rawkafka import NONE, Connection
+from tests.e2e.test_read_committed import write_history
 from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY, MotoServer
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -40,6 +45,11 @@ BROKER_SETS = {
 
 
 # -- helpers ----------------------------------------------------------------------
+
+#: a test of planning alone, the same with either reader: run once (with the jar), not again
+#: in the Python reader's child run (test_python_reader.py)
+planning_only = pytest.mark.skipif(os.environ.get("STRATA_SPARK_READER", "jvm") != "jvm",
+                                   reason="planning alone: already run with the jar")
 
 
 def _strata(spark: Any, s3: Any, store: str, **options: Any) -> Any:
@@ -101,6 +111,29 @@ def _roll_and_wait(b: Any, moto: MotoServer, bucket: str, prefix: str, topic: st
                            f"{topic}-{p} tiered up to {ends[p]}")
 
 
+def _kafka_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) below ``end`` of partition 0, read by a librdkafka consumer through the broker."""
+    consumer = helpers.consumer(bootstrap, **{"isolation.level": isolation, "enable.partition.eof": True})
+    out: list[tuple[int, bytes, bytes]] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(num_messages=1000, timeout=0.5)
+            out += [(m.offset(), m.key(), m.value()) for m in msgs if m.error() is None and m.offset() < end]
+            errors = [m.error() for m in msgs if m.error() is not None]
+            assert all(e.code() == KafkaError._PARTITION_EOF for e in errors), errors
+            if errors:
+                return out
+        raise AssertionError(f"{topic}: no end of partition within 60 s ({len(out)} records)")
+    finally:
+        consumer.close()
+
+
+def _local_bases(b: Any, topic: str) -> list[int]:
+    return sorted(int(f.stem) for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+
 class History:
     """Topics tiered to a bucket by a broker that is stopped afterwards."""
 
@@ -109,6 +142,9 @@ class History:
         self.store = f"s3://{bucket}/{PREFIX}"
         self.expected: dict[str, list[tuple]] = {}
         self.ends: dict[str, dict[int, int]] = {}
+        #: the "txns" topic as librdkafka consumers of each isolation level read it through the broker
+        self.txn_reads: dict[str, list[tuple[int, bytes, bytes]]] = {}
+        self.txn_values: dict[str, list[bytes]] = {}
 
     def rows(self, topic: str) -> list[tuple]:
         return sorted(self.expected[topic], key=lambda t: (t[0], t[1], t[2]))
@@ -150,6 +186,17 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
                                                              for i in range(300)])
         h.ends[topic] = {0: 300}
         _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+
+        # committed and aborted transactions across 1 KB segments, tiered and deleted locally
+        topic = "txns"
+        helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024"})
+        txn = write_history(b.bootstrap, topic)
+        h.ends[topic] = {0: txn.end}
+        h.txn_values = {"read_committed": txn.committed, "read_uncommitted": txn.everything}
+        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+        helpers.wait_until(lambda: _local_bases(b, topic)[0] >= txn.end, "tiered segments deleted locally")
+        h.txn_reads = {level: _kafka_read(b.bootstrap, topic, level, txn.end)
+                       for level in ("read_committed", "read_uncommitted")}
         b.stop()  # from here on, no broker: Spark reads the bucket alone
         yield h
 
@@ -283,6 +330,64 @@ def test_clear_errors_for_bad_options_missing_topic_bucket_and_range(spark: Any,
     for options, store, message in cases:
         with pytest.raises(Exception, match=message):
             _strata(spark, h.moto, store, **options).collect()
+
+
+def _offsets_keys_values(df: Any) -> list[tuple[int, bytes, bytes]]:
+    return sorted((r.offset, bytes(r.key), bytes(r.value)) for r in df.select("offset", "key", "value").collect())
+
+
+def test_read_committed_returns_exactly_what_a_read_committed_kafka_consumer_returns(
+    spark: Any, history: History
+) -> None:
+    h = history
+    want = h.txn_reads["read_committed"]
+    assert [v for _, _, v in want] == h.txn_values["read_committed"]  # the consumer agrees with the writer
+    # split inside aborted transactions, each slice keeps the ranges that overlap it
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, subscribe="txns", minPartitions="6",
+                                       **{"kafka.isolation.level": "read_committed"}))
+    assert got == want
+    # the default, read_uncommitted: aborted data too, never a control record
+    everything = h.txn_reads["read_uncommitted"]
+    assert [v for _, _, v in everything] == h.txn_values["read_uncommitted"]
+    assert len(everything) > len(want)
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, subscribe="txns"))
+    assert got == everything
+
+
+@planning_only
+def test_read_committed_without_transactions_reads_no_transaction_index(spark: Any, history: History) -> None:
+    h = history
+    ends = json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})
+    h.moto.requests.clear()
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", endingOffsets=ends,
+                        **{"kafka.isolation.level": "read_committed"}))
+    assert got == _no_headers(h.rows("codecs"))
+    gets = [path for method, path in h.moto.requests if method == "GET"]
+    assert not [g for g in gets if ".txnindex" in g]
+    # the bucket's stable end: one producer snapshot per partition, the last segment's
+    assert len([g for g in gets if ".snapshot" in g]) == PARTITIONS, gets
+
+
+@planning_only
+def test_a_bucket_of_format_1_reads_the_same_with_either_isolation_level(
+    spark: Any, history: History, tmp_path: Path
+) -> None:
+    """A file:// copy of the bucket whose manifests are format 1 (no .txnindex, no .snapshot)."""
+    h = history
+    _copy_to_directory(h, tmp_path)
+    for manifest in tmp_path.glob("topics/*/*/manifest.json"):
+        doc = json.loads(manifest.read_text())
+        doc["format_version"] = 1
+        for seg in doc["segments"]:
+            del seg["txn_index_bytes"], seg["producer_snapshot_bytes"]
+        manifest.write_text(json.dumps(doc))
+    for obj in [*tmp_path.glob("topics/*/*/*.txnindex"), *tmp_path.glob("topics/*/*/*.snapshot")]:
+        obj.unlink()
+    reads = {level: _rows(spark.read.format("strata").option("object.store", tmp_path.as_uri())
+                          .option("assign", '{"codecs": [1]}').option("kafka.isolation.level", level).load())
+             for level in ("read_committed", "read_uncommitted")}
+    want = [r for r in _no_headers(h.rows("codecs")) if r[1] == 1]
+    assert reads["read_committed"] == reads["read_uncommitted"] == want
 
 
 def _copy_to_directory(h: History, dest: Path) -> None:
@@ -514,3 +619,87 @@ def test_backfill_then_stream_has_no_gap_and_no_duplicate(spark: Any, live: Any,
     run_stream()
     again = _rows(spark.read.parquet(out))
     assert sorted((r[1], r[2]) for r in again) == [(p, o) for p in range(2) for o in range(800, 1110)]
+
+
+def _txn_tail(b: Any, topic: str) -> tuple[int, int, int]:
+    """A log whose bucket part ends inside an aborted transaction (its ABORT marker only on the
+    broker) and whose tail holds an open transaction; returns (its first offset, the aborted
+    one's first offset, the raw connection's producer id of the open one)."""
+    helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024", "segment.ms": "600000"})
+    with Connection.to(b.bootstrap) as conn:
+        plain, a, d, c = (rawtxn.init_producer_id(conn)[1] for _ in range(4))
+        seq = dict.fromkeys((plain, a, d, c), 0)
+
+        def send(pid: int, n: int, *, txn: bool, size: int = 60) -> int:
+            batch = rawtxn.producer_batch([b"%d-%d-" % (pid, seq[pid] + i) + b"x" * size for i in range(n)],
+                                          producer_id=pid, epoch=0, sequence=seq[pid], transactional=txn)
+            seq[pid] += n
+            error, base = rawtxn.produce(conn, topic, 0, batch)
+            assert error == NONE
+            return base
+
+        def end(pid: int, commit: bool) -> None:
+            assert rawtxn.write_txn_markers(conn, producer_id=pid, epoch=0, commit=commit, topic=topic,
+                                            partitions=[0]) == {0: NONE}
+
+        for _ in range(2):
+            send(plain, 3, txn=False)
+            send(a, 3, txn=True)
+            send(d, 3, txn=True)
+            end(d, commit=False)
+            end(a, commit=True)
+        aborted_first = send(d, 3, txn=True)
+        send(plain, 9, txn=False)  # 1 KB segments: this one fills a segment past D's records,
+        last_tiered = send(plain, 9, txn=False)  # this one starts the active segment, which then
+        end(d, commit=False)  # holds D's ABORT marker
+        open_first = send(c, 1, txn=True, size=5)  # and stays open: the LSO
+    helpers.wait_until(lambda: _manifest_end(b.moto, b.bucket, PREFIX, topic, 0) >= last_tiered,
+                       "sealed segments below the LSO tiered")
+    assert _manifest_end(b.moto, b.bucket, PREFIX, topic, 0) == last_tiered  # the marker is local only
+    return open_first, aborted_first, c
+
+
+def test_read_committed_with_the_broker_tail_and_streams_end_at_the_lso(
+    spark: Any, live: Any, tmp_path: Path
+) -> None:
+    b = live
+    topic = "txntail"
+    open_first, aborted_first, open_pid = _txn_tail(b, topic)
+    far = 1 << 62
+    committed = _kafka_read(b.bootstrap, topic, "read_committed", far)
+    everything = _kafka_read(b.bootstrap, topic, "read_uncommitted", far)
+    assert max(o for o, _, _ in committed) < open_first <= max(o for o, _, _ in everything)
+    broker = {"kafka.bootstrap.servers": b.bootstrap}
+    rc = {"kafka.isolation.level": "read_committed"}
+
+    # with the broker: up to its LSO, the aborted records tiered before their marker skipped too
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **broker, **rc)) == committed
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **broker)) == everything
+    # the bucket alone: up to its stable end, where the transaction it cannot settle begins
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **rc)) == \
+        [r for r in committed if r[0] < aborted_first]
+
+    reader = (spark.readStream.format("strata").option("object.store", b.store)
+              .option("s3.endpoint", b.moto.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
+              .option("kafka.bootstrap.servers", b.bootstrap).option("kafka.isolation.level", "read_committed"))
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_stream() -> list[tuple[int, bytes, bytes]]:
+        query = (reader.load().writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180)
+            assert query.exception() is None
+        finally:
+            query.stop()
+        return _offsets_keys_values(spark.read.parquet(out))
+
+    assert run_stream() == committed
+    with Connection.to(b.bootstrap) as conn:  # the open transaction commits: the LSO moves on
+        assert rawtxn.write_txn_markers(conn, producer_id=open_pid, epoch=0, commit=True, topic=topic,
+                                        partitions=[0]) == {0: NONE}
+    after = _kafka_read(b.bootstrap, topic, "read_committed", far)
+    assert len(after) == len(committed) + 1 and after[-1][0] == open_first
+    assert run_stream() == after

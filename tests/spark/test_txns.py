@@ -203,7 +203,7 @@ def test_aborted_batches_and_markers_are_skipped_by_both_decoders(tmp_path: Path
 
 def test_aborted_ranges_look_up_by_producer_and_offset() -> None:
     ranges = AbortedRanges([(1, 10, 20), (1, 30, 35), (2, 0, 100)])
-    assert [o for o in range(0, 40) if ranges.holds(1, o)] == list(range(10, 21)) + list(range(30, 36))
+    assert [o for o in range(40) if ranges.holds(1, o)] == list(range(10, 21)) + list(range(30, 36))
     assert ranges.holds(2, 50) and not ranges.holds(3, 50) and not ranges.holds(1, 25)
     assert not AbortedRanges([])
 
@@ -237,7 +237,7 @@ def test_read_committed_plan_carries_aborted_ranges_and_returns_exactly_the_comm
     log = _history()
     entries = _write_bucket(tmp_path, log, cuts=[4, 9, 15, 21])
     assert sum(1 for e in entries if e["txn_index_bytes"]) >= 2  # aborts in several segments
-    got, parts, catalog = _offsets({"kafka.isolation.level": "READ_COMMITTED", "minPartitions": "9"}, tmp_path)
+    got, parts, _ = _offsets({"kafka.isolation.level": "READ_COMMITTED", "minPartitions": "9"}, tmp_path)
     assert got == log.committed
     assert all(isinstance(p, SegmentSlice) for p in parts) and len(parts) >= 9
     aborted = {(pid, first, last) for pid, first, last, _ in log.aborted}
@@ -283,7 +283,7 @@ def test_a_transaction_open_at_the_end_of_the_bucket_ends_a_read_committed_read_
     assert got == [o for o in log.committed if o < stable]
     assert max(p.hi for p in parts) == stable
     # an explicit end past it names the way out
-    with pytest.raises(StrataSourceError, match="stable offsets end at %d: set kafka.bootstrap.servers" % stable):
+    with pytest.raises(StrataSourceError, match=f"stable offsets end at {stable}: set kafka.bootstrap.servers"):
         catalog.check_range(view, 0, stable + 1)
     got, _, _ = _offsets({}, tmp_path)
     assert got == log.data  # read_uncommitted reads to the end of the bucket
