@@ -11,7 +11,9 @@
   (librdkafka, Java) write frames without a content size.
 
 Any failure of a third-party decoder is translated here, once, into
-:class:`~local_tier.errors.CorruptRecordError`.
+:class:`~local_tier.errors.CorruptRecordError`. ``decompress(..., max_size=N)``
+stops at ``N`` bytes of output (:class:`~local_tier.errors.RecordTooLargeError`
+past it), so a small batch that inflates to gigabytes costs at most ``N``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from local_tier.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from local_tier.errors import (
+    CorruptRecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 __all__ = ["Compression", "compress", "decompress"]
 
@@ -79,21 +85,87 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     return bytes(_ZSTD_COMPRESSOR.compress(data))
 
 
-def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``."""
+def decompress(
+    codec: int, data: bytes | bytearray | memoryview, *, max_size: int | None = None
+) -> bytes:
+    """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``.
+
+    With ``max_size``, output beyond ``max_size`` bytes is never produced: the
+    call raises RecordTooLargeError instead.
+    """
     kind = _codec(codec)
     if kind is Compression.NONE:
-        return bytes(data)
-    try:
+        out = bytes(data)
+    else:
+        try:
+            if max_size is not None:
+                out = _bounded(kind, memoryview(data), max_size)
+            elif kind is Compression.GZIP:
+                out = gzip.decompress(data)
+            elif kind is Compression.SNAPPY:
+                out = _snappy_decode(memoryview(data))
+            elif kind is Compression.LZ4:
+                out = bytes(lz4.frame.decompress(data))
+            else:
+                out = bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
+        except _DECODE_ERRORS as exc:
+            raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
+    if max_size is not None and len(out) > max_size:
+        raise _too_large(kind, max_size)
+    return out
+
+
+def _too_large(kind: Compression, max_size: int) -> RecordTooLargeError:
+    return RecordTooLargeError(f"{kind.name} records decompress to more than {max_size} bytes")
+
+
+def _bounded(kind: Compression, data: memoryview, max_size: int) -> bytes:
+    """At most ``max_size + 1`` bytes of output, whatever the input claims."""
+    limit = max_size + 1
+    if kind is Compression.SNAPPY:
+        if len(data) >= 16 and data[:8] == _XERIAL_MAGIC:
+            total, pos = 0, 16
+            while pos + 4 <= len(data):
+                (length,) = _INT32.unpack_from(data, pos)
+                if length < 0 or pos + 4 + length > len(data):
+                    break  # _snappy_decode says what is wrong
+                total += int(cramjam.snappy.decompress_raw_len(data[pos + 4 : pos + 4 + length]))
+                pos += 4 + length
+        else:
+            total = int(cramjam.snappy.decompress_raw_len(data))
+        if total > max_size:
+            raise _too_large(kind, max_size)
+        return _snappy_decode(data)
+    if kind is Compression.ZSTD:
+        reader = _ZSTD_DECOMPRESSOR.stream_reader(bytes(data), read_across_frames=True)
+        chunks, size = [], 0
+        while size < limit and (chunk := reader.read(limit - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        rest = bytes(data)
+        while size < limit and rest:  # all of it fits: check that no frame is cut short
+            frame = _ZSTD_DECOMPRESSOR.decompressobj()
+            frame.decompress(rest)
+            if not frame.eof:
+                raise EOFError("truncated zstd frame")
+            rest = frame.unused_data
+        return b"".join(chunks)
+    out = bytearray()
+    rest = bytes(data)
+    while rest and len(out) < limit:  # one member (gzip) or frame (lz4) per round
         if kind is Compression.GZIP:
-            return gzip.decompress(data)
-        if kind is Compression.SNAPPY:
-            return _snappy_decode(memoryview(data))
-        if kind is Compression.LZ4:
-            return bytes(lz4.frame.decompress(data))
-        return bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
-    except _DECODE_ERRORS as exc:
-        raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
+            gz = zlib.decompressobj(wbits=31)
+            out += gz.decompress(rest, limit - len(out))
+            if not gz.eof and len(out) < limit:
+                raise EOFError("truncated gzip stream")
+            rest = gz.unused_data
+        else:
+            frame = lz4.frame.LZ4FrameDecompressor()
+            out += frame.decompress(rest, max_length=limit - len(out))
+            if not frame.eof and len(out) < limit:
+                raise EOFError("truncated lz4 frame")
+            rest = frame.unused_data
+    return bytes(out)
 
 
 def _xerial_encode(data: memoryview) -> bytes:

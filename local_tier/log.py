@@ -211,7 +211,10 @@ class Log:
         state.map_end_offset = leo
         if replayed:
             _log.info("%s: producer state rebuilt from offset %d (%d batches)", self.name, start, replayed)
-            state.take_snapshot()
+            try:  # only saves the next start a replay: a full disk must not stop this one
+                state.take_snapshot()
+            except OSError as exc:
+                _log.warning("%s: producer snapshot after the rebuild not written: %s", self.name, exc)
 
     def _remove_leftovers(self) -> None:
         for path in self.dir.iterdir():
@@ -486,8 +489,8 @@ class Log:
         def job() -> None:
             try:
                 write_snapshot(self.dir, offset, data)
-            except OSError:
-                _log.exception("%s: producer snapshot at %d failed", self.name, offset)
+            except OSError as exc:  # e.g. a full disk: a later snapshot or a replay covers it
+                _log.warning("%s: producer snapshot at %d failed: %s", self.name, offset, exc)
 
         self._submit(job)
 

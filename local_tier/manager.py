@@ -199,8 +199,8 @@ class LogManager:
             log.flush()
             try:
                 log.take_producer_snapshot()
-            except OSError:
-                _log.exception("%s: producer snapshot at shutdown failed (rebuilt at start)", log.name)
+            except OSError as exc:  # e.g. a full disk: the next start replays the log instead
+                _log.warning("%s: producer snapshot at shutdown failed (%s); rebuilt at start", log.name, exc)
             log.close()
         if self.checkpoint():
             try:
