@@ -6,6 +6,14 @@ timestamps, headers and timestampType are compared with what was produced.
 Committed and aborted transactions (written with Produce + WriteTxnMarkers) are
 read with both isolation levels and compared with librdkafka consumers of the same
 level through the broker.
+
+One Spark session, with the Strata jar, serves both readers of segment slices:
+``format("strata")`` is the JVM source (Python planning, JVM reads) and
+``format("strata_python")`` the Python source alone, as ``strata`` is without the jar
+(tests/spark/test_python_reader.py checks that naming in a session without it). Tests of
+what the readers do (codecs, keys, headers, GET sizes, offset and time bounds, damaged
+objects, read_committed) run with both (the ``source`` fixture); tests of planning, the
+broker's part and streams, which both readers share, run once, with the jar.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,6 +31,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from spark.jar import PYTHON_NAME
 from tests.e2e import helpers, rawtxn
 from tests.e2e.rawkafka import NONE, Connection
 from tests.e2e.test_read_committed import write_history
@@ -46,15 +55,19 @@ BROKER_SETS = {
 
 # -- helpers ----------------------------------------------------------------------
 
-#: a test of planning (and of the broker's part, always read in Python), whose segment reads the
-#: other tests cover with both readers: run once (with the jar), not again in the Python
-#: reader's child run (test_python_reader.py), which is the suite's slowest test
-once = pytest.mark.skipif(os.environ.get("STRATA_SPARK_READER", "jvm") != "jvm",
-                          reason="planning and the broker's part: already run with the jar")
+#: the formats of the two readers in a session with the jar
+JVM, PYTHON = "strata", PYTHON_NAME
+JVM_SCAN = "strata (segments read in the JVM)"
 
 
-def _strata(spark: Any, s3: Any, store: str, **options: Any) -> Any:
-    reader = (spark.read.format("strata").option("object.store", store)
+@pytest.fixture(params=[JVM, PYTHON], ids=["jvm", "python"])
+def source(request: pytest.FixtureRequest) -> str:
+    """The format whose reader reads the segment slices: the JVM's, or the Python one."""
+    return str(request.param)
+
+
+def _strata(spark: Any, s3: Any, store: str, source: str = JVM, **options: Any) -> Any:
+    reader = (spark.read.format(source).option("object.store", store)
               .option("s3.endpoint", s3.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
               .option("s3.secretKey", TEST_SECRET_KEY).option("s3.region", "us-east-1"))
     for k, v in options.items():
@@ -202,6 +215,14 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
         yield h
 
 
+@pytest.fixture(scope="module")
+def codecs_copy(history: History, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file:// copy of the bucket's metadata and "codecs" topic, made once, for tests to damage copies of."""
+    dest = tmp_path_factory.mktemp("codecs-copy")
+    _copy_to_directory(history, dest, only=_manifest(history, "codecs", 0)["topic_id"])
+    return dest
+
+
 def _hdr(rows: list[tuple]) -> list[tuple]:
     return [r[:7] + (tuple((k, v) for k, v in r[7]),) for r in rows]
 
@@ -213,11 +234,14 @@ def _no_headers(rows: list[tuple]) -> list[tuple]:
 # -- tests ------------------------------------------------------------------------
 
 
-def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: Any, history: History) -> None:
+def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(
+    spark: Any, history: History, source: str
+) -> None:
     h = history
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs,appendtime", includeHeaders="true",
-                        endingOffsets=json.dumps({t: {str(p): e for p, e in ends.items()}
-                                                  for t, ends in h.ends.items()})))
+    df = _strata(spark, h.moto, h.store, source, subscribe="codecs,appendtime", includeHeaders="true",
+                 endingOffsets=json.dumps({t: {str(p): e for p, e in ends.items()} for t, ends in h.ends.items()}))
+    assert (JVM_SCAN in _scan(df)) == (source == JVM)  # the reader the test is for reads the slices
+    got = _rows(df)
     want = _hdr(h.rows("appendtime") + h.rows("codecs"))
     assert len(got) == len(want) == PARTITIONS * len(CODECS) * PER_CODEC + 300
     assert got == sorted(want, key=lambda t: (t[0], t[1], t[2]))
@@ -228,12 +252,12 @@ def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: 
 
 @pytest.mark.parametrize("chunk", ["1000", "5000", "65536"])
 def test_any_get_size_gives_the_same_records_through_the_reused_receive_buffer(
-    spark: Any, history: History, chunk: str
+    spark: Any, history: History, source: str, chunk: str
 ) -> None:
     # every GET lands in one reused buffer; batches cut by a GET are read again whole,
     # and batches larger than a GET (1000 B) get a GET of their own size
     h = history
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", **{"read.chunk.bytes": chunk},
+    got = _rows(_strata(spark, h.moto, h.store, source, subscribe="codecs", **{"read.chunk.bytes": chunk},
                         endingOffsets=json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})))
     assert got == sorted(_no_headers(h.rows("codecs")), key=lambda t: (t[0], t[1], t[2]))
 
@@ -250,17 +274,17 @@ def test_default_end_is_the_end_of_the_bucket_and_the_schema_is_kafkas(spark: An
     assert [r[:7] for r in got] == [r[:7] for r in h.rows("codecs")]
 
 
-def test_offset_bounds_give_exactly_the_rows_between_them(spark: Any, history: History) -> None:
+def test_offset_bounds_give_exactly_the_rows_between_them(spark: Any, history: History, source: str) -> None:
     h = history
     starting = {"codecs": {"0": 123, "1": -2}}
     ending = {"codecs": {"0": 1555, "1": 777}}
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", startingOffsets=json.dumps(starting),
+    got = _rows(_strata(spark, h.moto, h.store, source, subscribe="codecs", startingOffsets=json.dumps(starting),
                         endingOffsets=json.dumps(ending), minPartitions="7"))
     want = [r for r in h.rows("codecs") if (r[1] == 0 and 123 <= r[2] < 1555) or (r[1] == 1 and r[2] < 777)]
     assert _no_headers(got) == _no_headers(want)
     assert len(got) == (1555 - 123) + 777
     # assign reads only the partitions named
-    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [1]}),
+    got = _rows(_strata(spark, h.moto, h.store, source, assign=json.dumps({"codecs": [1]}),
                         endingOffsets=json.dumps({"codecs": {"1": 10}})))
     assert [(r[1], r[2]) for r in got] == [(1, o) for o in range(10)]
 
@@ -274,12 +298,14 @@ def test_min_partitions_splits_segments_without_losing_or_repeating_a_record(spa
     assert [r[:3] for r in got] == [r[:3] for r in h.rows("codecs")]
 
 
-def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(spark: Any, history: History) -> None:
+def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(
+    spark: Any, history: History, source: str
+) -> None:
     h = history
     rows = [r for r in h.rows("codecs") if r[1] == 0]
     lo_ts, hi_ts = rows[950][5], rows[1000][5]
     h.moto.requests.clear()
-    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [0]}),
+    got = _rows(_strata(spark, h.moto, h.store, source, assign=json.dumps({"codecs": [0]}),
                         startingTimestamp=str(lo_ts), endingTimestamp=str(hi_ts)))
     assert [r[2] for r in got] == [r[2] for r in rows if lo_ts <= r[5] < hi_ts]
     assert len(got) == 50
@@ -338,24 +364,23 @@ def _offsets_keys_values(df: Any) -> list[tuple[int, bytes, bytes]]:
 
 
 def test_read_committed_returns_exactly_what_a_read_committed_kafka_consumer_returns(
-    spark: Any, history: History
+    spark: Any, history: History, source: str
 ) -> None:
     h = history
     want = h.txn_reads["read_committed"]
     assert [v for _, _, v in want] == h.txn_values["read_committed"]  # the consumer agrees with the writer
     # split inside aborted transactions, each slice keeps the ranges that overlap it
-    got = _offsets_keys_values(_strata(spark, h.moto, h.store, subscribe="txns", minPartitions="6",
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns", minPartitions="6",
                                        **{"kafka.isolation.level": "read_committed"}))
     assert got == want
     # the default, read_uncommitted: aborted data too, never a control record
     everything = h.txn_reads["read_uncommitted"]
     assert [v for _, _, v in everything] == h.txn_values["read_uncommitted"]
     assert len(everything) > len(want)
-    got = _offsets_keys_values(_strata(spark, h.moto, h.store, subscribe="txns"))
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns"))
     assert got == everything
 
 
-@once
 def test_read_committed_without_transactions_reads_no_transaction_index(spark: Any, history: History) -> None:
     h = history
     ends = json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})
@@ -369,13 +394,12 @@ def test_read_committed_without_transactions_reads_no_transaction_index(spark: A
     assert len([g for g in gets if ".snapshot" in g]) == PARTITIONS, gets
 
 
-@once
 def test_a_bucket_of_format_1_reads_the_same_with_either_isolation_level(
-    spark: Any, history: History, tmp_path: Path
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path
 ) -> None:
     """A file:// copy of the bucket whose manifests are format 1 (no .txnindex, no .snapshot)."""
     h = history
-    _copy_to_directory(h, tmp_path, only=(_manifest(h, "codecs", 1)["topic_id"], 1))
+    tmp_path = _copy_of(codecs_copy, tmp_path)
     for manifest in tmp_path.glob("topics/*/*/manifest.json"):
         doc = json.loads(manifest.read_text())
         doc["format_version"] = 1
@@ -391,10 +415,10 @@ def test_a_bucket_of_format_1_reads_the_same_with_either_isolation_level(
     assert reads["read_committed"] == reads["read_uncommitted"] == want
 
 
-def _copy_to_directory(h: History, dest: Path, only: tuple[str, int] | None = None) -> None:
-    """The bucket's objects under ``dest`` (``only``: the metadata and that topic id's partition)."""
+def _copy_to_directory(h: History, dest: Path, only: str | None = None) -> None:
+    """The bucket's objects under ``dest`` (``only``: the metadata and that topic id's objects)."""
     s3 = helpers.s3_client(h.moto.endpoint_url)
-    keep = (f"{PREFIX}/cluster/", f"{PREFIX}/topics/{only[0]}/{only[1]}/") if only else (PREFIX + "/",)
+    keep = (f"{PREFIX}/cluster/", f"{PREFIX}/topics/{only}/") if only else (PREFIX + "/",)
     for key in helpers.s3_keys(s3, h.bucket, PREFIX + "/"):
         if not key.startswith(keep):
             continue
@@ -403,12 +427,18 @@ def _copy_to_directory(h: History, dest: Path, only: tuple[str, int] | None = No
         path.write_bytes(s3.get_object(Bucket=h.bucket, Key=key)["Body"].read())
 
 
+def _copy_of(template: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "bucket"
+    shutil.copytree(template, dest)
+    return dest
+
+
 def test_a_gap_in_the_manifest_fails_or_is_skipped_by_fail_on_data_loss(
-    spark: Any, history: History, tmp_path: Path
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path
 ) -> None:
     """A file:// copy of the bucket with one segment dropped from partition 0's manifest."""
     h = history
-    _copy_to_directory(h, tmp_path)
+    tmp_path = _copy_of(codecs_copy, tmp_path)
     meta = json.loads((tmp_path / "cluster" / "metadata.json").read_text())
     tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == "codecs")
     manifest_path = tmp_path / "topics" / tid / "0" / "manifest.json"
@@ -460,11 +490,6 @@ def _scan(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
 
-jvm_only = pytest.mark.skipif(os.environ.get("STRATA_SPARK_READER", "jvm") != "jvm",
-                              reason="the JVM reader's own test (STRATA_SPARK_READER=python)")
-
-
-@jvm_only
 def test_with_the_jar_segments_are_read_in_the_jvm_as_column_batches(spark: Any, history: History) -> None:
     h = history
     df = _strata(spark, h.moto, h.store, subscribe="codecs", includeHeaders="true")
@@ -472,7 +497,7 @@ def test_with_the_jar_segments_are_read_in_the_jvm_as_column_batches(spark: Any,
     row = query.collect()[0]
     assert row.n == len(h.rows("codecs")) and row.size == sum(len(r[4]) for r in h.rows("codecs"))
     plan = _scan(query)  # after the run: the final plan, columnar or not decided
-    assert "strata (segments read in the JVM)" in plan and "ColumnarToRow" in plan, plan
+    assert JVM_SCAN in plan and "ColumnarToRow" in plan, plan
     # headers, every codec and null keys come out of the JVM reader exactly as produced
     assert _rows(df) == _hdr(h.rows("codecs"))
 
@@ -498,8 +523,7 @@ def test_a_stream_from_earliest_catches_up_from_the_bucket_in_micro_batches(
         query.stop()
     assert len(batches) >= 3 and all(p["numInputRows"] <= 1500 for p in batches)
     assert _rows(spark.read.parquet(out)) == _hdr(h.rows("codecs"))
-    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
-        assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
+    assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
 
 
 def test_a_schema_that_is_not_kafkas_is_refused(spark: Any, history: History) -> None:
@@ -511,9 +535,9 @@ def test_a_schema_that_is_not_kafkas_is_refused(spark: Any, history: History) ->
         reader.load().collect()
 
 
-def _corrupt_copy(h: History, dest: Path, damage: Any) -> str:
+def _corrupt_copy(h: History, template: Path, dest: Path, damage: Any) -> str:
     """A file:// copy of the bucket with ``damage(path)`` done to partition 0's second segment."""
-    _copy_to_directory(h, dest)
+    dest = _copy_of(template, dest)
     manifest = _manifest(h, "codecs", 0)
     seg = manifest["segments"][1]
     tid = manifest["topic_id"]
@@ -551,14 +575,14 @@ def _cut_in_the_middle(path: Path) -> None:
     (Path.unlink, r"no object '.*\.log'"),
 ])
 def test_a_damaged_segment_object_fails_the_read_with_its_name(
-    spark: Any, history: History, tmp_path: Path, damage: Any, message: str
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path, source: str, damage: Any, message: str
 ) -> None:
-    store = _corrupt_copy(history, tmp_path, damage)
-    df = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [0]}').load()
+    store = _corrupt_copy(history, codecs_copy, tmp_path, damage)
+    df = spark.read.format(source).option("object.store", store).option("assign", '{"codecs": [0]}').load()
     with pytest.raises(Exception, match=message):
         df.collect()
     # the other partition, which is not damaged, still reads
-    got = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [1]}').load()
+    got = spark.read.format(source).option("object.store", store).option("assign", '{"codecs": [1]}').load()
     assert got.count() == history.ends["codecs"][1]
 
 
@@ -570,9 +594,8 @@ def test_a_complete_snapshot_equals_what_a_kafka_consumer_reads(spark: Any, live
     assert all(0 < e < 1500 for e in remote_ends.values()), remote_ends  # the tail is only on the broker
     df = _strata(spark, b.moto, b.store, subscribe=topic, **{"kafka.bootstrap.servers": b.bootstrap})
     got = _rows(df)
-    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
-        # segment slices read in the JVM, the broker's part by the Python reader, as rows
-        assert "strata (segments read in the JVM)" in _scan(df)
+    # segment slices read in the JVM, the broker's part by the Python reader, as rows
+    assert JVM_SCAN in _scan(df)
     msgs = helpers.consume(b.bootstrap, topic, [0, 1], 3000)
     want = sorted((topic, m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1], m.timestamp()[0] - 1,
                    None) for m in msgs)
@@ -664,7 +687,6 @@ def _txn_tail(b: Any, topic: str) -> tuple[int, int, int]:
     return open_first, aborted_first, c
 
 
-@once
 def test_read_committed_with_the_broker_tail_and_streams_end_at_the_lso(
     spark: Any, live: Any, tmp_path: Path
 ) -> None:
