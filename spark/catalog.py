@@ -335,6 +335,7 @@ class Catalog:
             if span < 2:
                 break
             s = out[i]
+            assert isinstance(s, SegmentSlice)
             middle = s.lo + span // 2
             out[i:i + 1] = [s.part(s.lo, middle, s.start_pos), s.part(middle, s.hi, None)]
         return out

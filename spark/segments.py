@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import crc32c
 import numpy as np
 import pyarrow as pa
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crecords import DefaultRecordBatch
 
 from local_tier.compression import decompress
@@ -404,7 +405,12 @@ def read_segment(
                 if fast.full:
                     yield fast.take()
             else:
-                columns.add_batch(DefaultRecordBatch(buf[pos:pos + size]), lo, hi)
+                try:
+                    columns.add_batch(DefaultRecordBatch(buf[pos:pos + size]), lo, hi)
+                except (CorruptRecordException, ValueError) as exc:  # under a matching CRC: a bad writer
+                    raise StrataSourceError(
+                        f"batch at offset {base} of object {seg.key!r} is malformed: {exc}"
+                    ) from exc
                 if columns.full:
                     yield columns.take()
         if done:
