@@ -570,10 +570,10 @@ def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_k
     assert os.path.exists(cluster.brokers[coordinator].data_dir / "meta.properties")
 
 
-def _txn_coordinator(broker: BrokerProcess, transactional_id: str) -> int:
-    """The node FindCoordinator (key type 1) names for a transactional id (-1: none yet)."""
-    answer = _raw(broker, 10, {"key": transactional_id, "key_type": 1,
-                               "coordinator_keys": (transactional_id,)})
+def _coordinator(broker: BrokerProcess, key: str, key_type: int) -> int:
+    """The node FindCoordinator names for a group id (key type 0) or a transactional id (1);
+    -1: none yet."""
+    answer = _raw(broker, 10, {"key": key, "key_type": key_type, "coordinator_keys": (key,)})
     found = answer.coordinators[0] if getattr(answer, "coordinators", None) else answer
     return int(found.node_id) if int(found.error_code) == 0 else -1
 
@@ -611,7 +611,7 @@ def test_transactions_span_brokers_and_survive_their_coordinator_killed(start_cl
     bootstrap = cluster.bootstrap
     tid = "spanning"
     coordinator = cluster.wait_for("a transaction coordinator",
-                                   lambda: (n := _txn_coordinator(cluster.brokers[1], tid)) >= 0 and [n])[0]
+                                   lambda: (n := _coordinator(cluster.brokers[1], tid, 1)) >= 0 and [n])[0]
     elsewhere = [n for n in cluster.brokers if n != coordinator]
     _create(bootstrap, NewTopic("ledger", num_partitions=2, replica_assignment=[[n] for n in elsewhere]))
     _known_everywhere(cluster, "ledger")
@@ -633,11 +633,21 @@ def test_transactions_span_brokers_and_survive_their_coordinator_killed(start_cl
     second = Producer({"bootstrap.servers": bootstrap, "transactional.id": tid})
     second.init_transactions(TIMEOUT_S)  # fences `first`; its open transaction is aborted
     send(second, "three")
+    # offsets in the transaction: TxnOffsetCommit to the group's coordinator, on another broker
+    # than the transaction's, which sends the marker to it (WriteTxnMarkers)
+    group_id = next(g for g in (f"ledger-app-{i}" for i in range(100))
+                    if _coordinator(cluster.brokers[1], g, 0) not in (-1, coordinator))
+    group = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
+    second.send_offsets_to_transaction([TopicPartition("ledger", 0, 7)], group.consumer_group_metadata(),
+                                       TIMEOUT_S)
     second.commit_transaction(TIMEOUT_S)
 
     values = _read_committed(bootstrap, "ledger", 2)
     expected = {b"%s-%d" % (label, i) for label in (b"one", b"three") for i in range(20)}
     assert sorted(values) == sorted(expected)  # nothing of "two", each committed record once
+    committed = group.committed([TopicPartition("ledger", 0)], timeout=TIMEOUT_S)
+    group.close()
+    assert committed[0].offset == 7
 
 
 def _free_ports(count: int) -> int:
