@@ -264,6 +264,9 @@ class TxnLeadership:
 
     def on_leader(self, partition: Partition) -> None:
         if partition.topic == TRANSACTION_STATE_TOPIC:
+            # a new leader epoch of a partition already led: its marker writes in flight stop
+            # and the load starts them again under the new coordinator epoch
+            self._coordinator.unload(partition.index)
             self._coordinator.load(partition.index, max(partition.leader_epoch, 0))
 
     def on_resign(self, topic: str, index: int, deleted: bool) -> None:
