@@ -12,6 +12,10 @@
 
 Any failure of a third-party decoder is translated here, once, into
 :class:`~local_tier.errors.CorruptRecordError`.
+
+``decompress(..., max_size=N)`` never produces more than N bytes: a payload that
+would inflate further raises :class:`InflateLimitExceeded` after at most about
+N bytes of work (a 1 MiB gzip payload can inflate to a gigabyte).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import zstandard
 
 from local_tier.errors import CorruptRecordError, UnsupportedCompressionTypeError
 
-__all__ = ["Compression", "compress", "decompress"]
+__all__ = ["Compression", "InflateLimitExceeded", "compress", "decompress"]
 
 
 class Compression(IntEnum):
@@ -56,6 +60,11 @@ _DECODE_ERRORS = (
 )
 _ZSTD_COMPRESSOR = zstandard.ZstdCompressor()
 _ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+_ZSTD_STEP = 256 * 1024
+
+
+class InflateLimitExceeded(Exception):
+    """The payload inflates to more than the ``max_size`` given to :func:`decompress`."""
 
 
 def _codec(codec: int) -> Compression:
@@ -79,12 +88,18 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     return bytes(_ZSTD_COMPRESSOR.compress(data))
 
 
-def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
-    """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``."""
+def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None) -> bytes:
+    """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``.
+
+    With ``max_size``, raises :class:`InflateLimitExceeded` instead of producing
+    more than ``max_size`` bytes.
+    """
     kind = _codec(codec)
     if kind is Compression.NONE:
         return bytes(data)
     try:
+        if max_size is not None:
+            return _bounded(kind, data, max_size)
         if kind is Compression.GZIP:
             return gzip.decompress(data)
         if kind is Compression.SNAPPY:
@@ -94,6 +109,56 @@ def decompress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
         return bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
     except _DECODE_ERRORS as exc:
         raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
+
+
+def _bounded(kind: Compression, data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    """Decompress with output bounded by ``max_size`` (the decoders' own limits, no guessing)."""
+    if kind is Compression.GZIP:
+        out = bytearray()
+        rest: bytes | bytearray | memoryview = data
+        while True:  # one or more gzip members
+            inflater = zlib.decompressobj(wbits=31)
+            out += inflater.decompress(rest, max_size - len(out) + 1)
+            if len(out) > max_size or inflater.unconsumed_tail:
+                raise InflateLimitExceeded(f"gzip records inflate to more than {max_size} bytes")
+            if not inflater.eof:
+                raise EOFError("truncated gzip stream")
+            rest = inflater.unused_data
+            if not rest:
+                return bytes(out)
+    if kind is Compression.SNAPPY:
+        view = memoryview(data)
+        if len(view) >= 16 and view[:8] == _XERIAL_MAGIC:
+            declared = 0
+            pos = 16
+            while pos + 4 <= len(view):
+                (length,) = _INT32.unpack_from(view, pos)
+                if length < 0:
+                    break  # _snappy_decode reports it
+                declared += cramjam.snappy.decompress_raw_len(view[pos + 4 : pos + 4 + length])
+                pos += 4 + length
+        else:
+            declared = cramjam.snappy.decompress_raw_len(view)
+        if declared > max_size:
+            raise InflateLimitExceeded(f"snappy records declare {declared} bytes, more than {max_size}")
+        return _snappy_decode(view)
+    if kind is Compression.LZ4:
+        lz4_inflater = lz4.frame.LZ4FrameDecompressor()
+        result = bytes(lz4_inflater.decompress(data, max_length=max_size + 1))
+        if len(result) > max_size or (not lz4_inflater.eof and not lz4_inflater.needs_input):
+            raise InflateLimitExceeded(f"lz4 records inflate to more than {max_size} bytes")
+        if not lz4_inflater.eof:
+            raise EOFError("truncated lz4 frame")
+        return result
+    # zstd: stream in steps; a truncated frame ends early and the record walk catches it
+    parts: list[bytes] = []
+    size = 0
+    for chunk in _ZSTD_DECOMPRESSOR.read_to_iter(data, write_size=_ZSTD_STEP):
+        size += len(chunk)
+        if size > max_size:
+            raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _xerial_encode(data: memoryview) -> bytes:

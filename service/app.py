@@ -67,6 +67,8 @@ async def _serve(
         probe_port,
         max_request_bytes=config.get_int("socket.request.max.bytes"),
         max_inflight_per_connection=config.get_int("queued.max.requests"),
+        queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+        connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
         history=history,
     )
     await server.start()

@@ -38,6 +38,7 @@ from local_tier.config import LogConfig
 from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.metrics import LatencyHistograms
@@ -220,9 +221,12 @@ class Broker:
             )
         return found
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    def append(
+        self, topic: str, partition: int, records: bytes | memoryview, validated: ValidatedRecords | None = None
+    ) -> LogAppendInfo:
+        """Append a Produce record set (``validated``: what ``validate_batches`` made of it, if done)."""
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch)
+        info = target.append_as_leader(records, self.leader_epoch, validated=validated)
         target.update_high_watermark(target.log_end_offset)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count

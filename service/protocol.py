@@ -6,6 +6,11 @@ tagged fields) and header version come from the schema, not from hand-written
 tables. The one exception is the Fetch response, which :mod:`service.fetch_codec`
 writes by hand so that record data can be sent with ``sendfile``.
 
+Requests are decoded by :mod:`service.request_reader`, which bounds every length
+by the bytes that remain and skips unknown tagged fields; kio's native decoder
+is never given bytes from the wire (a forged array length makes it abort the
+process).
+
 Nothing here does I/O or imports asyncio.
 """
 
@@ -24,8 +29,9 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import SerialError
+from kio.serial import entity_writer
+
+from service.request_reader import request_reader
 
 __all__ = [
     "FrameError",
@@ -65,7 +71,7 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
 def _request_reader(api_key: int, version: int) -> tuple[Callable[..., Any], Callable[..., Any], bool]:
     schema = load_request_schema(api_key, version)
     header_schema = schema.__header_schema__
-    return entity_reader(header_schema), entity_reader(schema), bool(schema.__flexible__)
+    return request_reader(header_schema), request_reader(schema), bool(schema.__flexible__)
 
 
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
@@ -73,13 +79,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     api_key, version, _ = peek_api(frame)
     read_header, read_body, flexible = _request_reader(api_key, version)
     try:
-        header, header_size = read_header(frame, 0)
-        body, body_size = read_body(frame, header_size)
-        end = header_size + body_size
-    except (SerialError, ValueError, TypeError, IndexError, struct.error, UnicodeDecodeError) as exc:
+        header, header_end = read_header(frame, 0)
+        body, _ = read_body(frame, header_end)
+    except ValueError as exc:  # MalformedRequest, and nothing else is expected
         raise FrameError(f"malformed request (api {api_key} v{version}): {exc}") from exc
-    if end > len(frame):
-        raise FrameError(f"malformed request (api {api_key} v{version}): truncated")
     # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends a few after
     # Metadata v12 (fields of newer versions).
     return (

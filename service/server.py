@@ -12,7 +12,17 @@ sockets on the event loop would make every live producer and consumer wait
 behind it (docs/adr/0005-history-off-the-event-loop.md).
 
 A malformed frame, an unknown API key or an unsupported version closes that one
-connection with a log line; the broker and other connections carry on.
+connection with a log line; so does any failure of a handler, and any error of
+the reader itself (a connection never keeps a dead reader). The broker and
+other connections carry on.
+
+Memory: a request's declared size is reserved in the shared
+:class:`~service.request_memory.RequestMemoryPool` (``queued.max.request.bytes``)
+before its body is read, and returned when its handler is done; bodies are
+received in steps as their bytes arrive, never allocated whole up front.
+Connections with no traffic and no request in progress for
+``connections.max.idle.ms`` are closed, as are half-received requests that stall
+while others wait for their memory.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from typing import Any, TypeGuard
 from fetch.affinity import pin_current_thread
 from local_tier.segment import FileRegion
 from service.protocol import FrameError
+from service.request_memory import RequestMemoryPool
 
 __all__ = ["HistorySender", "KafkaServer", "Response"]
 
@@ -37,6 +48,11 @@ log = logging.getLogger("strata.server")
 
 _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
+#: a body being received grows by at most this much beyond what has arrived
+_BODY_STEP = 1024 * 1024
+#: a half-received request that made no progress for this long is closed when
+#: other requests wait for memory (its reservation is what they wait for)
+STALLED_BODY_SECONDS = 10.0
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
 Response = bytes | list[bytes | memoryview | FileRegion] | None
@@ -53,6 +69,8 @@ class KafkaServer:
         *,
         max_request_bytes: int = 100 * 1024 * 1024,
         max_inflight_per_connection: int = 100,
+        queued_max_request_bytes: int = -1,
+        connections_max_idle_ms: int = -1,
         history: HistorySender | None = None,
     ) -> None:
         self._dispatcher = dispatcher
@@ -61,8 +79,11 @@ class KafkaServer:
         self._port = port
         self._max_request_bytes = max_request_bytes
         self._max_inflight = max_inflight_per_connection
+        self.memory = RequestMemoryPool(queued_max_request_bytes)
+        self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
         self._connections: set[Connection] = set()
 
     @property
@@ -83,6 +104,27 @@ class KafkaServer:
         sock.setblocking(False)
         self._sock = sock
         self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
+        self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
+
+    async def _sweep_loop(self) -> None:
+        """Close idle connections, and stalled half-read requests while memory is short."""
+        loop = asyncio.get_running_loop()
+        limits = [STALLED_BODY_SECONDS] + ([self._max_idle_s] if self._max_idle_s else [])
+        interval = max(0.05, min(5.0, min(limits) / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            short_of_memory = self.memory.waiting > 0
+            for conn in list(self._connections):
+                quiet = now - conn.last_active
+                if self._max_idle_s is not None and quiet > self._max_idle_s and conn.idle:
+                    log.info("closing connection %s: idle for %.0f s (connections.max.idle.ms)",
+                             conn.peer, quiet)
+                    await conn.close()
+                elif short_of_memory and conn.receiving_body and quiet > STALLED_BODY_SECONDS:
+                    log.warning("closing connection %s: its request stalled for %.0f s while others "
+                                "wait for request memory (queued.max.request.bytes)", conn.peer, quiet)
+                    await conn.close()
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -101,10 +143,11 @@ class KafkaServer:
             conn.start()
 
     async def close(self) -> None:
-        if self._accept_task is not None:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._accept_task
+        for task in (self._accept_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._sock is not None:
             self._sock.close()
         for conn in list(self._connections):
@@ -123,6 +166,12 @@ class Connection:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        #: event-loop time of the last bytes in or out (idle-connection timeout)
+        self.last_active = asyncio.get_running_loop().time()
+        #: requests read and not yet answered (a connection waiting on one is not idle)
+        self.inflight = 0
+        #: a request's body is being received (its memory is reserved)
+        self.receiving_body = False
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
         self._history_send: Future[tuple[int, int] | None] | None = None
@@ -152,6 +201,10 @@ class Connection:
             self._close_socket()
         self.server._connections.discard(self)
 
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and not self.receiving_body
+
     def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
         self._history_send = fut
 
@@ -161,6 +214,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        server = self.server
         buf = bytearray()
         try:
             while True:
@@ -171,47 +225,74 @@ class Connection:
                             log.info("connection %s closed mid-frame", self.peer)
                         await self._finish_reading()
                         return
+                    self.last_active = loop.time()
                     buf += chunk
                 (size,) = _I32.unpack_from(buf, 0)
-                if size < 8 or size > self.server._max_request_bytes:
+                if size < 8 or size > server._max_request_bytes:
                     log.warning(
                         "closing connection %s: request size %d outside [8, %d]",
                         self.peer,
                         size,
-                        self.server._max_request_bytes,
+                        server._max_request_bytes,
                     )
                     await self.close()
                     return
-                frame: bytes | memoryview
-                if len(buf) >= 4 + size:
-                    frame = bytes(memoryview(buf)[4 : 4 + size])
-                    del buf[: 4 + size]
-                else:
-                    # A large request: receive straight into a buffer of its size
-                    # (no copies of the buffered remainder, no re-appends).
-                    big = bytearray(size)
-                    have = len(buf) - 4
-                    big[:have] = memoryview(buf)[4:]
-                    buf.clear()
-                    view = memoryview(big)
-                    while have < size:
-                        got = await loop.sock_recv_into(self.sock, view[have:])
-                        if not got:
-                            log.info("connection %s closed mid-frame", self.peer)
-                            await self._finish_reading()
-                            return
-                        have += got
-                    frame = view.toreadonly()  # the protocol decoder takes read-only buffers
+                await server.memory.acquire(size)
                 try:
-                    result = self.server._dispatcher.dispatch(frame, self)
-                except FrameError as exc:
-                    log.warning("closing connection %s: %s", self.peer, exc)
-                    await self._finish_reading()
-                    return
+                    frame = await self._read_frame(loop, buf, size)
+                    if frame is None:
+                        log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    result = server._dispatcher.dispatch(frame, self)
+                except BaseException:
+                    server.memory.release(size)
+                    raise
                 fut = asyncio.ensure_future(result)
+                self.inflight += 1
+                fut.add_done_callback(lambda _, n=size: server.memory.release(n))
                 await self._queue.put(fut)
-        except (ConnectionError, OSError):
+        except FrameError as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            await self._finish_reading()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s: %s", self.peer, exc)
             await self.close()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request reader failed; closing connection %s", self.peer)
+            await self.close()
+
+    async def _read_frame(
+        self, loop: asyncio.AbstractEventLoop, buf: bytearray, size: int
+    ) -> bytes | memoryview | None:
+        """The frame whose size prefix starts ``buf``, received in steps; None if the peer left.
+
+        The body buffer grows by at most ``_BODY_STEP`` beyond the bytes that have
+        arrived, so a declared size costs memory only as its bytes come in.
+        """
+        if len(buf) >= 4 + size:
+            frame = bytes(memoryview(buf)[4 : 4 + size])
+            del buf[: 4 + size]
+            return frame
+        body = bytearray(memoryview(buf)[4:])
+        buf.clear()
+        have = len(body)
+        self.receiving_body = True
+        try:
+            while have < size:
+                if have == len(body):
+                    body.extend(bytes(min(size - have, max(_BODY_STEP, have))))
+                with memoryview(body) as view, view[have:] as free:
+                    got = await loop.sock_recv_into(self.sock, free)
+                if not got:
+                    return None
+                have += got
+                self.last_active = loop.time()
+        finally:
+            self.receiving_body = False
+        return memoryview(body).toreadonly()  # the protocol decoder takes read-only buffers
 
     async def _finish_reading(self) -> None:
         """No more requests: let the writer send what is pending, then close."""
@@ -233,6 +314,7 @@ class Connection:
                     log.exception("handler failed; closing connection %s", self.peer)
                     break
                 if response is None:
+                    self.inflight -= 1
                     continue
                 if isinstance(response, bytes):
                     await loop.sock_sendall(self.sock, response)
@@ -240,6 +322,8 @@ class Connection:
                     await self.server._history.send(loop, self.sock, response, self._track_history_send)
                 else:
                     await _send_parts(loop, self.sock, response)
+                self.inflight -= 1
+                self.last_active = loop.time()
                 # release the response now, not when the next one (maybe a long
                 # poll) is ready: memory per connection stays one response
                 response = fut = None
