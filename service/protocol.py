@@ -144,13 +144,15 @@ _CONVERT: Mapping[str, Callable[[Any], Any]] = {
 
 
 @cache
-def _field_plan(cls: type) -> tuple[tuple[str, str | None, bool, bool], ...]:
+def _field_plan(cls: type) -> tuple[tuple[str, str | None, bool, bool, bool], ...]:
     hints = typing.get_type_hints(cls)
     plan = []
     for f in fields(cls):
         required = f.default is MISSING and f.default_factory is MISSING
-        is_tuple = typing.get_origin(hints.get(f.name)) is tuple
-        plan.append((f.name, f.metadata.get("kafka_type"), required, is_tuple))
+        hint = hints.get(f.name)
+        is_tuple = typing.get_origin(hint) is tuple
+        nullable = type(None) in typing.get_args(hint)
+        plan.append((f.name, f.metadata.get("kafka_type"), required, is_tuple, nullable))
     return tuple(plan)
 
 
@@ -158,18 +160,20 @@ def build(cls: type, **values: Any) -> Any:
     """Make a kio entity of any version from plain values.
 
     Values for fields this version lacks are dropped; missing required tuples
-    default to ``()``; milliseconds become ``timedelta``/``datetime`` where the
-    schema says so (``-1`` timestamps become null).
+    default to ``()``, missing required nullable fields (strings, arrays, structs
+    that the schema lets be null, such as CreateTopics v5+'s ``configs``) to
+    ``None``; milliseconds become ``timedelta``/``datetime`` where the schema says
+    so (``-1`` timestamps become null).
     """
     kwargs: dict[str, Any] = {}
-    for name, kafka_type, required, is_tuple in _field_plan(cls):
+    for name, kafka_type, required, is_tuple, nullable in _field_plan(cls):
         if name in values:
             value = values[name]
             convert = _CONVERT.get(kafka_type or "")
             kwargs[name] = convert(value) if convert is not None else value
         elif required and is_tuple:
             kwargs[name] = ()
-        elif required and kafka_type == "datetime_i64":
+        elif required and (nullable or kafka_type == "datetime_i64"):
             kwargs[name] = None
     return cls(**kwargs)
 

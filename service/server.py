@@ -203,7 +203,8 @@ class Connection:
 
     @property
     def idle(self) -> bool:
-        return self.inflight == 0 and not self.receiving_body
+        """No request being handled (a half-received one counts: its bytes stopped coming)."""
+        return self.inflight == 0
 
     def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
         self._history_send = fut

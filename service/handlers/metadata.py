@@ -9,7 +9,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaError, UnknownTopicIdError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 from service.groups.records import OFFSETS_TOPIC
 from service.handlers.router import RequestContext
 from service.protocol import build, response_module
@@ -42,7 +48,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 build(
                     mod.MetadataResponseTopic,
                     error_code=exc.code,
-                    name=name,
+                    name=name if name is not None or ctx.version >= 12 else "",  # null only from v12
                     topic_id=topic_id or _ZERO_UUID,
                     is_internal=False,
                     partitions=(),
@@ -91,6 +97,8 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
 def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool) -> Any:
     controller = ctx.broker.controller
+    if ctx.version < 12 and (name is None or topic_id):  # as Kafka: ids are for v12+
+        raise InvalidRequestError(f"Metadata v{ctx.version} needs topic names; topic ids need v12")
     if name is None:
         info = controller.topic_by_id(topic_id) if topic_id else None
         if info is None:
