@@ -239,19 +239,20 @@ class Connection:
                     await self.close()
                     return
                 await server.memory.acquire(size)
+                handed_over = False  # to the handler's future, which releases the memory when done
                 try:
                     frame = await self._read_frame(loop, buf, size)
                     if frame is None:
                         log.info("connection %s closed mid-frame", self.peer)
                         await self._finish_reading()
                         return
-                    result = server._dispatcher.dispatch(frame, self)
-                except BaseException:
-                    server.memory.release(size)
-                    raise
-                fut = asyncio.ensure_future(result)
+                    fut = asyncio.ensure_future(server._dispatcher.dispatch(frame, self))
+                    fut.add_done_callback(lambda _, n=size: server.memory.release(n))
+                    handed_over = True
+                finally:
+                    if not handed_over:
+                        server.memory.release(size)
                 self.inflight += 1
-                fut.add_done_callback(lambda _, n=size: server.memory.release(n))
                 await self._queue.put(fut)
         except FrameError as exc:
             log.warning("closing connection %s: %s", self.peer, exc)

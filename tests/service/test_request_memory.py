@@ -105,3 +105,24 @@ def test_server_reads_no_more_requests_than_the_pool_holds() -> None:
             await server.close()
 
     asyncio.run(main())
+
+
+def test_a_client_that_leaves_mid_request_gives_its_memory_back() -> None:
+    mib = 1024 * 1024
+
+    async def main() -> None:
+        dispatcher = _HeldDispatcher()
+        server = KafkaServer(dispatcher, "127.0.0.1", 0, max_request_bytes=mib, queued_max_request_bytes=mib)
+        await server.start()
+        try:
+            for _ in range(5):  # each would exhaust the pool if its reservation stayed
+                _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(struct.pack(">ihhi", mib, 18, 0, 1) + bytes(1000))
+                await writer.drain()
+                await _wait_for(lambda: server.memory.used == mib)
+                writer.close()
+                await _wait_for(lambda: server.memory.used == 0)
+        finally:
+            await server.close()
+
+    asyncio.run(main())
