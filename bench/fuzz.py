@@ -28,11 +28,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.conftest import BrokerProcess, free_port  # noqa: E402
-from tests.service.kafka_wire import WireConnection, error_codes, example_request, records  # noqa: E402
-from tests.service.wire_fuzz import Fuzzer, rss_bytes  # noqa: E402
+from tests.conftest import BrokerProcess, free_port
+from tests.service.kafka_wire import WireConnection, error_codes, example_request, records
+from tests.service.wire_fuzz import Fuzzer, rss_bytes
 
 TOPIC = "fuzz"
 SETS = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0",

@@ -53,6 +53,7 @@ __all__ = [
     "BATCH_OVERHEAD",
     "LOG_OVERHEAD",
     "MAX_INFLATED_BATCH_BYTES",
+    "RECORD_WALK_IN_C",
     "BatchHeader",
     "Compression",
     "Record",
@@ -407,8 +408,11 @@ def _varint(data: Buffer, pos: int, stop: int, max_bytes: int) -> tuple[int, int
 
 try:  # the C walk (setup.py builds it; optional)
     from local_tier._recordscan import scan as _scan_records
+
+    RECORD_WALK_IN_C = True
 except ImportError:  # pragma: no cover - without a compiler: slower, same answers
     _scan_records = _scan_records_py
+    RECORD_WALK_IN_C = False
 
 
 def stamp_batch(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
 from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
@@ -44,6 +45,9 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
+    if not RECORD_WALK_IN_C:
+        log.warning("local_tier._recordscan is not built: produced records are checked in Python, "
+                    "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
     probe_port = port
     if advertise:
         adv_host, adv_port = parse_hostport(advertise, port)

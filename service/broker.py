@@ -41,9 +41,9 @@ from local_tier.manager import LogManager
 from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
+from service.groups import GroupCoordinator, start_coordinator
 from service.metrics import LatencyHistograms
 from service.tiering import TieringService
-from service.groups import GroupCoordinator, start_coordinator
 
 __all__ = ["Broker"]
 

@@ -189,13 +189,17 @@ def _sized(kind: str, flexible: bool, nullable: bool) -> Reader:
     return {"string": read_string, "bytes": read_bytes, "records": read_records}[kind]
 
 
+def _ms_timedelta(ms: int) -> datetime.timedelta:
+    if -_MAX_TIMEDELTA_MS <= ms <= _MAX_TIMEDELTA_MS:
+        return datetime.timedelta(milliseconds=ms)
+    # an int64 beyond what timedelta holds (~2.7 million years): as good as forever
+    return datetime.timedelta.max if ms > 0 else datetime.timedelta.min
+
+
 def _timedelta(read_int: Reader) -> Reader:
     def read(buf: Buffer, pos: int, end: int) -> tuple[datetime.timedelta, int]:
         ms, pos = read_int(buf, pos, end)
-        if -_MAX_TIMEDELTA_MS <= ms <= _MAX_TIMEDELTA_MS:
-            return datetime.timedelta(milliseconds=ms), pos
-        # an int64 beyond what timedelta holds (~2.7 million years): as good as forever
-        return (datetime.timedelta.max if ms > 0 else datetime.timedelta.min), pos
+        return _ms_timedelta(ms), pos
 
     return read
 
@@ -213,12 +217,16 @@ def _datetime(nullable: bool) -> Reader:
     return read
 
 
+def _to_error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        raise MalformedRequest(f"unknown error code {code}") from None
+
+
 def _error_code(buf: Buffer, pos: int, end: int) -> tuple[ErrorCode, int]:
     code, pos = _read_i16(buf, pos, end)
-    try:
-        return ErrorCode(code), pos
-    except ValueError:
-        raise MalformedRequest(f"unknown error code {code} at byte {pos - 2}") from None
+    return _to_error_code(code), pos
 
 
 def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> Reader:
@@ -274,7 +282,7 @@ def _array(item: Reader, flexible: bool, nullable: bool, name: str) -> Reader:
             raise MalformedRequest(
                 f"array {name!r} before byte {pos} claims {n} elements, only {end - pos} bytes remain"
             )
-        items = []
+        items: list[Any] = []
         append = items.append
         for _ in range(n):
             value, pos = item(buf, pos, end)
@@ -336,20 +344,12 @@ def _convert_uuid(raw: bytes) -> uuid.UUID | None:
     return None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)
 
 
-def _convert_td(ms: int) -> datetime.timedelta:
-    return _timedelta(lambda b, p, e: (ms, p))(b"", 0, 0)[0]
-
-
-def _convert_err(code: int) -> ErrorCode:
-    return _error_code(_I16.pack(code), 0, 2)[0]
-
-
 _ZERO_UUID = bytes(16)
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "_bool": lambda byte: byte != 0,
     "_uuid": _convert_uuid,
-    "_td": _convert_td,
-    "_err": _convert_err,
+    "_td": _ms_timedelta,
+    "_err": _to_error_code,
 }
 
 
@@ -428,8 +428,8 @@ def entity_reader(cls: type) -> Reader:
         lines.append("        found = None")
         lines.append("    else:")
         lines.append("        found, pos = read_tagged(buf, pos, end)")
-        for tag, var, _ in tagged_fields:
-            lines.append(f"    {var} = found.get({tag}, D{var}) if found else D{var}")
+        for tag_id, var, _ in tagged_fields:
+            lines.append(f"    {var} = found.get({tag_id}, D{var}) if found else D{var}")
     lines.append("    o = new(cls)")
     for field_name, var in slots:
         key = f"set_{var}"

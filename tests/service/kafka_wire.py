@@ -25,6 +25,8 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
+from crc32c import crc32c
+from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import (
@@ -35,9 +37,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-
-from crc32c import crc32c
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 __all__ = [
     "PLAUSIBLE",

@@ -284,7 +284,7 @@ def _check(env: Env, api: int, version: int, values: dict[str, Any], expected: i
         answer = env.call(body)
     except BrokerClosed:
         return f"v{version}: the broker closed the connection"
-    except Exception as exc:  # a frame that kio cannot decode at this version, or a timeout
+    except Exception as exc:  # noqa: BLE001 - kio cannot decode the answer at this version, or a timeout
         return f"v{version}: {type(exc).__name__}: {exc}"
     codes = error_codes(answer)
     if expected is None:

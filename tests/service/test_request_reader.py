@@ -68,7 +68,7 @@ def test_reads_random_requests_as_kio_does(api: int, version: int) -> None:
     check()
 
 
-_HUGE = [struct.pack(">i", 2**31 - 1), b"\xff\xff\xff\xff\x07", struct.pack(">h", 0x7FFF)]
+_HUGE = [struct.pack(">i", 2**31 - 1), b"\xff\xff\xff\xff\x07", b"\xff\xff\xff\xff\x7f", struct.pack(">h", 0x7FFF)]
 
 
 def test_forged_lengths_are_malformed_requests_not_allocations() -> None:

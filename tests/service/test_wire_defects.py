@@ -55,11 +55,19 @@ def _raw(api: int, version: int, body: bytes, *, flexible: bool, header_tags: by
 
 
 _HUGE_VARINT = b"\xff\xff\xff\xff\x07"  # unsigned varint 2^31 - 1
+_HUGER_VARINT = b"\xff\xff\xff\xff\x7f"  # 2^35 - 1: kio's native decoder reserved 275 GB and aborted
 _HUGE_I32 = struct.pack(">i", 2**31 - 1)
 _PAD = bytes(40)
 
 #: (what, frame): each claims far more than the frame holds
 FORGED = [
+    ("Metadata v12 5-byte compact length", _raw(3, 12, _HUGER_VARINT + _PAD, flexible=True)),
+    ("OffsetFetch v8 5-byte compact length", _raw(9, 8, _HUGER_VARINT + _PAD, flexible=True)),
+    ("LeaveGroup v5 5-byte compact length", _raw(13, 5, b"\x02g" + _HUGER_VARINT + _PAD, flexible=True)),
+    ("ListOffsets v8 5-byte compact length",
+     _raw(2, 8, struct.pack(">ib", -1, 0) + _HUGER_VARINT + _PAD, flexible=True)),
+    ("Fetch v12 5-byte compact length",
+     _raw(1, 12, struct.pack(">iiiibii", -1, 100, 1, 1 << 20, 0, 0, -1) + _HUGER_VARINT + _PAD, flexible=True)),
     ("Metadata v12 compact array", _raw(3, 12, _HUGE_VARINT + _PAD, flexible=True)),
     ("Metadata v8 legacy array", _raw(3, 8, _HUGE_I32 + _PAD, flexible=False)),
     ("Metadata v8 string", _raw(3, 8, struct.pack(">ih", 1, 0x7FFF) + b"a", flexible=False)),

@@ -7,7 +7,7 @@ issue 21 and sends it:
 
 * ``flip``: 1-4 random bytes changed (size prefix kept consistent);
 * ``length``: a 1/2/4/5-byte window overwritten with a forged length
-  (2^31-1, 2^15-1, -1, -2, the varint 2^31-1) — defect 1;
+  (2^31-1, 2^15-1, -1, -2, the varints 2^31-1 and 2^35-1) — defect 1;
 * ``truncate`` / ``extend``: the frame cut short or grown by random bytes or an
   unknown tagged field (size prefix consistent) — defect 2;
 * ``size-lie``: the size prefix claims more than is sent (up to 100 MiB), then
@@ -42,6 +42,7 @@ _FORGED = [
     struct.pack(">i", -1),
     struct.pack(">h", -2),
     b"\xff\xff\xff\xff\x07",
+    b"\xff\xff\xff\xff\x7f",
     b"\xff",
 ]
 KINDS = ("flip", "length", "truncate", "extend", "size-lie", "records")
