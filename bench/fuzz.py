@@ -28,23 +28,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from tests.conftest import BrokerProcess, free_port
-from tests.service.kafka_wire import WireConnection, error_codes, example_request, records
-from tests.service.wire_fuzz import Fuzzer, rss_bytes
+from tests.service.kafka_wire import (
+    WireConnection,
+    error_codes,
+    example_request,
+    read_to_end,
+    records,
+)
+from tests.service.wire_fuzz import Fuzzer, RandomDraw, rss_bytes
 
 TOPIC = "fuzz"
 SETS = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0",
         "offsets.topic.num.partitions": "1"}
-
-
-class _RandomDraw:
-    def __init__(self, rnd: random.Random) -> None:
-        self.rnd = rnd
-
-    def integer(self, low: int, high: int) -> int:
-        return self.rnd.randint(low, high)
 
 
 def _prepare(broker: BrokerProcess) -> None:
@@ -52,33 +50,6 @@ def _prepare(broker: BrokerProcess) -> None:
         answer = conn.call(example_request(19, 7, name=TOPIC, num_partitions=2))
         assert error_codes(answer) in ([0], [36]), answer
         assert error_codes(conn.call(example_request(0, 9, name=TOPIC, index=0, records=records(5)))) == [0]
-
-
-def _read_to_end(bootstrap: str) -> tuple[int, int]:
-    """(records read, records the partitions' ends say exist) reading every partition from 0."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-bench-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in (0, 1)}
-    consumer.assign([TopicPartition(TOPIC, p, 0) for p in ends])
-    read, done = 0, set()
-    deadline = time.monotonic() + 120
-    try:
-        while len(done) < len(ends) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() != -191:  # _PARTITION_EOF
-                    raise RuntimeError(f"consumer error: {msg.error()}")
-                if msg.offset() >= ends[msg.partition()]:
-                    done.add(msg.partition())
-                continue
-            read += 1
-    finally:
-        consumer.close()
-    if len(done) < len(ends):
-        raise RuntimeError(f"consumer did not reach the end of {TOPIC} ({ends}) within 120 s")
-    return read, sum(ends.values())
 
 
 def main() -> int:
@@ -96,7 +67,7 @@ def main() -> int:
         _prepare(broker)
         rss_before = peak = rss_bytes(broker.pid)
         fuzzer = Fuzzer(broker.bootstrap, TOPIC)
-        draw = _RandomDraw(random.Random(args.seed))
+        draw = RandomDraw(random.Random(args.seed))
         started = time.monotonic()
         while fuzzer.stats.frames < args.frames:
             for _ in range(500):
@@ -125,7 +96,11 @@ def main() -> int:
         for i in range(1000):
             producer.produce(TOPIC, b"after-%d" % i, partition=i % 2)
         unflushed = producer.flush(30)
-        read, exist = _read_to_end(broker.bootstrap)
+        with WireConnection(broker.bootstrap) as conn:
+            listed = conn.call(example_request(2, 8, name=TOPIC, partitions=[{"partition_index": 0},
+                                                                              {"partition_index": 1}]))
+        exist = sum(p.offset for p in listed.topics[0].partitions)
+        read = len(read_to_end(broker.bootstrap, TOPIC, 2, timeout=120))
         log_text = broker.log_text()
         result = {
             "command": " ".join([sys.executable, *sys.argv]),

@@ -392,18 +392,10 @@ def _scan_records_py(data: Buffer, count: int) -> tuple[int, int, str] | None:
 
 def _varint(data: Buffer, pos: int, stop: int, max_bytes: int) -> tuple[int, int]:
     """A zig-zag varint of at most ``max_bytes`` ending by ``stop``; ValueError otherwise."""
-    value = 0
-    shift = 0
-    for _ in range(max_bytes):
-        if pos >= stop:
-            break
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-    raise ValueError("malformed varint")
+    try:
+        return read_varint(data, pos, stop, max_bytes)
+    except IndexError:
+        raise ValueError("varint runs past its record") from None
 
 
 try:  # the C walk (setup.py builds it; optional)

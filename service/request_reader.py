@@ -147,9 +147,31 @@ def _length_reader(flexible: bool, wide: bool) -> Callable[[Buffer, int, int], t
     return read_legacy
 
 
+def _string_value(buf: Buffer, pos: int, stop: int) -> str:
+    return str(buf[pos:stop], "utf-8", "replace")
+
+
+def _bytes_value(buf: Buffer, pos: int, stop: int) -> bytes:
+    return bytes(buf[pos:stop])
+
+
+def _records_value(buf: Buffer, pos: int, stop: int) -> memoryview:
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    return view[pos:stop].toreadonly()
+
+
+_SIZED_VALUES: dict[str, Callable[[Buffer, int, int], Any]] = {
+    "string": _string_value,
+    "bytes": _bytes_value,
+    "records": _records_value,
+}
+
+
 def _sized(kind: str, flexible: bool, nullable: bool) -> Reader:
     """string / bytes / records, compact or legacy, nullable or not."""
     read_length = _length_reader(flexible, wide=kind != "string")
+
+    value = _SIZED_VALUES[kind]
 
     def null_or_bad(n: int, start: int) -> tuple[None, int]:
         if n == -1 and nullable:
@@ -158,35 +180,16 @@ def _sized(kind: str, flexible: bool, nullable: bool) -> Reader:
             raise MalformedRequest(f"non-nullable {kind} at byte {start} is null")
         raise MalformedRequest(f"{kind} at byte {start} has negative length {n}")
 
-    def read_string(buf: Buffer, pos: int, end: int) -> tuple[str | None, int]:
+    def read(buf: Buffer, pos: int, end: int) -> tuple[Any, int]:
         n, pos = read_length(buf, pos, end)
         if n < 0:
             return null_or_bad(n, pos)
         stop = pos + n
         if stop > end:
             raise _short(kind, n, pos, end)
-        return str(buf[pos:stop], "utf-8", "replace"), stop
+        return value(buf, pos, stop), stop
 
-    def read_bytes(buf: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
-        n, pos = read_length(buf, pos, end)
-        if n < 0:
-            return null_or_bad(n, pos)
-        stop = pos + n
-        if stop > end:
-            raise _short(kind, n, pos, end)
-        return bytes(buf[pos:stop]), stop
-
-    def read_records(buf: Buffer, pos: int, end: int) -> tuple[memoryview | None, int]:
-        n, pos = read_length(buf, pos, end)
-        if n < 0:
-            return null_or_bad(n, pos)
-        stop = pos + n
-        if stop > end:
-            raise _short(kind, n, pos, end)
-        view = buf if isinstance(buf, memoryview) else memoryview(buf)
-        return view[pos:stop].toreadonly(), stop
-
-    return {"string": read_string, "bytes": read_bytes, "records": read_records}[kind]
+    return read
 
 
 def _ms_timedelta(ms: int) -> datetime.timedelta:

@@ -8,8 +8,10 @@
 * :func:`frame` encodes a request (header and body) as a size-prefixed frame with
   kio's writer; :func:`decode_response` decodes a response with kio's reader at
   that version (the conformance check: a well-formed answer).
-* :class:`WireConnection` sends frames and reads answers over one socket.
+* :class:`WireConnection` sends frames and reads answers over one socket
+  (``rawkafka.Connection`` with kio entities).
 * :func:`error_codes` collects every ``error_code`` in a response entity.
+* :func:`read_to_end` reads a topic from offset 0 to its end with confluent-kafka.
 
 Shares no code with the broker's protocol layer beyond kio itself.
 """
@@ -19,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
-import socket
 import struct
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Self
+from typing import Any
 
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema, load_response_schema
@@ -38,6 +40,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from tests.e2e import rawkafka
+
 __all__ = [
     "PLAUSIBLE",
     "WireConnection",
@@ -45,6 +49,7 @@ __all__ = [
     "error_codes",
     "example_request",
     "frame",
+    "read_to_end",
     "records",
     "with_crc",
 ]
@@ -251,15 +256,14 @@ class BrokerClosed(ConnectionError):
     """The broker closed the connection instead of answering."""
 
 
-class WireConnection:
-    """A blocking socket speaking raw Kafka protocol to one broker."""
+class WireConnection(rawkafka.Connection):
+    """A blocking socket speaking raw Kafka protocol to one broker, with kio entities."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         host, _, port = bootstrap.rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        self.correlation_id = 0
+        super().__init__(host, int(port), timeout)
 
-    def call(self, body: Any) -> Any:
+    def call(self, body: Any) -> Any:  # type: ignore[override]
         """Send a request entity; the decoded response (asserting its correlation id)."""
         self.correlation_id += 1
         self.sock.sendall(frame(body, self.correlation_id))
@@ -273,44 +277,33 @@ class WireConnection:
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def read_frame(self) -> bytes | None:
-        head = self._read_exactly(4)
-        if head is None:
-            return None
-        return self._read_exactly(_I32.unpack(head)[0])
 
-    def closed_by_peer(self, within: float = 10.0) -> bool:
-        """True when the broker closes the connection (EOF or reset) within ``within`` seconds."""
-        deadline = time.monotonic() + within
-        self.sock.settimeout(0.2)
-        try:
-            while time.monotonic() < deadline:
-                try:
-                    if not self.sock.recv(65536):
-                        return True
-                except TimeoutError:
-                    continue
-        except (ConnectionResetError, BrokenPipeError):
-            return True
-        return False
+def read_to_end(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0) -> list[bytes]:
+    """Every record value of ``topic``, each partition read from offset 0 to its end.
 
-    def _read_exactly(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            try:
-                chunk = self.sock.recv(n - len(buf))
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    Fails on any consumer error: a batch the broker acknowledged but a client
+    cannot read stops here.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-read-to-end",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)}
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    at_end = {p for p, end in ends.items() if end == 0}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                if msg.offset() >= ends[msg.partition()]:
+                    at_end.add(msg.partition())
+                continue
+            values.append(msg.value())
+    finally:
+        consumer.close()
+    assert len(at_end) == partitions, f"stuck before the end of {topic} {ends}: read {len(values)}"
+    return values

@@ -15,49 +15,21 @@ import random
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.service.kafka_wire import WireConnection, error_codes, example_request, records
-from tests.service.wire_fuzz import Fuzzer, rss_bytes
+from tests.service.kafka_wire import (
+    WireConnection,
+    error_codes,
+    example_request,
+    read_to_end,
+    records,
+)
+from tests.service.wire_fuzz import Fuzzer, RandomDraw, rss_bytes
 
 FUZZ_SECONDS = 20.0
 TOPIC = "fuzz"
-
-
-class _RandomDraw:
-    def __init__(self, rnd: random.Random) -> None:
-        self.rnd = rnd
-
-    def integer(self, low: int, high: int) -> int:
-        return self.rnd.randint(low, high)
-
-
-def _read_to_end(bootstrap: str, topic: str, partitions: int) -> int:
-    """Consume every partition from offset 0 to its end; the number of records read."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fuzz-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)}
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    read, at_end = 0, set()
-    deadline = time.monotonic() + 30
-    try:
-        while len(at_end) < partitions and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == -191, msg.error()  # _PARTITION_EOF
-                if msg.offset() >= ends[msg.partition()]:
-                    at_end.add(msg.partition())
-                continue
-            read += 1
-    finally:
-        consumer.close()
-    assert len(at_end) == partitions, f"stuck before the end of {topic}: {ends}, read {read}"
-    return read
 
 
 def test_fuzzed_frames_never_take_the_broker_down(module_start_broker: Any) -> None:
@@ -81,7 +53,7 @@ def test_fuzzed_frames_never_take_the_broker_down(module_start_broker: Any) -> N
     def fuzz(rnd: random.Random) -> None:
         if time.monotonic() > deadline:
             return
-        draw = _RandomDraw(rnd)
+        draw = RandomDraw(rnd)
         for _ in range(25):
             fuzzer.case(draw)
         assert broker.running, f"broker died after {list(fuzzer.recent)[-5:]}\n{broker.log_tail()}"
@@ -102,11 +74,11 @@ def test_fuzzed_frames_never_take_the_broker_down(module_start_broker: Any) -> N
 
     # whatever the broker acknowledged can be read to the end (no batch that stops consumers)
     started = time.monotonic()
-    assert _read_to_end(broker.bootstrap, TOPIC, 2) >= 5
+    assert len(read_to_end(broker.bootstrap, TOPIC, 2)) >= 5
     print(f"read to the end in {time.monotonic() - started:.1f} s")
     # and a normal client still works
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     for i in range(100):
         producer.produce(TOPIC, b"after-%d" % i, partition=1)
     assert producer.flush(30) == 0
-    _read_to_end(broker.bootstrap, TOPIC, 2)
+    assert read_to_end(broker.bootstrap, TOPIC, 2).count(b"after-1") == 1

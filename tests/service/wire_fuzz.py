@@ -22,6 +22,7 @@ request may be a legitimate long poll.
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 import time
@@ -33,7 +34,7 @@ from typing import Any, Protocol
 from service.handlers.router import api_table
 from tests.service.kafka_wire import encode_request, example_request, records, with_crc
 
-__all__ = ["Draw", "FuzzStats", "Fuzzer", "rss_bytes"]
+__all__ = ["Draw", "FuzzStats", "Fuzzer", "RandomDraw", "rss_bytes"]
 
 _I32 = struct.Struct(">i")
 _FORGED = [
@@ -52,6 +53,16 @@ _GROUP = "fuzz-group-00000"
 
 class Draw(Protocol):
     def integer(self, low: int, high: int) -> int: ...  # inclusive bounds
+
+
+class RandomDraw:
+    """A ``Draw`` from a seeded ``random.Random``."""
+
+    def __init__(self, rnd: random.Random) -> None:
+        self.rnd = rnd
+
+    def integer(self, low: int, high: int) -> int:
+        return self.rnd.randint(low, high)
 
 
 @dataclass
