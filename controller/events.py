@@ -1,25 +1,36 @@
 """What changed in the cluster metadata, told to listeners after a commit.
 
-Events are derived by comparing two committed snapshots (:func:`diff`), so a
-change made by another controller and picked up on a re-read is reported the
-same way as one made here. Frozen; thread-safe.
+Events are derived by comparing two committed snapshots (:func:`diff_metadata`),
+so a change made by another controller and picked up on a re-read is reported
+the same way as one made here. Topic events come first (deletions, then
+creations and changes), then partition changes (leader, ISR, replicas of
+partitions that existed before and still do), then broker changes. Frozen;
+thread-safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from controller.records import TopicInfo
+from controller.registrations import BrokerRegistration, PartitionRegistration
+
+if TYPE_CHECKING:
+    from controller.document import ClusterMetadata
 
 __all__ = [
+    "BrokerChanged",
     "MetadataEvent",
     "MetadataListener",
+    "PartitionChanged",
     "PartitionsCreated",
     "TopicConfigChanged",
     "TopicCreated",
     "TopicDeleted",
     "diff",
+    "diff_metadata",
 ]
 
 
@@ -48,7 +59,34 @@ class TopicConfigChanged:
     topic: TopicInfo
 
 
-MetadataEvent = TopicCreated | TopicDeleted | PartitionsCreated | TopicConfigChanged
+@dataclass(frozen=True, slots=True)
+class PartitionChanged:
+    """Partition ``partition`` of ``topic`` changed leader, ISR or replicas."""
+
+    topic: TopicInfo
+    partition: int
+    previous: PartitionRegistration
+    registration: PartitionRegistration
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerChanged:
+    """Broker ``node_id`` registered, changed (fenced, unfenced...) or left
+    (``registration`` None)."""
+
+    node_id: int
+    previous: BrokerRegistration | None
+    registration: BrokerRegistration | None
+
+
+MetadataEvent = (
+    TopicCreated
+    | TopicDeleted
+    | PartitionsCreated
+    | TopicConfigChanged
+    | PartitionChanged
+    | BrokerChanged
+)
 MetadataListener = Callable[[MetadataEvent], None]
 
 
@@ -68,4 +106,21 @@ def diff(old: Iterable[TopicInfo], new: Iterable[TopicInfo]) -> list[MetadataEve
             events.append(PartitionsCreated(topic, previous.partitions))
         if dict(topic.configs) != dict(previous.configs):
             events.append(TopicConfigChanged(topic))
+    return events
+
+
+def diff_metadata(old: ClusterMetadata, new: ClusterMetadata) -> list[MetadataEvent]:
+    """The events that lead from snapshot ``old`` to snapshot ``new`` (module docstring order)."""
+    events = diff(old.topics.values(), new.topics.values())
+    for topic in sorted(new.topics.values(), key=lambda t: t.name):
+        before, after = old.partitions.get(topic.topic_id), new.partitions[topic.topic_id]
+        if before is None or before is after:
+            continue
+        for index, (was, now) in enumerate(zip(before, after, strict=False)):
+            if was != now:
+                events.append(PartitionChanged(topic, index, was, now))
+    for node_id in sorted(set(old.brokers) | set(new.brokers)):
+        was_broker, now_broker = old.brokers.get(node_id), new.brokers.get(node_id)
+        if was_broker != now_broker:
+            events.append(BrokerChanged(node_id, was_broker, now_broker))
     return events

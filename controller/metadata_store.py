@@ -16,11 +16,15 @@ from __future__ import annotations
 from typing import Protocol
 
 from local_tier.errors import KafkaStorageError
-from remote_tier.store import ObjectNotFound, ObjectStore, ObjectStoreError, PreconditionFailed
+from remote_tier.store import (
+    ObjectNotFound,
+    ObjectStore,
+    ObjectStoreError,
+    PreconditionFailed,
+    get_with_etag,
+)
 
 __all__ = ["MetadataConflict", "MetadataStore", "ObjectStoreMetadataStore"]
-
-_CONSISTENT_READ_ATTEMPTS = 10
 
 
 class MetadataConflict(Exception):
@@ -39,14 +43,19 @@ class MetadataStore(Protocol):
         exist yet); returns the new version; raises :class:`MetadataConflict`."""
         ...
 
+    def version(self) -> str | None:
+        """The current version without the document (None if never written)."""
+        ...
+
 
 class ObjectStoreMetadataStore:
     """The metadata document as one object at ``key`` of an :class:`ObjectStore`.
 
-    A read is ``head``, ``get``, ``head`` again, retried until both heads agree, so
-    the returned version is the etag of exactly the returned bytes. That relies on
-    a document never repeating its bytes; the controller guarantees it with a
-    revision counter inside the document.
+    A read returns the etag of exactly the returned bytes
+    (:func:`remote_tier.store.get_with_etag`: one GET on S3 and on the filesystem
+    store; ``head``, ``get``, ``head`` on a store without that capability, which
+    relies on a document never repeating its bytes: the controller guarantees it
+    with a revision counter inside the document).
 
     Object store failures other than a lost precondition become
     ``KafkaStorageError`` (retriable from the client's point of view).
@@ -62,20 +71,21 @@ class ObjectStoreMetadataStore:
 
     def read(self) -> tuple[bytes, str] | None:
         try:
-            for _ in range(_CONSISTENT_READ_ATTEMPTS):
-                try:
-                    before = self._store.head(self._key).etag
-                    data = self._store.get(self._key)
-                    after = self._store.head(self._key).etag
-                except ObjectNotFound:
-                    return None
-                if before == after:
-                    return data, after
+            return get_with_etag(self._store, self._key)
+        except ObjectNotFound:
+            return None
         except ObjectStoreError as err:
             raise _storage_error("read", self._key, err) from err
-        raise KafkaStorageError(
-            f"cluster metadata {self._key!r} kept changing while being read; retry"
-        )
+
+    def version(self) -> str | None:
+        """The current version (one HEAD), or None if the document was never written;
+        cheaper than :meth:`read` for polling whether it changed."""
+        try:
+            return self._store.head(self._key).etag
+        except ObjectNotFound:
+            return None
+        except ObjectStoreError as err:
+            raise _storage_error("read", self._key, err) from err
 
     def write(self, data: bytes, expected_version: str | None) -> str:
         try:

@@ -10,6 +10,8 @@ Format (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
 
 A write goes to ``<name>.tmp``, is fsynced, renamed over the file, and the
 directory is fsynced, so a crash leaves either the old or the new checkpoint.
+A write that fails (a full disk) removes its temp file and raises OSError; the
+old checkpoint stays as it was.
 """
 
 from __future__ import annotations
@@ -52,11 +54,15 @@ def write_checkpoint(path: Path, entries: Iterable[Iterable[object]]) -> None:
     lines = [" ".join(str(field) for field in entry) for entry in entries]
     text = "\n".join([str(_VERSION), str(len(lines)), *lines]) + "\n"
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

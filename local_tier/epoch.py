@@ -19,8 +19,12 @@ _log = logging.getLogger("strata.local_tier")
 class LeaderEpochCache:
     """``(epoch, start_offset)`` entries in the partition dir's ``leader-epoch-checkpoint``.
 
-    Invariants: epochs and start offsets strictly increase; the file always
-    matches memory after a mutating call (atomic temp + fsync + rename).
+    Invariants: epochs and start offsets strictly increase. After :meth:`assign`
+    the file matches memory (atomic temp + fsync + rename); if the write fails
+    (a full disk) it raises OSError and neither changes. The truncations write
+    the file when they can and otherwise only log: a file that still holds
+    entries beyond the log end or below the log start is safe, because every
+    load truncates the cache to the log again.
     Thread-safety: not thread-safe; mutated only on the broker's event loop thread.
     """
 
@@ -43,7 +47,7 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (ignored unless newer than the latest)."""
         if self._entries:
-            latest_epoch, latest_start = self._entries[-1]
+            latest_epoch = self._entries[-1][0]
             if epoch <= latest_epoch:
                 if epoch < latest_epoch:
                     _log.warning(
@@ -54,10 +58,10 @@ class LeaderEpochCache:
                         latest_epoch,
                     )
                 return
-            if start_offset < latest_start:
-                self._entries = [e for e in self._entries if e[1] < start_offset]
-        self._entries.append((epoch, start_offset))
-        self._persist()
+        kept = [e for e in self._entries if e[1] < start_offset]
+        entries = [*kept, (epoch, start_offset)]
+        write_checkpoint(self.path, entries)
+        self._entries = entries
 
     def end_offset_for(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer ``(epoch, end_offset)``.
@@ -83,7 +87,7 @@ class LeaderEpochCache:
         kept = [e for e in self._entries if e[1] < end_offset]
         if len(kept) != len(self._entries):
             self._entries = kept
-            self._persist()
+            self._try_persist()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget offsets below ``start_offset``; the epoch covering it now starts there."""
@@ -91,7 +95,11 @@ class LeaderEpochCache:
         if not below or (len(below) == 1 and below[0][1] == start_offset):
             return
         self._entries = [(below[-1][0], start_offset), *self._entries[len(below) :]]
-        self._persist()
+        self._try_persist()
 
-    def _persist(self) -> None:
-        write_checkpoint(self.path, self._entries)
+    def _try_persist(self) -> None:
+        try:
+            write_checkpoint(self.path, self._entries)
+        except OSError as exc:
+            _log.warning("%s: cannot write %s (%s); it is rewritten at the next change",
+                         self.path.parent.name, self.path.name, exc)

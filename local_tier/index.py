@@ -12,10 +12,18 @@ in memory (two ``array('q')`` columns, searched with ``bisect``) and each new
 entry is appended to the file with one ``os.write``. An index is therefore always
 exactly ``entries * entry_size`` bytes long, and nothing needs trimming on roll.
 The segment decides when to add an entry (every ``index.interval.bytes``).
+
+Nothing read from an index file is trusted: a file larger than
+``segment.index.bytes`` is not read (it is reported corrupt), and
+:meth:`OffsetIndex.sanity_check` / :meth:`TimeIndex.sanity_check` bound every
+value against the log before the segment uses the index; a failed check makes
+the segment rebuild both indexes from its ``.log``. An entry is appended whole
+or not at all: a short write (a full disk) is cut back off the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -49,8 +57,9 @@ class _Index:
         self._keys = array("q")
         self._values = array("q")
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        data = _read_all(self._fd)
-        self._file_size = len(data)
+        self._file_size = os.fstat(self._fd).st_size
+        self._oversized = self._file_size > self.max_entries * self._ENTRY.size
+        data = b"" if self._oversized else _read_all(self._fd, self._file_size)
         whole = len(data) - len(data) % self._ENTRY.size
         for key, value in self._ENTRY.iter_unpack(data[:whole]):
             self._keys.append(key)
@@ -72,24 +81,39 @@ class _Index:
         return len(self._keys) >= self.max_entries
 
     def _append(self, key: int, value: int) -> None:
+        """Write one whole entry; on a failed or short write, cut the file back and raise OSError."""
         if self.is_full():
             raise ValueError(f"index {self.path.name} is full ({self.max_entries} entries)")
-        os.write(self._fd, self._ENTRY.pack(key, value))
+        entry = self._ENTRY.pack(key, value)
+        try:
+            written = os.write(self._fd, entry)
+            if written != len(entry):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        except OSError:
+            os.ftruncate(self._fd, self._file_size)
+            raise
         self._keys.append(key)
         self._values.append(value)
         self._file_size += self._ENTRY.size
 
-    def _truncate_entries(self, count: int) -> None:
+    def truncate_entries(self, count: int) -> None:
+        """Keep only the first ``count`` entries (in memory and in the file)."""
         del self._keys[count:]
         del self._values[count:]
         self._file_size = count * self._ENTRY.size
+        self._oversized = False
         os.ftruncate(self._fd, self._file_size)
 
     def reset(self) -> None:
         """Remove every entry (before a rebuild)."""
-        self._truncate_entries(0)
+        self.truncate_entries(0)
 
     def _check_file(self) -> None:
+        if self._oversized:
+            raise CorruptIndexError(
+                f"index file {self.path.name} has size {self._file_size}, more than "
+                f"segment.index.bytes allows ({self.max_entries} entries)"
+            )
         if self._file_size % self._ENTRY.size:
             raise CorruptIndexError(
                 f"index file {self.path.name} has size {self._file_size}, "
@@ -151,14 +175,20 @@ class OffsetIndex(_Index):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is ≥ ``offset``."""
-        self._truncate_entries(bisect_right(self._keys, offset - self.base_offset - 1))
+        self.truncate_entries(bisect_right(self._keys, offset - self.base_offset - 1))
 
-    def sanity_check(self, log_size: int | None = None) -> None:
-        """Raise CorruptIndexError unless entries are monotonic and inside the log."""
+    def sanity_check(self, log_size: int | None = None, next_offset: int | None = None) -> None:
+        """Raise CorruptIndexError unless entries are monotonic and inside the log.
+
+        Inside the log: positions in ``[0, log_size)`` and offsets in
+        ``[base_offset, next_offset)`` (when given).
+        """
         self._check_file()
         keys, positions = self._keys, self._values
-        if keys and keys[0] < 0:
-            raise CorruptIndexError(f"index {self.path.name} has a negative relative offset")
+        if keys and (keys[0] < 0 or positions[0] < 0):
+            raise CorruptIndexError(
+                f"index {self.path.name} has a negative relative offset or position"
+            )
         for i in range(1, len(keys)):
             if keys[i] <= keys[i - 1] or positions[i] <= positions[i - 1]:
                 raise CorruptIndexError(
@@ -169,6 +199,11 @@ class OffsetIndex(_Index):
             raise CorruptIndexError(
                 f"index {self.path.name} points at position {positions[-1]} "
                 f"beyond the log size {log_size}"
+            )
+        if next_offset is not None and keys and self.base_offset + keys[-1] >= next_offset:
+            raise CorruptIndexError(
+                f"index {self.path.name} names offset {self.base_offset + keys[-1]}, "
+                f"beyond the segment's last offset {next_offset - 1}"
             )
 
 
@@ -210,10 +245,11 @@ class TimeIndex(_Index):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is ≥ ``offset``."""
-        self._truncate_entries(bisect_left(self._values, offset - self.base_offset))
+        self.truncate_entries(bisect_left(self._values, offset - self.base_offset))
 
-    def sanity_check(self, log_size: int | None = None) -> None:
-        """Raise CorruptIndexError unless timestamps increase and offsets never decrease."""
+    def sanity_check(self, log_size: int | None = None, next_offset: int | None = None) -> None:
+        """Raise CorruptIndexError unless timestamps increase, offsets never decrease and
+        every offset lies in ``[base_offset, next_offset)`` (when given)."""
         self._check_file()
         stamps, offsets = self._keys, self._values
         if offsets and offsets[0] < 0:
@@ -225,10 +261,14 @@ class TimeIndex(_Index):
                 )
         if log_size == 0 and stamps:
             raise CorruptIndexError(f"time index {self.path.name} has entries for an empty log")
+        if next_offset is not None and offsets and self.base_offset + offsets[-1] >= next_offset:
+            raise CorruptIndexError(
+                f"time index {self.path.name} names offset {self.base_offset + offsets[-1]}, "
+                f"beyond the segment's last offset {next_offset - 1}"
+            )
 
 
-def _read_all(fd: int) -> bytes:
-    size = os.fstat(fd).st_size
+def _read_all(fd: int, size: int) -> bytes:
     chunks: list[bytes] = []
     pos = 0
     while pos < size:

@@ -1,4 +1,10 @@
-"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention."""
+"""Log: one partition's sequence of segments, with append, read, roll, flush, recovery and retention.
+
+Over 500 lines because append, roll, flush, read, recovery at load and
+retention all mutate the same segment list and offsets under one invariant
+(contiguous segments, ``log_start ≤ high watermark ≤ log end``); split apart,
+each piece would need the others' private state.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,19 @@ import shutil
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 
 from local_tier.config import LogConfig
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from local_tier.errors import InvalidRequestError, OffsetOutOfRangeError, RecordBatchTooLargeError
+from local_tier.errors import (
+    InvalidRequestError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+)
 from local_tier.index import CorruptIndexError
 from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
@@ -104,6 +116,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
+        self._write_failing = False  # the last write failed: warn once, note the recovery
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, needs_recovery)
         leo = self.log_end_offset
@@ -125,7 +138,8 @@ class Log:
             if path.stem.isdigit() and len(path.stem) == 20
         )
         for base in bases:
-            self._add_segment(LogSegment.open(self.dir, base, self._config))
+            last = base == bases[-1]
+            self._add_segment(LogSegment.open(self.dir, base, self._config, validate_tail=last))
         if not self._segments:
             self._add_segment(LogSegment.open(self.dir, 0, self._config, create=True))
         first_unflushed = max(0, bisect_right(self._bases, recovery_point) - 1)
@@ -168,7 +182,7 @@ class Log:
                 path.unlink(missing_ok=True)
 
     def _recover_segment(self, segment: LogSegment) -> int:
-        truncated = segment.recover(self._config.max_message_bytes)
+        truncated = segment.recover()
         if truncated:
             _log.warning(
                 "Recovery of %s: truncated %d invalid bytes at position %d of segment %s (%s)",
@@ -297,9 +311,20 @@ class Log:
         else:
             max_timestamp, offset_of_max = append_time, first_offset
         segment = self._maybe_roll(len(buf), now, last_offset)
-        segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now)
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
-            self._leader_epoch_cache.assign(leader_epoch, first_offset)
+            # Before the bytes: if this write fails, nothing was appended. If the
+            # append then fails, the entry names the offset the next append gets.
+            self._guarded(
+                f"record leader epoch {leader_epoch} for",
+                lambda: self._leader_epoch_cache.assign(leader_epoch, first_offset),
+            )
+        self._guarded(
+            "append to",
+            lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),
+        )
+        if self._write_failing:
+            self._write_failing = False
+            _log.info("%s: appends succeed again", self.name)
         self._unflushed_messages += validated.record_count
         if self._unflushed_messages >= config.flush_messages:
             self.flush(now_ms=now)
@@ -310,6 +335,30 @@ class Log:
             log_start_offset=self._log_start_offset,
             record_count=validated.record_count,
             size=len(buf),
+        )
+
+    def _guarded(self, what: str, action: Callable[[], None]) -> None:
+        """Run ``action``; an OSError (a full disk, an I/O error) becomes KafkaStorageError.
+
+        The local tier's writers undo their own partial work before raising, so
+        the log is as it was before the call.
+        """
+        try:
+            action()
+        except OSError as exc:
+            raise self._storage_error(what, exc) from exc
+
+    def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
+        if not self._write_failing:  # once per episode: a full disk fails every retry
+            self._write_failing = True
+            _log.warning(
+                "cannot %s %s (%s); answering KAFKA_STORAGE_ERROR until a write succeeds",
+                what,
+                self.name,
+                exc,
+            )
+        return KafkaStorageError(
+            f"cannot {what} partition {self.name}: {exc.strerror or exc}; nothing was appended"
         )
 
     def _maybe_roll(self, size: int, now_ms: int, last_offset: int) -> LogSegment:
@@ -328,13 +377,24 @@ class Log:
         return segment
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Start a new active segment at the log end offset; fsync the old ones in the background."""
+        """Start a new active segment at the log end offset; fsync the old ones in the background.
+
+        Raises KafkaStorageError, with the log unchanged, when the new segment's
+        files cannot be made (a full disk).
+        """
         active = self._segments[-1]
         new_base = self.log_end_offset
         if active.base_offset == new_base:
             return active  # already empty at the log end
-        active.on_become_inactive()
-        segment = LogSegment.open(self.dir, new_base, self._config, create=True)
+        try:
+            active.on_become_inactive()
+        except OSError as exc:  # an optimisation: loading derives the max timestamp anyway
+            _log.info("%s: no final time index entry for %s (%s)", self.name,
+                      active.log_path.name, exc)
+        created: list[LogSegment] = []
+        self._guarded("roll", lambda: created.append(
+            LogSegment.open(self.dir, new_base, self._config, create=True)))
+        segment = created[0]
         self._add_segment(segment)
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)

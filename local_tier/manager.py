@@ -42,6 +42,11 @@ class LogManager:
     ``.strata_cleanshutdown``, which exists only between :meth:`shutdown` and the
     next :meth:`load` (so a crash after loading means recovery at the next start).
 
+    A full disk: a checkpoint that cannot be written is skipped with a warning
+    (the old one stays; stale recovery points only make recovery re-validate
+    more), and :meth:`shutdown` then leaves no clean-shutdown marker, so the
+    next start validates the logs instead of trusting stale checkpoints.
+
     Thread-safety: not thread-safe: called on the broker's event loop thread. It
     owns one flush thread (a single-worker executor) that runs the fsyncs that
     follow a segment roll or a flush.ms flush.
@@ -51,6 +56,7 @@ class LogManager:
         self.log_dir = log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], Log] = {}
+        self._checkpoint_failing = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
 
     def load(self, config_for: Callable[[str], LogConfig]) -> None:
@@ -126,16 +132,30 @@ class LogManager:
             shutil.rmtree(doomed, ignore_errors=True)
         self.checkpoint()
 
-    def checkpoint(self) -> None:
-        """Write the recovery points and log start offsets of every log, atomically."""
-        write_offset_checkpoint(
-            self.log_dir / RECOVERY_POINT_CHECKPOINT,
-            {key: log.recovery_point for key, log in self._logs.items()},
-        )
-        write_offset_checkpoint(
-            self.log_dir / LOG_START_OFFSET_CHECKPOINT,
-            {key: log.log_start_offset for key, log in self._logs.items()},
-        )
+    def checkpoint(self) -> bool:
+        """Write the recovery points and log start offsets of every log, atomically.
+
+        Returns False, having logged why, when a checkpoint could not be written.
+        """
+        try:
+            write_offset_checkpoint(
+                self.log_dir / RECOVERY_POINT_CHECKPOINT,
+                {key: log.recovery_point for key, log in self._logs.items()},
+            )
+            write_offset_checkpoint(
+                self.log_dir / LOG_START_OFFSET_CHECKPOINT,
+                {key: log.log_start_offset for key, log in self._logs.items()},
+            )
+        except OSError as exc:
+            if not self._checkpoint_failing:  # once per episode, not every interval
+                self._checkpoint_failing = True
+                _log.warning("%s: cannot write the checkpoints (%s); keeping the previous ones",
+                             self.log_dir, exc)
+            return False
+        if self._checkpoint_failing:
+            self._checkpoint_failing = False
+            _log.info("%s: checkpoints written again", self.log_dir)
+        return True
 
     def run_retention(
         self, now_ms: int, remote_boundary: Callable[[str, int], int | None] | None = None
@@ -168,7 +188,11 @@ class LogManager:
             log.wait_for_flushes()
             log.flush()
             log.close()
-        self.checkpoint()
-        (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
-        fsync_dir(self.log_dir)
+        if self.checkpoint():
+            try:
+                (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
+                fsync_dir(self.log_dir)
+            except OSError as exc:
+                _log.warning("%s: cannot write the clean-shutdown marker (%s); the next start "
+                             "recovers the logs", self.log_dir, exc)
         self._executor.shutdown(wait=True)

@@ -1,14 +1,24 @@
-"""LogSegment: one ``<base20>.log`` file with its ``.index`` and ``.timeindex``."""
+"""LogSegment: one ``<base20>.log`` file with its ``.index`` and ``.timeindex``.
+
+Over 500 lines because a segment's append, rollback, reads and recovery share
+its private state (size, next offset, max timestamp, the index cursor); the
+index files (``index.py``) and the batch codec (``records.py``) already live
+apart.
+"""
 
 from __future__ import annotations
 
+import errno
 import io
+import logging
 import os
 import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from crc32c import crc32c
 
 from local_tier.config import LogConfig
 from local_tier.errors import CorruptRecordError, KafkaError
@@ -23,13 +33,16 @@ from local_tier.records import (
     read_batch_header,
 )
 
-__all__ = ["DELETED_SUFFIX", "FileRegion", "LogSegment", "segment_file_name"]
+__all__ = ["DELETED_SUFFIX", "AppendMark", "FileRegion", "LogSegment", "segment_file_name"]
 
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _INT32 = struct.Struct(">i")
+_CRC_START = 21  # RecordBatch v2: the CRC covers everything from the attributes on
+_NO_SIZE_LIMIT = 2**31  # batch sizes are int32: check_batch's max.message.bytes test never fires
+_log = logging.getLogger("strata.local_tier")
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -67,14 +80,33 @@ class FileRegion:
         return b"".join(chunks)
 
 
+@dataclass(frozen=True, slots=True)
+class AppendMark:
+    """A segment's state before an append, to undo it with :meth:`LogSegment.rollback`."""
+
+    size: int
+    next_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    bytes_since_last_index_entry: int
+    created_ms: int | None
+    offset_entries: int
+    time_entries: int
+
+
 class LogSegment:
     """One segment of a partition's log.
 
     Invariants: ``base_offset ≤`` every offset in the segment ``< next_offset``;
     the ``.log`` holds only whole batches in increasing offset order, except for
     a torn tail after a crash, which :meth:`recover` cuts; ``size`` is the file
-    length; index entries point at batch starts below ``size``; relative offsets
-    fit in int32 and positions in int32.
+    length; index entries point at batch starts below ``size`` and are written
+    only after the bytes they point at; relative offsets fit in int32 and
+    positions in int32. An append is all or nothing: when any of its writes
+    fails (a full disk), the ``.log`` and both indexes are cut back to where they
+    were, so the next append starts on a batch boundary (Kafka never appends
+    after a failed write). If even that cut fails, the segment refuses further
+    appends (:attr:`write_error`) until the broker restarts and validates it.
 
     Thread-safety: not thread-safe. The owning :class:`~local_tier.log.Log` calls
     everything from the broker's event loop thread, except :meth:`flush`, which
@@ -111,26 +143,46 @@ class LogSegment:
         self._created_ms: int | None = None
         self.recovery_error: str | None = None
         """Why the last :meth:`recover` stopped early (None when nothing was cut)."""
+        self.write_error: str | None = None
+        """Set when a failed append could not be undone: the segment takes no more appends."""
+        self._index_mismatch_logged = False
 
     # ------------------------------------------------------------------ opening
 
     @classmethod
     def open(
-        cls, directory: Path, base_offset: int, config: LogConfig, create: bool = False
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        create: bool = False,
+        *,
+        validate_tail: bool = False,
     ) -> LogSegment:
-        """Open (or with ``create`` make) the segment's three files and load its state."""
+        """Open (or with ``create`` make) the segment's three files and load its state.
+
+        With ``validate_tail`` (the last segment of a log) the batches after the
+        last offset-index entry are checked in full (CRC); any problem found while
+        loading is reported by :meth:`sanity_check`.
+        """
         log_path = directory / segment_file_name(base_offset, ".log")
         if not create and not log_path.exists():
             raise FileNotFoundError(log_path)
         index_path = directory / segment_file_name(base_offset, ".index")
         time_path = directory / segment_file_name(base_offset, ".timeindex")
         missing = not index_path.exists() or not time_path.exists()
+        new_files = [p for p in (log_path, index_path, time_path) if not p.exists()]
         log_file = open(log_path, "a+b", buffering=0)  # noqa: SIM115 - owned by the segment
+        offset_index: OffsetIndex | None = None
         try:
             offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
             time_index = TimeIndex(time_path, base_offset, config.segment_index_bytes)
         except BaseException:
             log_file.close()
+            if offset_index is not None:
+                offset_index.close()
+            for path in new_files:  # a segment that could not be made whole is not left behind
+                path.unlink(missing_ok=True)
             raise
         segment = cls(
             directory,
@@ -141,26 +193,50 @@ class LogSegment:
             time_index,
             indexes_missing=missing,
         )
-        segment._load_tail()
+        segment._load_tail(validate_tail)
         return segment
 
-    def _load_tail(self) -> None:
-        """Derive next offset, max timestamp and roll time from the indexes plus a short scan."""
+    def _load_tail(self, validate: bool) -> None:
+        """Derive next offset, max timestamp and roll time from the indexes plus a short scan.
+
+        The scan starts at the last offset-index entry, whose position is bounded
+        first; the batch found there must be the one the entry names, and the
+        batches after it must end exactly at the end of the file. With
+        ``validate`` those batches are also checked whole (CRC). A failure is kept
+        in ``_tail_error`` for :meth:`sanity_check`, and the rebuild that follows
+        derives everything again from the ``.log``.
+        """
         if self._size == 0:
             return
         max_ts, ts_offset = self.time_index.last_entry
         self._max_timestamp, self._offset_of_max_timestamp = max_ts, ts_offset
-        _, position = self.offset_index.last_entry
-        if position >= self._size:
-            position = 0  # the index is corrupt; sanity_check reports it
+        indexed_offset, position = self.offset_index.last_entry
+        if not 0 <= position < self._size:
+            self._tail_error = (
+                f"its last index entry points at position {position}, outside the log "
+                f"of {self._size} bytes"
+            )
+            return
+        end = position
         try:
             first = read_batch_header(os.pread(self._file.fileno(), BATCH_OVERHEAD, 0))
             self._created_ms = first.max_timestamp if first.max_timestamp > 0 else None
             for pos, header in self._scan(position):
+                if pos == position and self.offset_index.entries and header.last_offset != indexed_offset:
+                    break  # the entry does not name the batch it points at
                 self._note_timestamp(header)
                 self._next_offset = header.next_offset
                 self._bytes_since_last_index_entry = pos + header.size - position
-        except CorruptRecordError as exc:
+                end = pos + header.size
+            if end != self._size:
+                self._tail_error = (
+                    f"{self._size - end} bytes at position {end} are not a whole batch "
+                    "(a torn write, or an index entry that does not match the log)"
+                )
+            elif validate:
+                for _ in self._checked_batches(position, self._size):
+                    pass
+        except KafkaError as exc:
             self._tail_error = str(exc)
 
     # ------------------------------------------------------------------ properties
@@ -214,26 +290,74 @@ class LogSegment:
         *,
         now_ms: int | None = None,
     ) -> None:
-        """Append whole, already stamped batches with one write; index them sparsely."""
+        """Append whole, already stamped batches with one write; index them sparsely.
+
+        All or nothing: the log bytes are written first, then the index entries
+        that point at them; if any write fails (OSError, e.g. ENOSPC) everything
+        is undone (:meth:`rollback`) and the OSError is raised.
+        """
         length = len(records)
         if length == 0:
             return
+        if self.write_error is not None:
+            raise OSError(errno.EIO, f"{self.log_path.name} takes no more appends: {self.write_error}")
+        mark = self.mark()
         position = self._size
-        if position == 0:
-            self._created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
-        interval = self.config.index_interval_bytes
-        if self._bytes_since_last_index_entry + length <= interval:
-            self._bytes_since_last_index_entry += length
-        else:
-            for pos, header in iter_batches(records):
-                self._note_timestamp(header)
-                self._index_batch(position + pos, header)
-        _write_all(self._file, records)
-        self._size += length
+        try:
+            _write_all(self._file, records)
+            self._size += length
+            if position == 0:
+                self._created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+            interval = self.config.index_interval_bytes
+            if self._bytes_since_last_index_entry + length <= interval:
+                self._bytes_since_last_index_entry += length
+            else:
+                for pos, header in iter_batches(records):
+                    self._note_timestamp(header)
+                    self._index_batch(position + pos, header)
+        except Exception:  # OSError above all: a full disk, a short write
+            self.rollback(mark)
+            raise
         self._next_offset = largest_offset + 1
         if largest_timestamp > self._max_timestamp:
             self._max_timestamp = largest_timestamp
             self._offset_of_max_timestamp = offset_of_max_timestamp
+
+    def mark(self) -> AppendMark:
+        """The state to return to if the next append must be undone."""
+        return AppendMark(
+            self._size,
+            self._next_offset,
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._bytes_since_last_index_entry,
+            self._created_ms,
+            self.offset_index.entries,
+            self.time_index.entries,
+        )
+
+    def rollback(self, mark: AppendMark) -> None:
+        """Undo the appends made since ``mark``: cut the files back and restore the state.
+
+        Cutting a file never needs free space. Should it fail anyway, the
+        segment keeps the logical state of ``mark`` (reads stop there), records
+        :attr:`write_error` and refuses appends; the next start finds the bytes
+        beyond the last whole batch and cuts them.
+        """
+        try:
+            os.ftruncate(self._file.fileno(), mark.size)
+            self.offset_index.truncate_entries(mark.offset_entries)
+            self.time_index.truncate_entries(mark.time_entries)
+        except OSError as exc:
+            self.write_error = f"a failed append could not be undone ({exc})"
+            raise
+        finally:
+            self._size = mark.size
+            self._next_offset = mark.next_offset
+            self._max_timestamp = mark.max_timestamp
+            self._offset_of_max_timestamp = mark.offset_of_max_timestamp
+            self._bytes_since_last_index_entry = mark.bytes_since_last_index_entry
+            self._created_ms = mark.created_ms
 
     def _note_timestamp(self, header: BatchHeader) -> None:
         if header.max_timestamp > self._max_timestamp:
@@ -280,6 +404,40 @@ class LogSegment:
             # Large batches: fetch just the next header instead of a chunk of payload.
             read_size = BATCH_OVERHEAD if header.size >= _SCAN_CHUNK // 2 else _SCAN_CHUNK
 
+    def _scan_from_index(self, offset: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Like :meth:`_scan` from the index entry for ``offset``, checking the entry first.
+
+        The batch at the entry's position must be the one the entry names; when it
+        is not (an index damaged in a way the load-time checks cannot see without
+        reading every entry), the scan starts at position 0 instead: slower, never
+        wrong. The next start rebuilds an index that fails its checks.
+        """
+        indexed_offset, position = self.offset_index.lookup(offset)
+        if position == 0:
+            yield from self._scan(0, end)
+            return
+        if position >= end:
+            return
+        batches = self._scan(position, end)
+        try:
+            found = next(batches, None)
+        except KafkaError:  # not a batch header at all
+            found = None
+        if found is not None and found[0] == position and found[1].last_offset == indexed_offset:
+            yield found
+            yield from batches
+            return
+        if not self._index_mismatch_logged:
+            self._index_mismatch_logged = True
+            _log.warning(
+                "%s: index entry (offset %d, position %d) does not match the log; "
+                "scanning the segment from its start",
+                self.offset_index.path,
+                indexed_offset,
+                position,
+            )
+        yield from self._scan(0, end)
+
     def read(
         self,
         start_offset: int,
@@ -298,11 +456,10 @@ class LogSegment:
         even when larger than ``max_bytes`` (KIP-74).
         """
         end = self._size if max_position is None else min(max_position, self._size)
-        _, position = self.offset_index.lookup(start_offset)
         first: tuple[int, BatchHeader] | None = None
         region_end = 0
         next_offset = -1
-        for pos, header in self._scan(position, end):
+        for pos, header in self._scan_from_index(start_offset, end):
             if first is None:
                 if header.last_offset < start_offset:
                     continue
@@ -332,8 +489,7 @@ class LogSegment:
         until the first batch whose max timestamp qualifies, which alone is decoded.
         """
         _, indexed_offset = self.time_index.lookup(timestamp)
-        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
-        for pos, header in self._scan(position):
+        for pos, header in self._scan_from_index(max(indexed_offset, start_offset), self._size):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
             _, records = decode_batch(os.pread(self._file.fileno(), header.size, pos))
@@ -352,10 +508,63 @@ class LogSegment:
             raise CorruptIndexError(
                 f"{self.log_path.name} cannot be read from its last index entry: {self._tail_error}"
             )
-        self.offset_index.sanity_check(self._size)
-        self.time_index.sanity_check(self._size)
+        self.offset_index.sanity_check(self._size, self._next_offset)
+        self.time_index.sanity_check(self._size, self._next_offset)
 
-    def recover(self, max_message_bytes: int) -> int:
+    def _checked_batches(self, position: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Every batch in ``[position, end)`` checked whole (framing, CRC, counts).
+
+        Raises the batch's KafkaError at the first invalid one. A batch's size is
+        bounded by the bytes left in the file, not by ``max.message.bytes``: a
+        lowered limit must not cut batches that were valid when appended.
+        Memory: windows of 8 MiB; a larger batch is checked 8 MiB at a time, so a
+        corrupt length field costs reads, never a large allocation.
+        """
+        fd = self._file.fileno()
+        window = memoryview(b"")
+        window_start = position
+        while position < end:
+            rel = position - window_start
+            if rel + LOG_OVERHEAD > len(window):  # this batch's length is not in the window
+                window = memoryview(os.pread(fd, min(_RECOVERY_CHUNK, end - position), position))
+                window_start, rel = position, 0
+            need = _batch_size_hint(window, rel, end - position)
+            if need > _RECOVERY_CHUNK:  # larger than a window: checked in pieces
+                header = self._check_large_batch(position, need)
+                window, window_start = memoryview(b""), position + need
+            else:
+                if rel + need > len(window):
+                    size = min(_RECOVERY_CHUNK, end - position)
+                    window, window_start = memoryview(os.pread(fd, size, position)), position
+                    rel = 0
+                header = check_batch(
+                    window, rel, max_message_bytes=_NO_SIZE_LIMIT, file_position=position
+                )
+            yield position, header
+            position += header.size
+
+    def _check_large_batch(self, position: int, size: int) -> BatchHeader:
+        """The header and the CRC of one batch of ``size`` bytes, read 8 MiB at a time.
+
+        The CRC covers every byte after it (counts, codec, records), which is what
+        recovery must trust; the content rules :func:`check_batch` adds were
+        applied when the batch was appended.
+        """
+        fd = self._file.fileno()
+        header = read_batch_header(os.pread(fd, BATCH_OVERHEAD, position))
+        crc = 0
+        at, end = position + _CRC_START, position + size
+        while at < end:
+            chunk = os.pread(fd, min(_RECOVERY_CHUNK, end - at), at)
+            if not chunk:
+                raise CorruptRecordError(f"incomplete batch at position {position}")
+            crc = crc32c(chunk, crc)
+            at += len(chunk)
+        if crc != header.crc:
+            raise CorruptRecordError(f"CRC mismatch: batch at position {position}")
+        return header
+
+    def recover(self) -> int:
         """Validate every batch from position 0, rebuild both indexes, cut the log at the first bad batch.
 
         Returns the number of bytes truncated; :attr:`recovery_error` says why.
@@ -370,41 +579,31 @@ class LogSegment:
         fd = self._file.fileno()
         file_size = os.fstat(fd).st_size
         next_offset = self.base_offset
-        position = 0
-        window = memoryview(b"")
-        window_start = 0
-        while position < file_size:
-            rel = position - window_start
-            need = _batch_size_hint(window, rel, max_message_bytes)
-            if rel + need > len(window):
-                size = min(max(_RECOVERY_CHUNK, need), file_size - position)
-                window, window_start, rel = memoryview(os.pread(fd, size, position)), position, 0
-            try:
-                header = check_batch(
-                    window, rel, max_message_bytes=max_message_bytes, file_position=position
-                )
-            except KafkaError as exc:
-                self.recovery_error = str(exc)
-                break
-            if header.base_offset < next_offset:
-                self.recovery_error = (
-                    f"batch at position {position} has base offset {header.base_offset}, "
-                    f"below the expected {next_offset}"
-                )
-                break
-            if self._created_ms is None:
-                self._created_ms = header.max_timestamp if header.max_timestamp > 0 else None
-            self._note_timestamp(header)
-            self._index_batch(position, header)
-            next_offset = header.next_offset
-            position += header.size
-        truncated = file_size - position
+        good_end = 0
+        try:
+            for position, header in self._checked_batches(0, file_size):
+                if header.base_offset < next_offset:
+                    self.recovery_error = (
+                        f"batch at position {position} has base offset {header.base_offset}, "
+                        f"below the expected {next_offset}"
+                    )
+                    break
+                if self._created_ms is None:
+                    self._created_ms = header.max_timestamp if header.max_timestamp > 0 else None
+                self._note_timestamp(header)
+                self._index_batch(position, header)
+                next_offset = header.next_offset
+                good_end = position + header.size
+        except KafkaError as exc:
+            self.recovery_error = str(exc)
+        truncated = file_size - good_end
         if truncated:
-            os.ftruncate(fd, position)
-        self._size = position
+            os.ftruncate(fd, good_end)
+        self._size = good_end
         self._next_offset = next_offset
         self._indexes_missing = False
         self._tail_error = None
+        self.write_error = None
         return truncated
 
     # ------------------------------------------------------------------ lifecycle
@@ -443,13 +642,13 @@ class LogSegment:
         )
 
 
-def _batch_size_hint(window: memoryview, rel: int, max_message_bytes: int) -> int:
-    """Bytes needed at ``rel`` to validate one batch: its size when known and plausible."""
+def _batch_size_hint(window: memoryview, rel: int, remaining: int) -> int:
+    """Bytes needed at ``rel`` to validate one batch: its size when it fits in ``remaining``."""
     if rel + LOG_OVERHEAD > len(window):
         return LOG_OVERHEAD
     (length,) = _INT32.unpack_from(window, rel + 8)
     size = LOG_OVERHEAD + length
-    return size if LOG_OVERHEAD < size <= max_message_bytes else LOG_OVERHEAD
+    return size if LOG_OVERHEAD < size <= remaining else LOG_OVERHEAD
 
 
 def _write_all(file: io.FileIO, data: bytes | bytearray | memoryview) -> None:

@@ -28,6 +28,7 @@ from remote_tier.store import (
     ObjectStoreUnavailable,
     PreconditionFailed,
     clamp_range,
+    get_with_etag,
 )
 from remote_tier.uploader import RemoteLogManager, SegmentSummary, summarize_segment
 from remote_tier.url import open_object_store
@@ -56,6 +57,7 @@ __all__ = [
     "SegmentOverlapError",
     "SegmentSummary",
     "clamp_range",
+    "get_with_etag",
     "open_object_store",
     "summarize_segment",
 ]

@@ -15,6 +15,15 @@ Invariants:
   are fsynced, and replace the object with ``os.replace`` (then the directory
   is fsynced). A reader sees the old object or the new one, never a mix.
 * The etag is the hex MD5 of the content, like S3 for single-part uploads.
+* A full disk: ``<root>/.strata-reserve`` is a file of ``reserve_bytes``
+  (default 1 MiB) allocated up front. When a small write (at most
+  ``reserve_bytes`` minus 64 KiB: the cluster metadata, a manifest) fails with
+  ENOSPC or EDQUOT, the store deletes the reserve and tries once more, so the
+  metadata write that frees space (DeleteTopics, a lower retention) gets
+  through even when the logs beside the store filled the disk.
+  :meth:`FileSystemObjectStore.restore_reserve` allocates it again once space is
+  free (after every mutation; the broker also calls it after deleting logs).
+  See ``docs/adr/0007-full-disk-and-data-dir-lock.md``.
 
 Thread- and process-safety: every call is safe from any thread of any process
 sharing ``root``. The final step of every mutation (precondition check, then
@@ -26,6 +35,7 @@ call it on the event loop.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -49,7 +59,14 @@ __all__ = ["FileSystemObjectStore"]
 
 _INTERNAL = ".strata"
 _LOCK_NAME = ".strata.lock"
+_RESERVE_NAME = ".strata-reserve"
 _TMP_PREFIX = ".strata-tmp-"
+#: Space kept free for small writes on a full disk (see the module docstring).
+DEFAULT_RESERVE_BYTES = 1 << 20
+# A write may use the reserve when it is this much smaller than it: file system
+# blocks, a directory block, rounding.
+_RESERVE_SLACK = 64 * 1024
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _HASH_CHUNK = 1 << 20
 # An etag is cached only for files unmodified for this long, so a later file that
 # reuses the inode number, size and (coarse) mtime can never hit a stale entry.
@@ -65,15 +82,18 @@ class FileSystemObjectStore:
     Thread-safe and multi-process-safe; blocking.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, reserve_bytes: int = DEFAULT_RESERVE_BYTES) -> None:
         self._root = Path(root).absolute()
         self._lock_path = self._root / _LOCK_NAME
+        self._reserve_path = self._root / _RESERVE_NAME
+        self._reserve_bytes = max(0, reserve_bytes)
         self._etags: dict[_StatKey, str] = {}
         self._etags_lock = threading.Lock()
         try:
             self._root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise self._unavailable("create", str(self._root), err) from err
+        self.restore_reserve()
 
     @property
     def root(self) -> Path:
@@ -95,6 +115,11 @@ class FileSystemObjectStore:
             raise ObjectNotFound(key) from None
         except OSError as err:
             raise self._unavailable("read", key, err) from err
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """The whole object and the MD5 of exactly the bytes read (see ``store.get_with_etag``)."""
+        data = self.get(key)
+        return data, hashlib.md5(data, usedforsecurity=False).hexdigest()
 
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
@@ -164,6 +189,48 @@ class FileSystemObjectStore:
             return
         except OSError as err:
             raise self._unavailable("delete", key, err) from err
+        self.restore_reserve()
+
+    # -- the full-disk reserve -----------------------------------------------------
+
+    def restore_reserve(self) -> bool:
+        """Allocate the reserve file if it is missing; False when there is no room yet.
+
+        Cheap when it exists (one ``stat``). Blocking; safe from any thread or process.
+        """
+        if self._reserve_bytes == 0:
+            return True
+        try:
+            if self._reserve_path.stat().st_size >= self._reserve_bytes:
+                return True
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        tmp = self._root / f"{_TMP_PREFIX}reserve.{uuid.uuid4().hex}"
+        try:
+            with self._locked():
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    _allocate(fd, self._reserve_bytes)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self._reserve_path)
+        except OSError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+        return True
+
+    def _write_temp_with_reserve(self, path: Path, data: bytes) -> tuple[Path, str]:
+        """The disk is full: give up the reserve and write once more (under the lock,
+        so no other writer's :meth:`restore_reserve` takes the space back first)."""
+        with self._locked():
+            try:
+                self._reserve_path.unlink()
+            except FileNotFoundError:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
+            return _write_temp(path, data)
 
     # -- helpers ----------------------------------------------------------------
 
@@ -176,7 +243,14 @@ class FileSystemObjectStore:
         except OSError as err:
             raise self._unavailable("write", key, err) from err
         try:
-            tmp, etag = _write_temp(path, source)
+            try:
+                tmp, etag = _write_temp(path, source)
+            except OSError as err:
+                if isinstance(source, Path) or not (
+                    err.errno in _DISK_FULL and self._may_use_reserve(source)
+                ):
+                    raise
+                tmp, etag = self._write_temp_with_reserve(path, source)
         except (FileExistsError, NotADirectoryError) as err:
             raise _shadowed(key) from err
         except OSError as err:
@@ -195,7 +269,12 @@ class FileSystemObjectStore:
             raise self._unavailable("write", key, err) from err
         finally:
             tmp.unlink(missing_ok=True)  # a no-op once replaced
+        self.restore_reserve()
         return etag
+
+    def _may_use_reserve(self, source: bytes | Path) -> bool:
+        """Only small writes: a segment upload must not take the metadata's reserve."""
+        return not isinstance(source, Path) and len(source) + _RESERVE_SLACK <= self._reserve_bytes
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -287,6 +366,17 @@ def _write_temp(path: Path, source: bytes | Path) -> tuple[Path, str]:
         raise
     os.close(fd)
     return tmp, digest.hexdigest()
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Make ``size`` bytes of the file take real space (not a sparse hole)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        _write_all(fd, bytes(size))  # a file system without fallocate
+        os.fsync(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from remote_tier.errors import ObjectStoreUnavailable
-from remote_tier.store import ObjectInfo, ObjectStore
+from remote_tier.store import ObjectInfo, ObjectStore, get_with_etag
 
 __all__ = ["RetryingObjectStore"]
 
@@ -77,6 +77,9 @@ class RetryingObjectStore:
 
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         return self._call(f"get {key!r}", lambda: self.inner.get(key, start, end))
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        return self._call(f"get {key!r}", lambda: get_with_etag(self.inner, key))
 
     def head(self, key: str) -> ObjectInfo:
         return self._call(f"head {key!r}", lambda: self.inner.head(key))

@@ -202,6 +202,14 @@ class S3ObjectStore:
             ) from err
         return body
 
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """The whole object and the etag S3 sent with it, in one GET (through boto3:
+        meant for small objects such as the controller lease, not segment data)."""
+        with self._edge("get", key):
+            response = self._client.get_object(Bucket=self._bucket, Key=self._key(key))
+            data = response["Body"].read()
+        return data, _etag(response["ETag"])
+
     def head(self, key: str) -> ObjectInfo:
         with self._edge("head", key):
             response = self._client.head_object(Bucket=self._bucket, Key=self._key(key))

@@ -50,7 +50,10 @@ __all__ = [
     "ObjectStoreUnavailable",
     "PreconditionFailed",
     "clamp_range",
+    "get_with_etag",
 ]
+
+_CONSISTENT_READ_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,3 +128,25 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key``; deleting a missing key is not an error."""
         ...
+
+
+def get_with_etag(store: ObjectStore, key: str) -> tuple[bytes, str]:
+    """The whole object ``key`` and the etag of exactly those bytes; ``ObjectNotFound``.
+
+    An optional capability: a store with its own ``get_with_etag`` method answers in
+    one request (S3 returns the etag with the body; the filesystem store hashes the
+    bytes it read). Any other store is read with ``head``, ``get``, ``head`` until
+    both heads agree, which pairs bytes and etag only if the object never repeats
+    its bytes (see ``controller.metadata_store``). It is not part of the
+    :class:`ObjectStore` protocol, so wrappers that lack it keep working.
+    """
+    own = getattr(store, "get_with_etag", None)
+    if own is not None:
+        data, etag = own(key)
+        return bytes(data), str(etag)
+    for _ in range(_CONSISTENT_READ_ATTEMPTS):
+        before = store.head(key).etag
+        data = store.get(key)
+        if store.head(key).etag == before:
+            return data, before
+    raise ObjectStoreUnavailable(f"object {key!r} kept changing while being read; retry")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
 import socket
@@ -13,9 +14,9 @@ from typing import Any
 from controller.configs import BrokerConfig
 from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
-from service.admin_http import AdminHttpServer
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
+from service.http.server import AdminHttpServer
 from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]
@@ -133,7 +134,10 @@ def run_broker(
     try:
         _run(_serve(data_dir, config, host, port, advertise, object_store, http))
     except OSError as exc:
-        log.error("cannot start the broker on %s: %s", listen, exc)
+        log.error("cannot start the broker (listener %s, data in %s): %s", listen, data_dir, exc)
+        if exc.errno != errno.EADDRINUSE:  # a data dir, a file, a permission: say which
+            print(f"strata: cannot start the broker with data in {data_dir}: {exc}")
+            return 1
         print(f"strata: cannot listen on {listen} or {http}: {exc.strerror or exc}. "
               "Is another broker running? Pick ports with --listen HOST:PORT and --http HOST:PORT.")
         return 1

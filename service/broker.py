@@ -42,7 +42,7 @@ from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
-from service.metrics import LatencyHistograms
+from service.latency import LatencyHistograms
 from service.tiering import TieringService
 
 __all__ = ["Broker"]
@@ -126,6 +126,7 @@ class Broker:
                     next_retention = now + retention_s
                     if deleted := self.logs.run_retention(now_ms, self.tiering.remote_boundary):
                         log.info("retention deleted %d segment(s)", deleted)
+                        self._restore_reserve()
                 if now >= next_flush:
                     next_flush = now + flush_s
                     self.logs.run_flush(now_ms)
@@ -158,12 +159,19 @@ class Broker:
             self._ensure_logs(event.topic)
         elif isinstance(event, TopicDeleted):
             self.logs.delete_logs(event.topic.name)
+            self._restore_reserve()
             self.waiters.notify_all()
             if self.tiering.enabled:
                 info = event.topic
                 self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
         elif isinstance(event, TopicConfigChanged):
             self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
+
+    def _restore_reserve(self) -> None:
+        """Space was just freed: the embedded store takes back its full-disk reserve
+        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md)."""
+        if isinstance(self.object_store, FileSystemObjectStore):
+            self.object_store.restore_reserve()
 
     def create_topic(
         self,

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
@@ -35,15 +35,27 @@ from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
 from remote_tier.uploader import RemoteLogManager
-from service.metrics import REMOTE_READ_BUCKETS, LatencyHistograms
+from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig
+    from controller.metadata import Controller
     from local_tier.log import Log
+    from local_tier.manager import LogManager
 
-__all__ = ["PartitionTierState", "RemoteFetch", "TieringService"]
+__all__ = ["PartitionTierState", "RemoteFetch", "TieredLogs", "TieringService"]
 
 log = logging.getLogger("strata.tiering")
+
+
+class TieredLogs(Protocol):
+    """What the periodic task reads of the broker: its local logs and the topics' ids."""
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    @property
+    def controller(self) -> Controller: ...
 
 
 @dataclass(slots=True)
@@ -227,7 +239,7 @@ class TieringService:
 
     # -- the periodic task ---------------------------------------------------
 
-    async def run(self, broker: Any) -> None:
+    async def run(self, broker: TieredLogs) -> None:
         """Upload, retain and clean up, every ``remote.log.manager.task.interval.ms``."""
         if not self.enabled:
             return
@@ -241,7 +253,7 @@ class TieringService:
             await asyncio.sleep(self.interval_s)
 
     @staticmethod
-    def _tiered_logs(broker: Any) -> list[tuple[str, int, Log, uuid.UUID]]:
+    def _tiered_logs(broker: TieredLogs) -> list[tuple[str, int, Log, uuid.UUID]]:
         """(topic, partition, log, topic id) of every local log with tiered storage on."""
         out = []
         for (topic, partition), local in list(broker.logs.all_logs().items()):
@@ -250,7 +262,7 @@ class TieringService:
                 out.append((topic, partition, local, info.topic_id))
         return out
 
-    async def run_once(self, broker: Any) -> None:
+    async def run_once(self, broker: TieredLogs) -> None:
         loop = asyncio.get_running_loop()
         tasks = []
         for topic, partition, local, topic_id in self._tiered_logs(broker):
@@ -380,7 +392,7 @@ class TieringService:
         )
         return len(removed)
 
-    def _startup_cleanup(self, broker: Any) -> None:
+    def _startup_cleanup(self, broker: TieredLogs) -> None:
         """Orphans of uploads a crash interrupted (older than the clean-up age)."""
         now = _now_ms()
         for topic, partition, _, topic_id in self._tiered_logs(broker):

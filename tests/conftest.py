@@ -258,3 +258,6 @@ from tests.s3_fixtures import (  # noqa: E402, F401
     s3_bucket,
     s3_credentials_env,
 )
+
+# A small tmpfs that fills up, for the full-disk tests (skips where mount is not permitted).
+from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401

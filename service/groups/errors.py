@@ -14,30 +14,48 @@ with the codes that only consumer groups use::
     ├── GroupIdNotFoundError           GROUP_ID_NOT_FOUND (69)
     ├── NonEmptyGroupError             NON_EMPTY_GROUP (68)
     ├── MemberIdRequiredError          MEMBER_ID_REQUIRED (79)
-    └── FencedInstanceIdError          FENCED_INSTANCE_ID (82)
+    ├── GroupMaxSizeReachedError       GROUP_MAX_SIZE_REACHED (81)
+    ├── FencedInstanceIdError          FENCED_INSTANCE_ID (82)
+    ├── FencedMemberEpochError         FENCED_MEMBER_EPOCH (110)
+    ├── UnreleasedInstanceIdError      UNRELEASED_INSTANCE_ID (111)
+    ├── UnsupportedAssignorError       UNSUPPORTED_ASSIGNOR (112)
+    ├── StaleMemberEpochError          STALE_MEMBER_EPOCH (113)
+    └── InvalidRegularExpressionError  INVALID_REGULAR_EXPRESSION (128)
+
+The last five are the consumer group protocol's (KIP-848,
+:mod:`service.groups.consumer`).
 
 The coordinator mostly answers with bare :class:`ErrorCode` values (a rebalance
 outcome is data, not an exception); these classes serve the places where
 raising reads better, and :func:`group_error` maps a code back to its class.
+:func:`storage_error` is Kafka's mapping of a failed ``__consumer_offsets``
+append to the code a client sees.
 """
 
 from __future__ import annotations
 
-from local_tier.errors import ErrorCode, KafkaError
+from local_tier.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
 
 __all__ = [
     "CoordinatorNotAvailableError",
     "FencedInstanceIdError",
+    "FencedMemberEpochError",
     "GroupIdNotFoundError",
+    "GroupMaxSizeReachedError",
     "IllegalGenerationError",
     "InconsistentGroupProtocolError",
     "InvalidGroupIdError",
+    "InvalidRegularExpressionError",
     "InvalidSessionTimeoutError",
     "MemberIdRequiredError",
     "NonEmptyGroupError",
     "RebalanceInProgressError",
+    "StaleMemberEpochError",
     "UnknownMemberIdError",
+    "UnreleasedInstanceIdError",
+    "UnsupportedAssignorError",
     "group_error",
+    "storage_error",
 ]
 
 
@@ -85,6 +103,30 @@ class FencedInstanceIdError(KafkaError):
     code = ErrorCode.fenced_instance_id
 
 
+class GroupMaxSizeReachedError(KafkaError):
+    code = ErrorCode.group_max_size_reached
+
+
+class FencedMemberEpochError(KafkaError):
+    code = ErrorCode.fenced_member_epoch
+
+
+class UnreleasedInstanceIdError(KafkaError):
+    code = ErrorCode.unreleased_instance_id
+
+
+class UnsupportedAssignorError(KafkaError):
+    code = ErrorCode.unsupported_assignor
+
+
+class StaleMemberEpochError(KafkaError):
+    code = ErrorCode.stale_member_epoch
+
+
+class InvalidRegularExpressionError(KafkaError):
+    code = ErrorCode.invalid_regular_expression
+
+
 _BY_CODE: dict[ErrorCode, type[KafkaError]] = {
     cls.code: cls for cls in KafkaError.__subclasses__() if cls.__module__ == __name__
 }
@@ -98,3 +140,10 @@ def group_error(code: ErrorCode, message: str = "") -> KafkaError:
     err = KafkaError(message)
     err.code = code
     return err
+
+
+def storage_error(exc: KafkaError) -> ErrorCode:
+    """Kafka's mapping of a failed ``__consumer_offsets`` append to what a client sees."""
+    if isinstance(exc, (RecordTooLargeError, RecordBatchTooLargeError)):
+        return ErrorCode.invalid_commit_offset_size
+    return ErrorCode.coordinator_not_available

@@ -27,12 +27,13 @@ import enum
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from local_tier.errors import ErrorCode
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",
+    "MAX_GROUP_ID_LENGTH",
     "GroupMetadata",
     "GroupState",
     "JoinResult",
@@ -40,11 +41,22 @@ __all__ = [
     "OffsetAndMetadata",
     "SyncResult",
     "TopicPartition",
+    "valid_group_id",
 ]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
+#: Longest group id accepted (Kafka has no limit; an id must fit a record key).
+MAX_GROUP_ID_LENGTH = 1024
 
 TopicPartition = tuple[str, int]
+
+
+class ConsumerProtocolGroup(Protocol):
+    """What a classic group's holder needs of a consumer-protocol group of the same id."""
+
+    def is_empty(self) -> bool: ...
+
+    def subscribed_topic_names(self) -> set[str]: ...
 
 
 class GroupState(enum.Enum):
@@ -155,8 +167,17 @@ class GroupMetadata:
     initial_join_pending: bool = False
     join_timer: Any = None
     current_state_timestamp_ms: int = -1
+    #: set when the group uses the consumer protocol (KIP-848): this object then only
+    #: holds its committed offsets (no classic members; see service.groups.consumer)
+    consumer: ConsumerProtocolGroup | None = None
 
     # -- state ------------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        """No members of either protocol (offset expiry and OffsetDelete ask this)."""
+        if self.consumer is not None:
+            return self.consumer.is_empty()
+        return self.is_state(GroupState.EMPTY)
 
     def is_state(self, *states: GroupState) -> bool:
         return self.state in states
@@ -220,6 +241,18 @@ class GroupMetadata:
         holder = self.static_members.get(instance_id)
         return holder is not None and holder != member_id
 
+    def current_member_error(self, member_id: str, instance_id: str | None) -> ErrorCode | None:
+        """Why ``member_id`` (with its ``group.instance.id``) may not act in this group, or None."""
+        if instance_id is not None:
+            if instance_id not in self.static_members:
+                return ErrorCode.unknown_member_id
+            if self.static_member_fenced(instance_id, member_id):
+                return ErrorCode.fenced_instance_id
+            return None
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        return None
+
     def has_all_members_joined(self) -> bool:
         return not self.pending_members and all(m.awaiting_join for m in self.members.values())
 
@@ -263,6 +296,8 @@ class GroupMetadata:
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to (consumer protocol); None when unknown."""
+        if self.consumer is not None:
+            return self.consumer.subscribed_topic_names()
         if self.protocol_type != CONSUMER_PROTOCOL_TYPE or self.protocol_name is None:
             return None
         topics: set[str] = set()
@@ -272,6 +307,13 @@ class GroupMetadata:
                 return None
             topics.update(parsed)
         return topics
+
+
+def valid_group_id(group_id: str | None, *, allow_empty: bool) -> bool:
+    """Kafka allows the empty id for offset commit/fetch and describe/delete only."""
+    if group_id is None or len(group_id) > MAX_GROUP_ID_LENGTH:
+        return False
+    return allow_empty or group_id != ""
 
 
 def parse_subscription_topics(data: bytes) -> list[str] | None:

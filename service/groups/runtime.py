@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Protocol
 
+from controller.configs import BrokerConfig
+from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
+from controller.metadata import Controller, TopicInfo
 from local_tier.errors import TopicAlreadyExistsError
+from local_tier.log import LogAppendInfo
+from local_tier.manager import LogManager
 from local_tier.records import build_batch, decode_batch, iter_batches
-from service.groups.coordinator import GroupConfig, GroupCoordinator
+from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
+from service.groups.requests import GroupConfig
 
-if TYPE_CHECKING:
-    from service.broker import Broker
-
-__all__ = ["OFFSETS_TOPIC_CONFIGS", "BrokerOffsetLog", "LoopTimer", "start_coordinator"]
+__all__ = [
+    "OFFSETS_TOPIC_CONFIGS",
+    "BrokerOffsetLog",
+    "ControllerTopics",
+    "LoopTimer",
+    "OffsetsHost",
+    "start_coordinator",
+]
 
 #: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
 #: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
@@ -35,8 +46,31 @@ OFFSETS_TOPIC_CONFIGS = {
 _READ_CHUNK = 4 * 1024 * 1024
 
 
+class OffsetsHost(Protocol):
+    """What the coordinator's runtime needs of the broker (:class:`service.broker.Broker` has it).
+
+    The config (offsets topic size, group timings), the controller to look up
+    ``__consumer_offsets``, topic creation, appends, and the local logs to replay.
+    """
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def logs(self) -> LogManager: ...
+
+    def create_topic(
+        self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo: ...
+
+    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+
+
 class LoopTimer:
-    """:class:`service.groups.coordinator.Timer` on the running asyncio loop."""
+    """:class:`service.groups.seams.Timer` on the running asyncio loop."""
 
     def now_ms(self) -> int:
         return int(time.time() * 1000)
@@ -46,9 +80,9 @@ class LoopTimer:
 
 
 class BrokerOffsetLog:
-    """:class:`service.groups.coordinator.OffsetLog` over the broker's local log."""
+    """:class:`service.groups.seams.OffsetLog` over the broker's local log."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
 
     def ensure(self) -> int:
@@ -91,16 +125,50 @@ class BrokerOffsetLog:
                     offset = header.next_offset
 
 
-def start_coordinator(broker: Broker) -> GroupCoordinator:
+class ControllerTopics:
+    """:class:`service.groups.seams.TopicsImage` over the controller; its version moves on every
+    topic creation, deletion and partition increase (a metadata listener)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self.version = 1
+        controller.add_listener(self._changed)
+
+    def _changed(self, event: object) -> None:
+        if isinstance(event, (TopicCreated, TopicDeleted, PartitionsCreated)):
+            self.version += 1
+
+    def by_name(self, name: str) -> tuple[uuid.UUID, int] | None:
+        info = self._controller.topic(name)
+        return None if info is None else (info.topic_id, info.partitions)
+
+    def by_id(self, topic_id: uuid.UUID) -> tuple[str, int] | None:
+        info = self._controller.topic_by_id(topic_id)
+        return None if info is None else (info.name, info.partitions)
+
+    def names(self) -> list[str]:
+        return [t.name for t in self._controller.topics()]
+
+
+def group_config(config: BrokerConfig) -> GroupConfig:
+    """The coordinator's settings from the broker's config keys."""
+    assignors = tuple(a.strip() for a in config.get_str("group.consumer.assignors").split(",") if a.strip())
+    return GroupConfig(
+        initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+        offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
+        consumer_session_timeout_ms=config.get_int("group.consumer.session.timeout.ms"),
+        consumer_heartbeat_interval_ms=config.get_int("group.consumer.heartbeat.interval.ms"),
+        consumer_max_size=config.get_int("group.consumer.max.size"),
+        consumer_assignors=assignors or ("uniform", "range"),
+        consumer_migration_policy=config.get_str("group.consumer.migration.policy").lower(),
+    )
+
+
+def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
     """A coordinator loaded from the broker's logs, its timers on the running loop."""
-    config = broker.config
     coordinator = GroupCoordinator(
-        BrokerOffsetLog(broker),
-        LoopTimer(),
-        GroupConfig(
-            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
-            offsets_retention_ms=config.get_int("offsets.retention.minutes") * 60_000,
-        ),
+        BrokerOffsetLog(broker), LoopTimer(), group_config(broker.config),
+        ControllerTopics(broker.controller),
     )
     coordinator.load()
     return coordinator

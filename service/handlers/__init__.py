@@ -8,6 +8,7 @@ has schemas for and this broker implements.
 
 from __future__ import annotations
 
-from service.handlers.router import api_table, ApiSpec, RequestContext, Router
+from service.handlers.context import RequestContext
+from service.handlers.router import ApiSpec, Router, api_table
 
-__all__ = ["api_table", "ApiSpec", "RequestContext", "Router"]
+__all__ = ["ApiSpec", "RequestContext", "Router", "api_table"]

@@ -13,7 +13,7 @@ from local_tier.errors import (
     KafkaError,
     UnknownTopicIdError,
 )
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 
 __all__ = [

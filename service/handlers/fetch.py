@@ -9,7 +9,7 @@ from typing import Any
 from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
 from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
 
 __all__ = ["handle_fetch"]

@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
-from service.groups.coordinator import MAX_GROUP_ID_LENGTH
-from service.groups.group import OffsetAndMetadata, TopicPartition
-from service.handlers.router import RequestContext
+from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
@@ -221,6 +220,7 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         getattr(request, "group_instance_id", None),
         offsets,
         lambda name: broker.controller.topic(name) is not None,
+        api_version=ctx.version,
     )
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for (name, index), code in results.items():
@@ -243,7 +243,8 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 mod.OffsetFetchResponseGroup,
                 group_id=g.group_id,
                 **_fetch_group(ctx, mod, g.group_id, g.topics, "OffsetFetchResponseTopics",
-                               "OffsetFetchResponsePartitions"),
+                               "OffsetFetchResponsePartitions", getattr(g, "member_id", None),
+                               int(getattr(g, "member_epoch", -1))),
             )
             for g in request.groups
         )
@@ -254,11 +255,14 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topic_cls: str,
-                 partition_cls: str) -> dict[str, Any]:
+                 partition_cls: str, member_id: str | None = None,
+                 member_epoch: int = -1) -> dict[str, Any]:
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted)
+    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    if error != E.none and ctx.version >= 2:
+        wanted = []  # a group-level error (STALE_MEMBER_EPOCH, ...) answers no partitions
     _count_error(ctx, "OffsetFetch", error)
     if wanted is None:
         wanted = sorted(found)
@@ -341,19 +345,18 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(16, ctx.version)
     types = getattr(request, "types_filter", None) or ()
-    listed = []
-    if not types or "classic" in {t.lower() for t in types}:
-        states = getattr(request, "states_filter", None) or ()
-        listed = [
-            build(
-                mod.ListedGroup,
-                group_id=group_id,
-                protocol_type=protocol_type,
-                group_state=state,
-                group_type="classic",
-            )
-            for group_id, protocol_type, state in ctx.broker.groups.list_groups(states)
-        ]
+    states = getattr(request, "states_filter", None) or ()
+    listed = [
+        build(
+            mod.ListedGroup,
+            group_id=group_id,
+            protocol_type=protocol_type,
+            group_state=state,
+            group_type=group_type,
+        )
+        for group_id, protocol_type, state, group_type in ctx.broker.groups.list_groups_by_type(
+            states, types)
+    ]
     return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.none, groups=tuple(listed))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 
 __all__ = ["handle_list_offsets"]

@@ -17,7 +17,7 @@ from local_tier.errors import (
     UnknownTopicOrPartitionError,
 )
 from service.groups.records import OFFSETS_TOPIC
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 
 __all__ = ["handle_metadata"]

@@ -34,7 +34,7 @@ from local_tier.errors import (
     KafkaError,
 )
 from local_tier.records import ValidatedRecords, validate_batches
-from service.handlers.router import RequestContext
+from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]

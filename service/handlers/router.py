@@ -1,40 +1,38 @@
-"""The routing table and the dispatcher that the server calls for every frame."""
+"""The routing table, the dispatcher that the server calls for every frame, and ApiVersions.
+
+ApiVersions is answered here, from :func:`api_table` itself, so the broker can
+never advertise an API or a version it does not implement.
+"""
 
 from __future__ import annotations
 
 import inspect
-from functools import cache
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from local_tier.errors import ErrorCode
-from service.protocol import FrameError, RequestHeader, decode_request, encode_response, peek_api
+from service.handlers.context import Handler, RequestContext
+from service.protocol import (
+    FrameError,
+    build,
+    decode_request,
+    encode_response,
+    peek_api,
+    response_module,
+)
 
 if TYPE_CHECKING:
     from service.broker import Broker
     from service.server import Connection, Response
 
-__all__ = ["ApiSpec", "RequestContext", "Router", "api_table"]
+__all__ = ["ApiSpec", "RequestContext", "Router", "api_table", "handle_api_versions"]
 
 log = logging.getLogger("strata.server")
-
-
-@dataclass(frozen=True, slots=True)
-class RequestContext:
-    header: RequestHeader
-    broker: Broker
-    connection: Connection | None
-
-    @property
-    def version(self) -> int:
-        return self.header.api_version
-
-
-Handler = Callable[[RequestContext, Any], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +47,22 @@ class ApiSpec:
 @cache
 def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
-    from service.handlers import admin, api_versions, fetch, groups, list_offsets, metadata, produce
+    from service.handlers import (
+        admin,
+        consumer_groups,
+        fetch,
+        groups,
+        list_offsets,
+        metadata,
+        produce,
+    )
 
     specs = [
         ApiSpec(0, "Produce", 3, 9, produce.handle_produce),
         ApiSpec(1, "Fetch", 4, 12, fetch.handle_fetch),
         ApiSpec(2, "ListOffsets", 1, 8, list_offsets.handle_list_offsets),
         ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
-        ApiSpec(18, "ApiVersions", 0, 3, api_versions.handle_api_versions),
+        ApiSpec(18, "ApiVersions", 0, 3, handle_api_versions),
         ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
         ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
         ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
@@ -74,8 +80,20 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
         ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
         ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
+        ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
     return {s.key: s for s in specs}
+
+
+def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
+    """ApiVersions (key 18): every API of :func:`api_table` with its version range."""
+    mod = response_module(18, ctx.version)
+    keys = tuple(
+        build(mod.ApiVersion, api_key=s.key, min_version=s.min_version, max_version=s.max_version)
+        for s in sorted(api_table().values(), key=lambda s: s.key)
+    )
+    return build(mod.ApiVersionsResponse, error_code=0, api_keys=keys, throttle_time=0)
 
 
 _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")

@@ -78,9 +78,9 @@ def test_crash_recovers_only_from_the_recovery_point(
     recovered: list[int] = []
     real_recover = LogSegment.recover
 
-    def spy(self: LogSegment, max_message_bytes: int) -> int:
+    def spy(self: LogSegment) -> int:
         recovered.append(self.base_offset)
-        return real_recover(self, max_message_bytes)
+        return real_recover(self)
 
     monkeypatch.setattr(LogSegment, "recover", spy)
     with caplog.at_level(logging.WARNING, logger="strata.local_tier"):

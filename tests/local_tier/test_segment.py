@@ -112,7 +112,7 @@ def test_recover_truncates_garbage_and_rebuilds_indexes(
     with open(segment.log_path, "ab") as f:
         f.write(b"\x00garbage" * 100)
     seg = LogSegment.open(tmp_path, 0, small_config())
-    assert seg.recover(max_message_bytes=1 << 20) == 800
+    assert seg.recover() == 800
     assert seg.size == valid_size == os.path.getsize(seg.log_path)
     assert seg.next_offset == 50
     assert seg.offset_index.entries == entries
@@ -126,7 +126,7 @@ def test_recover_cuts_a_torn_last_batch(segment: LogSegment, tmp_path: Path) -> 
     os.truncate(segment.log_path, size - 7)
     seg = LogSegment.open(tmp_path, 0, small_config())
     batch_size = read_batch_header(os.pread(seg.file.fileno(), 61, 0)).size
-    assert seg.recover(max_message_bytes=1 << 20) == batch_size - 7
+    assert seg.recover() == batch_size - 7
     assert seg.next_offset == 45
     seg.close()
 
@@ -137,7 +137,7 @@ def test_missing_index_fails_sanity_check(segment: LogSegment, tmp_path: Path) -
     seg = LogSegment.open(tmp_path, 0, small_config())
     with pytest.raises(CorruptIndexError, match="missing"):
         seg.sanity_check()
-    assert seg.recover(1 << 20) == 0
+    assert seg.recover() == 0
     seg.sanity_check()
     assert seg.offset_index.entries > 0
     seg.close()

@@ -1,0 +1,471 @@
+"""The active-controller role of a broker in a cluster: :class:`ClusterController`.
+
+Every broker runs one. It competes for the controller lease
+(:mod:`controller.lease`); the one that holds it is the *active controller*:
+
+1. On acquiring the lease at epoch ``e``, its first act is a metadata write
+   stamped with ``e`` (which also upgrades a format-1 document and re-elects
+   partitions whose leader may not lead). From then on every write of a
+   deposed controller is refused (:mod:`controller.commit`). Only then does it
+   serve requests, and every unfenced broker gets a fresh heartbeat session.
+2. While active it renews the lease, fences brokers whose session expired
+   (``broker.session.timeout.ms``), and serves the controller APIs below. Before
+   every write it checks that its lease still holds on its own monotonic clock;
+   once it does not, or a write finds a higher epoch, it stops (``is_active``
+   False, ``NotControllerError`` to callers).
+
+The methods map 1:1 onto Kafka's controller APIs, for the broker side to wire
+in phase 2: BrokerRegistration -> :meth:`register_broker`, BrokerHeartbeat ->
+:meth:`broker_heartbeat`, UnregisterBroker -> :meth:`unregister_broker`,
+AlterPartition -> :meth:`alter_partition`, AllocateProducerIds ->
+:meth:`allocate_producer_ids`, AlterPartitionReassignments ->
+:meth:`alter_partition_reassignments`, ListPartitionReassignments ->
+:meth:`list_partition_reassignments`, ElectLeaders -> :meth:`elect_leaders`,
+CreateTopics / DeleteTopics / CreatePartitions / IncrementalAlterConfigs -> the
+:class:`controller.writer.MetadataWriter` methods.
+
+Thread-safety: thread-safe. Mutations serialise on the commit lock; the lease
+on its own lock, so a slow metadata write never delays a renewal (lock order:
+the commit lock may take the lease lock, never the reverse). Blocking
+(object store I/O): call from worker threads, never on the event loop;
+:meth:`start` runs :meth:`tick` on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from controller.broker_config import BrokerConfig
+from controller.document import ClusterMetadata
+from controller.errors import (
+    BrokerIdNotRegisteredError,
+    ControllerFencedError,
+    ElectionNotNeededError,
+    NotControllerError,
+)
+from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent, LeaseTimings, monotonic_ms
+from controller.membership import (
+    BrokerControlState,
+    BrokerHeartbeatTracker,
+    HeartbeatReply,
+    RegistrationRequest,
+    apply_state,
+    next_state,
+    register_broker,
+)
+from controller.metadata_store import ObjectStoreMetadataStore
+from controller.partition_change import Election
+from controller.placement import PlacementBroker
+from controller.records import TopicInfo
+from controller.registrations import NO_LEADER, BrokerRegistration, ProducerIdsBlock
+from controller.replication_control import (
+    AlterPartitionResult,
+    PartitionStateChange,
+    alter_partition,
+    check_broker_epoch,
+    elect_leader,
+    fence_broker,
+    leads_any,
+    reassign_partition,
+    reconcile_leaders,
+)
+from controller.topic_changes import Placement, require
+from controller.writer import MetadataWriter
+from local_tier.errors import KafkaError
+from remote_tier.store import ObjectStore
+
+__all__ = ["ClusterController", "Reassignment"]
+
+_log = logging.getLogger(__name__)
+METADATA_KEY = "cluster/metadata.json"
+TopicPartition = tuple[str, int]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A reassignment in progress (a ListPartitionReassignments entry)."""
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+
+class ClusterController(MetadataWriter):
+    """A broker's controller role over a shared bucket (see the module docstring).
+
+    Invariants: ``is_active`` implies this node holds the lease (on its own
+    monotonic clock) and has committed a metadata write at its epoch; every
+    metadata write it sends carries that epoch.
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        config: BrokerConfig,
+        *,
+        incarnation_id: uuid.UUID | None = None,
+        clock: Callable[[], int] = _now_ms,
+        monotonic: Callable[[], float] = monotonic_ms,
+        placement_seed: int | None = None,
+        metadata_key: str = METADATA_KEY,
+        lease_key: str = LEASE_KEY,
+    ) -> None:
+        self._incarnation_id = incarnation_id or uuid.uuid4()
+        self._monotonic = monotonic
+        self._lease = ControllerLease(
+            store,
+            config.node_id,
+            str(self._incarnation_id),
+            LeaseTimings.from_config(config),
+            monotonic=monotonic,
+            wall_clock=clock,
+            key=lease_key,
+        )
+        self._lease_lock = threading.Lock()
+        self._epoch = 0  # the epoch of the last acquisition; stamped on every write
+        self._active = False
+        self._sessions = BrokerHeartbeatTracker(
+            config.get_int("broker.session.timeout.ms"), monotonic
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        super().__init__(
+            ObjectStoreMetadataStore(store, metadata_key),
+            config,
+            clock=clock,
+            placement_seed=placement_seed,
+        )
+
+    # -- the role -------------------------------------------------------------------------
+
+    @property
+    def incarnation_id(self) -> uuid.UUID:
+        return self._incarnation_id
+
+    @property
+    def is_active(self) -> bool:
+        """Whether this node is the active controller right now."""
+        return self._active and self._lease.holds()
+
+    @property
+    def epoch(self) -> int:
+        """This node's controller epoch while active, else 0."""
+        return self._epoch if self.is_active else 0
+
+    @property
+    def controller_id(self) -> int:
+        """The active controller's node id as far as this node knows (-1: none known)."""
+        if self.is_active:
+            return self.node_id
+        seen = self._lease.observed
+        if seen is not None and seen.holder not in (NO_LEADER, self.node_id):
+            return seen.holder
+        named = self.metadata.controller_id
+        return NO_LEADER if named == self.node_id else named
+
+    def live_brokers(self) -> list[int]:
+        """The brokers this active controller considers alive: registered, unfenced, not
+        shutting down, and heartbeating within ``broker.session.timeout.ms``."""
+        self._require_active()
+        with self._lock:
+            return [
+                b.node_id
+                for b in self.metadata.active_brokers()
+                if self._sessions.has_valid_session(b.node_id)
+            ]
+
+    def tick(self) -> float:
+        """Do what is due (renew or compete for the lease, activate, fence expired
+        brokers); returns the milliseconds until the next call is useful."""
+        with self._lease_lock:
+            event = self._lease.step(min_epoch=self.metadata.controller_epoch)
+        if event is LeaseEvent.ACQUIRED:
+            self._epoch = self._lease.epoch
+            self._active = False
+        if event is LeaseEvent.LOST or (self._active and not self._lease.holds()):
+            self._deactivate("lost the controller lease")
+        if self._lease.holds() and not self._active:
+            self._activate()
+        if self.is_active:
+            try:
+                self._fence_expired_brokers()
+            except KafkaError as err:
+                _log.warning("could not fence expired brokers: %s", err)
+        return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms))
+
+    def start(self) -> None:
+        """Run :meth:`tick` on a daemon thread until :meth:`close`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"strata-controller-{self.node_id}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self, release: bool = True) -> None:
+        """Stop the tick thread; with ``release``, stop acting and hand the lease back so
+        another broker takes over at once (a clean shutdown). ``release=False`` leaves
+        the lease to expire, like a crash."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if release:
+            self._deactivate("shutting down")
+            with self._lease_lock:
+                self._lease.release()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                delay_ms = self.tick()
+            except Exception:  # noqa: BLE001 - the role must outlive a failed step
+                _log.exception("controller tick failed")
+                delay_ms = float(self._lease.timings.poll_ms)
+            self._stop.wait(max(delay_ms, 1.0) / 1000)
+
+    def _activate(self) -> None:
+        epoch = self._epoch
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, None]:
+            claimed = replace(md, controller_epoch=epoch, controller_id=self.node_id)
+            return reconcile_leaders(claimed, self._unclean), None
+
+        try:
+            self._commit(change)
+        except KafkaError as err:
+            _log.warning(
+                "node %d could not claim controller epoch %d: %s", self.node_id, epoch, err
+            )
+            return
+        with self._lock:  # fresh sessions for unfenced brokers only, as Kafka's activate()
+            self._sessions.reset(n for n, b in self.metadata.brokers.items() if not b.fenced)
+            self._active = True
+        _log.info("node %d is the active controller at epoch %d", self.node_id, epoch)
+
+    def _deactivate(self, why: str) -> None:
+        with self._lock:
+            if self._active:
+                _log.warning("node %d stops acting as controller: %s", self.node_id, why)
+            self._active = False
+            self._sessions.reset(())
+
+    def _fence_expired_brokers(self) -> None:
+        with self._lock:
+            md = self.metadata
+            expired = [
+                n for n in self._sessions.expired() if n in md.brokers and not md.brokers[n].fenced
+            ]
+        if not expired:
+            return
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, None]:
+            for node_id in expired:
+                broker = md.brokers.get(node_id)
+                live = self._sessions.has_valid_session(node_id)
+                if broker is not None and not broker.fenced and not live:
+                    md = fence_broker(md, node_id, self._unclean)
+            return md, None
+
+        _log.warning("fencing broker(s) %s: no heartbeat within the session timeout", expired)
+        self._commit(change)
+
+    # -- hooks of MetadataWriter --------------------------------------------------------------
+
+    def _writer_epoch(self) -> int:
+        return self._epoch
+
+    def _writer_id(self) -> int:
+        return self.node_id
+
+    def _require_active(self) -> None:
+        if not self.is_active:
+            raise NotControllerError(
+                f"node {self.node_id} is not the active controller (the controller is "
+                f"node {self.controller_id})"
+            )
+
+    def _check_lease(self) -> None:
+        if not self._lease.holds():
+            self._deactivate("its lease ran out before the write")
+            raise NotControllerError(
+                f"node {self.node_id} is no longer the controller: its lease ran out"
+            )
+
+    def _on_fenced(self, error: ControllerFencedError) -> None:
+        with self._lease_lock:
+            self._lease.abandon(str(error))
+        self._deactivate(str(error))
+        try:  # learn the higher epoch, so a later acquisition takes one above it
+            self.refresh()
+        except KafkaError as err:
+            _log.warning("could not re-read the cluster metadata: %s", err)
+
+    def _placement(self, md: ClusterMetadata) -> Placement:
+        usable = tuple(PlacementBroker(b.node_id, b.rack) for b in md.active_brokers())
+        return Placement(usable, frozenset(md.brokers))
+
+    def _unclean(self, topic: TopicInfo) -> bool:
+        return self._changes.unclean_election_enabled(topic)
+
+    # -- broker lifecycle (BrokerRegistration, BrokerHeartbeat, UnregisterBroker) ---------------
+
+    def register_broker(self, request: RegistrationRequest) -> BrokerRegistration:
+        """Kafka's BrokerRegistration; the registration's ``broker_epoch`` is the answer.
+
+        ``DuplicateBrokerRegistrationError`` if a live broker of another incarnation
+        holds the node id; ``InconsistentClusterIdError`` for another cluster's broker.
+        """
+        self._require_active()
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, BrokerRegistration]:
+            return register_broker(
+                md,
+                request,
+                has_valid_session=self._sessions.has_valid_session,
+                session_age_ms=self._sessions.age_ms,
+                unclean=self._unclean,
+            )
+
+        with self._lock:
+            registration = self._commit(change)
+            self._sessions.touch(registration.node_id)
+        return registration
+
+    def broker_heartbeat(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        current_metadata_offset: int,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+    ) -> HeartbeatReply:
+        """Kafka's BrokerHeartbeat. ``current_metadata_offset`` is the metadata revision
+        the broker has loaded; a fenced broker is unfenced once it has loaded the
+        revision of its registration. Writes only when the broker's state changes."""
+        self._require_active()
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, HeartbeatReply]:
+            check_broker_epoch(md, broker_id, broker_epoch)
+            self._sessions.touch(broker_id)
+            registration = md.brokers[broker_id]
+            leads = want_shut_down or registration.in_controlled_shutdown
+            target = next_state(
+                registration,
+                current_metadata_offset=current_metadata_offset,
+                want_fence=want_fence,
+                want_shut_down=want_shut_down,
+                leads_partitions=leads and leads_any(md, broker_id),
+            )
+            reply = HeartbeatReply(
+                is_caught_up=current_metadata_offset >= registration.broker_epoch,
+                is_fenced=target.fenced,
+                should_shut_down=target is BrokerControlState.SHUTDOWN_NOW,
+            )
+            return apply_state(md, broker_id, target, self._unclean), reply
+
+        return self._commit(change)
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Kafka's UnregisterBroker: fence the broker and forget its registration."""
+        self._require_active()
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, None]:
+            if broker_id not in md.brokers:
+                raise BrokerIdNotRegisteredError(f"Broker ID {broker_id} is not registered.")
+            return fence_broker(md, broker_id, self._unclean).without_broker(broker_id), None
+
+        with self._lock:
+            self._commit(change)
+            self._sessions.remove(broker_id)
+
+    # -- partitions (AlterPartition, reassignments, elections) ---------------------------------
+
+    def alter_partition(
+        self, broker_id: int, broker_epoch: int, changes: Sequence[PartitionStateChange]
+    ) -> list[AlterPartitionResult]:
+        """Kafka's AlterPartition: ISR changes from partition leaders, one write for all."""
+        self._require_active()
+        return self._commit(
+            lambda md: alter_partition(md, broker_id, broker_epoch, changes, self._unclean)
+        )
+
+    def alter_partition_reassignments(
+        self, reassignments: Sequence[tuple[str, int, Sequence[int] | None]]
+    ) -> list[KafkaError | None]:
+        """Kafka's AlterPartitionReassignments: ``(topic, partition, replicas)``, replicas
+        None cancels; one error (or None) per entry, all successful ones in one write."""
+        self._require_active()
+
+        def change(md: ClusterMetadata) -> tuple[ClusterMetadata, list[KafkaError | None]]:
+            errors: list[KafkaError | None] = []
+            for name, index, replicas in reassignments:
+                try:
+                    md = reassign_partition(md, require(md, name), index, replicas, self._unclean)
+                    errors.append(None)
+                except KafkaError as err:
+                    errors.append(err)
+            return md, errors
+
+        return self._commit(change)
+
+    def list_partition_reassignments(
+        self, topics: Mapping[str, Sequence[int]] | None = None
+    ) -> list[Reassignment]:
+        """Kafka's ListPartitionReassignments: every reassignment in progress, or those of
+        the given topics' partitions (unknown ones are left out, as Kafka does)."""
+        self._require_active()
+        out: list[Reassignment] = []
+        for topic, index, p in self.metadata.iter_partitions():
+            wanted = topics is None or index in topics.get(topic.name, ())
+            if wanted and p.is_reassigning:
+                out.append(
+                    Reassignment(
+                        topic.name, index, p.replicas, p.adding_replicas, p.removing_replicas
+                    )
+                )
+        return out
+
+    def elect_leaders(
+        self, election: Election, partitions: Sequence[TopicPartition] | None = None
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Kafka's ElectLeaders (``PREFERRED`` or ``UNCLEAN``). With ``partitions`` None,
+        every partition is tried and only the ones that changed or failed are reported."""
+        self._require_active()
+
+        def change(
+            md: ClusterMetadata,
+        ) -> tuple[ClusterMetadata, dict[TopicPartition, KafkaError | None]]:
+            wanted = partitions
+            if wanted is None:
+                wanted = [(t.name, i) for t, i, _ in md.iter_partitions()]
+            results: dict[TopicPartition, KafkaError | None] = {}
+            for name, index in wanted:
+                try:
+                    md = elect_leader(md, require(md, name), index, election)
+                    results[(name, index)] = None
+                except KafkaError as err:
+                    if partitions is not None or not isinstance(err, ElectionNotNeededError):
+                        results[(name, index)] = err
+            return md, results
+
+        return self._commit(change)
+
+    # -- producer ids (AllocateProducerIds) ------------------------------------------------------
+
+    def allocate_producer_ids(self, broker_id: int, broker_epoch: int) -> ProducerIdsBlock:
+        """Kafka's AllocateProducerIds: the next 1000 ids, durably taken before returning."""
+        self._require_active()
+        return self._allocate_producer_ids(broker_id, broker_epoch)

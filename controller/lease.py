@@ -1,0 +1,421 @@
+"""The controller lease: one object in the bucket, taken and renewed with conditional PUTs.
+
+``cluster/controller-lease`` holds the holder's node id and incarnation, the
+controller epoch (it grows at every acquisition, so at every change of holder),
+the lease duration the holder uses and a renewal counter (every renewal changes
+the bytes, hence the etag). ``docs/adr/0009-controller-lease.md`` gives the
+protocol and why it is safe; in short, with ``T`` = ``controller.lease.ms``:
+
+* **Acquire**: ``put_if_absent`` on an empty bucket; a released lease (holder
+  -1) or one's own (same incarnation) is taken at once with ``put_if_match``.
+  Anyone else's is taken only after this node has seen the *same etag* for
+  ``max(T, holder's T) + controller.lease.clock.skew.ms``, timed from the read
+  that first returned it, on this node's own monotonic clock; then with
+  ``put_if_match`` on that etag, so a renewal in between makes the takeover fail.
+* **Renew**: the holder ``put_if_match``-es a new renewal count every
+  ``controller.lease.renew.ms``. Its lease is valid until ``t0 + T -
+  controller.lease.safety.margin.ms``, ``t0`` being its monotonic time *before*
+  it sent the last successful renewal (or acquisition); past that instant it
+  considers itself deposed (:meth:`ControllerLease.holds` is False) and must not
+  act, even if no one else has taken over yet.
+* Another machine's wall clock is never used: ``renewed_wall_ms`` is written for
+  people reading the object, and ignored.
+
+The lease alone does not make writes safe (a paused process can act after its
+lease ran out); the controller epoch in every metadata write does
+(:mod:`controller.commit`).
+
+Not thread-safe: the controller calls it under its lease lock. Blocking (one
+object store request per :meth:`ControllerLease.step` at most).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from controller.broker_config import BrokerConfig
+from remote_tier.store import (
+    ObjectNotFound,
+    ObjectStore,
+    ObjectStoreError,
+    PreconditionFailed,
+    get_with_etag,
+)
+
+__all__ = [
+    "LEASE_KEY",
+    "NO_HOLDER",
+    "ControllerLease",
+    "LeaseEvent",
+    "LeaseRecord",
+    "LeaseTimings",
+    "monotonic_ms",
+]
+
+_log = logging.getLogger(__name__)
+LEASE_KEY = "cluster/controller-lease"
+NO_HOLDER = -1
+_FORMAT_VERSION = 1
+Clock = Callable[[], float]
+
+
+def monotonic_ms() -> float:
+    """This machine's monotonic time in milliseconds, counting time spent suspended
+    (``CLOCK_BOOTTIME`` on Linux), so a holder that was suspended sees its lease expire."""
+    clock_id = getattr(time, "CLOCK_BOOTTIME", None)
+    if clock_id is not None:
+        return time.clock_gettime_ns(clock_id) / 1_000_000
+    return time.monotonic_ns() / 1_000_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTimings:
+    """The lease's timings in milliseconds (see the module docstring).
+
+    Invariant: ``renew_ms + safety_margin_ms < lease_ms``, so the holder renews
+    at least once before it would stop acting; ``ValueError`` otherwise.
+    """
+
+    lease_ms: int = 10_000
+    renew_ms: int = 2_000
+    safety_margin_ms: int = 2_000
+    clock_skew_ms: int = 1_000
+    poll_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if min(self.lease_ms, self.renew_ms, self.poll_ms) <= 0:
+            raise ValueError("controller lease timings must be positive")
+        if self.safety_margin_ms < 0 or self.clock_skew_ms < 0:
+            raise ValueError("controller lease safety margin and clock skew must be >= 0")
+        if self.renew_ms + self.safety_margin_ms >= self.lease_ms:
+            raise ValueError(
+                f"controller.lease.renew.ms ({self.renew_ms}) + "
+                f"controller.lease.safety.margin.ms ({self.safety_margin_ms}) must be below "
+                f"controller.lease.ms ({self.lease_ms}): the controller would stop acting "
+                "before its next renewal"
+            )
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> LeaseTimings:
+        return cls(
+            lease_ms=config.get_int("controller.lease.ms"),
+            renew_ms=config.get_int("controller.lease.renew.ms"),
+            safety_margin_ms=config.get_int("controller.lease.safety.margin.ms"),
+            clock_skew_ms=config.get_int("controller.lease.clock.skew.ms"),
+            poll_ms=config.get_int("controller.lease.poll.ms"),
+        )
+
+    @property
+    def valid_for_ms(self) -> int:
+        """How long after sending a successful renewal the holder may act."""
+        return self.lease_ms - self.safety_margin_ms
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The lease object's content. ``holder`` is ``NO_HOLDER`` once released."""
+
+    holder: int
+    epoch: int
+    incarnation_id: str
+    lease_ms: int
+    renewals: int = 0
+    renewed_wall_ms: int = 0  # for people reading the object; never trusted
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": _FORMAT_VERSION,
+                "holder": self.holder,
+                "epoch": self.epoch,
+                "incarnation_id": self.incarnation_id,
+                "lease_ms": self.lease_ms,
+                "renewals": self.renewals,
+                "renewed_wall_ms": self.renewed_wall_ms,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> LeaseRecord:
+        """Parse a lease object; ``ValueError`` if it is not one of a known version."""
+        try:
+            doc: Any = json.loads(data)
+            if doc["version"] != _FORMAT_VERSION:
+                raise ValueError(f"lease format version {doc['version']!r} is not supported")
+            record = LeaseRecord(
+                holder=doc["holder"],
+                epoch=doc["epoch"],
+                incarnation_id=str(doc["incarnation_id"]),
+                lease_ms=doc["lease_ms"],
+                renewals=doc["renewals"],
+                renewed_wall_ms=doc["renewed_wall_ms"],
+            )
+        except (KeyError, TypeError, json.JSONDecodeError) as err:
+            raise ValueError(f"controller lease object is malformed: {err!r}") from err
+        numbers = (record.holder, record.epoch, record.lease_ms, record.renewals)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            raise ValueError(f"controller lease object is malformed: {record}")
+        if record.epoch < 0 or record.lease_ms <= 0:
+            raise ValueError(f"controller lease object is malformed: {record}")
+        return record
+
+
+class LeaseEvent(Enum):
+    """What one :meth:`ControllerLease.step` did."""
+
+    NONE = "none"
+    ACQUIRED = "acquired"  # this node now holds the lease, at a new epoch
+    RENEWED = "renewed"
+    LOST = "lost"  # this node held it and no longer may act
+
+
+class ControllerLease:
+    """One node's side of the controller lease (see the module docstring).
+
+    Invariant: while :meth:`holds` is True, this node's last successful
+    acquisition or renewal was sent less than ``lease_ms - safety_margin_ms``
+    ago on its monotonic clock, and no other node can have taken the lease over
+    (a takeover needs the etag unchanged for ``lease_ms + clock_skew_ms``).
+    """
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        node_id: int,
+        incarnation_id: str,
+        timings: LeaseTimings,
+        *,
+        monotonic: Clock = monotonic_ms,
+        wall_clock: Callable[[], int] = _wall_ms,
+        key: str = LEASE_KEY,
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._incarnation = incarnation_id
+        self._timings = timings
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        self._key = key
+        # holding
+        self._record: LeaseRecord | None = None
+        self._etag = ""
+        self._deadline = 0.0
+        self._next_renew = 0.0
+        # observing
+        self._observed: LeaseRecord | None = None
+        self._observed_etag: str | None = None
+        self._observed_since = 0.0
+        self._next_poll = 0.0
+
+    @property
+    def timings(self) -> LeaseTimings:
+        return self._timings
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def epoch(self) -> int:
+        """The controller epoch of this node's holding; 0 when it holds nothing."""
+        return self._record.epoch if self._record is not None else 0
+
+    @property
+    def observed(self) -> LeaseRecord | None:
+        """The lease as last read or written by this node (who holds it, at what epoch)."""
+        return self._record if self._record is not None else self._observed
+
+    def holds(self) -> bool:
+        """Whether this node holds the lease and may act now (its deadline is ahead)."""
+        return self._record is not None and self._monotonic() < self._deadline
+
+    def remaining_ms(self) -> float:
+        """Milliseconds this node may still act; 0 when it does not hold the lease."""
+        if self._record is None:
+            return 0.0
+        return max(0.0, self._deadline - self._monotonic())
+
+    def next_step_in_ms(self) -> float:
+        """When :meth:`step` has something to do next."""
+        now = self._monotonic()
+        due = min(self._next_renew, self._deadline) if self._record else self._next_poll
+        return max(0.0, due - now)
+
+    def step(self, min_epoch: int = 0) -> LeaseEvent:
+        """Renew, give up, observe or take over, whichever is due; at most one request.
+
+        ``min_epoch``: a new acquisition takes an epoch above it (the highest
+        controller epoch seen in the metadata) as well as above the lease's.
+        """
+        if self._record is not None:
+            now = self._monotonic()
+            if now >= self._deadline:
+                self._drop(f"no renewal succeeded within {self._timings.valid_for_ms} ms")
+                return LeaseEvent.LOST
+            if now < self._next_renew:
+                return LeaseEvent.NONE
+            return self._renew(now)
+        return self._observe(min_epoch)
+
+    def abandon(self, why: str) -> None:
+        """Stop holding without touching the object (the metadata showed a newer controller)."""
+        self._drop(why)
+
+    def release(self) -> None:
+        """Stop acting, then hand the lease back (holder -1) so a candidate takes it at once."""
+        record, etag = self._record, self._etag
+        if record is None:
+            return
+        self._drop("released")
+        released = replace(
+            record,
+            holder=NO_HOLDER,
+            incarnation_id="",
+            renewals=record.renewals + 1,
+            renewed_wall_ms=self._wall_clock(),
+        )
+        try:
+            self._store.put_if_match(self._key, released.encode(), etag)
+        except ObjectStoreError as err:
+            _log.warning("could not release the controller lease (it will expire): %s", err)
+
+    # -- holder ---------------------------------------------------------------------------
+
+    def _renew(self, t0: float) -> LeaseEvent:
+        assert self._record is not None
+        renewed = replace(
+            self._record, renewals=self._record.renewals + 1, renewed_wall_ms=self._wall_clock()
+        )
+        try:
+            etag = self._store.put_if_match(self._key, renewed.encode(), self._etag)
+        except PreconditionFailed:
+            return self._after_lost_renewal(t0)
+        except ObjectStoreError as err:
+            _log.warning(
+                "controller lease renewal failed (%.0f ms left): %s", self.remaining_ms(), err
+            )
+            self._next_renew = t0 + self._timings.poll_ms
+            return LeaseEvent.NONE
+        self._record, self._etag = renewed, etag
+        self._deadline = t0 + self._timings.valid_for_ms
+        self._next_renew = t0 + self._timings.renew_ms
+        return LeaseEvent.RENEWED
+
+    def _after_lost_renewal(self, t0: float) -> LeaseEvent:
+        """The etag moved: someone took over, or an earlier renewal whose answer was
+        lost did land (then it is ours: adopt its etag and renew again at once)."""
+        try:
+            data, etag = get_with_etag(self._store, self._key)
+            current: LeaseRecord | None = LeaseRecord.decode(data)
+        except ObjectNotFound:
+            current, etag = None, ""
+        except (ObjectStoreError, ValueError) as err:
+            _log.warning("controller lease changed and cannot be read: %s", err)
+            self._next_renew = t0 + self._timings.poll_ms
+            return LeaseEvent.NONE
+        if current is not None and self._is_mine(current) and current.epoch == self.epoch:
+            self._record, self._etag = current, etag
+            self._next_renew = t0
+            return LeaseEvent.NONE
+        self._drop(
+            "the lease object is gone"
+            if current is None
+            else f"node {current.holder} holds it at epoch {current.epoch}"
+        )
+        if current is not None:
+            self._start_observing(current, etag, self._monotonic())
+        return LeaseEvent.LOST
+
+    def _drop(self, why: str) -> None:
+        if self._record is not None:
+            _log.warning(
+                "node %d is no longer the controller (epoch %d): %s",
+                self._node_id,
+                self._record.epoch,
+                why,
+            )
+            self._observed = self._record
+        self._record = None
+        self._etag = ""
+        self._deadline = self._next_renew = 0.0
+        self._observed_etag = None
+        self._next_poll = 0.0
+
+    # -- candidate ------------------------------------------------------------------------
+
+    def _observe(self, min_epoch: int) -> LeaseEvent:
+        if self._monotonic() < self._next_poll:
+            return LeaseEvent.NONE
+        self._next_poll = self._monotonic() + self._timings.poll_ms
+        current: LeaseRecord | None
+        try:
+            data, etag = get_with_etag(self._store, self._key)
+        except ObjectNotFound:
+            return self._acquire(None, None, min_epoch)
+        except ObjectStoreError as err:
+            _log.warning("cannot read the controller lease: %s", err)
+            return LeaseEvent.NONE
+        seen_at = self._monotonic()  # after the read: never earlier than the write it saw
+        try:
+            current = LeaseRecord.decode(data)
+        except ValueError as err:
+            _log.error("%s; it will be taken over once it stays unchanged for a lease", err)
+            current = None
+        if current is not None and (current.holder == NO_HOLDER or self._is_mine(current)):
+            return self._acquire(current, etag, min_epoch)
+        if etag != self._observed_etag:
+            self._start_observing(current, etag, seen_at)
+            return LeaseEvent.NONE
+        holder_ms = current.lease_ms if current is not None else 0
+        wait = max(holder_ms, self._timings.lease_ms) + self._timings.clock_skew_ms
+        if seen_at - self._observed_since < wait:
+            return LeaseEvent.NONE
+        return self._acquire(current, etag, min_epoch)
+
+    def _start_observing(self, record: LeaseRecord | None, etag: str, seen_at: float) -> None:
+        self._observed, self._observed_etag, self._observed_since = record, etag, seen_at
+
+    def _acquire(
+        self, previous: LeaseRecord | None, etag: str | None, min_epoch: int
+    ) -> LeaseEvent:
+        epoch = max(previous.epoch if previous is not None else 0, min_epoch) + 1
+        record = LeaseRecord(
+            self._node_id,
+            epoch,
+            self._incarnation,
+            self._timings.lease_ms,
+            renewals=0,
+            renewed_wall_ms=self._wall_clock(),
+        )
+        t0 = self._monotonic()
+        try:
+            if etag is None:
+                new_etag = self._store.put_if_absent(self._key, record.encode())
+            else:
+                new_etag = self._store.put_if_match(self._key, record.encode(), etag)
+        except PreconditionFailed:
+            self._observed_etag = None  # someone else moved first: observe afresh
+            self._next_poll = t0
+            return LeaseEvent.NONE
+        except ObjectStoreError as err:
+            _log.warning("could not take the controller lease: %s", err)
+            return LeaseEvent.NONE
+        self._record, self._etag = record, new_etag
+        self._deadline = t0 + self._timings.valid_for_ms
+        self._next_renew = t0 + self._timings.renew_ms
+        _log.info("node %d holds the controller lease at epoch %d", self._node_id, epoch)
+        return LeaseEvent.ACQUIRED
+
+    def _is_mine(self, record: LeaseRecord) -> bool:
+        return record.holder == self._node_id and record.incarnation_id == self._incarnation

@@ -1,0 +1,130 @@
+"""A broker's read-only view of the cluster metadata: :class:`MetadataView`.
+
+Every broker (the controller's too) reads the metadata through one of these:
+the last snapshot and its revision, who the controller is and where to reach
+it, and a way to wait for a revision (a broker that asked the controller for a
+change waits until it has loaded the revision the change was committed at, as a
+Kafka broker waits for a metadata offset).
+
+Snapshots arrive two ways: :meth:`MetadataView.refresh` polls the bucket (one
+HEAD; a GET only when the version moved), and :meth:`MetadataView.offer` takes
+a snapshot the local controller just committed (no request at all). A view
+never goes back: it installs a snapshot only if its revision is higher than the
+one it has (revisions grow by one with every write, whoever the writer).
+
+Thread-safe; blocking (:meth:`refresh` does object store I/O: not on the event loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from controller.commit import MetadataCommitter, Snapshot
+from controller.events import MetadataListener, diff_metadata
+from controller.metadata_store import ObjectStoreMetadataStore
+from controller.registrations import NO_LEADER, Endpoint
+from remote_tier.store import ObjectStore
+
+__all__ = ["ControllerInfo", "MetadataView"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    """The controller named by the metadata: its node id, epoch and endpoint (None when
+    it has not registered the asked listener)."""
+
+    node_id: int
+    epoch: int
+    endpoint: Endpoint | None
+
+
+class MetadataView:
+    """The cluster metadata as one broker sees it (see the module docstring)."""
+
+    def __init__(self, store: ObjectStore, *, metadata_key: str = "cluster/metadata.json") -> None:
+        self._metadata_store = ObjectStoreMetadataStore(store, metadata_key)
+        self._committer = MetadataCommitter(self._metadata_store)
+        self._changed = threading.Condition()
+        self._install_lock = threading.Lock()
+        self._snapshot: Snapshot | None = None
+        self._listeners: list[MetadataListener] = []
+
+    def snapshot(self) -> Snapshot | None:
+        """The newest snapshot this view has (None before the first refresh or offer)."""
+        return self._snapshot
+
+    @property
+    def revision(self) -> int:
+        """The revision of :meth:`snapshot`, -1 before there is one."""
+        current = self._snapshot
+        return -1 if current is None else current.revision
+
+    def add_listener(self, listener: MetadataListener) -> None:
+        """Hear the events of every newer snapshot, on the thread that installs it."""
+        self._listeners.append(listener)
+
+    def refresh(self) -> bool:
+        """Load the stored metadata if it changed; True if a newer snapshot was installed."""
+        current = self._snapshot
+        version = self._metadata_store.version()
+        if version is None or (current is not None and version == current.version):
+            return False
+        fresh = self._committer.read()
+        return fresh is not None and self.offer(fresh)
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        """Install ``snapshot`` if it is newer than this view's; True if it was."""
+        with self._install_lock:
+            previous = self._snapshot
+            if previous is not None and snapshot.revision <= previous.revision:
+                return False
+            with self._changed:
+                self._snapshot = snapshot
+                self._changed.notify_all()
+            if previous is not None:
+                for event in diff_metadata(previous.metadata, snapshot.metadata):
+                    for listener in list(self._listeners):
+                        try:
+                            listener(event)
+                        except Exception:  # noqa: BLE001 - a listener bug must not stop the view
+                            _log.exception("metadata listener %r failed on %r", listener, event)
+            return True
+
+    def wait_for_revision(self, revision: int, timeout_s: float) -> Snapshot | None:
+        """Block until a snapshot of at least ``revision`` is installed (by another
+        thread's refresh or offer); it, or None after ``timeout_s``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.revision >= revision, timeout_s)
+            current = self._snapshot
+        return current if current is not None and current.revision >= revision else None
+
+    def poll_for_revision(
+        self, revision: int, timeout_s: float, interval_s: float = 0.1
+    ) -> Snapshot | None:
+        """Refresh every ``interval_s`` until a snapshot of at least ``revision`` is here."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.refresh()
+            current = self._snapshot
+            if current is not None and current.revision >= revision:
+                return current
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self.wait_for_revision(revision, min(interval_s, left))
+
+    def controller(self, listener: str | None = None) -> ControllerInfo | None:
+        """The controller the newest snapshot names, with its ``listener`` endpoint
+        (its first one when None); None when no elected controller wrote it yet."""
+        current = self._snapshot
+        if current is None or current.metadata.controller_id == NO_LEADER:
+            return None
+        md = current.metadata
+        registration = md.brokers.get(md.controller_id)
+        endpoint = None if registration is None else registration.endpoint(listener)
+        return ControllerInfo(md.controller_id, md.controller_epoch, endpoint)

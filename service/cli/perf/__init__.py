@@ -1,0 +1,1 @@
+"""``strata perf produce|consume``: Kafka's kafka-producer-perf-test and kafka-consumer-perf-test."""

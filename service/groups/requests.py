@@ -1,0 +1,76 @@
+"""What the group coordinator is asked and what it answers: requests, summaries, its config.
+
+Plain frozen data, decoded from (or encoded into) the Kafka requests by
+:mod:`service.handlers.groups`; the answers to JoinGroup and SyncGroup are
+:class:`service.groups.group.JoinResult` and :class:`~service.groups.group.SyncResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["GroupConfig", "GroupSummary", "JoinRequest", "MemberSummary", "SyncRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
+    new_member_join_timeout_ms: int = 300_000
+    # The consumer group protocol (KIP-848): Kafka's group.consumer.* keys.
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    consumer_migration_policy: str = "bidirectional"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    require_known_member_id: bool = True  # JoinGroup v4+
+    supports_skip_assignment: bool = False  # JoinGroup v9+
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: Mapping[str, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSummary:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    generation_id: int
+    members: tuple[MemberSummary, ...]

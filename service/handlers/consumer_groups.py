@@ -1,0 +1,118 @@
+"""The consumer group protocol's APIs (KIP-848): ConsumerGroupHeartbeat (68), ConsumerGroupDescribe (69).
+
+Each turns one version of the request into a call on the broker's
+:class:`service.groups.GroupCoordinator` (which answers every error as a
+Kafka error code) and the answer back into that version's response.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from local_tier.errors import ErrorCode
+from service.groups.consumer import ConsumerHeartbeat
+from service.handlers.context import RequestContext
+from service.protocol import build, response_module
+from service.protocol import timedelta_to_ms as _ms
+
+__all__ = ["handle_consumer_group_describe", "handle_consumer_group_heartbeat"]
+
+E = ErrorCode
+_NO_OPS = -2147483648  # authorized operations not requested
+_MEMBER_TYPE_CONSUMER = 1  # v1 (KIP-1099): every member here uses the consumer protocol
+
+
+def _client_host(ctx: RequestContext) -> str:
+    peer = ctx.connection.peer if ctx.connection is not None else "unknown"
+    return "/" + peer.rpartition(":")[0]
+
+
+def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    owned = None
+    if request.topic_partitions is not None:
+        owned = {}
+        for tp in request.topic_partitions:
+            if tp.topic_id is not None:
+                owned[tp.topic_id] = tuple(sorted({int(p) for p in tp.partitions}))
+    names = request.subscribed_topic_names
+    heartbeat = ConsumerHeartbeat(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=int(request.member_epoch),
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=None if names is None else tuple(str(n) for n in names),
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor,
+        owned=owned,
+        client_id=ctx.header.client_id or "",
+        client_host=_client_host(ctx),
+        api_version=ctx.version,
+    )
+    result = ctx.broker.groups.consumer_group_heartbeat(heartbeat)
+    if result.error != E.none:
+        ctx.broker.metrics_error("ConsumerGroupHeartbeat", result.error)
+    mod = response_module(68, ctx.version)
+    assignment = None
+    if result.error == E.none and result.assignment is not None:
+        assignment = build(mod.Assignment, topic_partitions=tuple(
+            build(mod.TopicPartitions, topic_id=topic_id, partitions=tuple(parts))
+            for topic_id, parts in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))
+        ))
+    return build(
+        mod.ConsumerGroupHeartbeatResponse,
+        throttle_time=0,
+        error_code=result.error,
+        error_message=result.message,
+        member_id=result.member_id,
+        member_epoch=result.member_epoch,
+        heartbeat_interval=result.heartbeat_interval_ms,
+        assignment=assignment,
+    )
+
+
+def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
+    mod = response_module(69, ctx.version)
+
+    def assignment(named: tuple[tuple[uuid.UUID, str, tuple[int, ...]], ...]) -> Any:
+        return build(mod.Assignment, topic_partitions=tuple(
+            build(mod.TopicPartitions, topic_id=topic_id, topic_name=name, partitions=parts)
+            for topic_id, name, parts in named))
+
+    described = []
+    for group_id in request.group_ids:
+        d = ctx.broker.groups.consumer_group_describe(group_id)
+        if d.error != E.none:
+            ctx.broker.metrics_error("ConsumerGroupDescribe", d.error)
+        members = tuple(
+            build(
+                mod.Member,
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.member_epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=m.subscribed_topic_names,
+                subscribed_topic_regex=m.subscribed_topic_regex,
+                assignment=assignment(m.assignment),
+                target_assignment=assignment(m.target),
+                member_type=_MEMBER_TYPE_CONSUMER,
+            )
+            for m in d.members
+        )
+        described.append(build(
+            mod.DescribedGroup,
+            error_code=d.error,
+            error_message=d.message,
+            group_id=group_id,
+            group_state=d.state if d.error == E.none else "",
+            group_epoch=d.group_epoch,
+            assignment_epoch=d.assignment_epoch,
+            assignor_name=d.assignor,
+            members=members,
+            authorized_operations=_NO_OPS,
+        ))
+    return build(mod.ConsumerGroupDescribeResponse, throttle_time=0, groups=tuple(described))

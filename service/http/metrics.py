@@ -1,0 +1,163 @@
+"""Prometheus metrics of the broker, gathered at scrape time.
+
+The hot paths only bump plain counters and bucket counts on the broker (a dict
+increment, a ``bisect``); everything else — partition offsets and sizes, tiering
+state, group lag — is read when ``GET /metrics`` asks, by :class:`BrokerCollector`,
+and rendered with ``prometheus_client``. Names follow Prometheus conventions:
+``strata_`` prefix, base units (seconds, bytes), ``_total`` on counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from local_tier.errors import KafkaError
+from service.http.state import group_lag, partition_state
+from service.http.views import MetricsView
+from service.latency import LatencyHistograms
+
+__all__ = ["BrokerCollector", "render"]
+
+
+def _histogram(
+    name: str, doc: str, label: str, histograms: LatencyHistograms
+) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(name, doc, labels=[label])
+    for value, cumulative, total in histograms.series():
+        family.add_metric([value], [(_bound(bound), count) for bound, count in cumulative], total)
+    return family
+
+
+def _bound(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(bound)
+
+
+class BrokerCollector(Collector):
+    """Everything ``/metrics`` shows, read from the broker when scraped."""
+
+    def __init__(self, broker: MetricsView, connections: Any) -> None:
+        self._broker = broker
+        self._connections = connections  # () -> int
+
+    def collect(self) -> Iterator[Any]:
+        b = self._broker
+        requests = CounterMetricFamily("strata_kafka_requests", "Kafka requests handled, by API.",
+                                       labels=["api"])
+        for api, n in sorted(b.requests.items()):
+            requests.add_metric([api], n)
+        yield requests
+        errors = CounterMetricFamily("strata_kafka_request_errors",
+                                     "Partitions or requests answered with a Kafka error code, by API and code.",
+                                     labels=["api", "error"])
+        for (api, code), n in sorted(b.errors.items()):
+            errors.add_metric([api, code], n)
+        yield errors
+        yield _histogram("strata_kafka_request_duration_seconds",
+                         "Time from a request's decoding to its response being ready.", "api",
+                         b.request_latency)
+        yield _gauge("strata_connections", "Open Kafka client connections.", [], [((), self._connections())])
+
+        for name, doc, counter in (
+            ("strata_topic_bytes_in", "Record batch bytes appended, by topic.", b.bytes_in),
+            ("strata_topic_records_in", "Records appended, by topic.", b.records_in),
+            ("strata_topic_bytes_out", "Record batch bytes sent to consumers, by topic.", b.bytes_out),
+            ("strata_topic_records_out", "Records sent to consumers (whole batches), by topic.", b.records_out),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["topic"])
+            for topic, n in sorted(counter.items()):
+                family.add_metric([topic], n)
+            yield family
+
+        yield from self._partitions()
+        yield from self._tiering()
+        yield from self._groups()
+
+    def _partitions(self) -> Iterator[Any]:
+        rows = []
+        for (topic, partition) in sorted(self._broker.logs.all_logs()):
+            try:
+                rows.append(partition_state(self._broker, topic, partition))
+            except KafkaError:  # a partition deleted mid-scrape, or created and not open yet
+                continue
+        for field, name, doc in (
+            ("log_end_offset", "strata_partition_log_end_offset", "Next offset to be written."),
+            ("high_watermark", "strata_partition_high_watermark", "Offset up to which consumers read."),
+            ("log_start_offset", "strata_partition_log_start_offset",
+             "First offset of the log, local or remote."),
+            ("local_log_start_offset", "strata_partition_local_log_start_offset",
+             "First offset still on local disk."),
+            ("local_bytes", "strata_partition_local_bytes", "Bytes of the partition's local segments."),
+            ("remote_bytes", "strata_partition_remote_bytes", "Bytes of the partition's segments in the bucket."),
+            ("upload_lag_offsets", "strata_partition_upload_lag_offsets",
+             "Offsets below the high watermark not in the bucket yet."),
+            ("upload_lag_bytes", "strata_partition_upload_lag_bytes",
+             "Bytes of local segments not in the bucket yet."),
+        ):
+            yield _gauge(name, doc, ["topic", "partition"],
+                         [((r["topic"], str(r["partition"])), r[field] or 0) for r in rows])
+
+    def _tiering(self) -> Iterator[Any]:
+        t = self._broker.tiering
+        for name, doc, value in (
+            ("strata_tiering_uploaded_segments", "Segments uploaded and published.", t.uploaded_segments),
+            ("strata_tiering_uploaded_bytes", "Segment bytes uploaded and published.", t.uploaded_bytes),
+            ("strata_tiering_upload_failures", "Segment uploads that failed (and will be retried).",
+             t.upload_failures),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        cache = t.reader.cache
+        yield _gauge("strata_tiered_fetch_queue_depth", "Distinct remote reads queued or running.", [],
+                     [((), t.reader.queue_depth)])
+        hits = CounterMetricFamily("strata_tiered_fetch_chunk_cache_hits", "Chunk cache hits.")
+        hits.add_metric([], cache.hits)
+        yield hits
+        misses = CounterMetricFamily("strata_tiered_fetch_chunk_cache_misses", "Chunk cache misses (GETs).")
+        misses.add_metric([], cache.misses)
+        yield misses
+        total = cache.hits + cache.misses
+        yield _gauge("strata_tiered_fetch_chunk_cache_hit_ratio", "Hits over lookups since start (0 before any).",
+                     [], [((), cache.hits / total if total else 0.0)])
+        yield _gauge("strata_tiered_fetch_chunk_cache_bytes", "Bytes held by the chunk cache.", [],
+                     [((), cache.size_bytes)])
+        yield _histogram("strata_remote_read_duration_seconds",
+                         "Time a tiered read takes from its request to its data, queueing included.",
+                         "kind", t.read_latency)
+
+    def _groups(self) -> Iterator[Any]:
+        b = self._broker
+        committed = GaugeMetricFamily("strata_consumer_group_committed_offset",
+                                      "Committed offset, by group and partition.",
+                                      labels=["group", "topic", "partition"])
+        lag = GaugeMetricFamily("strata_consumer_group_lag",
+                                "High watermark minus the committed offset, by group and partition.",
+                                labels=["group", "topic", "partition"])
+        if b.groups is not None:
+            for group, offsets in sorted(b.groups.committed_offsets().items()):
+                for row in group_lag(b, offsets):
+                    labels = [group, row["topic"], str(row["partition"])]
+                    committed.add_metric(labels, row["committed_offset"])
+                    if row["high_watermark"] is not None:
+                        lag.add_metric(labels, row["lag"])
+        yield committed
+        yield lag
+
+
+def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for label_values, value in values:
+        family.add_metric(list(label_values), value)
+    return family
+
+
+def render(broker: MetricsView, connections: Any) -> bytes:
+    """The Prometheus text exposition of the broker's metrics."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker, connections))
+    return generate_latest(registry)

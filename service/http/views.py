@@ -1,0 +1,92 @@
+"""What the HTTP listener may see of the broker: three narrow, read-mostly views.
+
+:class:`service.broker.Broker` satisfies all three structurally; nothing under
+:mod:`service.http` imports it, so the listener can be tested against anything
+with these few members, and the broker can change everything else freely.
+
+* :class:`PartitionsView` — partition and group-lag state (:mod:`service.http.state`);
+* :class:`MetricsView` — that, plus the counters ``/metrics`` exports
+  (:mod:`service.http.metrics`);
+* :class:`AdminView` — that, plus the cluster metadata and the topic operations
+  of the admin API (:mod:`service.http.server`).
+
+Members are read-only properties: the listener never rebinds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from controller.metadata import Controller, TopicInfo
+from local_tier.log import Log
+from local_tier.manager import LogManager
+from remote_tier.store import ObjectStore
+from service.groups import GroupCoordinator
+from service.latency import LatencyHistograms
+from service.tiering import TieringService
+
+__all__ = ["AdminView", "MetricsView", "PartitionsView"]
+
+
+class PartitionsView(Protocol):
+    @property
+    def logs(self) -> LogManager: ...
+
+    @property
+    def tiering(self) -> TieringService: ...
+
+    def log_for(self, topic: str, partition: int) -> Log:
+        """The local log of a hosted partition, or UnknownTopicOrPartitionError."""
+        ...
+
+
+class MetricsView(PartitionsView, Protocol):
+    @property
+    def groups(self) -> GroupCoordinator | None:
+        """None until the broker has loaded its logs."""
+        ...
+
+    @property
+    def requests(self) -> Mapping[str, int]: ...
+
+    @property
+    def errors(self) -> Mapping[tuple[str, str], int]: ...
+
+    @property
+    def bytes_in(self) -> Mapping[str, int]: ...
+
+    @property
+    def bytes_out(self) -> Mapping[str, int]: ...
+
+    @property
+    def records_in(self) -> Mapping[str, int]: ...
+
+    @property
+    def records_out(self) -> Mapping[str, int]: ...
+
+    @property
+    def request_latency(self) -> LatencyHistograms: ...
+
+
+class AdminView(MetricsView, Protocol):
+    @property
+    def controller(self) -> Controller: ...
+
+    @property
+    def object_store(self) -> ObjectStore: ...
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+    ) -> TopicInfo: ...
+
+    def delete_topic(self, name: str) -> TopicInfo: ...
+
+    def alter_topic_configs(
+        self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool
+    ) -> TopicInfo: ...

@@ -1,0 +1,86 @@
+"""MetadataView: what a broker that is not the controller reads, and how it waits."""
+
+from __future__ import annotations
+
+import threading
+
+from controller import (
+    BrokerChanged,
+    ControllerInfo,
+    Endpoint,
+    MetadataEvent,
+    MetadataView,
+    PartitionChanged,
+    TopicCreated,
+)
+from tests.controller.cluster_helpers import (
+    FakeClock,
+    heartbeat_all,
+    join,
+    make_cluster_controller,
+    tick_until_active,
+)
+from tests.controller.conftest import MakeStore
+
+
+def test_a_view_polls_the_bucket_and_names_the_controller_and_its_endpoint(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    ctl = tick_until_active(clock, [make_cluster_controller(make_store(), clock, 1)])
+    view = MetadataView(make_store())
+    assert view.snapshot() is None and view.controller() is None
+    assert view.refresh()
+    assert not view.refresh()  # unchanged: one HEAD, nothing installed
+    assert view.controller() == ControllerInfo(1, 1, None)  # not registered yet
+    join(ctl, 1)
+    ctl.create_topic("t", 2)
+    assert view.refresh()
+    snapshot = view.snapshot()
+    assert snapshot is not None and snapshot.revision == ctl.snapshot.revision
+    assert snapshot.metadata.topics["t"] == ctl.topic("t")
+    assert view.controller() == ControllerInfo(1, 1, Endpoint("PLAINTEXT", "127.0.0.1", 9091))
+
+
+def test_waiting_for_a_revision_returns_once_another_thread_installs_it(
+    make_fs_store: MakeStore, clock: FakeClock
+) -> None:
+    ctl = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
+    join(ctl, 1)
+    view = MetadataView(make_fs_store())
+    view.refresh()
+    target = view.revision + 1
+    assert view.wait_for_revision(target, 0.01) is None
+    ctl.create_topic("t", 1)
+    poller = threading.Thread(target=view.refresh)
+    poller.start()
+    arrived = view.wait_for_revision(target, 10.0)
+    poller.join()
+    assert arrived is not None and "t" in arrived.metadata.topics
+    assert view.poll_for_revision(target + 5, 0.05, 0.01) is None
+
+
+def test_a_local_controller_offers_its_commits_and_a_view_never_goes_back(
+    make_fs_store: MakeStore, clock: FakeClock
+) -> None:
+    ctl = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
+    view = MetadataView(make_fs_store())
+    events: list[MetadataEvent] = []
+    view.add_listener(events.append)
+    ctl.add_snapshot_listener(view.offer)
+    old = ctl.snapshot
+    join(ctl, 1)
+    join(ctl, 2)
+    ctl.create_topic("t", assignments={0: [2, 1]})
+    assert view.revision == ctl.snapshot.revision
+    assert not view.offer(old)
+    events.clear()
+    for _ in range(6):  # broker 2 misses its heartbeats: fenced, leadership moves to 1
+        clock.advance(2_000)
+        heartbeat_all(ctl, 1)
+        ctl.tick()
+    kinds = [type(e) for e in events]
+    assert kinds == [PartitionChanged, BrokerChanged]
+    changed = events[0]
+    assert isinstance(changed, PartitionChanged)
+    assert (changed.previous.leader, changed.registration.leader) == (2, 1)
+    assert not any(isinstance(e, TopicCreated) for e in events)

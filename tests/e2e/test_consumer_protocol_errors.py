@@ -1,0 +1,143 @@
+"""Error paths of the consumer group protocol, with hand-built requests (tests/e2e/rawconsumer.py).
+
+Each test puts a group into the state it needs and checks the code Kafka 4.1
+answers: INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
+FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
+INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (ConsumerGroupDescribe of a
+classic group, a heartbeat to a classic group with members),
+INCONSISTENT_GROUP_PROTOCOL (JoinGroup to a consumer group with members) and
+STALE_MEMBER_EPOCH (OffsetCommit v9) — and that the connection stays open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import BrokerFactory, BrokerProcess
+
+from . import helpers
+from . import rawconsumer as rc
+from . import rawgroups as rg
+from .rawkafka import Connection
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker(module_start_broker: BrokerFactory) -> BrokerProcess:
+    return module_start_broker(sets={"group.initial.rebalance.delay.ms": "0",
+                                     "offsets.topic.num.partitions": "2"})
+
+
+@pytest.fixture(scope="module")
+def topic(broker: BrokerProcess) -> str:
+    name = helpers.topic_name("kip848-errors")
+    helpers.create_topic(broker.bootstrap, name, partitions=4)
+    return name
+
+
+@pytest.fixture
+def conn(broker: BrokerProcess) -> Iterator[Connection]:
+    with Connection.to(broker.bootstrap) as c:
+        yield c
+
+
+def group() -> str:
+    return f"kip848-err-{next(_ids)}"
+
+
+def join(conn: Connection, g: str, topic: str, member: str | None = None, **kw: object) -> rc.HeartbeatResponse:
+    r = rc.heartbeat(conn, g, member or str(uuid.uuid4()), 0, topics=[topic], owned={}, **kw)  # type: ignore[arg-type]
+    assert r.error_code == rc.NONE, r
+    return r
+
+
+def test_join_gets_an_epoch_an_interval_and_every_partition(conn: Connection, topic: str) -> None:
+    r = join(conn, group(), topic)
+    assert r.member_epoch == 1 and r.heartbeat_interval_ms == 5000
+    assert r.assignment is not None and sorted(next(iter(r.assignment.values()))) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("kw", [
+    {"member_id": ""},  # v1: the client makes its member id
+    {"rebalance_timeout_ms": -1},
+    {"owned": None},
+    {"topics": None},
+    {"instance_id": ""},
+    {"epoch": -3},
+])
+def test_malformed_heartbeat_is_invalid_request(conn: Connection, topic: str, kw: dict[str, object]) -> None:
+    args: dict[str, object] = {"member_id": "m", "epoch": 0, "topics": [topic], "owned": {}}
+    args.update(kw)
+    r = rc.heartbeat(conn, group(), **args)  # type: ignore[arg-type]
+    assert r.error_code == rc.INVALID_REQUEST and r.error_message
+    assert join(conn, group(), topic).error_code == rc.NONE  # the connection still works
+
+
+def test_v0_lets_the_coordinator_pick_the_member_id(conn: Connection, topic: str) -> None:
+    r = rc.heartbeat(conn, group(), "", 0, version=0, topics=[topic], owned={})
+    assert r.error_code == rc.NONE and r.member_id
+
+
+def test_unknown_assignor_and_bad_regex(conn: Connection, topic: str) -> None:
+    assert rc.heartbeat(conn, group(), "m", 0, topics=[topic], owned={},
+                        assignor="sticky").error_code == rc.UNSUPPORTED_ASSIGNOR
+    assert rc.heartbeat(conn, group(), "m", 0, regex="(unclosed", owned={}).error_code == \
+        rc.INVALID_REGULAR_EXPRESSION
+
+
+def test_unknown_member_and_fenced_epochs(conn: Connection, topic: str) -> None:
+    g = group()
+    first = join(conn, g, topic)
+    assert rc.heartbeat(conn, g, "stranger", 1).error_code == rc.UNKNOWN_MEMBER_ID
+    assert rc.heartbeat(conn, g, first.member_id or "", 7).error_code == rc.FENCED_MEMBER_EPOCH
+    assert rc.heartbeat(conn, group(), "m", 3).error_code == rc.GROUP_ID_NOT_FOUND
+
+
+def test_static_member_twin_is_unreleased_then_replaces_after_leaving(conn: Connection, topic: str) -> None:
+    g = group()
+    a = join(conn, g, topic, instance_id="i-1")
+    twin = rc.heartbeat(conn, g, str(uuid.uuid4()), 0, instance_id="i-1", topics=[topic], owned={})
+    assert twin.error_code == rc.UNRELEASED_INSTANCE_ID
+    left = rc.heartbeat(conn, g, a.member_id or "", -2, instance_id="i-1")
+    assert (left.error_code, left.member_epoch) == (rc.NONE, -2)
+    b = join(conn, g, topic, instance_id="i-1")
+    assert b.assignment == a.assignment  # the instance's partitions, at once
+    assert rc.heartbeat(conn, g, a.member_id or "", a.member_epoch,
+                        instance_id="i-1").error_code == rc.FENCED_INSTANCE_ID
+
+
+def test_describe_answers_consumer_groups_and_not_found_for_others(broker: BrokerProcess, conn: Connection,
+                                                                  topic: str) -> None:
+    g = group()
+    m = join(conn, g, topic)
+    classic = rg.GroupMember(broker.bootstrap, group(), topic)
+    try:
+        assert classic.join().error_code == rg.NONE
+        described = {d[0]: d for d in rc.describe(conn, [g, classic.group, "no-such-group"])}
+        assert described[g][1:] == (rc.NONE, "Stable", 1, [m.member_id])
+        assert described[classic.group][1] == rc.GROUP_ID_NOT_FOUND
+        assert described["no-such-group"][1] == rc.GROUP_ID_NOT_FOUND
+        # a classic group with members is not upgraded in place
+        assert rc.heartbeat(conn, classic.group, "x", 0, topics=[topic], owned={}).error_code == \
+            rc.GROUP_ID_NOT_FOUND
+        # and classic members cannot join a consumer group that has members
+        with Connection.to(broker.bootstrap) as other:
+            assert rg.join_group(other, g, topic=topic).error_code == 23  # INCONSISTENT_GROUP_PROTOCOL
+    finally:
+        classic.close()
+
+
+def test_offset_commit_v9_checks_the_member_epoch(conn: Connection, topic: str) -> None:
+    g = group()
+    m = join(conn, g, topic)
+    tp = (topic, 0)
+    assert rc.offset_commit_v9(conn, g, m.member_epoch, m.member_id or "", {tp: 3}) == {tp: rc.NONE}
+    assert rc.offset_commit_v9(conn, g, m.member_epoch + 1, m.member_id or "", {tp: 4}) == {
+        tp: rc.STALE_MEMBER_EPOCH}
+    assert rc.offset_commit_v9(conn, g, m.member_epoch, "stranger", {tp: 4}) == {tp: rc.UNKNOWN_MEMBER_ID}
+    assert rg.offset_fetch(conn, g, {topic: [0]}) == (rc.NONE, {tp: 3})
