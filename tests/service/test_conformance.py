@@ -87,6 +87,13 @@ class Env:
         assert error_codes(answer) == [NONE]
         return name
 
+    def consumer_group(self) -> str:
+        """A consumer-protocol group (KIP-848) with one member."""
+        join = _consumer_join(self)
+        answer = self.call(example_request(68, 0, **join))
+        assert error_codes(answer) == [NONE], answer
+        return str(join["group_id"])
+
     def group_with_offsets(self) -> str:
         """An Empty group holding a committed offset (a 'simple' group, generation -1)."""
         group = self.unique("conf-group")
@@ -126,6 +133,14 @@ def _group(**extra: Any) -> Values:
                 "groups_names": (group,), "name": TOPIC, **extra}
 
     return values
+
+
+def _consumer_join(env: Env) -> dict[str, Any]:
+    """A first ConsumerGroupHeartbeat (epoch 0) of a new member of a new group."""
+    return {"group_id": env.unique("conf-consumer-group"), "member_id": str(uuid.uuid4()), "member_epoch": 0,
+            "instance_id": None, "rack_id": None, "rebalance_timeout": 30_000,
+            "subscribed_topic_names": (TOPIC,), "subscribed_topic_regex": None, "server_assignor": None,
+            "topic_partitions": ()}
 
 
 def _lying_batch() -> bytes:
@@ -255,6 +270,18 @@ CASES: list[Case] = [
     Case(47, "unknown group", _group(partition_index=0), GROUP_ID_NOT_FOUND),
     # -- DescribeCluster
     Case(60, "valid", lambda env, v: {}),
+    # -- ConsumerGroupHeartbeat (KIP-848)
+    Case(68, "join", lambda env, v: _consumer_join(env)),
+    Case(68, "join without a subscription",
+         lambda env, v: {**_consumer_join(env), "subscribed_topic_names": None}, INVALID_REQUEST),
+    Case(68, "unknown member of an existing group",
+         lambda env, v: {**_consumer_join(env), "group_id": env.consumer_group(), "member_epoch": 3},
+         UNKNOWN_MEMBER_ID),
+    Case(68, "member epoch of a group that does not exist",
+         lambda env, v: {**_consumer_join(env), "member_epoch": 3}, GROUP_ID_NOT_FOUND),
+    # -- ConsumerGroupDescribe
+    Case(69, "valid", lambda env, v: {"group_ids": (env.consumer_group(),)}),
+    Case(69, "unknown group", lambda env, v: {"group_ids": (env.unique("conf-group"),)}, GROUP_ID_NOT_FOUND),
 ]
 
 
