@@ -25,8 +25,13 @@
 #include <stdint.h>
 
 /* zig-zag varint of at most max_bytes bytes (5 for varint, 10 for varlong) */
-static int varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, int max_bytes, int64_t *out)
+static inline int varint(const unsigned char *p, Py_ssize_t end, Py_ssize_t *pos, int max_bytes, int64_t *out)
 {
+    if (*pos < end && p[*pos] < 0x80) { /* one byte: most lengths and deltas */
+        uint64_t b = p[(*pos)++];
+        *out = (int64_t)((b >> 1) ^ (~(b & 1) + 1));
+        return 0;
+    }
     uint64_t value = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes && *pos < end; i++) {

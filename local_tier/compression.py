@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 from enum import IntEnum
 
@@ -58,9 +59,27 @@ _DECODE_ERRORS = (
     zstandard.ZstdError,
     cramjam.DecompressionError,
 )
-_ZSTD_COMPRESSOR = zstandard.ZstdCompressor()
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
-_ZSTD_STEP = 256 * 1024
+_ZSTD_STEP = 2 * 1024 * 1024
+_LZ4_STEP = 2 * 1024 * 1024  # python-lz4 allocates each step up front (64 MiB steps cost 5x)
+#: zstandard's (de)compressor objects must not be shared between threads (a shared
+#: one crashed the process when Produce validation ran on two threads): one per thread
+_zstd = threading.local()
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
+    try:
+        return _zstd.compressor  # type: ignore[no-any-return]
+    except AttributeError:
+        _zstd.compressor = zstandard.ZstdCompressor()
+        return _zstd.compressor  # type: ignore[no-any-return]
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    try:
+        return _zstd.decompressor  # type: ignore[no-any-return]
+    except AttributeError:
+        _zstd.decompressor = zstandard.ZstdDecompressor()
+        return _zstd.decompressor  # type: ignore[no-any-return]
 
 
 class InflateLimitExceeded(Exception):
@@ -85,7 +104,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
         return _xerial_encode(memoryview(data))
     if kind is Compression.LZ4:
         return bytes(lz4.frame.compress(data))
-    return bytes(_ZSTD_COMPRESSOR.compress(data))
+    return bytes(_zstd_compressor().compress(data))
 
 
 def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None) -> bytes:
@@ -106,54 +125,75 @@ def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int |
             return _snappy_decode(memoryview(data))
         if kind is Compression.LZ4:
             return bytes(lz4.frame.decompress(data))
-        return bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
+        return bytes(_zstd_decompressor().decompressobj().decompress(data))
     except _DECODE_ERRORS as exc:
         raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
 
 
 def _bounded(kind: Compression, data: bytes | bytearray | memoryview, max_size: int) -> bytes:
     """Decompress with output bounded by ``max_size`` (the decoders' own limits, no guessing)."""
-    if kind is Compression.GZIP:
-        out = bytearray()
-        rest: bytes | bytearray | memoryview = data
-        while True:  # one or more gzip members
-            inflater = zlib.decompressobj(wbits=31)
-            out += inflater.decompress(rest, max_size - len(out) + 1)
-            if len(out) > max_size or inflater.unconsumed_tail:
-                raise InflateLimitExceeded(f"gzip records inflate to more than {max_size} bytes")
-            if not inflater.eof:
-                raise EOFError("truncated gzip stream")
-            rest = inflater.unused_data
-            if not rest:
-                return bytes(out)
-    if kind is Compression.SNAPPY:
-        view = memoryview(data)
-        if len(view) >= 16 and view[:8] == _XERIAL_MAGIC:
-            declared = 0
-            pos = 16
-            while pos + 4 <= len(view):
-                (length,) = _INT32.unpack_from(view, pos)
-                if length < 0:
-                    break  # _snappy_decode reports it
-                declared += cramjam.snappy.decompress_raw_len(view[pos + 4 : pos + 4 + length])
-                pos += 4 + length
-        else:
-            declared = cramjam.snappy.decompress_raw_len(view)
-        if declared > max_size:
-            raise InflateLimitExceeded(f"snappy records declare {declared} bytes, more than {max_size}")
-        return _snappy_decode(view)
-    if kind is Compression.LZ4:
-        lz4_inflater = lz4.frame.LZ4FrameDecompressor()
-        result = bytes(lz4_inflater.decompress(data, max_length=max_size + 1))
-        if len(result) > max_size or (not lz4_inflater.eof and not lz4_inflater.needs_input):
-            raise InflateLimitExceeded(f"lz4 records inflate to more than {max_size} bytes")
-        if not lz4_inflater.eof:
-            raise EOFError("truncated lz4 frame")
-        return result
-    # zstd: stream in steps; a truncated frame ends early and the record walk catches it
+    inflate = {Compression.GZIP: _inflate_gzip, Compression.SNAPPY: _inflate_snappy,
+               Compression.LZ4: _inflate_lz4, Compression.ZSTD: _inflate_zstd}[kind]
+    return inflate(data, max_size)
+
+
+def _inflate_gzip(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    members: list[bytes] = []
+    size = 0
+    rest: bytes | bytearray | memoryview = data
+    while True:  # one or more gzip members
+        inflater = zlib.decompressobj(wbits=31)
+        member = inflater.decompress(rest, max_size - size + 1)
+        size += len(member)
+        if size > max_size or inflater.unconsumed_tail:
+            raise InflateLimitExceeded(f"gzip records inflate to more than {max_size} bytes")
+        if not inflater.eof:
+            raise EOFError("truncated gzip stream")
+        members.append(member)
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(members)  # one member: that very object, no copy
+
+
+def _inflate_snappy(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    view = memoryview(data)
+    if len(view) >= 16 and view[:8] == _XERIAL_MAGIC:
+        declared = 0
+        pos = 16
+        while pos + 4 <= len(view):
+            (length,) = _INT32.unpack_from(view, pos)
+            if length < 0:
+                break  # _snappy_decode reports it
+            declared += cramjam.snappy.decompress_raw_len(view[pos + 4 : pos + 4 + length])
+            pos += 4 + length
+    else:
+        declared = cramjam.snappy.decompress_raw_len(view)
+    if declared > max_size:
+        raise InflateLimitExceeded(f"snappy records declare {declared} bytes, more than {max_size}")
+    return _snappy_decode(view)
+
+
+def _inflate_lz4(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    # python-lz4 allocates max_length up front: ask for at most a step at a time
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    step = min(max_size + 1, _LZ4_STEP)
+    parts = [inflater.decompress(data, max_length=step)]
+    size = len(parts[0])
+    while not inflater.eof and not inflater.needs_input and size <= max_size:
+        parts.append(inflater.decompress(b"", max_length=step))
+        size += len(parts[-1])
+    if size > max_size:
+        raise InflateLimitExceeded(f"lz4 records inflate to more than {max_size} bytes")
+    if not inflater.eof:
+        raise EOFError("truncated lz4 frame")
+    return b"".join(parts)
+
+
+def _inflate_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    # streamed in steps; a truncated frame ends early and the record walk catches it
     parts: list[bytes] = []
     size = 0
-    for chunk in _ZSTD_DECOMPRESSOR.read_to_iter(data, write_size=_ZSTD_STEP):
+    for chunk in _zstd_decompressor().read_to_iter(data, write_size=min(max_size + 1, _ZSTD_STEP)):
         size += len(chunk)
         if size > max_size:
             raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes")

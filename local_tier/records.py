@@ -12,8 +12,8 @@ On the append path this module therefore works per *batch*, never per record:
   sent; a batch whose body lies (garbage inside a correct CRC, a count that does
   not match the records) would otherwise be acknowledged and then stop every
   consumer at it. The walk reads lengths and varints only, in C
-  (``local_tier/_recordscan.c``, built by setup.py; a pure-Python walk is the
-  fallback), at a few nanoseconds per record. Compressed batches are stored as
+  (``local_tier/_recordscan.c``, built by setup.py; a pure-Python walk,
+  :mod:`local_tier.record_scan`, is the fallback), at a few nanoseconds per record. Compressed batches are stored as
   sent, never re-compressed.
 * :func:`stamp_batch` rewrites the base offset and partition leader epoch in
   place (both are outside the CRC); for LogAppendTime it also sets the timestamp
@@ -48,6 +48,7 @@ from local_tier.errors import (
     UnsupportedCompressionTypeError,
     UnsupportedForMessageFormatError,
 )
+from local_tier.record_scan import RECORD_WALK_IN_C, scan_records
 
 __all__ = [
     "BATCH_OVERHEAD",
@@ -321,90 +322,13 @@ def check_records(buf: Buffer, pos: int, header: BatchHeader, *, inflate_limit: 
             if inflate_limit is not None:
                 raise
             raise InvalidRecordError(f"{where}: {exc}") from None
-    fault = _scan_records(data, header.records_count)
+    fault = scan_records(data, header.records_count)
     if fault is not None:
         index, at, reason = fault
         raise InvalidRecordError(
             f"{where}, record {index} (byte {at} of its records): {reason}",
             record_errors=((index, reason),),
         )
-
-
-def _scan_records_py(data: Buffer, count: int) -> tuple[int, int, str] | None:
-    """The pure-Python twin of ``local_tier/_recordscan.c``'s ``scan`` (same checks, same answers)."""
-    if count < 0:
-        return 0, 0, "negative record count"
-    end = len(data)
-    pos = 0
-
-    def field(pos: int, stop: int, nullable: bool) -> int:
-        length, pos = _varint(data, pos, stop, 5)
-        if length == -1 and nullable:
-            return pos
-        if length < 0 or length > stop - pos:
-            raise ValueError("field runs past its record")
-        return pos + length
-
-    for index in range(count):
-        start = pos
-        if pos >= end:
-            return index, start, "the batch ends before its declared record count"
-        try:
-            length, pos = _varint(data, pos, end, 5)
-        except ValueError:
-            return index, start, "malformed record length"
-        if length < 1 or length > end - pos:
-            return index, start, "record length runs past the end of the batch"
-        stop = pos + length
-        pos += 1  # attributes
-        try:
-            _, pos = _varint(data, pos, stop, 10)
-        except ValueError:
-            return index, start, "malformed timestamp delta"
-        try:
-            offset_delta, pos = _varint(data, pos, stop, 5)
-        except ValueError:
-            return index, start, "malformed offset delta"
-        if offset_delta != index:
-            return index, start, "offset delta differs from the record's position in the batch"
-        for what in ("key", "value"):
-            try:
-                pos = field(pos, stop, True)
-            except ValueError:
-                return index, start, f"malformed {what}"
-        try:
-            headers, pos = _varint(data, pos, stop, 5)
-        except ValueError:
-            headers = -1
-        if headers < 0 or headers > stop - pos:
-            return index, start, "malformed header count"
-        for _ in range(headers):
-            try:
-                pos = field(field(pos, stop, False), stop, True)
-            except ValueError:
-                return index, start, "malformed record header"
-        if pos != stop:
-            return index, start, "record fields do not end where its length says"
-    if pos != end:
-        return count, pos, "bytes remain after the declared record count"
-    return None
-
-
-def _varint(data: Buffer, pos: int, stop: int, max_bytes: int) -> tuple[int, int]:
-    """A zig-zag varint of at most ``max_bytes`` ending by ``stop``; ValueError otherwise."""
-    try:
-        return read_varint(data, pos, stop, max_bytes)
-    except IndexError:
-        raise ValueError("varint runs past its record") from None
-
-
-try:  # the C walk (setup.py builds it; optional)
-    from local_tier._recordscan import scan as _scan_records
-
-    RECORD_WALK_IN_C = True
-except ImportError:  # pragma: no cover - without a compiler: slower, same answers
-    _scan_records = _scan_records_py
-    RECORD_WALK_IN_C = False
 
 
 def stamp_batch(

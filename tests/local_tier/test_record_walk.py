@@ -18,6 +18,7 @@ import pytest
 import zstandard
 from crc32c import crc32c
 
+from local_tier import record_scan
 from local_tier import records as records_module
 from local_tier.compression import InflateLimitExceeded
 from local_tier.errors import InvalidRecordError
@@ -98,12 +99,12 @@ def test_a_payload_that_inflates_without_bound_is_refused_after_the_cap(monkeypa
     assert validate_batches(big, max_message_bytes=MAX).record_count == 2000
 
 
-@pytest.mark.skipif(records_module._scan_records is records_module._scan_records_py,
+@pytest.mark.skipif(not record_scan.RECORD_WALK_IN_C,
                     reason="the C record walk is not built (python setup.py build_ext --inplace)")
 def test_c_walk_and_python_twin_agree_on_mutated_batches() -> None:
     rnd = random.Random(21)
     section = _section(_batch(12, value=os.urandom(30)))
-    c_scan, py_scan = records_module._scan_records, records_module._scan_records_py
+    c_scan, py_scan = record_scan.scan_records, record_scan.scan_records_py
     assert c_scan(section, 12) is None and py_scan(section, 12) is None
     for _ in range(5000):
         data = bytearray(section)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -269,6 +270,38 @@ def test_large_compressed_batches_keep_their_connection_order(wire_broker: Any) 
     assert offsets == [0, 3000, 3001, 6001, 6002, 9002]
     values = read_to_end(wire_broker.bootstrap, topic)
     assert [values.index(b"small-%d" % i) for i in (1, 3, 5)] == [3000, 6001, 9002]
+
+
+def test_large_compressed_batches_from_many_connections_at_once(wire_broker: Any) -> None:
+    """They are validated on two threads at the same time (a shared zstd context crashed the broker)."""
+    topic = "concurrent-compressed"
+    with WireConnection(wire_broker.bootstrap) as conn:
+        _create(conn, topic, partitions=6)
+    failures: list[str] = []
+
+    def produce(partition: int, codec: int) -> None:
+        batch = records(3000, b"%d" % codec * 100, compression_type=codec)  # ~300 KB inflated
+        with WireConnection(wire_broker.bootstrap) as conn:
+            for i in range(8):
+                conn.send(frame(example_request(0, 9, name=topic, index=partition, records=batch), i + 1))
+            for _ in range(8):
+                payload = conn.read_frame()
+                if payload is None:
+                    failures.append(f"codec {codec}: connection closed")
+                    return
+                part = decode_response(0, 9, payload)[1].responses[0].partition_responses[0]
+                if part.error_code != 0:
+                    failures.append(f"codec {codec}: {part}")
+
+    codecs = (4, 4, 4, 1, 2, 3)  # zstd, gzip, snappy, lz4
+    threads = [threading.Thread(target=produce, args=(p, codec)) for p, codec in enumerate(codecs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not failures, failures
+    assert wire_broker.running, wire_broker.log_tail()
+    assert len(read_to_end(wire_broker.bootstrap, topic, 6)) == 6 * 8 * 3000
 
 
 def test_valid_compressed_batches_of_every_codec_are_accepted(wire_broker: Any) -> None:
