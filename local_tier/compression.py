@@ -59,7 +59,7 @@ _DECODE_ERRORS = (
     zstandard.ZstdError,
     cramjam.DecompressionError,
 )
-_ZSTD_STEP = 2 * 1024 * 1024
+_ZSTD_MIN_SLICE = 1024  # input bytes per step at least (at most 32 MiB of output)
 _LZ4_STEP = 2 * 1024 * 1024  # python-lz4 allocates each step up front (64 MiB steps cost 5x)
 #: zstandard's (de)compressor objects must not be shared between threads (a shared
 #: one crashed the process when Produce validation ran on two threads): one per thread
@@ -190,15 +190,30 @@ def _inflate_lz4(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
 
 
 def _inflate_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
-    # streamed in steps; a truncated frame ends early and the record walk catches it
+    """Every frame decoded to its end (its checksum, if any, verified); a truncated frame is an error.
+
+    A zstd block inflates to at most 128 KiB from 4 bytes (32 KiB per input byte), so
+    input is fed in slices that can overshoot ``max_size`` by a bounded amount.
+    """
+    view = memoryview(data)
     parts: list[bytes] = []
     size = 0
-    for chunk in _zstd_decompressor().read_to_iter(data, write_size=min(max_size + 1, _ZSTD_STEP)):
-        size += len(chunk)
-        if size > max_size:
-            raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+    pos = 0
+    while True:  # one or more frames
+        inflater = _zstd_decompressor().decompressobj()
+        while not inflater.eof:
+            if pos >= len(view):
+                raise EOFError("truncated zstd frame")
+            step = max(_ZSTD_MIN_SLICE, (max_size - size) >> 15)
+            chunk = inflater.decompress(view[pos : pos + step])
+            pos += step
+            size += len(chunk)
+            if size > max_size:
+                raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes")
+            parts.append(chunk)
+        pos = min(pos, len(view)) - len(inflater.unused_data)  # where the frame ended
+        if pos >= len(view):
+            return b"".join(parts)
 
 
 def _xerial_encode(data: memoryview) -> bytes:

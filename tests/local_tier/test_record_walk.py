@@ -88,6 +88,19 @@ def test_compressed_garbage_and_lying_records_are_invalid_records(codec: Compres
     assert validate_batches(good, max_message_bytes=MAX).record_count == 50
 
 
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_a_compressed_stream_cut_after_the_last_record_is_refused(codec: Compression) -> None:
+    """librdkafka refuses such a batch (_BAD_COMPRESSION): the stream must end, checksum included."""
+    section = _section(_batch(20))
+    if codec is Compression.ZSTD:
+        whole = zstandard.ZstdCompressor(write_checksum=True).compress(section)
+    else:
+        whole = records_module.compress(codec, section)
+    with pytest.raises(InvalidRecordError, match="truncated|cannot decompress"):
+        validate_batches(_with_records(whole[:-4], 20, codec), max_message_bytes=MAX)
+    assert validate_batches(_with_records(whole, 20, codec), max_message_bytes=MAX).record_count == 20
+
+
 def test_a_payload_that_inflates_without_bound_is_refused_after_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(records_module, "MAX_INFLATED_BATCH_BYTES", 8 << 20)
     bomb = zstandard.ZstdCompressor().compress(bytes(64 << 20))
