@@ -121,6 +121,15 @@ def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: 
     return part
 
 
+def _refuse_control_batches(validated: ValidatedRecords) -> None:
+    """Control batches (transaction markers) are the broker's to write, as in Kafka."""
+    for position, header in validated.headers:
+        if header.is_control:
+            raise InvalidRecordError(
+                f"batch at position {position} is a control batch: clients may not write control records"
+            )
+
+
 def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) -> bytes | None:
     broker = ctx.broker
     topics: dict[int, tuple[str, list[PartitionResult]]] = {}
@@ -129,6 +138,7 @@ def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) 
             if p.error is not None:
                 raise p.error
             assert p.validated is not None
+            _refuse_control_batches(p.validated)
             info = broker.append(p.topic, p.index, p.records, validated=p.validated)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)

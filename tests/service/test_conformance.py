@@ -152,6 +152,13 @@ def _lying_batch() -> bytes:
     return with_crc(batch)
 
 
+def _control_batch() -> bytes:
+    """A transaction marker written by a client (Kafka: only the broker writes them)."""
+    batch = bytearray(records(1))
+    struct.pack_into(">h", batch, 21, 0x20 | 0x10)  # attributes: control, transactional
+    return with_crc(batch)
+
+
 def _garbage_gzip_batch() -> bytes:
     """A gzip batch whose payload is not gzip at all; CRC correct."""
     batch = bytearray(records(1))[:61] + b"\x1f\x8b\x08" + b"not gzip at all " * 4
@@ -170,6 +177,7 @@ CASES: list[Case] = [
     Case(0, "records that lie inside a correct CRC", _topic(index=0, records=_lying_batch()), INVALID_RECORD),
     Case(0, "garbage gzip payload with a correct CRC", _topic(index=0, records=_garbage_gzip_batch()),
          INVALID_RECORD),
+    Case(0, "control batch from a client", _topic(index=0, records=_control_batch()), INVALID_RECORD),
     # -- Fetch
     Case(1, "valid", _topic(partition=0)),
     Case(1, "unknown topic", lambda env, v: {"topic": "no-such-topic"}, UNKNOWN_TOPIC_OR_PARTITION),
