@@ -311,24 +311,27 @@ def check_records(buf: Buffer, pos: int, header: BatchHeader, *, inflate_limit: 
     """
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     data: Buffer = view[pos + BATCH_OVERHEAD : pos + header.size]
-    where = f"batch at position {pos} (base offset {header.base_offset})"
     if header.compression != Compression.NONE:
         limit = MAX_INFLATED_BATCH_BYTES if inflate_limit is None else inflate_limit
         try:
             data = decompress(header.compression, data, max_size=limit)
         except CorruptRecordError as exc:
-            raise InvalidRecordError(f"{where}: {exc}") from None
+            raise InvalidRecordError(f"{_where(pos, header)}: {exc}") from None
         except InflateLimitExceeded as exc:
             if inflate_limit is not None:
                 raise
-            raise InvalidRecordError(f"{where}: {exc}") from None
+            raise InvalidRecordError(f"{_where(pos, header)}: {exc}") from None
     fault = scan_records(data, header.records_count)
     if fault is not None:
         index, at, reason = fault
         raise InvalidRecordError(
-            f"{where}, record {index} (byte {at} of its records): {reason}",
+            f"{_where(pos, header)}, record {index} (byte {at} of its records): {reason}",
             record_errors=((index, reason),),
         )
+
+
+def _where(pos: int, header: BatchHeader) -> str:
+    return f"batch at position {pos} (base offset {header.base_offset})"
 
 
 def stamp_batch(
