@@ -67,19 +67,15 @@ _zstd = threading.local()
 
 
 def _zstd_compressor() -> zstandard.ZstdCompressor:
-    try:
-        return _zstd.compressor  # type: ignore[no-any-return]
-    except AttributeError:
+    if not hasattr(_zstd, "compressor"):
         _zstd.compressor = zstandard.ZstdCompressor()
-        return _zstd.compressor  # type: ignore[no-any-return]
+    return _zstd.compressor  # type: ignore[no-any-return]
 
 
 def _zstd_decompressor() -> zstandard.ZstdDecompressor:
-    try:
-        return _zstd.decompressor  # type: ignore[no-any-return]
-    except AttributeError:
+    if not hasattr(_zstd, "decompressor"):
         _zstd.decompressor = zstandard.ZstdDecompressor()
-        return _zstd.decompressor  # type: ignore[no-any-return]
+    return _zstd.decompressor  # type: ignore[no-any-return]
 
 
 class InflateLimitExceeded(Exception):
