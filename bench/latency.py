@@ -25,7 +25,7 @@ import time
 _HEAD = struct.Struct(">qq")  # sequence number, send time (ns since the epoch)
 RECORD_SIZE = 100
 
-PRODUCER_CONFIG = {"acks": "1", "enable.idempotence": False}
+PRODUCER_CONFIG = {"acks": "1"}
 CONSUMER_CONFIG = {"fetch.wait.max.ms": 100, "fetch.min.bytes": 1}
 
 

@@ -66,8 +66,7 @@ def _result(records: int, nbytes: int, seconds: float, cpu: float, **extra) -> N
 # --------------------------------------------------------------------------- Kafka
 
 KAFKA_PRODUCER = {"acks": "1", "linger.ms": "5", "batch.size": "1048576",
-                  "queue.buffering.max.messages": "10000000", "queue.buffering.max.kbytes": "2097151",
-                  "enable.idempotence": False}
+                  "queue.buffering.max.messages": "10000000", "queue.buffering.max.kbytes": "2097151"}
 KAFKA_CONSUMER = {"fetch.max.bytes": "52428800", "max.partition.fetch.bytes": "16777216",
                   "fetch.wait.max.ms": "10", "queued.min.messages": "10000000",
                   "queued.max.messages.kbytes": "2097151"}

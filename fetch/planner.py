@@ -81,6 +81,9 @@ class PartitionData:
     records: int = 0  # records in the regions (whole batches), for the records-out metric
     error_message: str | None = None
     remote: RemoteRead | None = None
+    #: read_committed: ``(producer id, first offset)`` of the aborted transactions
+    #: overlapping the records returned
+    aborted: list[tuple[int, int]] = field(default_factory=list)
 
 
 def read_partitions(
@@ -102,7 +105,12 @@ def read_partitions(
     (``remote`` given): its budget is reserved from the response's ``max_bytes``
     now, so bytes read from the bucket later still respect ``fetch.max.bytes``
     (the failure of KAFKA-20019). The total counts reserved remote budgets.
+
+    ``READ_COMMITTED`` reads stop at the last stable offset and list the aborted
+    transactions overlapping what they return (from the segments' ``.txnindex``);
+    a remote read's list is filled in when its records arrive.
     """
+    committed = isolation_level == READ_COMMITTED
     out: list[PartitionData] = []
     total = 0
     for req in requests:
@@ -111,7 +119,7 @@ def read_partitions(
         try:
             log = source.log_for(req.topic, req.partition)
             data.high_watermark = log.high_watermark
-            data.last_stable_offset = log.high_watermark
+            data.last_stable_offset = log.last_stable_offset
             data.log_start_offset = (
                 remote.log_start_offset(req.topic, req.partition, log)
                 if remote is not None
@@ -128,9 +136,12 @@ def read_partitions(
             info = log.read(
                 req.fetch_offset,
                 max(budget, 0),
-                max_offset=log.high_watermark,
+                max_offset=data.last_stable_offset if committed else log.high_watermark,
                 min_one_message=total == 0,
             )
+            if committed and info.regions and info.regions[-1].next_offset > req.fetch_offset:
+                upper = info.regions[-1].next_offset
+                data.aborted = [(t.producer_id, t.first_offset) for t in log.aborted_txns(req.fetch_offset, upper)]
         except KafkaError as exc:
             data.error_code = exc.code
             data.error_message = exc.message

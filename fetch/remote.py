@@ -124,6 +124,8 @@ class RemoteReadResult:
 
     parts: tuple[memoryview, ...]
     first_batch_offset: int
+    #: one past the last offset of the batches read (``first_batch_offset`` when none)
+    next_offset: int = -1
 
     @property
     def size(self) -> int:
@@ -271,7 +273,7 @@ class RemoteReader:
                 break
             pos += header.size
         start = end = pos
-        first = header.base_offset
+        first = next_offset = header.base_offset
         while end < segment_size:
             if end != start:
                 header = read_batch_header(
@@ -282,9 +284,10 @@ class RemoteReader:
             if end - start + header.size > max_bytes and not (end == start and min_one_message):
                 break
             end += header.size
+            next_offset = header.next_offset
         parts = self._views(segment, key, segment_size, start, end) if end > start else ()
         self._prefetch(segment, key, segment_size, end)
-        return RemoteReadResult(parts, first)
+        return RemoteReadResult(parts, first, next_offset)
 
     def offset_for_timestamp(
         self, segment: object, segment_size: int, timestamp: int
@@ -329,7 +332,7 @@ class RemoteReader:
                 self._indexes[key] = entry
                 while len(self._indexes) > self._index_entries:
                     self._indexes.popitem(last=False)
-        base = int(getattr(segment, "base_offset"))
+        base = int(segment.base_offset)
         rel, positions = entry
         i = bisect.bisect_right(rel, offset - base) - 1
         return positions[i] if i >= 0 else 0

@@ -30,7 +30,11 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from local_tier.errors import CorruptRecordError, UnsupportedCompressionTypeError
+from local_tier.errors import (
+    CorruptRecordError,
+    RecordTooLargeError,
+    UnsupportedCompressionTypeError,
+)
 
 __all__ = ["Compression", "InflateLimitExceeded", "compress", "decompress"]
 
@@ -78,8 +82,14 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     return _zstd.decompressor  # type: ignore[no-any-return]
 
 
-class InflateLimitExceeded(Exception):
-    """The payload inflates to more than the ``max_size`` given to :func:`decompress`."""
+class InflateLimitExceeded(RecordTooLargeError):
+    """The payload inflates to more than the ``max_size`` given to :func:`decompress`.
+
+    A ``RecordTooLargeError`` (MESSAGE_TOO_LARGE) for callers that only bound memory
+    (the record browser); Produce validation catches it by name (a batch that is too
+    big to check on the event loop goes to the validator threads; past
+    ``MAX_INFLATED_BATCH_BYTES`` it is INVALID_RECORD).
+    """
 
 
 def _codec(codec: int) -> Compression:
@@ -103,14 +113,18 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
     return bytes(_zstd_compressor().compress(data))
 
 
-def decompress(codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None) -> bytes:
+def decompress(
+    codec: int, data: bytes | bytearray | memoryview, *, max_size: int | None = None
+) -> bytes:
     """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``.
 
-    With ``max_size``, raises :class:`InflateLimitExceeded` instead of producing
-    more than ``max_size`` bytes.
+    With ``max_size``, raises :class:`InflateLimitExceeded` (a RecordTooLargeError)
+    instead of producing more than ``max_size`` bytes.
     """
     kind = _codec(codec)
     if kind is Compression.NONE:
+        if max_size is not None and len(data) > max_size:
+            raise InflateLimitExceeded(f"NONE records are more than {max_size} bytes")
         return bytes(data)
     try:
         if max_size is not None:
@@ -165,7 +179,7 @@ def _inflate_snappy(data: bytes | bytearray | memoryview, max_size: int) -> byte
     else:
         declared = cramjam.snappy.decompress_raw_len(view)
     if declared > max_size:
-        raise InflateLimitExceeded(f"snappy records declare {declared} bytes, more than {max_size}")
+        raise InflateLimitExceeded(f"snappy records declare {declared} bytes: more than {max_size} bytes")
     return _snappy_decode(view)
 
 

@@ -26,9 +26,21 @@ only, never a dead broker.
     ├── UnsupportedForMessageFormatError UNSUPPORTED_FOR_MESSAGE_FORMAT (43)
     ├── PolicyViolationError           POLICY_VIOLATION (44)
     ├── InvalidConfigError             INVALID_CONFIG (40)
+    ├── OutOfOrderSequenceError        OUT_OF_ORDER_SEQUENCE_NUMBER (45)
+    ├── DuplicateSequenceError         DUPLICATE_SEQUENCE_NUMBER (46)
+    ├── InvalidProducerEpochError      INVALID_PRODUCER_EPOCH (47)
+    ├── InvalidTxnStateError           INVALID_TXN_STATE (48)
+    ├── InvalidProducerIdMappingError  INVALID_PRODUCER_ID_MAPPING (49)
+    ├── TransactionCoordinatorFencedError TRANSACTION_COORDINATOR_FENCED (52)
     ├── KafkaStorageError              KAFKA_STORAGE_ERROR (56)
+    ├── UnknownProducerIdError         UNKNOWN_PRODUCER_ID (59)
     ├── UnsupportedCompressionTypeError UNSUPPORTED_COMPRESSION_TYPE (76)
+    ├── FetchSessionIdNotFoundError    FETCH_SESSION_ID_NOT_FOUND (70)
+    ├── InvalidFetchSessionEpochError  INVALID_FETCH_SESSION_EPOCH (71)
+    ├── FencedLeaderEpochError         FENCED_LEADER_EPOCH (74)
+    ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
+    ├── ProducerFencedError            PRODUCER_FENCED (90)
     └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
 
 Foreign exceptions (``OSError``, botocore errors) are translated at the edge
@@ -41,22 +53,34 @@ from kio.schema.errors import ErrorCode
 
 __all__ = [
     "CorruptRecordError",
+    "DuplicateSequenceError",
     "ErrorCode",
+    "FencedLeaderEpochError",
+    "FetchSessionIdNotFoundError",
     "InvalidConfigError",
+    "InvalidFetchSessionEpochError",
     "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
     "InvalidRecordError",
     "InvalidReplicationFactorError",
     "InvalidRequestError",
     "InvalidRequiredAcksError",
     "InvalidTimestampError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "KafkaError",
     "KafkaStorageError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
     "PolicyViolationError",
+    "ProducerFencedError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "TopicAlreadyExistsError",
+    "TransactionCoordinatorFencedError",
+    "UnknownLeaderEpochError",
+    "UnknownProducerIdError",
     "UnknownTopicIdError",
     "UnknownTopicOrPartitionError",
     "UnsupportedCompressionTypeError",
@@ -156,6 +180,22 @@ class UnsupportedCompressionTypeError(KafkaError):
     code = ErrorCode.unsupported_compression_type
 
 
+class FetchSessionIdNotFoundError(KafkaError):
+    code = ErrorCode.fetch_session_id_not_found
+
+
+class InvalidFetchSessionEpochError(KafkaError):
+    code = ErrorCode.invalid_fetch_session_epoch
+
+
+class FencedLeaderEpochError(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpochError(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
+
+
 class InvalidRecordError(KafkaError):
     """``record_errors``: ``(index of the record in its batch, message)`` pairs, for
     Produce v8+'s per-record errors."""
@@ -169,6 +209,38 @@ class InvalidRecordError(KafkaError):
 
 class UnknownTopicIdError(KafkaError):
     code = ErrorCode.unknown_topic_id
+
+
+class OutOfOrderSequenceError(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceError(KafkaError):
+    code = ErrorCode.duplicate_sequence_number
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+class InvalidProducerIdMappingError(KafkaError):
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
+class UnknownProducerIdError(KafkaError):
+    code = ErrorCode.unknown_producer_id
+
+
+class ProducerFencedError(KafkaError):
+    code = ErrorCode.producer_fenced
 
 
 _BY_CODE: dict[int, type[KafkaError]] = {

@@ -27,10 +27,21 @@ from local_tier.errors import (
     RecordBatchTooLargeError,
 )
 from local_tier.index import CorruptIndexError
-from local_tier.records import ValidatedRecords, stamp_batch, validate_batches
+from local_tier.log_producers import analyze_append, apply_append, replay_segments
+from local_tier.producer_snapshot import write_snapshot
+from local_tier.producer_state import AppendOrigin, ProducerStateManager
+from local_tier.records import (
+    ValidatedRecords,
+    decode_batch,
+    iter_batches,
+    stamp_batch,
+    validate_batches,
+)
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
+from local_tier.txn_index import AbortedTxn, TxnSearch
 
 __all__ = [
+    "DEFAULT_PRODUCER_ID_EXPIRATION_MS",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
@@ -42,6 +53,8 @@ __all__ = [
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+
+DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 _INT32_MAX = 2**31 - 1
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
@@ -58,6 +71,9 @@ class LogAppendInfo:
     log_start_offset: int
     record_count: int
     size: int
+    #: a retried idempotent batch already in the log: the offsets are the original
+    #: ones and nothing was written
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +118,7 @@ class Log:
         needs_recovery: bool,
         log_start_offset: int | None = None,
         scheduler: Executor | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         self.dir = dir
         self._topic = topic
@@ -116,6 +133,7 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
+        self._first_recovered_base: int | None = None
         self._write_failing = False  # the last write failed: warn once, note the recovery
         dir.mkdir(parents=True, exist_ok=True)
         self._load(recovery_point, needs_recovery)
@@ -127,6 +145,8 @@ class Log:
         )
         self._leader_epoch_cache.truncate_from_end(leo)
         self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._producer_state = ProducerStateManager(dir, self.name)
+        self._load_producer_state(producer_id_expiration_ms)
 
     # ------------------------------------------------------------------ loading
 
@@ -146,6 +166,8 @@ class Log:
         recovered: list[LogSegment] = []
         for index, segment in enumerate(self._segments):
             if needs_recovery and index >= first_unflushed:
+                if self._first_recovered_base is None:
+                    self._first_recovered_base = segment.base_offset
                 recovered.append(segment)
                 truncated = self._recover_segment(segment)
             else:
@@ -172,12 +194,34 @@ class Log:
                 else max(self._bases[0], min(recovery_point, self.log_end_offset))
             )
 
+    def _load_producer_state(self, expiration_ms: int) -> None:
+        """Latest snapshot, then replay of the batches after it (ADR 0011).
+
+        After an unclean stop the replay starts no later than the first recovered
+        segment, whose transaction index may have lost entries with its tail.
+        """
+        state = self._producer_state
+        leo = self.log_end_offset
+        upper = leo if self._first_recovered_base is None else min(leo, self._first_recovered_base)
+        snapshot = state.load(upper, now_ms=_now_ms(), expiration_ms=expiration_ms)
+        start = max(snapshot, self._bases[0])
+        if snapshot < 0:
+            state.clear(start)
+        replayed = replay_segments(state, self._segments, start)
+        state.map_end_offset = leo
+        if replayed:
+            _log.info("%s: producer state rebuilt from offset %d (%d batches)", self.name, start, replayed)
+            try:  # only saves the next start a replay: a full disk must not stop this one
+                state.take_snapshot()
+            except OSError as exc:
+                _log.warning("%s: producer snapshot after the rebuild not written: %s", self.name, exc)
+
     def _remove_leftovers(self) -> None:
         for path in self.dir.iterdir():
             if path.name.endswith(_LEFTOVER_SUFFIXES):
                 _log.info("%s: removing leftover file %s", self.name, path.name)
                 path.unlink(missing_ok=True)
-            elif path.suffix in (".index", ".timeindex") and not path.with_suffix(".log").exists():
+            elif path.suffix in (".index", ".timeindex", ".txnindex") and not path.with_suffix(".log").exists():
                 _log.info("%s: removing index %s without a log", self.name, path.name)
                 path.unlink(missing_ok=True)
 
@@ -264,6 +308,18 @@ class Log:
         return self._segments[-1]
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Offsets below it hold no record of an open transaction (read_committed reads up to it)."""
+        first_unstable = self._producer_state.first_unstable_offset
+        if first_unstable is None:
+            return self._high_watermark
+        return min(first_unstable, self._high_watermark)
+
+    @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
         return self._leader_epoch_cache
 
@@ -279,10 +335,15 @@ class Log:
         leader_epoch: int,
         validated: ValidatedRecords | None = None,
         now_ms: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
-        """Validate (unless done), assign offsets, stamp and append a Produce record set.
+        """Validate (unless done), check producer state, assign offsets, stamp and append.
 
-        Per-batch work only. Does not move the high watermark.
+        Per-batch work only. Does not move the high watermark. A client's retried
+        idempotent batch that is already in the log is answered with its original
+        offsets (``duplicate``) and not written again. ``origin`` is
+        ``COORDINATOR`` for transaction markers and a coordinator's own writes
+        (epochs checked, no sequences).
         """
         config = self._config
         if validated is None:
@@ -293,8 +354,20 @@ class Log:
             )
         now = _now_ms() if now_ms is None else now_ms
         append_time = now if config.message_timestamp_type == "LogAppendTime" else None
-        buf = bytearray(records)
         first_offset = offset = self.log_end_offset
+        producers = analyze_append(self._producer_state, records, validated, first_offset, origin)
+        if producers.duplicate is not None:
+            dup = producers.duplicate
+            return LogAppendInfo(
+                first_offset=dup.first_offset,
+                last_offset=dup.last_offset,
+                log_append_time_ms=dup.timestamp if append_time is not None else -1,
+                log_start_offset=self._log_start_offset,
+                record_count=0,
+                size=0,
+                duplicate=True,
+            )
+        buf = bytearray(records)
         for position, header in validated.headers:
             stamp_batch(
                 buf,
@@ -321,6 +394,12 @@ class Log:
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),
+        )
+        # the bytes are in: producer state and the .txnindex follow (a failing index write
+        # leaves the entry to the replay at the next start, as after a crash)
+        self._guarded(
+            "index the transactions of",
+            lambda: apply_append(self._producer_state, producers, segment, last_offset + 1),
         )
         if self._write_failing:
             self._write_failing = False
@@ -398,7 +477,55 @@ class Log:
         self._add_segment(segment)
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)
+        self._snapshot_in_background()
         return segment
+
+    # ------------------------------------------------------------------ producers
+
+    def _snapshot_in_background(self) -> None:
+        """Kafka's snapshot at roll: the state as of the new segment's base, written off the loop."""
+        offset, data = self._producer_state.snapshot_bytes()
+
+        def job() -> None:
+            try:
+                write_snapshot(self.dir, offset, data)
+            except OSError as exc:  # e.g. a full disk: a later snapshot or a replay covers it
+                _log.warning("%s: producer snapshot at %d failed: %s", self.name, offset, exc)
+
+        self._submit(job)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer snapshot at the log end now (clean shutdown)."""
+        self._producer_state.map_end_offset = self.log_end_offset
+        self._producer_state.take_snapshot()
+
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """``producer.id.expiration.ms``: forget idle producers without an open transaction."""
+        return self._producer_state.remove_expired(now_ms, expiration_ms)
+
+    def collect_aborted_txns(self, search: TxnSearch, *, min_base: int = 0) -> None:
+        """Add the aborted transactions of the local segments to ``search``: from the segment
+        holding its fetch offset on, skipping segments based below ``min_base`` (those a
+        remote search already read)."""
+        first = max(0, bisect_right(self._bases, search.fetch_offset) - 1)
+        for segment in self._segments[first:]:
+            if search.complete:
+                break
+            if segment.base_offset >= min_base:
+                search.add(segment.txn_index.entries)
+
+    def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""
+        search = TxnSearch(fetch_offset, upper_bound, [])
+        self.collect_aborted_txns(search)
+        return search.found
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self._scheduler is None:
+            job()
+        else:
+            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+            self._pending_flushes.append(self._scheduler.submit(job))
 
     # ------------------------------------------------------------------ flush
 
@@ -504,7 +631,7 @@ class Log:
         if timestamp == MAX_TIMESTAMP:
             best = max(self._segments, key=lambda s: s.max_timestamp)
             if best.max_timestamp >= 0:
-                found = best.offset_of_max_timestamp, best.max_timestamp
+                found = _max_timestamp_record(best)
         elif timestamp >= 0:
             for segment in self._segments:
                 if segment.max_timestamp < timestamp:
@@ -526,13 +653,12 @@ class Log:
         With ``remote.storage.enable`` this is *local* retention: ``local.retention.*``
         apply (``-2``: the same as ``retention.*``), and only segments wholly below
         ``remote_boundary`` (the next offset the bucket does not hold yet) may go, so
-        nothing is deleted that is not in the bucket. The whole log's retention is
+        nothing is deleted that is not in the bucket, except segments wholly below the
+        log start offset (their records were deleted). The whole log's retention is
         then the remote tier's job.
         """
         self._remove_due_deletes(now_ms)
         remote = self._config.remote_storage_enable
-        if remote and remote_boundary is None:
-            return 0
         deleted = 0
         while True:
             segment = self._segments[0]
@@ -542,7 +668,10 @@ class Log:
             upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
             if upper > self._high_watermark:
                 break
-            if remote and (remote_boundary is None or upper > remote_boundary):
+            # records below the log start are deleted (DeleteRecords): the bucket need
+            # not hold them first
+            below_start = upper <= self._log_start_offset
+            if remote and not below_start and (remote_boundary is None or upper > remote_boundary):
                 break
             if segment is self._segments[-1]:
                 if segment.size == 0:
@@ -552,7 +681,14 @@ class Log:
             deleted += 1
         if deleted:
             self.maybe_increment_log_start_offset(self._bases[0])
+            self._delete_stale_snapshots()
         return deleted
+
+    def _delete_stale_snapshots(self) -> None:
+        """Producer snapshots below the first segment go with it; the newest always stays."""
+        offsets = self._producer_state.snapshot_offsets()
+        keep_from = min(self._bases[0], offsets[-1]) if offsets else self._bases[0]
+        self._producer_state.delete_snapshots_below(keep_from)
 
     def _retention_reason(self, segment: LogSegment, now_ms: int, *, local: bool = False) -> str | None:
         config = self._config
@@ -645,3 +781,23 @@ class Log:
             f"Log({self.name}, log_start_offset={self._log_start_offset}, "
             f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})"
         )
+
+
+def _max_timestamp_record(segment: LogSegment) -> tuple[int, int]:
+    """``(offset, timestamp)`` of the first record holding ``segment``'s max timestamp.
+
+    The segment (like Kafka's time index) knows the batch of its max timestamp, not
+    the record: ListOffsets -3 answers that record's offset, as Kafka does since 3.8
+    (KAFKA-16310), so the batch is read and decoded here.
+    """
+    wanted = segment.max_timestamp
+    region = segment.read(segment.offset_of_max_timestamp, 1, min_one_message=True)
+    if region is not None and region.length:
+        data = region.read_bytes()
+        for pos, header in iter_batches(data):
+            if header.max_timestamp != wanted:
+                continue
+            for record in decode_batch(data, pos)[1]:
+                if record.timestamp == wanted:
+                    return record.offset, wanted
+    return segment.offset_of_max_timestamp, wanted

@@ -17,7 +17,7 @@ from local_tier.checkpoint import (
     write_offset_checkpoint,
 )
 from local_tier.config import LogConfig
-from local_tier.log import Log
+from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
 
@@ -52,8 +52,9 @@ class LogManager:
     follow a segment roll or a flush.ms flush.
     """
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.log_dir = log_dir
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         log_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], Log] = {}
         self._checkpoint_failing = False
@@ -91,6 +92,7 @@ class LogManager:
                 needs_recovery=not clean,
                 log_start_offset=start_offsets.get(parsed),
                 scheduler=self._executor,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
         if clean:
             marker.unlink()
@@ -110,6 +112,7 @@ class LogManager:
                 config,
                 needs_recovery=False,
                 scheduler=self._executor,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
             self._logs[(topic, partition)] = log
         return log
@@ -176,6 +179,13 @@ class LogManager:
             self.checkpoint()
         return deleted
 
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """``producer.id.expiration.ms`` over every log; returns the producers forgotten."""
+        return sum(
+            log.remove_expired_producers(now_ms, self.producer_id_expiration_ms)
+            for log in self._logs.values()
+        )
+
     def run_flush(self, now_ms: int) -> None:
         """Flush (on the flush thread) every log whose flush.ms has elapsed."""
         for log in self._logs.values():
@@ -187,6 +197,10 @@ class LogManager:
         for log in self._logs.values():
             log.wait_for_flushes()
             log.flush()
+            try:
+                log.take_producer_snapshot()
+            except OSError as exc:  # e.g. a full disk: the next start replays the log instead
+                _log.warning("%s: producer snapshot at shutdown failed (%s); rebuilt at start", log.name, exc)
             log.close()
         if self.checkpoint():
             try:

@@ -359,8 +359,13 @@ def stamp_batch(
     _UINT32.pack_into(buf, pos + _CRC_POS, crc32c(memoryview(buf)[pos + _ATTRIBUTES_POS : end]))
 
 
-def decode_batch(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
-    """Decode every record of the batch at ``pos`` (decompressing as needed)."""
+def decode_batch(
+    buf: Buffer, pos: int = 0, *, max_decompressed: int | None = None
+) -> tuple[BatchHeader, list[Record]]:
+    """Decode every record of the batch at ``pos`` (decompressing as needed).
+
+    ``max_decompressed`` bounds the decompressed payload (RecordTooLargeError past it).
+    """
     header = read_batch_header(buf, pos)
     end = pos + header.size
     if end > len(buf):
@@ -368,7 +373,7 @@ def decode_batch(buf: Buffer, pos: int = 0) -> tuple[BatchHeader, list[Record]]:
     payload = memoryview(buf)[pos + BATCH_OVERHEAD : end]
     data: Buffer = payload
     if header.compression != Compression.NONE:
-        data = decompress(header.compression, payload)
+        data = decompress(header.compression, payload, max_size=max_decompressed)
     try:
         records = _decode_records(header, data)
     except (IndexError, ValueError, UnicodeDecodeError) as exc:

@@ -1,4 +1,4 @@
-"""LogSegment: one ``<base20>.log`` file with its ``.index`` and ``.timeindex``.
+"""LogSegment: one ``<base20>.log`` file with its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 Over 500 lines because a segment's append, rollback, reads and recovery share
 its private state (size, next offset, max timestamp, the index cursor); the
@@ -32,6 +32,7 @@ from local_tier.records import (
     iter_batches,
     read_batch_header,
 )
+from local_tier.txn_index import TransactionIndex
 
 __all__ = ["DELETED_SUFFIX", "AppendMark", "FileRegion", "LogSegment", "segment_file_name"]
 
@@ -125,6 +126,7 @@ class LogSegment:
         time_index: TimeIndex,
         *,
         indexes_missing: bool,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
@@ -132,6 +134,9 @@ class LogSegment:
         self.log_path = directory / segment_file_name(base_offset, ".log")
         self.offset_index = offset_index
         self.time_index = time_index
+        self.txn_index = txn_index or TransactionIndex(
+            directory / segment_file_name(base_offset, ".txnindex")
+        )
         self._file = log_file
         self._size = os.fstat(log_file.fileno()).st_size
         self._indexes_missing = indexes_missing and self._size > 0
@@ -480,6 +485,17 @@ class LogSegment:
             return None
         return FileRegion(self._file, first[0], region_end - first[0], first[1].base_offset, next_offset)
 
+    def batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of the complete batches from the one holding ``start_offset``."""
+        _, position = self.offset_index.lookup(start_offset)
+        for pos, header in self._scan(position):
+            if header.last_offset >= start_offset:
+                yield pos, header
+
+    def read_at(self, position: int, size: int) -> bytes:
+        """``size`` bytes of the ``.log`` at ``position`` (``os.pread``)."""
+        return os.pread(self._file.fileno(), size, position)
+
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0
     ) -> tuple[int, int] | None:
@@ -609,23 +625,25 @@ class LogSegment:
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and its indexes."""
         os.fsync(self._file.fileno())
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Close the three descriptors (regions handed out become unusable)."""
         self._file.close()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         """Rename the three files to ``*.deleted``; descriptors stay open for in-flight reads."""
         deleted = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, deleted)
         self.log_path = deleted
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def remove_files(self) -> None:
@@ -634,6 +652,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def __repr__(self) -> str:
         return (

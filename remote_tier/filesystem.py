@@ -99,6 +99,11 @@ class FileSystemObjectStore:
     def root(self) -> Path:
         return self._root
 
+    @property
+    def url(self) -> str:
+        """The store as ``strata up --object-store`` takes it: ``file:///path``."""
+        return self._root.as_uri()
+
     def __repr__(self) -> str:
         return f"FileSystemObjectStore({str(self._root)!r})"
 

@@ -9,6 +9,8 @@ old layout would misread. Per partition::
     {prefix}/topics/{topic_id}/{partition}/{base_offset:020d}-{upload_id}.log
     {prefix}/topics/{topic_id}/{partition}/{base_offset:020d}-{upload_id}.index
     {prefix}/topics/{topic_id}/{partition}/{base_offset:020d}-{upload_id}.timeindex
+    {prefix}/topics/{topic_id}/{partition}/{base_offset:020d}-{upload_id}.txnindex   (v2, optional)
+    {prefix}/topics/{topic_id}/{partition}/{base_offset:020d}-{upload_id}.snapshot   (v2, optional)
 
 ``prefix`` is optional (no leading or trailing ``/``); ``topic_id`` is the topic's
 UUID in its canonical hyphenated lower-case form, so a topic deleted and created
@@ -36,15 +38,22 @@ __all__ = [
 
 MANIFEST_NAME = "manifest.json"
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
-_SEGMENT_NAME = re.compile(r"(\d{20})-([0-9a-f]{32})\.(log|index|timeindex)")
+_SEGMENT_NAME = re.compile(r"(\d{20})-([0-9a-f]{32})\.(log|index|timeindex|txnindex|snapshot)")
 
 
 class SegmentFile(Enum):
-    """The three objects of one remote segment, by their name suffix."""
+    """The objects of one remote segment, by their name suffix.
+
+    ``.txnindex`` (the segment's aborted transactions) and ``.snapshot`` (the
+    producer state at the segment's end) exist only when the manifest entry
+    says so (format version 2).
+    """
 
     LOG = "log"
     OFFSET_INDEX = "index"
     TIME_INDEX = "timeindex"
+    TXN_INDEX = "txnindex"
+    PRODUCER_SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +110,10 @@ class PartitionLayout:
             self.segment_key(base_offset, upload_id, SegmentFile.OFFSET_INDEX),
             self.segment_key(base_offset, upload_id, SegmentFile.TIME_INDEX),
         )
+
+    def all_segment_keys(self, base_offset: int, upload_id: str) -> tuple[str, ...]:
+        """Every key an upload of this segment may have written (for deletion)."""
+        return tuple(self.segment_key(base_offset, upload_id, file) for file in SegmentFile)
 
     def parse_segment_key(self, key: str) -> SegmentObjectKey | None:
         """The parts of a segment object's key in this partition; None for any other key."""

@@ -47,7 +47,8 @@ __all__ = [
     "RemoteSegment",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: no transaction index or producer snapshot objects
 _CONSISTENT_READ_ATTEMPTS = 10
 _log = logging.getLogger("strata.remote_tier")
 
@@ -72,6 +73,10 @@ class RemoteSegment:
     record_count: int
     upload_id: str
     epochs: tuple[tuple[int, int], ...] = ()
+    #: size of the ``.txnindex`` object (0: none, the segment ends no aborted transaction)
+    txn_index_bytes: int = 0
+    #: size of the ``.snapshot`` object (0: none uploaded)
+    producer_snapshot_bytes: int = 0
 
     @property
     def next_offset(self) -> int:
@@ -88,6 +93,8 @@ class RemoteSegment:
             "record_count": self.record_count,
             "upload_id": self.upload_id,
             "epochs": [[epoch, start] for epoch, start in self.epochs],
+            "txn_index_bytes": self.txn_index_bytes,
+            "producer_snapshot_bytes": self.producer_snapshot_bytes,
         }
 
     @classmethod
@@ -102,6 +109,10 @@ class RemoteSegment:
             record_count=_int(obj, "record_count"),
             upload_id=_str(obj, "upload_id"),
             epochs=tuple((int(e), int(s)) for e, s in obj.get("epochs", ())),
+            txn_index_bytes=_int(obj, "txn_index_bytes") if "txn_index_bytes" in obj else 0,
+            producer_snapshot_bytes=(
+                _int(obj, "producer_snapshot_bytes") if "producer_snapshot_bytes" in obj else 0
+            ),
         )
 
 
@@ -214,10 +225,10 @@ class PartitionManifest:
         if not isinstance(doc, dict):
             raise ManifestFormatError("partition manifest is not a JSON object")
         version = doc.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READABLE_VERSIONS:
             raise ManifestFormatError(
                 f"partition manifest has format_version {version!r}; this Strata reads "
-                f"only version {FORMAT_VERSION} (a newer Strata probably wrote it: upgrade)"
+                f"versions {READABLE_VERSIONS} (a newer Strata probably wrote it: upgrade)"
             )
         try:
             return cls(

@@ -157,6 +157,11 @@ class S3ObjectStore:
         """The endpoint URL in use (AWS's regional endpoint when none was given)."""
         return str(self._endpoint_url or self._client.meta.endpoint_url)
 
+    @property
+    def url(self) -> str:
+        """The store as ``strata up --object-store`` takes it: ``s3://bucket/prefix``."""
+        return f"s3://{self._bucket}/{self._prefix}"
+
     def __repr__(self) -> str:
         return f"S3ObjectStore(s3://{self._bucket}/{self._prefix} at {self.endpoint})"
 

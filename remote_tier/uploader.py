@@ -98,6 +98,16 @@ def summarize_segment(log_path: Path) -> SegmentSummary | None:
     )
 
 
+def _size(path: Path | None) -> int:
+    """The file's size; 0 when there is no such file (nothing to upload)."""
+    if path is None:
+        return 0
+    try:
+        return Path(path).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 class RemoteLogManager:
     """Uploads, retains, deletes and reads remote segments of any partition.
 
@@ -149,8 +159,14 @@ class RemoteLogManager:
         log_path: Path,
         index_path: Path,
         timeindex_path: Path,
+        txn_index_path: Path | None = None,
+        producer_snapshot_path: Path | None = None,
     ) -> RemoteSegment:
         """Upload one sealed segment and publish it in the manifest; idempotent.
+
+        With them, the segment's transaction index (when it holds any entry) and
+        the producer snapshot at its end go along (KIP-405), and the manifest
+        entry records their sizes.
 
         Only whole batches count: ``last_offset`` and the sizes stop at the first
         incomplete batch (the ``.log`` object holds the file as it is). If the
@@ -166,6 +182,8 @@ class RemoteLogManager:
             raise ValueError(f"{log_path}: no complete record batch to upload")
         layout = self.layout(topic_id, partition)
         upload_id = new_upload_id()
+        txn_bytes = _size(txn_index_path)
+        snapshot_bytes = _size(producer_snapshot_path)
         segment = RemoteSegment(
             base_offset=summary.base_offset,
             last_offset=summary.last_offset,
@@ -176,9 +194,18 @@ class RemoteLogManager:
             record_count=summary.record_count,
             upload_id=upload_id,
             epochs=summary.epochs,
+            txn_index_bytes=txn_bytes,
+            producer_snapshot_bytes=snapshot_bytes,
         )
-        keys = layout.segment_keys(segment.base_offset, upload_id)
-        sources = (Path(log_path), Path(index_path), Path(timeindex_path))
+        keys = list(layout.segment_keys(segment.base_offset, upload_id))
+        sources = [Path(log_path), Path(index_path), Path(timeindex_path)]
+        for size, path, file in (
+            (txn_bytes, txn_index_path, SegmentFile.TXN_INDEX),
+            (snapshot_bytes, producer_snapshot_path, SegmentFile.PRODUCER_SNAPSHOT),
+        ):
+            if size and path is not None:
+                keys.append(layout.segment_key(segment.base_offset, upload_id, file))
+                sources.append(Path(path))
         uploaded: list[str] = []
         outcome: dict[str, RemoteSegment] = {}
 
@@ -300,8 +327,42 @@ class RemoteLogManager:
         self._manifests.update(topic_id, partition, expire, leader_epoch=leader_epoch)
         layout = self.layout(topic_id, partition)
         for segment in removed:
-            self._delete_quietly(list(layout.segment_keys(segment.base_offset, segment.upload_id)))
+            self._delete_quietly(list(layout.all_segment_keys(segment.base_offset, segment.upload_id)))
         return list(removed)
+
+    def move_log_start(
+        self,
+        topic: str,
+        topic_id: TopicId,
+        partition: int,
+        log_start_offset: int,
+        *,
+        leader_epoch: int,
+    ) -> PartitionManifest | None:
+        """DeleteRecords: raise the manifest's log start offset to ``log_start_offset``.
+
+        Creates the manifest when there is none yet (so a segment uploaded later
+        cannot bring the deleted records back: a new manifest would start at 0),
+        removes the segments wholly below the new start from it, then deletes their
+        objects. The start may lie past the last remote offset (the records were
+        deleted before being uploaded). Never lowers it. Returns the committed
+        manifest (None: there was none and nothing needed one).
+        """
+        removed: list[RemoteSegment] = []
+
+        def move(current: PartitionManifest | None) -> PartitionManifest | None:
+            removed.clear()
+            manifest = current or PartitionManifest.empty(topic, topic_id, partition, leader_epoch)
+            if log_start_offset <= manifest.log_start_offset:
+                return current
+            removed.extend(s for s in manifest.segments if s.last_offset < log_start_offset)
+            return manifest.without(removed, log_start_offset)
+
+        committed = self._manifests.update(topic_id, partition, move, leader_epoch=leader_epoch)
+        layout = self.layout(topic_id, partition)
+        for segment in removed:
+            self._delete_quietly(list(layout.segment_keys(segment.base_offset, segment.upload_id)))
+        return committed
 
     def delete_partition(self, topic_id: TopicId, partition: int) -> int:
         """Remove the manifest, then every object under the partition (topic deletion).
@@ -350,6 +411,15 @@ class RemoteLogManager:
             segment.base_offset, segment.upload_id, SegmentFile.LOG
         )
         return self._store.get(key, start, end)
+
+    def read_txn_index(self, segment: RemoteSegment, topic_id: TopicId, partition: int) -> bytes:
+        """The segment's whole ``.txnindex`` (empty when the manifest lists none)."""
+        if not segment.txn_index_bytes:
+            return b""
+        key = self.layout(topic_id, partition).segment_key(
+            segment.base_offset, segment.upload_id, SegmentFile.TXN_INDEX
+        )
+        return self._store.get(key)
 
     def read_index(
         self,

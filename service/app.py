@@ -7,7 +7,7 @@ import errno
 import logging
 import signal
 import socket
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ async def _serve(
     advertise: str | None,
     object_store: ObjectStore | None,
     http: str | None,
+    on_serving: Callable[[], None],
 ) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -82,11 +83,12 @@ async def _serve(
     admin = None
     if http:
         http_host, http_port = parse_hostport(http, 9644)
-        admin = AdminHttpServer(broker, http_host, http_port)
+        admin = AdminHttpServer(broker, http_host, http_port, connections=lambda: server.connection_count)
         await admin.start()
     broker.open()
     if admin is not None:
         admin.ready = True
+    on_serving()
     background = asyncio.create_task(broker.run_background(), name="log-maintenance")
     tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
     print(
@@ -96,7 +98,7 @@ async def _serve(
     )
     if admin is not None:
         base = f"http://{http_host}:{admin.port}"
-        print(f"strata: status page {base}/  metrics {base}/metrics  admin API {base}/v1/ "
+        print(f"strata: console {base}/  metrics {base}/metrics  admin API {base}/v1/ "
               f"(OpenAPI {base}/v1/openapi.json)", flush=True)
     try:
         await stop.wait()
@@ -129,10 +131,13 @@ def run_broker(
     advertise: str | None,
     object_store: ObjectStore | None = None,
     http: str | None = None,
+    on_serving: Callable[[], None] = lambda: None,
 ) -> int:
+    """Run the broker until a signal; ``on_serving`` is called once it serves clients
+    (a start that fails before then has acknowledged nothing)."""
     host, port = parse_hostport(listen, 9092)
     try:
-        _run(_serve(data_dir, config, host, port, advertise, object_store, http))
+        _run(_serve(data_dir, config, host, port, advertise, object_store, http, on_serving))
     except OSError as exc:
         log.error("cannot start the broker (listener %s, data in %s): %s", listen, data_dir, exc)
         if exc.errno != errno.EADDRINUSE:  # a data dir, a file, a permission: say which

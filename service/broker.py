@@ -33,17 +33,28 @@ from controller.metadata import (
     TopicInfo,
 )
 from fetch.planner import PartitionData
+from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, InvalidPartitionsError, UnknownTopicOrPartitionError
+from local_tier.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    UnknownTopicOrPartitionError,
+)
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.producer_state import AppendOrigin
 from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
+from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
+from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
 
@@ -71,6 +82,9 @@ class Broker:
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
         self.waiters = AppendWaiters()
+        self.fetch_sessions = FetchSessionCache(
+            config.get_int("max.incremental.fetch.session.cache.slots")
+        )
         self.requests: Counter[str] = Counter()
         self.errors: Counter[tuple[str, str]] = Counter()
         self.bytes_in: Counter[str] = Counter()
@@ -83,7 +97,14 @@ class Broker:
         # embedded default is a directory beside the logs.
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
         self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
-        self.logs = LogManager(data_dir / "logs")
+        self.logs = LogManager(
+            data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
+        )
+        self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
+        #: InitProducerId with a transactional id goes here (the transaction coordinator)
+        self.transaction_coordinator: TransactionalInit | None = None
+        #: topic -> called when transaction markers land in its partitions (ADR 0011)
+        self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
@@ -115,8 +136,9 @@ class Broker:
         retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
         flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, 1.0))
-        next_retention = next_flush = next_checkpoint = time.monotonic()
+        expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
+        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
             now = time.monotonic()
@@ -133,6 +155,10 @@ class Broker:
                 if now >= next_checkpoint:
                     next_checkpoint = now + checkpoint_s
                     self.logs.checkpoint()
+                if now >= next_expiry:
+                    next_expiry = now + expiry_s
+                    if expired := self.logs.remove_expired_producers(now_ms):
+                        log.info("forgot %d expired producer id(s)", expired)
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
 
@@ -161,6 +187,8 @@ class Broker:
             self.logs.delete_logs(event.topic.name)
             self._restore_reserve()
             self.waiters.notify_all()
+            if self.groups is not None and event.topic.name != OFFSETS_TOPIC:
+                self.groups.on_topics_deleted({event.topic.name})  # as Kafka: offsets go too
             if self.tiering.enabled:
                 info = event.topic
                 self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
@@ -229,17 +257,77 @@ class Broker:
             )
         return found
 
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
+
+        ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
+        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        the manifest moves first (its remote segments wholly below are deleted),
+        then the local log; the log start offsets are checkpointed before this
+        returns, so an answered DeleteRecords survives a crash. Local segments wholly
+        below the new start go at the next retention pass.
+        """
+        log_ = self.log_for(topic, partition)
+        if "compact" in log_.config.cleanup_policy.split(","):
+            raise PolicyViolationError(
+                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+            )
+        target = log_.high_watermark if offset == -1 else offset
+        if not 0 <= target <= log_.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {topic}-{partition} before offset {offset}: "
+                f"the high watermark is {log_.high_watermark}"
+            )
+        if target <= self.tiering.log_start_offset(topic, partition, log_):
+            return self.tiering.log_start_offset(topic, partition, log_)
+        info = self.controller.topic(topic)
+        if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
+            await self.tiering.delete_records(topic, info.topic_id, partition, target)
+            log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
+        if log_.maybe_increment_log_start_offset(target):
+            self.logs.checkpoint()
+        return self.tiering.log_start_offset(topic, partition, log_)
+
     def append(
-        self, topic: str, partition: int, records: bytes | memoryview, validated: ValidatedRecords | None = None
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | memoryview,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
-        """Append a Produce record set (``validated``: what ``validate_batches`` made of it, if done)."""
+        """Append to the partition's log; a duplicate idempotent batch writes nothing.
+
+        ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
+        """
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch, validated=validated)
+        info = target.append_as_leader(records, self.leader_epoch, validated=validated, origin=origin)
+        if info.duplicate:
+            return info
         target.update_high_watermark(target.log_end_offset)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
         self.waiters.notify(topic, partition)
         return info
+
+    def write_txn_markers(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        committed: bool,
+        partitions: Sequence[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """COMMIT/ABORT markers into ``partitions``: see :func:`service.txn_markers.write_txn_markers`."""
+        return write_txn_markers(
+            self,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            committed=committed,
+            partitions=partitions,
+        )
 
     # -- counters (exported as metrics by the admin API) --------------------
 

@@ -23,6 +23,7 @@ _I16_I32 = struct.Struct(">hi")
 _I32_I16 = struct.Struct(">ih")
 _PART_FIXED = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
 
 
 def _uvarint(value: int) -> bytes:
@@ -94,9 +95,13 @@ def encode_fetch_response(
             )
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
-            # aborted transactions: null unless read_committed (then empty: no transactions)
+            # aborted transactions: null unless read_committed
             if read_committed:
-                buf += array_len(0, flexible)
+                buf += array_len(len(p.aborted), flexible)
+                for producer_id, first_offset in p.aborted:
+                    buf += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        buf += b"\0"
             else:
                 buf += b"\0" if flexible else _I32.pack(-1)
             if version >= 11:

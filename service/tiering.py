@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
-from local_tier.errors import OffsetOutOfRangeError
+from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError
+from local_tier.producer_snapshot import snapshot_path
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
+from remote_tier.txn_indexes import RemoteTxnIndexes
 from remote_tier.uploader import RemoteLogManager
 from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
 
@@ -69,6 +71,9 @@ class PartitionTierState:
     upload_failures: int = 0
     last_error: str | None = None
     next_orphan_cleanup_ms: int = 0
+    #: the highest DeleteRecords offset seen: the log start never goes below it, even
+    #: while the cached manifest predates the change
+    log_start_floor: int = 0
 
     @property
     def remote_next_offset(self) -> int | None:
@@ -143,6 +148,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _follow_remote_start(local: Log, state: PartitionTierState) -> None:
+    """Raise the local log start to the manifest's (as Kafka's log follows the remote tier).
+
+    Remote retention and DeleteRecords move the manifest's log start; records below
+    it are deleted, so the local log must not serve them either (its segments wholly
+    below then go at the next retention pass).
+    """
+    manifest = state.manifest
+    if manifest is not None and manifest.log_start_offset > local.log_start_offset:
+        local.maybe_increment_log_start_offset(min(manifest.log_start_offset, local.high_watermark))
+
+
 class TieringService:
     def __init__(self, store: ObjectStore, config: BrokerConfig, leader_epoch: int) -> None:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
@@ -168,6 +185,7 @@ class TieringService:
         self.uploaded_bytes = 0
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
+        self.txn_indexes = RemoteTxnIndexes(self.rlm)
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -183,12 +201,22 @@ class TieringService:
         return state.remote_next_offset if state is not None else None
 
     def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
-        """The whole log's start: the bucket's when it holds older data than the disk."""
+        """The whole log's start: the bucket's when it holds older data than the disk.
+
+        The oldest record left is the first remote segment's or the local log's,
+        whichever comes first, but never below the manifest's log start offset
+        (remote retention and DeleteRecords move it, possibly past data a segment or
+        the local log still holds) nor below a DeleteRecords offset not yet in the
+        cached manifest.
+        """
         state = self.partitions.get((topic, partition))
-        remote_start = state.remote_log_start_offset if state is not None else None
-        if remote_start is None:
+        manifest = state.manifest if state is not None else None
+        if state is None or manifest is None:
             return local.log_start_offset
-        return min(remote_start, local.log_start_offset)
+        oldest = local.log_start_offset
+        if manifest.segments:
+            oldest = min(oldest, manifest.segments[0].base_offset)
+        return max(oldest, manifest.log_start_offset, state.log_start_floor)
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
         """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
@@ -225,6 +253,40 @@ class TieringService:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
             None, self.reader.offset_for_timestamp, target, segment.size_bytes, timestamp
+        )
+
+    async def delete_records(
+        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int
+    ) -> None:
+        """DeleteRecords on a tiered partition: the manifest's log start moves to ``offset``.
+
+        Returns once the manifest is committed (remote segments wholly below are
+        then deleted); KafkaStorageError when the bucket cannot be written.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            manifest = await self._run_in_copier(
+                loop, self._move_log_start, topic, topic_id, partition, offset
+            )
+        except (ObjectStoreError, RemoteStorageError) as exc:
+            raise KafkaStorageError(
+                f"cannot move the log start of {topic}-{partition} in the bucket: {exc}"
+            ) from exc
+        state = self.partitions.get((topic, partition))
+        if state is None or state.topic_id != topic_id:
+            state = PartitionTierState(
+                topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
+            )
+            self.partitions[(topic, partition)] = state
+        if manifest is not None:
+            state.manifest, state.loaded = manifest, True
+        state.log_start_floor = max(state.log_start_floor, offset)
+
+    def _move_log_start(
+        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int
+    ) -> PartitionManifest | None:
+        return self.rlm.move_log_start(
+            topic, topic_id, partition, offset, leader_epoch=self.leader_epoch
         )
 
     async def read(
@@ -288,12 +350,20 @@ class TieringService:
                     loop, self.rlm.manifest, state.topic_id, partition
                 )
                 state.loaded = True
+                _follow_remote_start(local, state)
             # upload sealed segments, oldest first; the manifest is re-read once after
             # the batch (each upload already read and wrote it to publish)
             boundary = state.remote_next_offset
             uploaded_any = False
             while (segment := self._next_upload(local, boundary)) is not None:
-                paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
+                upper = local.segments[local.segments.index(segment) + 1].base_offset
+                paths = (
+                    segment.log_path,
+                    segment.offset_index.path,
+                    segment.time_index.path,
+                    segment.txn_index.path,
+                    snapshot_path(local.dir, upper),
+                )
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, paths
                 )
@@ -324,6 +394,7 @@ class TieringService:
                     state.manifest = await self._run_in_copier(
                         loop, self.rlm.manifest, state.topic_id, partition
                     )
+                    _follow_remote_start(local, state)
             # objects of uploads that failed while this broker runs (their discard
             # failed too, e.g. in an S3 outage): removed once old enough, without
             # waiting for a restart. No upload of this partition is in flight here.
@@ -350,15 +421,15 @@ class TieringService:
             upper = segments[i + 1].base_offset
             if boundary is not None and upper <= boundary:
                 continue  # already in the bucket
-            if upper > local.high_watermark:
-                return None  # not committed yet
-            if segment.size == 0:
-                continue
+            if upper > local.last_stable_offset:
+                return None  # not committed yet, or a transaction in it is still open
+            if segment.size == 0 or upper <= local.log_start_offset:
+                continue  # empty, or its records were deleted (DeleteRecords)
             return segment
         return None
 
-    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, Any, Any]) -> RemoteSegment:
-        log_path, index_path, timeindex_path = paths
+    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, ...]) -> RemoteSegment:
+        log_path, index_path, timeindex_path, txn_index_path, producer_snapshot_path = paths
         segment = self.rlm.upload_segment(
             topic=topic,
             topic_id=topic_id,
@@ -367,6 +438,8 @@ class TieringService:
             log_path=log_path,
             index_path=index_path,
             timeindex_path=timeindex_path,
+            txn_index_path=txn_index_path,
+            producer_snapshot_path=producer_snapshot_path,
         )
         log.info(
             "uploaded %s-%d segment [%d, %d] (%d bytes)",

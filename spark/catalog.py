@@ -33,7 +33,9 @@ __all__ = ["BrokerSlice", "Catalog", "PartitionView", "SegmentSlice"]
 log = logging.getLogger("strata.spark")
 
 METADATA_KEY = "cluster/metadata.json"
-FORMAT_VERSION = 1
+# manifest formats this reader knows: 2 adds .txnindex/.snapshot objects (docs/object-layout.md),
+# which a read_uncommitted read does not need (control batches are skipped in either format)
+FORMAT_VERSIONS = (1, 2)
 
 
 class SegmentSlice(InputPartition):
@@ -308,10 +310,10 @@ def _manifest(raw: bytes, where: str) -> dict[str, Any]:
     except ValueError as exc:
         raise StrataSourceError(f"{where}manifest.json is not JSON: {exc}") from exc
     version = doc.get("format_version") if isinstance(doc, dict) else None
-    if version != FORMAT_VERSION:
+    if version not in FORMAT_VERSIONS:
         raise StrataSourceError(
             f"{where}manifest.json has format_version {version!r}; this reader knows "
-            f"{FORMAT_VERSION}: upgrade the strata package on the Spark cluster"
+            f"{FORMAT_VERSIONS}: upgrade the strata package on the Spark cluster"
         )
     return doc
 

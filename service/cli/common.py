@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -161,7 +161,9 @@ def describe_exception(exc: BaseException, args: argparse.Namespace) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | None = None) -> str:
+def describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | None = None,
+                         unknown_topic: str = "create it with `strata topics create`") -> str:
+    """One line for a librdkafka error; ``unknown_topic`` says what to do about a missing topic."""
     from confluent_kafka import KafkaError
 
     code = err.code()
@@ -178,7 +180,7 @@ def describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | None
                 "is `strata up` healthy? see its log")
     if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
         topic = f"topic {name!r}" if name else "the topic"
-        return f"{topic} does not exist: create it with `strata topics create`"
+        return f"{topic} does not exist: {unknown_topic}"
     if code == KafkaError._UNKNOWN_PARTITION:
         return f"partition does not exist ({detail}): see `strata topics describe`"
     if code == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -263,11 +265,10 @@ def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = No
 
 
 def wait_for(futures: dict[Any, Any], args: argparse.Namespace,
-          ignore: Iterable[int] = ()) -> None:
-    """Wait for AdminClient futures; raise CliError naming the first failure."""
+             unknown_topic: str | None = None) -> None:
+    """Wait for AdminClient futures; raise CliError naming every failure."""
     from confluent_kafka import KafkaError, KafkaException
 
-    ignored = set(ignore)
     failures: list[str] = []
     for key, future in futures.items():
         subject = getattr(key, "name", key)
@@ -276,9 +277,8 @@ def wait_for(futures: dict[Any, Any], args: argparse.Namespace,
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError):
-                if err.code() in ignored:
-                    continue
-                failures.append(describe_kafka_error(err, args, subject=str(subject)))
+                hint = {} if unknown_topic is None else {"unknown_topic": unknown_topic}
+                failures.append(describe_kafka_error(err, args, subject=str(subject), **hint))
             else:
                 failures.append(f"{subject}: {exc}")
         except TimeoutError:

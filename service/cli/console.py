@@ -1,9 +1,11 @@
 """``strata produce`` and ``strata consume``: kafka-console-producer and -consumer, in short.
 
 ``produce`` sends one record per stdin line (optionally ``KEY<SEP>VALUE``) and
-waits for every acknowledgement; ``consume`` prints records. Consumer groups are
-not used: ``consume`` assigns partitions by hand and never commits, so it needs
-no group coordinator.
+waits for every acknowledgement; ``consume`` prints records. Without ``--group``,
+``consume`` assigns partitions by hand and never commits; with ``--group NAME`` it
+joins that consumer group (the client's default protocol), starts from the
+group's committed offsets (``--from-beginning`` where it has none) and commits
+what it printed, like ``kafka-console-consumer --group``.
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=guarded(_produce))
 
     p = subparsers.add_parser("consume", parents=[common],
-                              help="print records of a topic (no consumer group)")
+                              help="print records of a topic (in a consumer group with --group)")
     p.add_argument("topic")
+    p.add_argument("--group", default=None, metavar="NAME",
+                   help="join consumer group NAME: start at its committed offsets and commit "
+                   "what is printed (not with --partition or --offset)")
     p.add_argument("--partition", type=non_negative_int, default=None)
     start = p.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true")
@@ -79,7 +84,7 @@ def _produce(args: argparse.Namespace) -> int:
         "linger.ms": 5,
         "compression.type": args.compression,
         "message.timeout.ms": int(CLIENT_TIMEOUT_S * 3 * 1000),
-        "enable.idempotence": False,
+        "enable.idempotence": True,
     })
     topic = topic_metadata(fetch_metadata(producer, args, args.topic), args.topic, args)
     if args.partition is not None and args.partition not in topic.partitions:
@@ -157,22 +162,40 @@ def _consume(args: argparse.Namespace) -> int:
         TopicPartition,
     )
 
+    if args.group is not None and (args.partition is not None or args.offset is not None):
+        raise CliError("--group cannot go with --partition or --offset: a group's members are "
+                       "given partitions and start at the group's committed offsets (reset them "
+                       "with `strata groups reset`)")
     probe(args.bootstrap_server)
     reset = "earliest" if args.from_beginning else "latest"
     if args.offset is not None:
         reset = "error"
+    if args.group is not None:
+        # the client's defaults: auto commit of what consume() returned, and on close
+        config: dict[str, Any] = {"group.id": args.group}
+    else:
+        # librdkafka insists on a group.id; it is never joined and nothing is committed.
+        config = {"group.id": f"{CLIENT_ID}-consume", "enable.auto.commit": False,
+                  "enable.auto.offset.store": False}
     consumer = Consumer({
         **base_config(args.bootstrap_server),
-        # librdkafka insists on a group.id; it is never joined and nothing is committed.
-        "group.id": f"{CLIENT_ID}-consume",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
+        **config,
         "auto.offset.reset": reset,
         "enable.partition.eof": False,
     })
+    last_data = time.monotonic()
+    closed = False
+
+    def assigned(_consumer: Any, _partitions: Any) -> None:
+        nonlocal last_data
+        last_data = time.monotonic()  # the idle timeout counts from the group's assignment
+
     try:
         topic = topic_metadata(fetch_metadata(consumer, args, args.topic), args.topic, args)
-        if args.partition is not None:
+        partitions: list[int] = []
+        if args.group is not None:
+            consumer.subscribe([args.topic], on_assign=assigned)
+        elif args.partition is not None:
             if args.partition not in topic.partitions:
                 raise CliError(f"topic {args.topic!r} has no partition {args.partition} "
                                f"(it has {len(topic.partitions)})")
@@ -185,7 +208,8 @@ def _consume(args: argparse.Namespace) -> int:
             start = OFFSET_BEGINNING
         else:
             start = OFFSET_END
-        consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
+        if partitions:
+            consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
 
         out = sys.stdout.buffer
         sep = args.key_separator.encode()
@@ -221,10 +245,14 @@ def _consume(args: argparse.Namespace) -> int:
             elif idle_limit is not None and now - last_data >= idle_limit:
                 break
         out.flush()
-        print(f"consumed {count} records from {args.topic}", file=sys.stderr)
+        consumer.close()  # in a group: commits the offsets of what was printed, and leaves it
+        closed = True
+        group = f" as group {args.group}, offsets committed" if args.group else ""
+        print(f"consumed {count} records from {args.topic}{group}", file=sys.stderr)
         return 0
     finally:
-        consumer.close()
+        if not closed:
+            consumer.close()
 
 
 def _format(msg: Any, args: argparse.Namespace, sep: bytes) -> bytes:

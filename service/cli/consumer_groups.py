@@ -145,6 +145,9 @@ def _groups_list(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     result = _result(admin.list_consumer_groups(request_timeout=CLIENT_TIMEOUT_S), args,
                      "the group list")
+    if not result.valid:
+        print(f"no consumer groups on {args.bootstrap_server}: a group appears once a consumer "
+              "joins it (`strata consume TOPIC --group NAME`)", file=sys.stderr)
     for listing in sorted(result.valid, key=lambda g: g.group_id):
         columns = [listing.group_id]
         if args.state:
@@ -177,13 +180,20 @@ def _groups_describe(args: argparse.Namespace) -> int:
     description = _describe(admin, args, args.group)
     committed = _committed(admin, args, args.group)
     if _state(description) == "Dead" and not committed:
-        raise CliError(f"consumer group {args.group!r} does not exist")
+        raise CliError(f"consumer group {args.group!r} does not exist (no members, no committed "
+                       "offsets): `strata groups list` shows the groups; a group appears once a "
+                       f"consumer joins it, e.g. `strata consume TOPIC --group {args.group}`")
     owner: dict[tuple[str, int], Any] = {}
     for member in description.members:
         for tp in member.assignment.topic_partitions:
             owner[(tp.topic, tp.partition)] = member
     partitions = sorted(set(committed) | set(owner))
-    ends = _list_offsets(admin, args, partitions, OffsetSpec.latest())
+    # Only partitions that exist have a log end: a topic deleted under a group (or
+    # an assignment not yet rebalanced away) shows "-" instead of failing the command.
+    md = fetch_metadata(admin, args)
+    hosted = [(t, p) for t, p in partitions
+              if t in md.topics and p in md.topics[t].partitions]
+    ends = _list_offsets(admin, args, hosted, OffsetSpec.latest())
 
     assignor = description.partition_assignor or "-"
     kind = _type(description)

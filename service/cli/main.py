@@ -11,8 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from service.version import strata_version
 
 __all__ = ["main"]
 
@@ -34,36 +39,93 @@ UP_DEFAULTS = {
 }
 
 
+def _check_hostport(value: str, option: str) -> str | None:
+    """None if ``value`` is HOST:PORT (HOST may be empty or ``[v6]``), else the complaint."""
+    host, sep, port = value.rpartition(":")
+    if not sep or (host and not host.startswith("[") and ":" in host):
+        return (f"{option} needs HOST:PORT, e.g. {option} localhost:{_DEFAULT_PORTS[option]}; "
+                f"got {value!r} (like Kafka's listeners, the port is not implied)")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"{option} {value!r}: the port must be a number from 0 to 65535"
+    return None
+
+
+_DEFAULT_PORTS = {"--listen": 9092, "--advertise": 9092, "--http": 9644}
+
+
+def _new_paths(data_dir: Path) -> list[Path]:
+    """The paths a start would create under and above ``data_dir`` (outermost first)."""
+    missing = [p for p in (*reversed(data_dir.parents), data_dir) if not p.exists()]
+    if missing:
+        return missing[:1]  # removing the outermost new directory removes the rest
+    return [p for p in (data_dir / "logs", data_dir / "bucket", data_dir / ".lock") if not p.exists()]
+
+
+def _remove(paths: list[Path]) -> None:
+    """Undo a start that never served: what it created holds nothing acknowledged."""
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
-    from local_tier.dirlock import DataDirError, DataDirLock
-    from remote_tier.errors import ObjectStoreError
-    from remote_tier.url import open_object_store
-    from service.app import run_broker
 
     data_dir = Path(args.data_dir).resolve()
+    http = None if args.http.lower() in ("off", "none", "") else args.http
+    checks = [(args.listen, "--listen"), (args.advertise, "--advertise"), (http, "--http")]
+    for value, option in checks:
+        problem = _check_hostport(value, option) if value is not None else None
+        if problem:
+            print(f"strata up: {problem}", file=sys.stderr)
+            return 2
     try:
         config = BrokerConfig({**UP_DEFAULTS, **_parse_sets(args.set)})
     except ValueError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
+    created = _new_paths(data_dir)
+    served = False
+
+    def serving() -> None:
+        nonlocal served
+        served = True
+
+    code = 1
+    try:
+        code = _start(args, data_dir, config, http, serving)
+        return code
+    finally:
+        if code != 0 and not served and created:
+            _remove(created)
+
+
+def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
+           serving: Callable[[], None]) -> int:
+    from local_tier.dirlock import DataDirError, DataDirLock
+    from remote_tier.errors import ObjectStoreError
+    from remote_tier.url import open_object_store
+    from service.app import run_broker
+
     try:  # before anything under the data dir is opened or created (ADR 0007)
         lock = DataDirLock.acquire(data_dir)
     except DataDirError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 1
-    url = args.object_store or (data_dir / "bucket").as_uri()
-    try:
-        store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
-    except ValueError as exc:
-        print(f"strata up: --object-store: {exc}", file=sys.stderr)
-        return 2
-    except ObjectStoreError as exc:
-        print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
-        return 1
-    http = None if args.http.lower() in ("off", "none", "") else args.http
     with lock:
-        return run_broker(data_dir, config, args.listen, args.advertise, store, http)
+        url = args.object_store or (data_dir / "bucket").as_uri()
+        try:
+            store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
+        except ValueError as exc:
+            print(f"strata up: --object-store: {exc}", file=sys.stderr)
+            return 2
+        except ObjectStoreError as exc:
+            print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
+            return 1
+        return run_broker(data_dir, config, args.listen, args.advertise, store, http,
+                          on_serving=serving)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="strata", description="Kafka-compatible, tiered-storage event streaming."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"strata {strata_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

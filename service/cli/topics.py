@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 
 def _topics_create(args: argparse.Namespace) -> int:
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     admin = admin_client(args)
@@ -94,9 +94,33 @@ def _topics_create(args: argparse.Namespace) -> int:
         config=dict(args.config),
     )
     futures = admin.create_topics([new], request_timeout=CLIENT_TIMEOUT_S)
-    ignore = [KafkaError.TOPIC_ALREADY_EXISTS] if args.if_not_exists else []
-    wait_for(futures, args, ignore=ignore)
+    if args.if_not_exists:
+        try:
+            futures[args.name].result(timeout=CLIENT_TIMEOUT_S + 5)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return _exists_already(admin, args)
+            raise
+    else:
+        wait_for(futures, args)
     print(f"created topic {args.name}", file=sys.stderr)
+    return 0
+
+
+def _exists_already(admin: Any, args: argparse.Namespace) -> int:
+    """``create --if-not-exists`` of a topic that exists: say so, and what differs."""
+    topic = topic_metadata(fetch_metadata(admin, args, args.name), args.name, args)
+    count = len(topic.partitions)
+    if args.partitions is not None and args.partitions != count:
+        print(f"warning: topic {args.name} already exists with {count} partition(s), not the "
+              f"{args.partitions} asked for; it was left as it is"
+              + (f" (`strata topics alter {args.name} --partitions {args.partitions}` adds "
+                 "partitions)" if args.partitions > count else ""),
+              file=sys.stderr)
+    else:
+        print(f"topic {args.name} already exists ({count} partition(s)); nothing changed",
+              file=sys.stderr)
     return 0
 
 
@@ -140,6 +164,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
     consumer = Consumer({**base_config(args.bootstrap_server),
                          "group.id": f"{CLIENT_ID}-describe",
                          "enable.auto.commit": False})
+    unanswered = False
     try:
         for topic in topics:
             partitions = sorted(topic.partitions.values(), key=lambda p: p.id)
@@ -158,11 +183,17 @@ def _topics_describe(args: argparse.Namespace) -> int:
                       f"Isr: {','.join(map(str, part.isrs))}\t"
                       f"EarliestOffset: {low}\tLatestOffset: {high}"
                       + _tiering_columns(tiering.get(part.id) if tiering else None))
-            if tiering is None:
-                print(f"note: no local/remote tiering state for {topic.topic}: the admin API at "
-                      f"{_admin_url(args)} did not answer (pass --admin-url)", file=sys.stderr)
+            unanswered |= tiering is None
     finally:
         consumer.close()
+    if unanswered:
+        url = _admin_url(args)
+        how = ("the --admin-url given" if args.admin_url else
+               "the default: the bootstrap host on port 9644")
+        print(f"note: no tiering columns (LocalStart, RemoteStart, bytes, UploadLag): no Strata "
+              f"admin API answered at {url} ({how}). If the broker runs with "
+              "`strata up --http HOST:PORT`, pass --admin-url http://HOST:PORT or set "
+              "STRATA_ADMIN_URL=http://HOST:PORT.", file=sys.stderr)
     return 0
 
 
@@ -202,9 +233,17 @@ def _tiering_columns(state: dict[str, Any] | None) -> str:
 def _topics_delete(args: argparse.Namespace) -> int:
     admin = admin_client(args)
     futures = admin.delete_topics(list(args.names), request_timeout=CLIENT_TIMEOUT_S)
-    wait_for(futures, args)
-    for name in args.names:
-        print(f"deleted topic {name}", file=sys.stderr)
+    failures = []
+    for name, future in futures.items():
+        try:
+            wait_for({name: future}, args, unknown_topic="nothing to delete "
+                     "(`strata topics list` shows the topics)")
+        except CliError as exc:
+            failures.append(str(exc))
+        else:
+            print(f"deleted topic {name}", file=sys.stderr)
+    if failures:
+        raise CliError("; ".join(failures))
     return 0
 
 

@@ -27,7 +27,7 @@ Not thread-safe: every method runs on the broker's event loop thread.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups.consumer import (
@@ -231,6 +231,10 @@ class GroupCoordinator:
     def expire_offsets(self) -> int:
         """One pass of offset expiry now (it also runs on its schedule); offsets removed."""
         return self._expiry.expire_offsets()
+
+    def on_topics_deleted(self, topics: Collection[str]) -> int:
+        """Tombstone every group's committed offsets of deleted ``topics``; offsets removed."""
+        return self._expiry.remove_topics(topics)
 
     # ================================================================== admin
 

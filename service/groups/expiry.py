@@ -15,6 +15,7 @@ Not thread-safe: the timer calls back on the broker's event loop thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from local_tier.errors import KafkaError
 from service.groups.group import GroupState
@@ -51,6 +52,30 @@ class OffsetExpiry:
             self.schedule()
 
         self._handle = self._timer.call_later(max(interval, 1000), run)
+
+    def remove_topics(self, topics: Collection[str]) -> int:
+        """Kafka's ``onPartitionsDeleted``: tombstone every group's offsets of ``topics``.
+
+        Called when topics are deleted, so a topic created again under the same name
+        starts with no committed offsets, and lag is never computed against a
+        partition that is gone. As in Kafka 4, only the offsets go: a group left empty
+        with none is removed by the next :meth:`expire_offsets` pass. Returns the
+        number of offsets removed.
+        """
+        removed = 0
+        for group in list(self._store.groups.values()):
+            gone = [tp for tp in group.offsets if tp[0] in topics]
+            if not gone:
+                continue
+            try:
+                self._store.remove_offsets(group, gone)
+                removed += len(gone)
+            except KafkaError as exc:
+                log.warning("group %s: could not remove offsets of deleted topics: %s",
+                            group.group_id, exc)
+        if removed:
+            log.info("removed %d committed offset(s) of deleted topic(s) %s", removed, sorted(topics))
+        return removed
 
     def expire_offsets(self) -> int:
         """Kafka's ``cleanupGroupMetadata``: drop expired offsets and groups left with none."""

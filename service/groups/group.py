@@ -41,6 +41,7 @@ __all__ = [
     "OffsetAndMetadata",
     "SyncResult",
     "TopicPartition",
+    "parse_assignment",
     "valid_group_id",
 ]
 
@@ -331,5 +332,33 @@ def parse_subscription_topics(data: bytes) -> list[str] | None:
             topics.append(data[pos : pos + n].decode("utf-8"))
             pos += n
         return topics
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def parse_assignment(data: bytes) -> list[tuple[str, list[int]]] | None:
+    """``(topic, partitions)`` of a ``ConsumerProtocolAssignment`` (any version); None if
+    empty or garbled. Counts are bounded by the bytes present, never trusted."""
+    try:
+        pos = 2  # version int16
+        (count,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if count < 0 or count > len(data):
+            return None
+        out = []
+        for _ in range(count):
+            (n,) = struct.unpack_from(">h", data, pos)
+            pos += 2
+            if n < 0 or pos + n > len(data):
+                return None
+            topic = data[pos : pos + n].decode("utf-8")
+            pos += n
+            (parts,) = struct.unpack_from(">i", data, pos)
+            pos += 4
+            if parts < 0 or pos + 4 * parts > len(data):
+                return None
+            out.append((topic, list(struct.unpack_from(f">{parts}i", data, pos))))
+            pos += 4 * parts
+        return out
     except (struct.error, UnicodeDecodeError):
         return None

@@ -1,5 +1,5 @@
 """Topic and config administration: CreateTopics, DeleteTopics, CreatePartitions,
-DescribeConfigs, IncrementalAlterConfigs, DescribeCluster."""
+DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, DescribeCluster."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from controller.configs import TOPIC_CONFIGS
 from local_tier.errors import (
     ErrorCode,
     InvalidRequestError,
@@ -14,9 +15,15 @@ from local_tier.errors import (
     UnknownTopicIdError,
 )
 from service.handlers.context import RequestContext
+from service.handlers.operations import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from service.protocol import build, response_module
 
 __all__ = [
+    "handle_alter_configs",
     "handle_create_partitions",
     "handle_create_topics",
     "handle_delete_topics",
@@ -28,6 +35,16 @@ __all__ = [
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 _ZERO_UUID = uuid.UUID(int=0)
+
+
+def _resource_fields(res: Any) -> dict[str, Any]:
+    """The fields of a config resource's result, before any error."""
+    return {
+        "resource_type": res.resource_type,
+        "resource_name": res.resource_name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
 
 
 def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, Any]:
@@ -137,12 +154,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     results = []
     for res in request.resources:
         keys = list(res.configuration_keys) if res.configuration_keys is not None else None
-        fields: dict[str, Any] = {
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        fields = _resource_fields(res)
         try:
             rtype = int(res.resource_type)
             if rtype == RESOURCE_TOPIC:
@@ -183,12 +195,7 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(44, ctx.version)
     results = []
     for res in request.resources:
-        fields: dict[str, Any] = {
-            "resource_type": res.resource_type,
-            "resource_name": res.resource_name,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-        }
+        fields = _resource_fields(res)
         try:
             if int(res.resource_type) != RESOURCE_TOPIC:
                 raise InvalidRequestError(
@@ -201,6 +208,60 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
             fields.update(_error_fields(ctx, "IncrementalAlterConfigs", exc))
         results.append(build(mod.AlterConfigsResourceResponse, **fields))
     return build(mod.IncrementalAlterConfigsResponse, throttle_time=0, responses=tuple(results))
+
+
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
+
+
+def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+    """AlterConfigs (key 33), the non-incremental one: the given set replaces the overrides.
+
+    A topic's configs not in the request return to their defaults (Kafka's
+    semantics; KafkaJS's ``alterConfigs`` and ``kafka-configs.sh`` before 2.3 use
+    it). Broker resources (this node's id, or "" for the cluster default) are
+    accepted as Kafka accepts them, but Strata has no dynamically updatable broker
+    config: an empty set succeeds, any key is INVALID_REQUEST.
+    """
+    broker = ctx.broker
+    mod = response_module(33, ctx.version)
+    seen = Counter((int(r.resource_type), r.resource_name) for r in request.resources)
+    validate_only = bool(request.validate_only)
+    results = []
+    for res in request.resources:
+        rtype = int(res.resource_type)
+        fields = _resource_fields(res)
+        try:
+            if seen[(rtype, res.resource_name)] > 1:
+                raise InvalidRequestError("Each resource must appear at most once.")
+            configs = {c.name: c.value for c in res.configs}
+            if len(configs) != len(res.configs):
+                raise InvalidRequestError("Error due to duplicate config keys")
+            nulls = sorted(k for k, v in configs.items() if v is None)
+            if nulls:
+                raise InvalidRequestError(f"Null value not supported for : {', '.join(nulls)}")
+            if rtype == RESOURCE_TOPIC:
+                ops: list[tuple[str, int, str | None]] = [
+                    (key, _DELETE, None) for key in TOPIC_CONFIGS if key not in configs
+                ]
+                ops += [(key, _SET, value) for key, value in configs.items()]
+                broker.alter_topic_configs(res.resource_name, ops, validate_only)
+            elif rtype == RESOURCE_BROKER:
+                if res.resource_name not in ("", str(broker.node_id)):
+                    raise InvalidRequestError(
+                        f"Unexpected broker id, expected {broker.node_id}, "
+                        f"but received {res.resource_name}"
+                    )
+                if configs:
+                    raise InvalidRequestError(
+                        f"Cannot update these configs dynamically: {sorted(configs)} "
+                        "(Strata reads broker configs at start: `strata up --set KEY=VALUE`)"
+                    )
+            else:
+                raise InvalidRequestError(f"Unknown resource type {rtype}")
+        except KafkaError as exc:
+            fields.update(_error_fields(ctx, "AlterConfigs", exc))
+        results.append(build(mod.AlterConfigsResourceResponse, **fields))
+    return build(mod.AlterConfigsResponse, throttle_time=0, responses=tuple(results))
 
 
 def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
@@ -219,5 +280,9 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         cluster_id=controller.cluster_id,
         controller_id=controller.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=(
+            authorized_operations(ctx, ResourceType.CLUSTER, "kafka-cluster")
+            if request.include_cluster_authorized_operations
+            else OPERATIONS_NOT_REQUESTED
+        ),
     )

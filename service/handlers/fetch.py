@@ -1,4 +1,10 @@
-"""Fetch (key 1): read local logs, long-poll for min_bytes, send records with sendfile."""
+"""Fetch (key 1): read local logs, long-poll for min_bytes, send records with sendfile.
+
+Fetch v7+ may use an incremental fetch session (KIP-227, :mod:`fetch.sessions`):
+the partitions to read then come from the session, and the response carries only
+those that changed. A request with session id 0 and epoch -1 (sessionless, what
+librdkafka sends) never touches the session cache.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +13,12 @@ import logging
 from typing import Any
 
 from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
+from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
+from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
 
@@ -30,6 +38,26 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         for topic in request.topics
         for p in topic.partitions
     ]
+    session_id = int(getattr(request, "session_id", INVALID_SESSION_ID))  # v7+
+    session_epoch = int(getattr(request, "session_epoch", FINAL_EPOCH))
+    session: FetchContext | None = None
+    if session_id != INVALID_SESSION_ID or session_epoch != FINAL_EPOCH:  # KIP-227
+        forgotten = [
+            (t.topic, int(p)) for t in getattr(request, "forgotten_topics_data", ()) for p in t.partitions
+        ]
+        session = broker.fetch_sessions.new_context(
+            session_id,
+            session_epoch,
+            wanted,
+            forgotten,
+            privileged=int(getattr(request, "replica_id", -1)) >= 0,
+        )
+        if session.error != ErrorCode.none:
+            broker.metrics_error("Fetch", session.error)
+            return encode_fetch_response(
+                ctx.version, ctx.header.correlation_id, [], error_code=session.error
+            )
+        wanted = session.partitions
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
     isolation = int(getattr(request, "isolation_level", 0))
     min_bytes = int(request.min_bytes)
@@ -46,7 +74,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
     data, total, errors = read()
     if any(d.remote is not None for d in data):
-        await _read_remote(broker, data)
+        await _read_remote(broker, data, isolation == READ_COMMITTED)
     elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -57,15 +85,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     broker.metrics_fetch(data)
+    error, response_session = ErrorCode.none, INVALID_SESSION_ID
+    if session is not None:
+        error, response_session, data = broker.fetch_sessions.respond(session, data)
     return encode_fetch_response(
         ctx.version,
         ctx.header.correlation_id,
         data,
+        error_code=error,
+        session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
     )
 
 
-async def _read_remote(broker: Any, data: list[Any]) -> None:
+async def _read_remote(broker: Any, data: list[Any], committed: bool = False) -> None:
     """Fill the partitions planned from the bucket, waiting at most remote.fetch.max.wait.ms.
 
     A read that takes longer keeps running on its tiered-fetch thread (it warms the
@@ -76,7 +109,16 @@ async def _read_remote(broker: Any, data: list[Any]) -> None:
     pending = [d for d in data if d.remote is not None]
     tasks = [
         asyncio.ensure_future(
-            tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
+            read_committed(
+                tiering,
+                d.remote.target,
+                d.remote.offset,
+                d.remote.max_bytes,
+                d.remote.min_one_message,
+                broker.log_for(d.topic, d.partition),
+            )
+            if committed
+            else tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
         )
         for d in pending
     ]
@@ -93,10 +135,12 @@ async def _read_remote(broker: Any, data: list[Any]) -> None:
             log.error("tiered read of %s-%d failed: %s", d.topic, d.partition, exc)
             d.error_code = ErrorCode.kafka_storage_error
         else:
-            parts = task.result()
+            result = task.result()
+            parts, aborted = result if committed else (result, [])
             if parts:
                 d.regions = list(parts)
                 d.size = sum(len(p) for p in parts)
+                d.aborted = aborted
 
 
 def _consume_result(task: asyncio.Future[Any]) -> None:

@@ -19,6 +19,11 @@ from local_tier.errors import ErrorCode, KafkaError
 from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
 from service.handlers.context import RequestContext
+from service.handlers.operations import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
@@ -37,7 +42,7 @@ __all__ = [
 ]
 
 E = ErrorCode
-_NO_OPS = -2147483648  # authorized operations not requested
+_NO_OPS = OPERATIONS_NOT_REQUESTED
 _KEY_TYPE_GROUP = 0
 _T = TypeVar("_T")
 
@@ -311,10 +316,22 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
 
 def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(15, ctx.version)
+    want_ops = bool(getattr(request, "include_authorized_operations", False))  # v3+
     described = []
     for group_id in request.groups:
         error, summary = ctx.broker.groups.describe_group(group_id)
+        message = None
+        group = ctx.broker.groups.group(group_id)
+        if error == E.none and ctx.version >= 6 and (group is None or group.consumer is not None):
+            # v6+ (KIP-1043): a group DescribeGroups does not know (unknown, or of the
+            # consumer protocol) is an error, no longer a Dead group
+            error = E.group_id_not_found
+            message = (f"Group {group_id} not found." if group is None
+                       else f"Group {group_id} is not a classic group.")
         _count_error(ctx, "DescribeGroups", error)
+        ops = _NO_OPS
+        if want_ops and error == E.none:
+            ops = authorized_operations(ctx, ResourceType.GROUP, group_id)
         members = tuple(
             build(
                 mod.DescribedGroupMember,
@@ -331,12 +348,13 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
             build(
                 mod.DescribedGroup,
                 error_code=error,
+                error_message=message,
                 group_id=group_id,
                 group_state=summary.state,
                 protocol_type=summary.protocol_type,
                 protocol_data=summary.protocol_name,
                 members=members,
-                authorized_operations=_NO_OPS,
+                authorized_operations=ops,
             )
         )
     return build(mod.DescribeGroupsResponse, throttle_time=0, groups=tuple(described))

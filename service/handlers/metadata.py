@@ -1,7 +1,14 @@
 """Metadata (key 3): brokers, cluster id, controller, topics and partitions.
 
-Unknown topics are created here when the request allows it (v4+, always before)
-and ``auto.create.topics.enable`` is on, as in Kafka.
+Topics are looked up by id whenever the request carries a non-zero topic id (v12+;
+the names of that request are then ignored, as in Kafka), else by name. Unknown
+topics named in the request are created here when it allows it (v4+, always
+before) and ``auto.create.topics.enable`` is on, as in Kafka, except internal
+topics (``__consumer_offsets``, ``__transaction_state``): their coordinators
+create them, with their own partition counts and configs, when first needed.
+
+Authorized operations are filled in when the request asks for them
+(:mod:`service.handlers.operations`).
 """
 
 from __future__ import annotations
@@ -18,12 +25,23 @@ from local_tier.errors import (
 )
 from service.groups.records import OFFSETS_TOPIC
 from service.handlers.context import RequestContext
+from service.handlers.operations import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from service.protocol import build, response_module
 
-__all__ = ["handle_metadata"]
+__all__ = ["INTERNAL_TOPICS", "handle_metadata", "is_internal_topic"]
 
-_NO_OPS = -2147483648  # authorized operations not requested
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+#: Topics a coordinator owns (Kafka's ``Topic.isInternal``).
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _ZERO_UUID = uuid.UUID(int=0)
+
+
+def is_internal_topic(name: str | None) -> bool:
+    return name in INTERNAL_TOPICS
 
 
 def handle_metadata(ctx: RequestContext, request: Any) -> Any:
@@ -31,12 +49,8 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     controller = broker.controller
     mod = response_module(3, ctx.version)
     allow_create = bool(getattr(request, "allow_auto_topic_creation", True))
-    if request.topics is None or (ctx.version == 0 and not request.topics):
-        requested: list[tuple[str | None, uuid.UUID | None]] = [
-            (t.name, None) for t in controller.topics()
-        ]
-    else:
-        requested = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+    want_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
+    requested = _requested(ctx, request)
 
     node = broker.node_id
     topics = []
@@ -44,15 +58,16 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         try:
             info = _resolve(ctx, name, topic_id, allow_create)
         except KafkaError as exc:
+            broker.metrics_error("Metadata", exc.code)
             topics.append(
                 build(
                     mod.MetadataResponseTopic,
                     error_code=exc.code,
                     name=name if name is not None or ctx.version >= 12 else "",  # null only from v12
                     topic_id=topic_id or _ZERO_UUID,
-                    is_internal=False,
+                    is_internal=is_internal_topic(name),
                     partitions=(),
-                    topic_authorized_operations=_NO_OPS,
+                    topic_authorized_operations=_topic_ops(ctx, want_topic_ops, name),
                 )
             )
             continue
@@ -75,15 +90,18 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 error_code=ErrorCode.none,
                 name=info.name,
                 topic_id=info.topic_id,
-                is_internal=info.name == OFFSETS_TOPIC,
+                is_internal=is_internal_topic(info.name),
                 partitions=partitions,
-                topic_authorized_operations=_NO_OPS,
+                topic_authorized_operations=_topic_ops(ctx, want_topic_ops, info.name),
             )
         )
     brokers = tuple(
         build(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in controller.brokers()
     )
+    cluster_ops = OPERATIONS_NOT_REQUESTED
+    if getattr(request, "include_cluster_authorized_operations", False):  # v8-v10
+        cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, "kafka-cluster")
     return build(
         mod.MetadataResponse,
         throttle_time=0,
@@ -91,22 +109,43 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         cluster_id=controller.cluster_id,
         controller_id=controller.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=_NO_OPS,
+        cluster_authorized_operations=cluster_ops,
     )
 
 
-def _resolve(ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool) -> Any:
+def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
+    """``(name, topic id)`` of each topic asked for, in request order, without repeats."""
+    if request.topics is None or (ctx.version == 0 and not request.topics):
+        return [(t.name, None) for t in ctx.broker.controller.topics()]
+    pairs = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+    if any(topic_id not in (None, _ZERO_UUID) for _, topic_id in pairs):
+        # Kafka: any topic id makes this a request by id; names are not looked at.
+        pairs = [(None, topic_id) for _, topic_id in pairs if topic_id not in (None, _ZERO_UUID)]
+    return list(dict.fromkeys(pairs))
+
+
+def _resolve(
+    ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
+) -> Any:
     controller = ctx.broker.controller
-    if ctx.version < 12 and (name is None or topic_id):  # as Kafka: ids are for v12+
-        raise InvalidRequestError(f"Metadata v{ctx.version} needs topic names; topic ids need v12")
-    if name is None:
-        info = controller.topic_by_id(topic_id) if topic_id else None
+    if topic_id is not None and topic_id != _ZERO_UUID:
+        if ctx.version < 12:
+            raise InvalidRequestError(f"topic ids are not supported in Metadata v{ctx.version}")
+        info = controller.topic_by_id(topic_id)
         if info is None:
             raise UnknownTopicIdError(f"unknown topic id {topic_id}")
         return info
+    if name is None:
+        raise InvalidRequestError("a topic needs a name or a topic id")
     info = controller.topic(name)
     if info is not None:
         return info
-    if allow_create and ctx.broker.auto_create_topics:
+    if allow_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
         return ctx.broker.create_topic(name)
     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+
+
+def _topic_ops(ctx: RequestContext, wanted: bool, name: str | None) -> int:
+    if not wanted:
+        return OPERATIONS_NOT_REQUESTED
+    return authorized_operations(ctx, ResourceType.TOPIC, name or "")

@@ -105,8 +105,6 @@ def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: 
     try:
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
-        if request.transactional_id is not None:
-            raise KafkaError("transactions are not supported by this broker yet")
         if pdata.records is None:
             raise CorruptRecordError("produce request carries no record data")
         part.max_message_bytes = ctx.broker.log_for(topic, part.index).config.max_message_bytes

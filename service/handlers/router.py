@@ -10,7 +10,7 @@ import inspect
 import logging
 import struct
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ from local_tier.errors import ErrorCode
 from service.handlers.context import Handler, RequestContext
 from service.protocol import (
     FrameError,
+    RequestHeader,
     build,
     decode_request,
     encode_response,
@@ -30,9 +31,19 @@ if TYPE_CHECKING:
     from service.broker import Broker
     from service.server import Connection, Response
 
-__all__ = ["ApiSpec", "RequestContext", "Router", "api_table", "handle_api_versions"]
+__all__ = [
+    "ApiSpec",
+    "RequestContext",
+    "Router",
+    "api_table",
+    "hand_decoders",
+    "handle_api_versions",
+]
 
 log = logging.getLogger("strata.server")
+
+
+Decoder = Callable[[bytes | memoryview], tuple[RequestHeader, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,20 +63,28 @@ def api_table() -> dict[int, ApiSpec]:
         consumer_groups,
         fetch,
         groups,
+        leader_epoch,
         list_offsets,
+        log_admin,
         metadata,
         produce,
+        producer_ids,
+        txn_markers,
     )
 
     specs = [
         ApiSpec(0, "Produce", 3, 9, produce.handle_produce),
         ApiSpec(1, "Fetch", 4, 12, fetch.handle_fetch),
-        ApiSpec(2, "ListOffsets", 1, 8, list_offsets.handle_list_offsets),
+        ApiSpec(2, "ListOffsets", 0, 10, list_offsets.handle_list_offsets),
         ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
         ApiSpec(18, "ApiVersions", 0, 3, handle_api_versions),
         ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
         ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
+        ApiSpec(21, "DeleteRecords", 0, 2, log_admin.handle_delete_records),
+        ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, leader_epoch.handle_offset_for_leader_epoch),
         ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
+        ApiSpec(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+        ApiSpec(35, "DescribeLogDirs", 1, 4, log_admin.handle_describe_log_dirs),
         ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
         ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
         ApiSpec(60, "DescribeCluster", 0, 1, admin.handle_describe_cluster),
@@ -76,14 +95,24 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
         ApiSpec(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
         ApiSpec(14, "SyncGroup", 0, 5, groups.handle_sync_group),
-        ApiSpec(15, "DescribeGroups", 0, 5, groups.handle_describe_groups),
+        ApiSpec(15, "DescribeGroups", 0, 6, groups.handle_describe_groups),
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
         ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
         ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
+        ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
+        ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
     return {s.key: s for s in specs}
+
+
+@cache
+def hand_decoders() -> dict[tuple[int, int], Decoder]:
+    """(api key, version) → decoder, for the versions kio has no schema for."""
+    from service import list_offsets_v0
+
+    return {(2, 0): list_offsets_v0.decode_request}
 
 
 def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
@@ -117,7 +146,8 @@ class Router:
                 f"{spec.name} v{version} is not supported "
                 f"(this broker implements v{spec.min_version}-v{spec.max_version})"
             )
-        header, body = decode_request(frame)
+        decode = hand_decoders().get((api_key, version), decode_request)
+        header, body = decode(frame)
         return self._run(spec, RequestContext(header, self._broker, conn), body)
 
     async def _run(self, spec: ApiSpec, ctx: RequestContext, body: Any) -> Response:

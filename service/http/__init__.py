@@ -1,1 +1,1 @@
-"""The broker's HTTP listener: status page, Prometheus metrics, admin REST API and its OpenAPI document."""
+"""The broker's HTTP listener: the console, Prometheus metrics, the admin REST API and its OpenAPI document."""

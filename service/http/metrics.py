@@ -4,7 +4,17 @@ The hot paths only bump plain counters and bucket counts on the broker (a dict
 increment, a ``bisect``); everything else — partition offsets and sizes, tiering
 state, group lag — is read when ``GET /metrics`` asks, by :class:`BrokerCollector`,
 and rendered with ``prometheus_client``. Names follow Prometheus conventions:
-``strata_`` prefix, base units (seconds, bytes), ``_total`` on counters.
+``strata_`` prefix, base units (seconds, bytes), ``_total`` on counters, and
+counters rather than since-start ratios (a ratio is ``rate(a) / rate(b)`` in
+PromQL over whatever window the dashboard wants).
+
+Beside the ``strata_*`` series: kafka_exporter's names (:mod:`service.http.exporter`),
+the process (``process_*``: memory, CPU, open files) and Python (``python_*``)
+collectors of ``prometheus_client``, and ``strata_build_info``.
+
+Error codes that are steps of a normal exchange are counted apart, in
+``strata_kafka_request_expected_errors_total``, so ``strata_kafka_request_errors_total``
+moves only when something went wrong (:data:`EXPECTED_ERRORS` says which and why).
 """
 
 from __future__ import annotations
@@ -12,16 +22,44 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from local_tier.errors import KafkaError
+from service.http.exporter import kafka_exporter_families
 from service.http.state import group_lag, partition_state
-from service.http.views import MetricsView
+from service.http.views import AdminView
 from service.latency import LatencyHistograms
+from service.version import python_version, strata_version
 
-__all__ = ["BrokerCollector", "render"]
+__all__ = ["EXPECTED_ERRORS", "BrokerCollector", "exposition", "gather"]
+
+#: ``(api, error)`` pairs that are part of a normal exchange, not failures:
+#:
+#: * JoinGroup ``MEMBER_ID_REQUIRED``: KIP-394; every member's first JoinGroup (v4+)
+#:   is answered so, with the member id to join again with at once.
+#: * Heartbeat and SyncGroup ``REBALANCE_IN_PROGRESS``: how the coordinator tells the
+#:   members of a classic group that a rebalance began; clients rejoin (the Java
+#:   client logs it at INFO). On OffsetCommit the same code fails a commit the
+#:   application sees, so there it stays an error.
+#:
+#: Kafka draws a similar line in its failure meters: ``FailedFetchRequestsPerSec``
+#: leaves out the answers it considers part of the protocol (unknown partition, not
+#: the leader, fenced or unknown leader epoch, storage errors, ...). Those stay in
+#: ``strata_kafka_request_errors_total`` here, by code, because an operator must
+#: see them (a full disk answers KAFKA_STORAGE_ERROR).
+EXPECTED_ERRORS = frozenset({
+    ("JoinGroup", "MEMBER_ID_REQUIRED"),
+    ("Heartbeat", "REBALANCE_IN_PROGRESS"),
+    ("SyncGroup", "REBALANCE_IN_PROGRESS"),
+})
 
 
 def _histogram(
@@ -40,27 +78,38 @@ def _bound(bound: float) -> str:
 class BrokerCollector(Collector):
     """Everything ``/metrics`` shows, read from the broker when scraped."""
 
-    def __init__(self, broker: MetricsView, connections: Any) -> None:
+    def __init__(self, broker: AdminView, connections: Any) -> None:
         self._broker = broker
         self._connections = connections  # () -> int
 
     def collect(self) -> Iterator[Any]:
         b = self._broker
+        info = GaugeMetricFamily("strata_build_info", "Strata's version and the Python running it (always 1).",
+                                 labels=["version", "python_version"])
+        info.add_metric([strata_version(), python_version()], 1)
+        yield info
         requests = CounterMetricFamily("strata_kafka_requests", "Kafka requests handled, by API.",
                                        labels=["api"])
         for api, n in sorted(b.requests.items()):
             requests.add_metric([api], n)
         yield requests
         errors = CounterMetricFamily("strata_kafka_request_errors",
-                                     "Partitions or requests answered with a Kafka error code, by API and code.",
+                                     "Partitions or requests answered with a Kafka error code, by API and code "
+                                     "(expected protocol steps are counted apart).",
                                      labels=["api", "error"])
+        expected = CounterMetricFamily("strata_kafka_request_expected_errors",
+                                       "Error codes that are steps of a normal exchange "
+                                       "(JoinGroup MEMBER_ID_REQUIRED, REBALANCE_IN_PROGRESS on heartbeats).",
+                                       labels=["api", "error"])
         for (api, code), n in sorted(b.errors.items()):
-            errors.add_metric([api, code], n)
+            (expected if (api, code) in EXPECTED_ERRORS else errors).add_metric([api, code], n)
         yield errors
+        yield expected
         yield _histogram("strata_kafka_request_duration_seconds",
                          "Time from a request's decoding to its response being ready.", "api",
                          b.request_latency)
         yield _gauge("strata_connections", "Open Kafka client connections.", [], [((), self._connections())])
+        yield from self._fetch_sessions()
 
         for name, doc, counter in (
             ("strata_topic_bytes_in", "Record batch bytes appended, by topic.", b.bytes_in),
@@ -76,6 +125,7 @@ class BrokerCollector(Collector):
         yield from self._partitions()
         yield from self._tiering()
         yield from self._groups()
+        yield from kafka_exporter_families(b)
 
     def _partitions(self) -> Iterator[Any]:
         rows = []
@@ -101,6 +151,22 @@ class BrokerCollector(Collector):
             yield _gauge(name, doc, ["topic", "partition"],
                          [((r["topic"], str(r["partition"])), r[field] or 0) for r in rows])
 
+    def _fetch_sessions(self) -> Iterator[Any]:
+        sessions = self._broker.fetch_sessions
+        yield _gauge("strata_fetch_sessions", "Incremental fetch sessions cached (KIP-227).", [],
+                     [((), len(sessions))])
+        yield _gauge("strata_fetch_session_partitions", "Partitions held by cached fetch sessions.",
+                     [], [((), sessions.cached_partitions)])
+        for name, doc, value in (
+            ("strata_fetch_session_evictions", "Fetch sessions evicted to make room for others.",
+             sessions.evictions),
+            ("strata_incremental_fetches", "Fetch requests served from a fetch session.",
+             sessions.incremental_fetches),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering
         for name, doc, value in (
@@ -121,9 +187,6 @@ class BrokerCollector(Collector):
         misses = CounterMetricFamily("strata_tiered_fetch_chunk_cache_misses", "Chunk cache misses (GETs).")
         misses.add_metric([], cache.misses)
         yield misses
-        total = cache.hits + cache.misses
-        yield _gauge("strata_tiered_fetch_chunk_cache_hit_ratio", "Hits over lookups since start (0 before any).",
-                     [], [((), cache.hits / total if total else 0.0)])
         yield _gauge("strata_tiered_fetch_chunk_cache_bytes", "Bytes held by the chunk cache.", [],
                      [((), cache.size_bytes)])
         yield _histogram("strata_remote_read_duration_seconds",
@@ -156,8 +219,28 @@ def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str,
     return family
 
 
-def render(broker: MetricsView, connections: Any) -> bytes:
-    """The Prometheus text exposition of the broker's metrics."""
+class _Collected(Collector):
+    """Families already gathered (a snapshot): safe to format on another thread."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self._families)
+
+
+def gather(broker: AdminView, connections: Any) -> list[Any]:
+    """Every broker family, read now (on the event loop: the broker's state is not thread-safe)."""
+    return list(BrokerCollector(broker, connections).collect())
+
+
+def exposition(families: list[Any]) -> bytes:
+    """The Prometheus text of gathered families, with the process's own (any thread: at
+    1,000 partitions the text is about 1 MB, and formatting it is most of a scrape)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker, connections))
+    registry.register(_Collected(families))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return generate_latest(registry)
+

@@ -13,7 +13,11 @@ __all__ = ["OPENAPI"]
 
 
 def _obj(required: list[str], **props: Any) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": props}
+    """An object schema; ``required`` is left out when empty (OpenAPI 3.0 wants it non-empty)."""
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = required
+    return out
 
 
 _INT = {"type": "integer"}
@@ -35,30 +39,65 @@ def _errors(*statuses: int) -> dict[str, Any]:
     return {str(s): _json(_ref("Error"), text[s]) for s in statuses}
 
 
-_TOPIC_PARAM = {"name": "topic", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
-_GROUP_PARAM = {"name": "group", "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
+_BOOL = {"type": "boolean"}
+_NUM = {"type": "number"}
+_NUM_SERIES = {"type": "array", "items": {"type": "number", "nullable": True}}
+_INTS = {"type": "array", "items": _INT}
+
+
+def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    out = {"name": name, "in": "query", "required": False, "schema": schema}
+    if description:
+        out["description"] = description
+    return out
+
+
+def _array(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(name)}
+
+
+_TOPIC_PARAM = _path("topic", {"type": "string", "minLength": 1})
+_GROUP_PARAM = _path("group", {"type": "string", "minLength": 1})
+_PAGE = [_query("offset", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, "first item (default 0)"),
+         _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "items per page (default: all)")]
 
 _SCHEMAS: dict[str, Any] = {
     "Error": _obj(["error_code", "message"], error_code=_STR, message=_STR),
-    "Broker": _obj(["node_id", "host", "port"], node_id=_INT, host=_STR, port=_INT, rack=_NULL_STR),
+    "Broker": _obj(["node_id", "host", "port"], node_id=_INT, host=_STR, port=_INT, rack=_NULL_STR,
+                   fenced=_BOOL, controller=_BOOL, this_broker=_BOOL),
+    "Rates": _obj(["bytes_in_per_sec", "bytes_out_per_sec", "records_in_per_sec", "records_out_per_sec"],
+                  bytes_in_per_sec=_NUM, bytes_out_per_sec=_NUM, records_in_per_sec=_NUM,
+                  records_out_per_sec=_NUM),
     "Cluster": _obj(["cluster_id", "controller_id", "brokers", "topics"], cluster_id=_STR,
-                    controller_id=_INT, brokers={"type": "array", "items": _ref("Broker")}, topics=_INT,
-                    object_store=_STR, tiering_enabled={"type": "boolean"}),
-    "TopicSummary": _obj(["name", "topic_id", "partitions"], name=_STR, topic_id=_STR, partitions=_INT,
-                         local_bytes=_INT, remote_bytes=_INT, upload_lag_bytes=_INT),
-    "ConfigValue": _obj(["value", "source"], value=_NULL_STR, source=_STR, is_default={"type": "boolean"},
-                        read_only={"type": "boolean"}, sensitive={"type": "boolean"}),
+                    controller_id=_INT, node_id=_INT, brokers=_array("Broker"), topics=_INT,
+                    user_topics=_INT, internal_topics=_INT, partitions=_INT, groups=_INT,
+                    object_store={"type": "string", "description": "file:///path or s3://bucket/prefix"},
+                    object_store_endpoint=_NULL_STR, tiering_enabled=_BOOL, version=_STR,
+                    throughput=_ref("Rates")),
+    "TopicSummary": _obj(
+        ["name", "topic_id", "partitions"], name=_STR, topic_id=_STR, partitions=_INT, internal=_BOOL,
+        hosted_partitions=_INT, records=_INT, local_bytes=_INT, remote_bytes=_INT,
+        local_and_remote_bytes=_INT, active_segment_bytes=_INT, upload_lag_offsets=_INT,
+        upload_lag_bytes=_INT, upload_failures=_INT, last_upload_error=_NULL_STR,
+        remote_storage_enable=_BOOL, bytes_in_per_sec=_NUM, bytes_out_per_sec=_NUM),
+    "ConfigValue": _obj(["value", "source"], value=_NULL_STR, source=_STR, is_default=_BOOL,
+                        read_only=_BOOL, sensitive=_BOOL),
     "PartitionState": _obj(
         ["topic", "partition", "log_start_offset", "high_watermark", "log_end_offset", "local_bytes",
          "remote_bytes", "upload_lag_offsets", "upload_lag_bytes"],
-        topic=_STR, partition=_INT, log_start_offset=_INT, local_log_start_offset=_INT,
-        remote_log_start_offset=_NULL_INT, high_watermark=_INT, log_end_offset=_INT, local_bytes=_INT,
-        local_segments=_INT, remote_bytes=_INT, remote_segments=_INT,
-        remote_storage_enable={"type": "boolean"}, upload_lag_offsets=_INT, upload_lag_bytes=_INT,
-        upload_failures=_INT, last_upload_error=_NULL_STR),
+        topic=_STR, partition=_INT, leader=_INT, replicas=_INTS, isr=_INTS, log_start_offset=_INT,
+        local_log_start_offset=_INT, remote_log_start_offset=_NULL_INT, remote_next_offset=_NULL_INT,
+        high_watermark=_INT, log_end_offset=_INT, local_bytes=_INT, local_segments=_INT,
+        remote_bytes=_INT, remote_segments=_INT, local_and_remote_bytes=_INT,
+        active_segment_base_offset=_INT, active_segment_bytes=_INT, remote_storage_enable=_BOOL,
+        upload_lag_offsets=_INT, upload_lag_bytes=_INT, upload_failures=_INT, last_upload_error=_NULL_STR),
     "Topic": _obj(["name", "topic_id", "partitions", "configs"], name=_STR, topic_id=_STR, partitions=_INT,
-                  configs={"type": "object", "additionalProperties": _ref("ConfigValue")},
-                  partition_states={"type": "array", "items": _ref("PartitionState")}),
+                  internal=_BOOL, configs={"type": "object", "additionalProperties": _ref("ConfigValue")},
+                  partition_states=_array("PartitionState")),
     "NewTopic": {**_obj(["name"], name={"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"},
                         partitions={"type": "integer", "minimum": 1, "maximum": 1000},
                         replication_factor={"type": "integer"},
@@ -67,40 +106,82 @@ _SCHEMAS: dict[str, Any] = {
     "ConfigChange": {**_obj([], set={"type": "object", "additionalProperties": _STR},
                             delete={"type": "array", "items": _STR}), "additionalProperties": False},
     "GroupSummary": _obj(["group_id", "protocol_type", "state", "lag"], group_id=_STR, protocol_type=_STR,
-                         state=_STR, lag=_INT, type={"type": "string", "enum": ["classic", "consumer"]}),
+                         state=_STR, lag=_INT, members=_INT, partitions=_INT,
+                         type={"type": "string", "enum": ["classic", "consumer"]}),
     "GroupOffset": _obj(["topic", "partition", "committed_offset", "lag"], topic=_STR, partition=_INT,
-                        committed_offset=_INT, high_watermark=_NULL_INT, lag=_INT),
+                        committed_offset=_INT, high_watermark=_NULL_INT, lag=_INT, member_id=_NULL_STR),
     "Member": _obj(["member_id", "client_id", "client_host"], member_id=_STR, group_instance_id=_NULL_STR,
                    client_id=_STR, client_host=_STR, member_epoch=_INT,
-                   assignment={"type": "array", "items": _ref("TopicPartitions")},
-                   target_assignment={"type": "array", "items": _ref("TopicPartitions")}),
-    "TopicPartitions": _obj(["topic", "partitions"], topic=_STR,
-                            partitions={"type": "array", "items": _INT}),
+                   assignment=_array("TopicPartitions"), target_assignment=_array("TopicPartitions")),
+    "TopicPartitions": _obj(["topic", "partitions"], topic=_STR, partitions=_INTS),
     "Group": _obj(["group_id", "state", "members", "offsets", "lag"], group_id=_STR, state=_STR,
                   protocol_type=_STR, protocol=_STR, generation_id=_INT, assignment_epoch=_INT,
                   type={"type": "string", "enum": ["classic", "consumer"]},
-                  members={"type": "array", "items": _ref("Member")},
-                  offsets={"type": "array", "items": _ref("GroupOffset")}, lag=_INT),
+                  members=_array("Member"), offsets=_array("GroupOffset"), lag=_INT),
+    "History": _obj(
+        ["interval_s", "timestamps", "totals", "topics", "groups"], interval_s=_NUM,
+        timestamps={**_NUM_SERIES, "description": "sample times, unix seconds, oldest first"},
+        totals={"type": "object", "additionalProperties": _NUM_SERIES},
+        topics={"type": "object", "additionalProperties": {
+            "type": "object", "additionalProperties": _NUM_SERIES}},
+        groups={"type": "object", "additionalProperties": {
+            "type": "object", "additionalProperties": _NUM_SERIES}}),
+    "Record": _obj(["offset", "timestamp", "key", "value"], offset=_INT, timestamp=_INT, key=_NULL_STR,
+                   key_format={"type": "string", "enum": ["text", "hex", "null"]}, key_size=_INT,
+                   value=_NULL_STR, value_format={"type": "string", "enum": ["text", "hex", "null"]},
+                   value_size=_INT, transactional=_BOOL,
+                   headers={"type": "array", "items": _obj(["key"], key=_STR, value=_NULL_STR)}),
+    "Records": _obj(["topic", "partition", "records", "next_offset", "high_watermark"], topic=_STR,
+                    partition=_INT, log_start_offset=_INT, high_watermark=_INT, from_offset=_INT,
+                    next_offset=_INT, bytes_read=_INT, records=_array("Record"),
+                    sources={"type": "array", "items": {"type": "string", "enum": ["local", "remote"]}},
+                    note=_NULL_STR),
 }
 
 _STATUS_OBJ = _obj(["status"], status=_STR)
+_RECORDS_PARAMS = [
+    _path("partition", {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}),
+    _query("offset", {"type": "integer", "minimum": 0}, "first offset (default: the last max_records)"),
+    _query("timestamp", {"type": "integer", "minimum": 0},
+           "epoch ms: from the first record at or after it (not with offset)"),
+    _query("max_records", {"type": "integer", "minimum": 1, "maximum": 500}, "default 50"),
+    _query("max_bytes", {"type": "integer", "minimum": 1, "maximum": 8 * 1024 * 1024},
+           "batch bytes read at most (default 1 MiB)"),
+    _query("encoding", {"type": "string", "enum": ["text", "hex"]}, "keys and values as UTF-8 text "
+           "(hex where they are not) or hex"),
+    _query("preview_bytes", {"type": "integer", "minimum": 1, "maximum": 65536},
+           "bytes shown of each key, value and header (default 1024)"),
+]
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {"title": "Strata admin API", "version": "1",
-             "description": "Cluster, topics (with tiering state) and consumer groups of a Strata broker. "
-                            "Errors are JSON {error_code, message}."},
+             "description": "Cluster, topics (with tiering state), consumer groups, counter history "
+                            "and records of a Strata broker. Errors are JSON {error_code, message}."},
     "paths": {
         "/v1/health": {"get": {"summary": "Liveness", "responses": {"200": _json(_STATUS_OBJ, "Alive")}}},
         "/v1/ready": {"get": {"summary": "Readiness: recovery done and the object store answers",
                               "responses": {"200": _json(_STATUS_OBJ, "Ready"), **_errors(503)}}},
-        "/v1/cluster": {"get": {"summary": "Cluster id, controller and brokers",
+        "/v1/cluster": {"get": {"summary": "Cluster id, brokers, controller, object store, counts and "
+                                           "this broker's throughput",
                                 "responses": {"200": _json(_ref("Cluster"), "The cluster")}}},
         "/v1/brokers": {"get": {"summary": "Registered brokers", "responses": {"200": _json(
-            _obj(["brokers"], brokers={"type": "array", "items": _ref("Broker")}), "Brokers")}}},
+            _obj(["brokers"], brokers=_array("Broker")), "Brokers")}}},
+        "/v1/history": {"get": {
+            "summary": "Per-second rates and group lag over the last minutes (sampled in the broker)",
+            "parameters": [_query("topic", {"type": "array", "items": _STR, "maxItems": 100},
+                                  "topics whose rates to include"),
+                           _query("group", {"type": "array", "items": _STR, "maxItems": 100},
+                                  "groups whose lag to include")],
+            "responses": {"200": _json(_ref("History"), "History"), **_errors(400)}}},
         "/v1/topics": {
-            "get": {"summary": "Topics with their local and remote bytes", "responses": {"200": _json(
-                _obj(["topics"], topics={"type": "array", "items": _ref("TopicSummary")}), "Topics")}},
+            "get": {"summary": "Topics summed over their partitions: bytes by tier, upload lag, rates",
+                    "parameters": [_query("kind", {"type": "string", "enum": ["all", "user", "internal"]},
+                                          "internal: Kafka's internal and __-prefixed topics"),
+                                   _query("q", _STR, "only names containing this"), *_PAGE],
+                    "responses": {"200": _json(_obj(["topics", "total"], topics=_array("TopicSummary"),
+                                                    total=_INT, internal_topics=_INT), "Topics"),
+                                  **_errors(400)}},
             "post": {"summary": "Create a topic",
                      "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("NewTopic")}}},
                      "responses": {"201": _json(_ref("Topic"), "Created"), **_errors(400, 409, 503)}},
@@ -123,19 +204,27 @@ OPENAPI: dict[str, Any] = {
         },
         "/v1/topics/{topic}/partitions": {
             "parameters": [_TOPIC_PARAM],
-            "get": {"summary": "Partitions: offsets, local and remote log start and bytes, upload lag",
+            "get": {"summary": "Partitions (paged): leader, ISR, offsets, local and remote ranges and bytes, "
+                               "upload lag of sealed segments",
+                    "parameters": _PAGE,
                     "responses": {"200": _json(_obj(["topic", "topic_id", "partitions"], topic=_STR,
-                                                    topic_id=_STR,
-                                                    partitions={"type": "array",
-                                                                "items": _ref("PartitionState")}),
+                                                    topic_id=_STR, total=_INT,
+                                                    partitions=_array("PartitionState")),
                                                "Partitions"), **_errors(400, 404)}},
         },
-        "/v1/groups": {"get": {"summary": "Consumer groups with their total lag", "responses": {
-            "200": _json(_obj(["groups"], groups={"type": "array", "items": _ref("GroupSummary")}), "Groups"),
-            **_errors(503)}}},
+        "/v1/topics/{topic}/partitions/{partition}/records": {
+            "parameters": [_TOPIC_PARAM],
+            "get": {"summary": "Records of a partition from an offset or a time, bounded in count and bytes",
+                    "parameters": _RECORDS_PARAMS,
+                    "responses": {"200": _json(_ref("Records"), "Records"), **_errors(400, 404, 503)}},
+        },
+        "/v1/groups": {"get": {"summary": "Consumer groups (paged) with members and total lag",
+                               "parameters": _PAGE, "responses": {
+            "200": _json(_obj(["groups"], groups=_array("GroupSummary"), total=_INT), "Groups"),
+            **_errors(400, 503)}}},
         "/v1/groups/{group}": {
             "parameters": [_GROUP_PARAM],
-            "get": {"summary": "A group: members, committed offsets and lag per partition",
+            "get": {"summary": "A group: members and their assignments, committed offsets and lag per partition",
                     "responses": {"200": _json(_ref("Group"), "The group"), **_errors(400, 404, 503)}},
         },
     },

@@ -1,46 +1,100 @@
-"""What operators see of the broker's partitions and groups, for the admin API and ``/metrics``.
+"""What operators see of the broker's partitions, topics and groups (admin API, console, ``/metrics``).
 
-Read on demand (a request or a scrape), never on the produce or fetch path.
+Read on demand (a request, a scrape or the console's sampler), never on the
+produce or fetch path; everything here runs on the event loop and reads only
+in-memory state (segment lists, cached manifests, committed offsets).
+
+The picture of one partition's log, in offsets ``[start, end)``::
+
+    remote   [remote_log_start_offset, remote_next_offset)      segments in the bucket
+    local    [local_log_start_offset, log_end_offset)           segments on disk
+    both     the intersection: uploaded segments still kept on disk
+
+Bytes follow the same cut: ``local_and_remote_bytes`` are the sealed local
+segments the bucket also holds, so the log's distinct size is
+``local_bytes + remote_bytes - local_and_remote_bytes``. Upload lag counts only
+*sealed* segments that are not in the bucket yet: the active segment is never
+uploaded until it rolls (``segment.bytes`` / ``segment.ms``), so counting it would
+show a quiet topic on 1 GiB segments as lagging for days. The active segment's
+bytes are reported on their own (``active_segment_bytes``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from service.http.views import PartitionsView
 
-__all__ = ["group_lag", "partition_state"]
+__all__ = ["INTERNAL_TOPICS", "group_lag", "is_internal", "member_count", "partition_state", "topic_totals"]
+
+#: Kafka's internal topics (``Topic.isInternal``); any other ``__``-prefixed name is
+#: folded away with them by the console as well.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def is_internal(topic: str) -> bool:
+    return topic in INTERNAL_TOPICS or topic.startswith("__")
 
 
 def partition_state(broker: PartitionsView, topic: str, partition: int) -> dict[str, Any]:
     """What an operator wants to know of one partition, local and remote."""
     local = broker.log_for(topic, partition)
     tier = broker.tiering.state(topic, partition)
+    tiered = local.config.remote_storage_enable
+    remote_start = tier.remote_log_start_offset if tier is not None else None
     remote_next = tier.remote_next_offset if tier is not None else None
-    pending = [s for s in local.segments if remote_next is None or s.base_offset >= remote_next]
+    segments = local.segments
+    both_bytes = lag_bytes = lag_offsets = 0
+    for segment, upper in zip(segments, [s.base_offset for s in segments[1:]]):  # sealed only
+        in_bucket = remote_next is not None and upper <= remote_next
+        if in_bucket and remote_start is not None and segment.base_offset >= remote_start:
+            both_bytes += segment.size
+        elif tiered and not in_bucket:
+            lag_bytes += segment.size
+            lag_offsets += upper - max(segment.base_offset, remote_next or 0)
+    active = segments[-1] if segments else None
     return {
         "topic": topic,
         "partition": partition,
         "log_start_offset": broker.tiering.log_start_offset(topic, partition, local),
         "local_log_start_offset": local.log_start_offset,
-        "remote_log_start_offset": tier.remote_log_start_offset if tier is not None else None,
+        "remote_log_start_offset": remote_start,
+        "remote_next_offset": remote_next,
         "high_watermark": local.high_watermark,
         "log_end_offset": local.log_end_offset,
         "local_bytes": local.size_in_bytes,
-        "local_segments": len(local.segments),
+        "local_segments": len(segments),
         "remote_bytes": tier.remote_bytes if tier is not None else 0,
         "remote_segments": len(tier.manifest.segments) if tier is not None and tier.manifest else 0,
-        "remote_storage_enable": local.config.remote_storage_enable,
-        "upload_lag_offsets": (
-            local.high_watermark - (remote_next if remote_next is not None else local.log_start_offset)
-            if local.config.remote_storage_enable
-            else 0
-        ),
-        "upload_lag_bytes": sum(s.size for s in pending) if local.config.remote_storage_enable else 0,
+        "local_and_remote_bytes": both_bytes,
+        "active_segment_base_offset": active.base_offset if active is not None else local.log_end_offset,
+        "active_segment_bytes": active.size if active is not None else 0,
+        "remote_storage_enable": tiered,
+        "upload_lag_offsets": lag_offsets,
+        "upload_lag_bytes": lag_bytes,
         "upload_failures": tier.upload_failures if tier is not None else 0,
         "last_upload_error": tier.last_error if tier is not None else None,
     }
+
+
+_SUMMED = ("local_bytes", "remote_bytes", "local_and_remote_bytes", "active_segment_bytes",
+           "upload_lag_offsets", "upload_lag_bytes", "upload_failures")
+
+
+def topic_totals(states: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """One topic's partitions summed: bytes by where they are, records, upload lag."""
+    out: dict[str, Any] = dict.fromkeys(_SUMMED, 0)
+    out.update(records=0, remote_storage_enable=False, last_upload_error=None, hosted_partitions=0)
+    for s in states:
+        out["hosted_partitions"] += 1
+        for key in _SUMMED:
+            out[key] += s[key]
+        out["records"] += max(0, s["high_watermark"] - s["log_start_offset"])
+        out["remote_storage_enable"] |= bool(s["remote_storage_enable"])
+        if out["last_upload_error"] is None and s["last_upload_error"]:
+            out["last_upload_error"] = f"partition {s['partition']}: {s['last_upload_error']}"
+    return out
 
 
 def group_lag(broker: PartitionsView, offsets: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
@@ -52,3 +106,10 @@ def group_lag(broker: PartitionsView, offsets: Mapping[tuple[str, int], int]) ->
         rows.append({"topic": topic, "partition": partition, "committed_offset": offset,
                      "high_watermark": hw, "lag": max(0, hw - offset) if hw is not None else 0})
     return rows
+
+
+def member_count(groups: Any, group_id: str, kind: str) -> int:
+    """Live members of a group of either protocol (``kind``: classic or consumer)."""
+    if kind == "consumer":
+        return len(groups.consumer_group_describe(group_id).members)
+    return len(groups.describe_group(group_id)[1].members)

@@ -7,8 +7,9 @@ with these few members, and the broker can change everything else freely.
 * :class:`PartitionsView` — partition and group-lag state (:mod:`service.http.state`);
 * :class:`MetricsView` — that, plus the counters ``/metrics`` exports
   (:mod:`service.http.metrics`);
-* :class:`AdminView` — that, plus the cluster metadata and the topic operations
-  of the admin API (:mod:`service.http.server`).
+* :class:`AdminView` — that, plus the cluster metadata (:class:`ClusterView`: what
+  a single-node ``Controller`` and a ``ClusterController`` both answer) and the
+  topic operations of the admin API (:mod:`service.http.admin`).
 
 Members are read-only properties: the listener never rebinds them.
 """
@@ -18,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from controller.metadata import Controller, TopicInfo
+from controller.metadata import (
+    BrokerInfo,
+    ClusterMetadata,
+    ConfigEntry,
+    PartitionRegistration,
+    TopicInfo,
+)
+from fetch.sessions import FetchSessionCache
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from remote_tier.store import ObjectStore
@@ -26,7 +34,7 @@ from service.groups import GroupCoordinator
 from service.latency import LatencyHistograms
 from service.tiering import TieringService
 
-__all__ = ["AdminView", "MetricsView", "PartitionsView"]
+__all__ = ["AdminView", "ClusterView", "MetricsView", "PartitionsView"]
 
 
 class PartitionsView(Protocol):
@@ -68,10 +76,44 @@ class MetricsView(PartitionsView, Protocol):
     @property
     def request_latency(self) -> LatencyHistograms: ...
 
+    @property
+    def fetch_sessions(self) -> FetchSessionCache: ...
+
+
+class ClusterView(Protocol):
+    """The cluster metadata as this broker knows it (brokers, controller, topics, partitions)."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+    @property
+    def node_id(self) -> int:
+        """This broker's id."""
+        ...
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The last committed metadata: broker registrations (fenced or not), partition
+        leaders, replicas and ISRs."""
+        ...
+
+    def brokers(self) -> list[BrokerInfo]: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def partitions(self, name: str) -> tuple[PartitionRegistration, ...]: ...
+
+    def describe_topic_config(self, name: str) -> list[ConfigEntry]: ...
+
 
 class AdminView(MetricsView, Protocol):
     @property
-    def controller(self) -> Controller: ...
+    def controller(self) -> ClusterView: ...
 
     @property
     def object_store(self) -> ObjectStore: ...

@@ -64,7 +64,7 @@ def wait_for_topic(bootstrap: str, name: str, partitions: int,
 
 def producer(bootstrap: str, **overrides: Any) -> Producer:
     conf = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-            "enable.idempotence": False, "message.timeout.ms": 30_000}
+            "message.timeout.ms": 30_000}
     conf.update(overrides)
     return Producer(conf)
 
@@ -159,3 +159,20 @@ def s3_keys(s3: Any, bucket: str, prefix: str = "") -> list[str]:
     """Every key under ``prefix``, sorted."""
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
+
+
+def join_and_commit(bootstrap: str, group: str, topic: str, count: int, **conf: Any) -> Consumer:
+    """A live member of ``group`` (the client's default protocol unless ``conf`` says) that
+    has consumed ``count`` records of ``topic`` and committed its position on every partition."""
+    member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "auto.offset.reset": "earliest", "enable.auto.commit": False, **conf})
+    member.subscribe([topic])
+    got = 0
+    deadline = time.monotonic() + 60
+    while got < count:
+        assert time.monotonic() < deadline, f"{group} consumed {got} of {count}"
+        for msg in member.consume(num_messages=count - got, timeout=0.2):
+            assert msg.error() is None, msg.error()
+            got += 1
+    member.commit(asynchronous=False)
+    return member

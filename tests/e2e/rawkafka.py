@@ -2,17 +2,19 @@
 
 Frames are size-prefixed (int32 big-endian); requests use header v1
 (api_key int16, api_version int16, correlation_id int32, client_id string).
-Only what the bad-input tests need: ApiVersions v0, Produce v3, Fetch v4, and
-record batches from kafka-python's ``DefaultRecordBatchBuilder`` (with helpers
-to corrupt them). Shares no code with the broker.
+By hand: what the bad-input tests need (ApiVersions v0, Produce v3, Fetch v4,
+record batches from kafka-python's ``DefaultRecordBatchBuilder`` with helpers to
+corrupt them). Any other API at any version: :func:`call_api`, with kafka-python's
+schema-built messages. Shares no code with the broker.
 """
 
 from __future__ import annotations
 
 import socket
 import struct
+import sys
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
@@ -80,14 +82,15 @@ def fetch_v4_body(topic: str, partition: int, offset: int, max_wait_ms: int = 10
 
 
 def record_batch(values: list[bytes], *, key_prefix: bytes = b"k", timestamp: int = 1_700_000_000_000,
-                 compression_type: int = 0) -> bytearray:
-    """A valid RecordBatch v2 (magic 2) holding ``values``."""
+                 compression_type: int = 0, timestamps: list[int] | None = None) -> bytearray:
+    """A valid RecordBatch v2 (magic 2) holding ``values``; record i at ``timestamp + i``
+    unless ``timestamps`` gives each record's."""
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=compression_type, is_transactional=False,
         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
     for i, value in enumerate(values):
-        builder.append(i, timestamp=timestamp + i, key=key_prefix + str(i).encode(),
-                       value=value, headers=[])
+        ts = timestamps[i] if timestamps is not None else timestamp + i
+        builder.append(i, timestamp=ts, key=key_prefix + str(i).encode(), value=value, headers=[])
     return builder.build()
 
 
@@ -319,3 +322,32 @@ def fetch(bootstrap: str, topic: str, partition: int, offset: int) -> FetchParti
     _, results = parse_fetch_v4(payload)
     assert len(results) == 1, results
     return results[0]
+
+
+# --------------------------------------------------------------------------- any API, any version
+
+
+def call_api(conn: Connection, request: Any, version: int) -> Any:
+    """Send a kafka-python ``ApiMessage`` request at ``version``; its decoded response.
+
+    kafka-python 3 builds every message from Kafka's own JSON schemas (versions
+    Kafka 4 dropped included, e.g. ListOffsets v0), with no code shared with the
+    broker: the tests use it for the versions and fields real clients do not send.
+    """
+    conn.correlation_id += 1
+    request.with_header(correlation_id=conn.correlation_id, client_id="strata-raw-test")
+    conn.send_raw(bytes(request.encode(version=version, header=True, framed=True)))
+    payload = conn.read_frame()
+    if payload is None:
+        raise ConnectionError("broker closed the connection instead of answering")
+    response_class = type(request).__name__.replace("Request", "Response")
+    module = sys.modules[type(request).__module__]
+    response = getattr(module, response_class).decode(payload, version=version, header=True)
+    assert response.header.correlation_id == conn.correlation_id
+    return response
+
+
+def call(bootstrap: str, request: Any, version: int) -> Any:
+    """:func:`call_api` over a fresh connection."""
+    with Connection.to(bootstrap) as conn:
+        return call_api(conn, request, version)

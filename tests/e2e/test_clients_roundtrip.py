@@ -168,7 +168,7 @@ def roundtrip_kafka_python(bootstrap: str, topic: str, codec: str, n: int,
     helpers.wait_for_topic(bootstrap, topic, PARTITIONS)
 
     producer = KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+        bootstrap_servers=bootstrap, acks="all",
         compression_type=None if codec == "none" else codec, linger_ms=5,
         batch_size=256 * 1024, max_request_size=4 * 1024 * 1024)
     futures = []
@@ -221,7 +221,7 @@ async def _roundtrip_aiokafka(bootstrap: str, topic: str, codec: str, n: int,
     helpers.wait_for_topic(bootstrap, topic, PARTITIONS)
 
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+        bootstrap_servers=bootstrap, acks="all",
         compression_type=None if codec == "none" else codec, linger_ms=5,
         max_batch_size=256 * 1024, max_request_size=4 * 1024 * 1024)
     await producer.start()

@@ -78,7 +78,7 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
         return doc if len(doc["segments"]) >= 5 else None
 
     doc = helpers.wait_until(manifest, "segments in the manifest")
-    assert doc["format_version"] == 1 and doc["topic"] == topic and doc["partition"] == 0
+    assert doc["format_version"] == 2 and doc["topic"] == topic and doc["partition"] == 0
     segments = doc["segments"]
     assert segments[0]["base_offset"] == 0
     for prev, nxt in zip(segments, segments[1:]):
@@ -105,11 +105,14 @@ def test_sealed_segments_move_to_the_bucket_and_history_reads_back(tiered_broker
     with urllib.request.urlopen(f"{b.admin_url}/v1/topics/{topic}/partitions", timeout=10) as resp:
         (state,) = json.load(resp)["partitions"]
     assert state["remote_segments"] >= 5 and state["log_start_offset"] == 0
-    assert state["upload_lag_offsets"] == RECORDS - state["remote_log_start_offset"] - sum(
-        s["last_offset"] - s["base_offset"] + 1 for s in
-        json.loads(helpers.s3_client(b.endpoint).get_object(Bucket=b.bucket, Key=[
-            k for k in _keys(b.endpoint, b.bucket, "cluster-a/topics/") if k.endswith("manifest.json")
-        ][0])["Body"].read())["segments"])
+    listed = json.loads(helpers.s3_client(b.endpoint).get_object(Bucket=b.bucket, Key=[
+        k for k in _keys(b.endpoint, b.bucket, "cluster-a/topics/") if k.endswith("manifest.json")
+    ][0])["Body"].read())["segments"]
+    assert state["remote_next_offset"] == listed[-1]["last_offset"] + 1
+    # upload lag counts the sealed segments between the bucket and the active one, never
+    # the active segment (it is uploaded once it rolls)
+    assert state["upload_lag_offsets"] == state["active_segment_base_offset"] - state["remote_next_offset"]
+    assert state["active_segment_base_offset"] < RECORDS and state["active_segment_bytes"] > 0
 
     # the log still starts at 0 for clients; everything reads back identical
     assert helpers.watermarks(b.bootstrap, topic) == (0, RECORDS)

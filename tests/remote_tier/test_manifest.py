@@ -40,7 +40,7 @@ def test_json_round_trip_keeps_every_field() -> None:
     data = m.to_json_bytes()
     assert PartitionManifest.from_json_bytes(data) == m
     doc = json.loads(data)
-    assert doc["format_version"] == FORMAT_VERSION == 1
+    assert doc["format_version"] == FORMAT_VERSION == 2
     assert set(doc) == {
         "format_version",
         "topic",
@@ -61,15 +61,26 @@ def test_json_round_trip_keeps_every_field() -> None:
         "record_count": 10,
         "upload_id": f"{10:032x}",
         "epochs": [[1, 10]],
+        "txn_index_bytes": 0,
+        "producer_snapshot_bytes": 0,
     }
 
 
-@pytest.mark.parametrize("version", [2, 0, None, "1"])
+@pytest.mark.parametrize("version", [3, 0, None, "1"])
 def test_an_unknown_format_version_is_refused_clearly(version: object) -> None:
     doc = json.loads(manifest(seg(0, 9)).to_json_bytes())
     doc["format_version"] = version
-    with pytest.raises(ManifestFormatError, match=f"format_version {version!r}.*only version 1"):
+    with pytest.raises(ManifestFormatError, match=rf"format_version {version!r}.*versions \(1, 2\)"):
         PartitionManifest.from_json_bytes(json.dumps(doc).encode())
+
+
+def test_a_version_1_manifest_still_reads_as_segments_without_transaction_objects() -> None:
+    doc = json.loads(manifest(seg(0, 9)).to_json_bytes())
+    doc["format_version"] = 1
+    for segment in doc["segments"]:
+        del segment["txn_index_bytes"], segment["producer_snapshot_bytes"]
+    (only,) = PartitionManifest.from_json_bytes(json.dumps(doc).encode()).segments
+    assert (only.base_offset, only.txn_index_bytes, only.producer_snapshot_bytes) == (0, 0, 0)
 
 
 @pytest.mark.parametrize(

@@ -107,10 +107,15 @@ async def _await(aw):  # type: ignore[no-untyped-def]
 
 
 def test_api_table_only_lists_versions_kio_can_decode() -> None:
+    """...or that are decoded by hand (ListOffsets v0, which Kafka 4 and kio dropped)."""
     from kio.index import load_request_schema
+
+    from service.handlers.router import hand_decoders
 
     for spec in api_table().values():
         for version in range(spec.min_version, spec.max_version + 1):
+            if (spec.key, version) in hand_decoders():
+                continue
             load_request_schema(spec.key, version)
             load_response_schema(spec.key, version)
 

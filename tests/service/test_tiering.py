@@ -199,10 +199,11 @@ def test_a_store_failing_every_third_request_still_gets_every_segment_through_on
     assert manifest.segments[0].base_offset == 0 and manifest.next_offset == boundary
     for prev, nxt in zip(manifest.segments, manifest.segments[1:]):
         assert nxt.base_offset == prev.last_offset + 1
-    # no object dangles: three per committed segment, each referenced
+    # no object dangles: three per committed segment plus its producer snapshot, each referenced
     referenced = {s.upload_id for s in manifest.segments}
     keys = _segment_keys(real)
-    assert len(keys) == 3 * len(bases)
+    assert all(s.producer_snapshot_bytes > 0 and s.txn_index_bytes == 0 for s in manifest.segments)
+    assert len(keys) == 4 * len(bases)
     assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == referenced
     # and the history reads back whole, through the flaky store too
     assert [o for o, _ in history] == list(range(total))
@@ -384,5 +385,41 @@ def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_r
     keys = _segment_keys(real)
     assert orphans[0] not in keys
     assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == {s.upload_id for s in manifest.segments}
-    assert len(keys) == 3 * len(manifest.segments)
+    assert len(keys) == 4 * len(manifest.segments)  # .log, .index, .timeindex, .snapshot
     assert total == 400
+
+
+def test_the_log_start_is_the_oldest_record_left_in_either_tier_never_a_deleted_one(
+    tmp_path: Path,
+) -> None:
+    """ADR 0014: the manifest's log start (remote retention, DeleteRecords) wins over older
+    data either tier still holds; older remote data wins over the local start."""
+    from types import SimpleNamespace
+
+    from remote_tier.manifest import PartitionManifest, RemoteSegment
+    from service.tiering import PartitionTierState
+
+    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig(), 0)
+    try:
+        local: Any = SimpleNamespace(log_start_offset=50)
+        topic_id = "00000000-0000-0000-0000-000000000001"
+
+        def segment(base: int, last: int) -> RemoteSegment:
+            return RemoteSegment(base, last, 100, 0, 0, 0, last - base + 1, f"u{base}")
+
+        def start(manifest: PartitionManifest | None, floor: int = 0) -> int:
+            state = PartitionTierState(topic_id, manifest=manifest, log_start_floor=floor)
+            service.partitions[("t", 0)] = state
+            return service.log_start_offset("t", 0, local)
+
+        empty = PartitionManifest.empty("t", topic_id, 0, 0)
+        assert start(None) == 50
+        assert start(empty) == 50  # nothing uploaded yet
+        held = empty.with_segment(segment(0, 99)).with_segment(segment(100, 199))
+        assert start(held) == 0  # the bucket holds older records than the disk
+        assert start(held.without([], 80)) == 80  # deleted inside a remote segment
+        assert start(held.without([], 120)) == 120  # ... past the local start too
+        assert start(empty.without([], 300)) == 300  # past anything ever uploaded
+        assert start(held, floor=70) == 70  # a DeleteRecords the cached manifest predates
+    finally:
+        service.close()

@@ -53,12 +53,21 @@ def test_topic_lifecycle_create_list_describe_alter_delete(module_broker: Any) -
 
 def test_create_existing_topic_fails_unless_if_not_exists(module_broker: Any) -> None:
     b = module_broker.bootstrap
-    ok(strata("topics", "create", "cli-twice", "--partitions", "1", bootstrap=b))
-    line = fails_cleanly(strata("topics", "create", "cli-twice", "--partitions", "1",
+    ok(strata("topics", "create", "cli-twice", "--partitions", "2", bootstrap=b))
+    line = fails_cleanly(strata("topics", "create", "cli-twice", "--partitions", "2",
                                 bootstrap=b))
-    assert "already exists" in line
-    ok(strata("topics", "create", "cli-twice", "--partitions", "1", "--if-not-exists",
-              bootstrap=b))
+    assert "already exists" in line and "--if-not-exists" in line
+    same = ok(strata("topics", "create", "cli-twice", "--partitions", "2", "--if-not-exists",
+                     bootstrap=b))
+    assert same.stderr.strip() == "topic cli-twice already exists (2 partition(s)); nothing changed"
+    other = ok(strata("topics", "create", "cli-twice", "--partitions", "5", "--if-not-exists",
+                      bootstrap=b))
+    assert "created" not in other.stderr
+    assert other.stderr.startswith("warning: topic cli-twice already exists with 2 partition(s), "
+                                   "not the 5 asked for"), other.stderr
+    assert "strata topics alter cli-twice --partitions 5" in other.stderr
+    out = ok(strata("topics", "describe", "cli-twice", bootstrap=b)).stdout
+    assert len(describe_partitions(out)) == 2  # left as it was
 
 
 def test_create_with_broker_default_partitions(module_broker: Any) -> None:
@@ -128,7 +137,23 @@ def test_unknown_topic_is_one_clear_line(module_broker: Any) -> None:
                                 bootstrap=b))
     assert "does not exist" in line
     line = fails_cleanly(strata("topics", "delete", "cli-no-such-topic", bootstrap=b))
-    assert "does not exist" in line
+    assert "does not exist: nothing to delete" in line and "topics create" not in line
+    ok(strata("topics", "create", "cli-deleted", "--partitions", "1", bootstrap=b))
+    proc = strata("topics", "delete", "cli-deleted", "cli-no-such-topic", bootstrap=b)
+    assert "deleted topic cli-deleted" in proc.stderr  # what was deleted is said, then the failure
+    assert fails_cleanly_lines(proc)[-1].endswith("does not exist: nothing to delete "
+                                                  "(`strata topics list` shows the topics)")
+
+
+def fails_cleanly_lines(proc: Any) -> list[str]:
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return [line for line in proc.stderr.splitlines() if line.strip()]
+
+
+def test_consume_group_refuses_a_partition_or_offset(module_broker: Any) -> None:
+    line = fails_cleanly(strata("consume", "t", "--group", "g", "--partition", "0",
+                                bootstrap=module_broker.bootstrap))
+    assert "--group cannot go with --partition or --offset" in line
 
 
 def test_refused_request_is_one_clear_line(module_broker: Any) -> None:

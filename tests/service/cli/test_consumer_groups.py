@@ -29,19 +29,7 @@ def lag_rows(out: str) -> dict[tuple[str, int], dict[str, str]]:
 
 def consume_and_commit(bootstrap: str, group: str, topic: str, count: int) -> Consumer:
     """A live member that has consumed and committed ``count`` records."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                  "session.timeout.ms": 6000})
-    c.subscribe([topic])
-    got = 0
-    deadline = time.monotonic() + 60
-    while got < count:
-        assert time.monotonic() < deadline, f"consumed {got} of {count}"
-        for msg in c.consume(num_messages=count - got, timeout=0.2):
-            assert msg.error() is None, msg.error()
-            got += 1
-            c.commit(message=msg, asynchronous=False)
-    return c
+    return helpers.join_and_commit(bootstrap, group, topic, count, **{"session.timeout.ms": 6000})
 
 
 def test_describe_shows_members_committed_offsets_and_lag(cli_broker: BrokerProcess) -> None:

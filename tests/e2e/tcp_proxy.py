@@ -1,0 +1,83 @@
+"""A loopback TCP proxy whose connections a test can cut at any moment.
+
+Cutting first swallows the broker's responses for a moment (requests still go
+through and are written), then closes both sides of every open connection: the
+client never hears of requests the broker took, and retries them. Threads only;
+listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+from tests.conftest import free_port
+
+
+class CuttingProxy:
+    def __init__(self, target_port: int, port: int | None = None) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self._server = socket.create_server(("127.0.0.1", self.port))
+        self._server.settimeout(0.2)
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._swallow = threading.Event()
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                client, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                client.close()  # the broker is down: the client reconnects later
+                continue
+            with self._lock:
+                self._open.update((client, upstream))
+            for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pipe, args=(src, dst, answers), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+        try:
+            while chunk := src.recv(65536):
+                if answers and self._swallow.is_set():
+                    continue  # the response is lost
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            self._close(src, dst)
+
+    def _close(self, *socks: socket.socket) -> None:
+        for s in socks:
+            with self._lock:
+                self._open.discard(s)
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def cut(self, swallow_s: float = 0.05) -> None:
+        """Drop the broker's responses for ``swallow_s``, then close every open connection."""
+        self._swallow.set()
+        time.sleep(swallow_s)
+        with self._lock:
+            doomed = list(self._open)
+        self._close(*doomed)
+        self._swallow.clear()
+        self.cuts += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._server.close()
+        self.cut(0)
