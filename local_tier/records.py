@@ -1,20 +1,17 @@
 """Kafka RecordBatch v2: header access, Produce validation, offset stamping, and a record codec.
 
-The bytes a producer sends are the bytes on disk and the bytes a consumer gets.
-On the append path this module therefore works per *batch*, never per record:
+The bytes a producer sends are the bytes on disk and the bytes a consumer gets;
+batches are stored as sent, never re-compressed. On the append path:
 
-* :func:`validate_batches` checks framing, magic, lengths, the CRC-32C (which
-  covers everything from ``attributes`` to the end of the batch), the record
-  count and the codec, and then, as Kafka's broker does before appending, walks
-  every record: compressed batches are decompressed (bounded by
-  ``MAX_INFLATED_BATCH_BYTES``) and each record's framing is checked
-  (:func:`check_records`). A CRC only proves the bytes are the ones the producer
-  sent; a batch whose body lies (garbage inside a correct CRC, a count that does
-  not match the records) would otherwise be acknowledged and then stop every
-  consumer at it. The walk reads lengths and varints only, in C
-  (``local_tier/_recordscan.c``, built by setup.py; a pure-Python walk,
-  :mod:`local_tier.record_scan`, is the fallback), at a few nanoseconds per record. Compressed batches are stored as
-  sent, never re-compressed.
+* :func:`validate_batches` checks framing, magic, lengths, the CRC-32C (from
+  ``attributes`` to the end of the batch), the record count and the codec, then,
+  as Kafka's broker does, walks every record (:func:`check_records`): compressed
+  batches are inflated (at most ``MAX_INFLATED_BATCH_BYTES``) and each record's
+  framing is checked. A CRC only proves the bytes are the producer's; a batch
+  whose body lies would otherwise be acknowledged and then stop every consumer at
+  it. The walk reads lengths and varints only, in C (``local_tier/_recordscan.c``,
+  built by setup.py; :mod:`local_tier.record_scan` is the Python fallback), a few
+  nanoseconds per record.
 * :func:`stamp_batch` rewrites the base offset and partition leader epoch in
   place (both are outside the CRC); for LogAppendTime it also sets the timestamp
   type bit and the max timestamp, and recomputes the CRC.
@@ -303,11 +300,10 @@ def validate_batches(
 
 
 def check_records(buf: Buffer, pos: int, header: BatchHeader, *, inflate_limit: int | None = None) -> None:
-    """Walk every record of the batch at ``pos`` (whose header ``check_batch`` vouched for).
+    """Walk every record of the batch at ``pos`` (vouched for by ``check_batch``), inflated first.
 
-    Decompresses first (bounded as :func:`validate_batches` says). Raises
-    InvalidRecordError naming the first bad record, with its index in
-    ``record_errors``; InflateLimitExceeded only when ``inflate_limit`` is given.
+    InvalidRecordError names the first bad record (its index in ``record_errors``);
+    InflateLimitExceeded only when ``inflate_limit`` is given.
     """
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     data: Buffer = view[pos + BATCH_OVERHEAD : pos + header.size]

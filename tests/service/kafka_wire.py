@@ -135,6 +135,10 @@ PLAUSIBLE: Mapping[str, Any] = {
     "assignments": (),
     "configs": (),
     "topic_id": None,
+    "transaction_timeout": 60_000,
+    "producer_id": -1,
+    "producer_epoch": -1,
+    "leader_epoch": 0,
 }
 
 _BY_TYPE: Mapping[str, Any] = {
