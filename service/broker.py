@@ -54,6 +54,7 @@ from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
@@ -108,6 +109,7 @@ class Broker:
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -123,8 +125,13 @@ class Broker:
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
+        self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
+        self.transactions = start_transaction_coordinator(self)
+        self.transaction_coordinator = self.transactions
 
     def close(self) -> None:
+        if self.transactions is not None:
+            self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
