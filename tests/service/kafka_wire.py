@@ -165,11 +165,13 @@ def _coerce(kafka_type: str, value: Any) -> Any:
     return value
 
 
-def _lookup(name: str, values: Mapping[str, Any]) -> tuple[bool, Any]:
-    if name in values:
-        return True, values[name]
-    if name in PLAUSIBLE:
-        return True, PLAUSIBLE[name]
+def _lookup(f: dataclasses.Field[Any], values: Mapping[str, Any]) -> tuple[bool, Any]:
+    """The value given for field ``f``, else its plausible one; a plausible null only where
+    this version lets the field be null (AddPartitionsToTxn v4's ``transactional_id`` may not)."""
+    if f.name in values:
+        return True, values[f.name]
+    if f.name in PLAUSIBLE and (PLAUSIBLE[f.name] is not None or is_optional(f)):
+        return True, PLAUSIBLE[f.name]
     return False, None
 
 
@@ -182,7 +184,7 @@ def _fill(cls: type, values: Mapping[str, Any]) -> Any:
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         shape = classify_field(f)
-        found, value = _lookup(f.name, values)
+        found, value = _lookup(f, values)
         if isinstance(shape, EntityTupleField):
             if not found or value is ...:
                 value = (_fill(shape.type_, values),)
@@ -239,7 +241,8 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, An
 
 
 def error_codes(entity: Any) -> list[int]:
-    """Every ``error_code`` field in a response entity, depth first."""
+    """Every ``error_code`` field (and ``partition_error_code``, AddPartitionsToTxn's) in a
+    response entity, depth first."""
     return list(_walk_codes(entity))
 
 
@@ -250,7 +253,7 @@ def _walk_codes(value: Any) -> Iterator[int]:
     elif dataclasses.is_dataclass(value):
         for f in dataclasses.fields(value):
             inner = getattr(value, f.name)
-            if f.name == "error_code":
+            if f.name in ("error_code", "partition_error_code"):
                 yield int(inner)
             else:
                 yield from _walk_codes(inner)

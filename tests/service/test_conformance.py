@@ -53,11 +53,21 @@ INVALID_PARTITIONS = 37
 INVALID_REPLICATION_FACTOR = 38
 INVALID_CONFIG = 40
 INVALID_REQUEST = 42
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+INVALID_TRANSACTION_TIMEOUT = 50
+CONCURRENT_TRANSACTIONS = 51
+OPERATION_NOT_ATTEMPTED = 55
 NON_EMPTY_GROUP = 68
 GROUP_ID_NOT_FOUND = 69
 MEMBER_ID_REQUIRED = 79
 INVALID_RECORD = 87
+PRODUCER_FENCED = 90
 UNKNOWN_TOPIC_ID = 100
+TRANSACTIONAL_ID_NOT_FOUND = 105
+TRANSACTION_ABORTABLE = 120
+INVALID_REGULAR_EXPRESSION = 128
 
 TOPIC = "conformance"
 
@@ -94,6 +104,26 @@ class Env:
         assert error_codes(answer) == [NONE], answer
         return str(join["group_id"])
 
+    def init_txn(self, tid: str | None = None) -> Txn:
+        """A transactional id initialized by InitProducerId (state Empty), with its producer id and epoch."""
+        tid = tid or self.unique("conf-txn")
+        answer = self.call(example_request(22, 4, transactional_id=tid, producer_id=-1, producer_epoch=-1))
+        assert error_codes(answer) == [NONE], answer
+        return Txn(tid, int(answer.producer_id), int(answer.producer_epoch))
+
+    def ongoing_txn(self, partition: int = 0) -> Txn:
+        """A transaction holding ``TOPIC``'s ``partition`` (state Ongoing)."""
+        txn = self.init_txn()
+        answer = self.call(example_request(24, 3, **txn.values(partitions=(partition,))))
+        assert error_codes(answer) == [NONE], answer
+        return txn
+
+    def fenced_txn(self) -> Txn:
+        """A producer fenced by a second InitProducerId of its transactional id (epoch bumped)."""
+        txn = self.init_txn()
+        self.init_txn(txn.id)
+        return txn
+
     def group_with_offsets(self) -> str:
         """An Empty group holding a committed offset (a 'simple' group, generation -1)."""
         group = self.unique("conf-group")
@@ -103,6 +133,23 @@ class Env:
 
 
 Values = Callable[[Env, int], dict[str, Any]]
+Expected = int | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Txn:
+    """A transactional producer: its id, producer id and epoch."""
+
+    id: str
+    producer_id: int
+    producer_epoch: int
+
+    def values(self, **extra: Any) -> dict[str, Any]:
+        """Request values naming this producer, in every transaction API's field names
+        (AddPartitionsToTxn v0-v3's ``v3_and_below_*`` too)."""
+        fields = {"transactional_id": self.id, "producer_id": self.producer_id,
+                  "producer_epoch": self.producer_epoch}
+        return {**fields, **{f"v3_and_below_{k}": v for k, v in fields.items()}, "name": TOPIC, **extra}
 
 
 @dataclass(frozen=True)
@@ -112,13 +159,14 @@ class Case:
     api: int
     label: str
     values: Values
-    #: the error code the answer carries (per version when a callable)
-    expect: int | Callable[[int], int] = NONE
+    #: the error code the answer carries (per version when a callable); a tuple: exactly
+    #: these codes besides NONE (a request failing some partitions and not attempting the others)
+    expect: Expected | Callable[[int], Expected] = NONE
     #: versions to send; default: every version the broker advertises
     versions: range | None = None
     marks: tuple[Any, ...] = field(default=())
 
-    def expected(self, version: int) -> int:
+    def expected(self, version: int) -> Expected:
         return self.expect(version) if callable(self.expect) else self.expect
 
 
@@ -141,6 +189,21 @@ def _consumer_join(env: Env) -> dict[str, Any]:
             "instance_id": None, "rack_id": None, "rebalance_timeout": 30_000,
             "subscribed_topic_names": (TOPIC,), "subscribed_topic_regex": None, "server_assignor": None,
             "topic_partitions": ()}
+
+
+def _ended(env: Env, committed: bool) -> dict[str, Any]:
+    """A producer whose transaction was just committed or aborted (EndTxn answered NONE)."""
+    values = env.ongoing_txn().values(committed=committed)
+    assert error_codes(env.call(example_request(26, 3, **values))) == [NONE]
+    return values
+
+
+def _txn_offsets(env: Env, txn: Txn, add_group: bool) -> dict[str, Any]:
+    """TxnOffsetCommit values for a new group (added to ``txn`` by AddOffsetsToTxn when ``add_group``)."""
+    group = env.unique("conf-group")
+    if add_group:
+        assert error_codes(env.call(example_request(25, 3, **txn.values(group_id=group)))) == [NONE]
+    return txn.values(group_id=group, partition_index=0, generation_id=-1, member_id="", group_instance_id=None)
 
 
 def _lying_batch() -> bytes:
@@ -292,7 +355,93 @@ CASES: list[Case] = [
     Case(23, "unknown topic", lambda env, v: {"topic": "no-such-topic", "partition": 0},
          UNKNOWN_TOPIC_OR_PARTITION),
     Case(23, "unknown partition", _topic(partition=99), UNKNOWN_TOPIC_OR_PARTITION),
+    # -- InitProducerId with a transactional id (Kafka's TransactionCoordinator, transaction version 1)
+    Case(22, "transactional", lambda env, v: {"transactional_id": env.unique("conf-txn")}),
+    Case(22, "empty transactional id", lambda env, v: {"transactional_id": ""}, INVALID_REQUEST),
+    Case(22, "transaction timeout above the maximum",
+         lambda env, v: {"transactional_id": env.unique("conf-txn"), "transaction_timeout": 10**9},
+         INVALID_TRANSACTION_TIMEOUT),
+    Case(22, "producer id without an epoch", lambda env, v: {"producer_id": 7, "producer_epoch": -1},
+         INVALID_REQUEST, versions=range(3, 6)),
+    Case(22, "another producer's id (KIP-360)",
+         lambda env, v: {**(txn := env.init_txn()).values(), "producer_id": txn.producer_id + 1000},
+         lambda v: PRODUCER_FENCED if v >= 4 else INVALID_PRODUCER_EPOCH, versions=range(3, 6)),
+    # the ongoing transaction of the previous epoch is aborted first; the client retries
+    Case(22, "id with an ongoing transaction", lambda env, v: {"transactional_id": env.ongoing_txn().id},
+         CONCURRENT_TRANSACTIONS),
+    # -- AddPartitionsToTxn: v0-v3 from clients, v4 batched from brokers (KIP-890), one answer per transaction
+    Case(24, "valid", lambda env, v: env.init_txn().values(partitions=(0, 1))),
+    Case(24, "verify a partition of the transaction", lambda env, v: {**env.ongoing_txn().values(),
+                                                                      "verify_only": True},
+         versions=range(4, 5)),
+    Case(24, "verify a partition not in the transaction", lambda env, v: {**env.ongoing_txn(0).values(),
+                                                                          "partitions": (1,), "verify_only": True},
+         TRANSACTION_ABORTABLE, versions=range(4, 5)),
+    Case(24, "unknown topic", lambda env, v: env.init_txn().values(name="no-such-topic"),
+         UNKNOWN_TOPIC_OR_PARTITION),
+    Case(24, "unknown partition beside a known one", lambda env, v: env.init_txn().values(partitions=(0, 99)),
+         (UNKNOWN_TOPIC_OR_PARTITION, OPERATION_NOT_ATTEMPTED)),
+    Case(24, "transactional id never initialized",
+         lambda env, v: Txn(env.unique("conf-txn"), 4242, 0).values(), INVALID_PRODUCER_ID_MAPPING),
+    Case(24, "another producer's id",
+         lambda env, v: {**(txn := env.init_txn()).values(), "producer_id": txn.producer_id + 1000,
+                         "v3_and_below_producer_id": txn.producer_id + 1000}, INVALID_PRODUCER_ID_MAPPING),
+    Case(24, "fenced epoch", lambda env, v: env.fenced_txn().values(),
+         lambda v: PRODUCER_FENCED if v >= 2 else INVALID_PRODUCER_EPOCH),
+    Case(24, "empty transactional id", lambda env, v: Txn("", 4242, 0).values(), INVALID_REQUEST),
+    # -- AddOffsetsToTxn
+    Case(25, "valid", lambda env, v: {**env.init_txn().values(), "group_id": env.unique("conf-group")}),
+    Case(25, "transactional id never initialized",
+         lambda env, v: {**Txn(env.unique("conf-txn"), 4242, 0).values(), "group_id": "g"},
+         INVALID_PRODUCER_ID_MAPPING),
+    Case(25, "fenced epoch", lambda env, v: {**env.fenced_txn().values(), "group_id": "g"},
+         lambda v: PRODUCER_FENCED if v >= 2 else INVALID_PRODUCER_EPOCH),
+    Case(25, "empty transactional id", lambda env, v: {**Txn("", 4242, 0).values(), "group_id": "g"},
+         INVALID_REQUEST),
+    # -- EndTxn
+    Case(26, "commit", lambda env, v: {**env.ongoing_txn().values(), "committed": True}),
+    Case(26, "abort", lambda env, v: {**env.ongoing_txn().values(), "committed": False}),
+    Case(26, "commit with no transaction open", lambda env, v: {**env.init_txn().values(), "committed": True},
+         INVALID_TXN_STATE),
+    # Prepare or Complete Abort, whichever the markers reached: both refuse a commit
+    Case(26, "commit after an abort", lambda env, v: {**_ended(env, committed=False), "committed": True},
+         INVALID_TXN_STATE),
+    Case(26, "transactional id never initialized",
+         lambda env, v: {**Txn(env.unique("conf-txn"), 4242, 0).values(), "committed": True},
+         INVALID_PRODUCER_ID_MAPPING),
+    Case(26, "fenced epoch", lambda env, v: {**env.fenced_txn().values(), "committed": True},
+         lambda v: PRODUCER_FENCED if v >= 2 else INVALID_PRODUCER_EPOCH),
+    Case(26, "empty transactional id", lambda env, v: {**Txn("", 4242, 0).values(), "committed": True},
+         INVALID_REQUEST),
+    # -- TxnOffsetCommit (fencing is INVALID_PRODUCER_EPOCH at every version, as Kafka's verification answers)
+    Case(28, "valid", lambda env, v: _txn_offsets(env, env.ongoing_txn(), add_group=True)),
+    Case(28, "group not added to the transaction",
+         lambda env, v: _txn_offsets(env, env.ongoing_txn(), add_group=False), INVALID_TXN_STATE),
+    Case(28, "transactional id never initialized",
+         lambda env, v: _txn_offsets(env, Txn(env.unique("conf-txn"), 4242, 0), add_group=False),
+         INVALID_PRODUCER_ID_MAPPING),
+    Case(28, "fenced epoch", lambda env, v: _txn_offsets(env, env.fenced_txn(), add_group=False),
+         INVALID_PRODUCER_EPOCH),
+    # -- DescribeProducers
+    Case(61, "valid", _topic(partition_indexes=(0, 1))),
+    Case(61, "unknown topic", lambda env, v: {"name": "no-such-topic", "partition_indexes": (0,)},
+         UNKNOWN_TOPIC_OR_PARTITION),
+    Case(61, "unknown partition", _topic(partition_indexes=(99,)), UNKNOWN_TOPIC_OR_PARTITION),
+    Case(61, "invalid topic name", lambda env, v: {"name": "bad/name", "partition_indexes": (0,)}, INVALID_TOPIC),
+    # -- DescribeTransactions
+    Case(65, "ongoing transaction", lambda env, v: {"transactional_ids": (env.ongoing_txn().id,)}),
+    Case(65, "unknown transactional id", lambda env, v: {"transactional_ids": (env.unique("conf-txn"),)},
+         TRANSACTIONAL_ID_NOT_FOUND),
+    Case(65, "empty transactional id", lambda env, v: {"transactional_ids": ("",)}, INVALID_REQUEST),
+    # -- ListTransactions
+    Case(66, "valid", lambda env, v: {"state_filters": (), "producer_id_filters": (), "duration_filter": -1,
+                                      "transactional_id_pattern": None}),
+    Case(66, "unknown state filter", lambda env, v: {"state_filters": ("NoSuchState",)}),
+    Case(66, "invalid id pattern", lambda env, v: {"transactional_id_pattern": "conf-txn-("},
+         INVALID_REGULAR_EXPRESSION, versions=range(2, 3)),
     # -- WriteTxnMarkers (broker to broker)
+    Case(27, "abort marker", lambda env, v: {**env.ongoing_txn().values(), "transaction_result": False,
+                                            "partition_indexes": (0,), "coordinator_epoch": 0}),
     Case(27, "unknown topic", lambda env, v: {"producer_id": 4242, "producer_epoch": 0, "name": "no-such-topic",
                                                "partition_indexes": (0,)}, UNKNOWN_TOPIC_OR_PARTITION),
     # -- AlterConfigs
@@ -346,7 +495,7 @@ def _versions(api: int) -> list[int]:
     return [v for v in range(spec.min_version, spec.max_version + 1) if (api, v) not in HAND_CODED]
 
 
-def _check(env: Env, api: int, version: int, values: dict[str, Any], expected: int | None) -> str | None:
+def _check(env: Env, api: int, version: int, values: dict[str, Any], expected: Expected | None) -> str | None:
     """None when the answer is right, else what went wrong."""
     body = example_request(api, version, **values)
     try:
@@ -358,7 +507,9 @@ def _check(env: Env, api: int, version: int, values: dict[str, Any], expected: i
     codes = error_codes(answer)
     if expected is None:
         return None
-    if expected == NONE:
+    if isinstance(expected, tuple):
+        ok = set(codes) - {NONE} == set(expected)
+    elif expected == NONE:
         ok = all(c == NONE for c in codes)
     else:
         ok = expected in codes and set(codes) <= {NONE, expected}
@@ -394,3 +545,35 @@ def test_every_api_has_a_valid_case() -> None:
 
 def test_versions_decoded_by_hand_are_known_here() -> None:
     assert set(hand_decoders()) == set(HAND_CODED)
+
+
+def test_batched_add_partitions_to_txn_answers_each_transaction(env: Env) -> None:
+    """AddPartitionsToTxn v4 (KIP-890, broker to broker) carries several transactions; Kafka
+    answers each one on its own, by transactional id, and one failing does not fail the others."""
+    ongoing, empty = env.ongoing_txn(0), env.init_txn()
+    unknown = Txn(env.unique("conf-txn"), 4242, 0)
+    fenced = env.fenced_txn()
+
+    def entry(txn: Txn, partitions: tuple[int, ...], verify_only: bool) -> dict[str, Any]:
+        return {"transactional_id": txn.id, "producer_id": txn.producer_id, "producer_epoch": txn.producer_epoch,
+                "verify_only": verify_only, "topics": [{"name": TOPIC, "partitions": partitions}]}
+
+    answer = env.call(example_request(24, 4, transactions=[
+        entry(ongoing, (0, 1), verify_only=True), entry(empty, (1,), verify_only=False),
+        entry(unknown, (0,), verify_only=False), entry(fenced, (0,), verify_only=True),
+    ]))
+    got = {r.transactional_id: {(t.name, p.partition_index): p.partition_error_code
+                                for t in r.topic_results for p in t.results_by_partition}
+           for r in answer.results_by_transaction}
+    assert answer.error_code == NONE
+    assert got == {
+        ongoing.id: {(TOPIC, 0): NONE, (TOPIC, 1): TRANSACTION_ABORTABLE},
+        empty.id: {(TOPIC, 1): NONE},
+        unknown.id: {(TOPIC, 0): INVALID_PRODUCER_ID_MAPPING},
+        fenced.id: {(TOPIC, 0): PRODUCER_FENCED},
+    }
+    # the partition the batch added is in that transaction now
+    described = env.call(example_request(65, 0, transactional_ids=(empty.id,)))
+    state = described.transaction_states[0]
+    assert (state.transaction_state, [(t.topic, tuple(t.partitions)) for t in state.topics]) == (
+        "Ongoing", [(TOPIC, (1,))])
