@@ -286,18 +286,19 @@ class WireConnection(rawkafka.Connection):
 
 
 def read_to_end(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0) -> list[bytes]:
-    """Every record value of ``topic``, each partition read from offset 0 to its end.
+    """Every record value of ``topic``, each partition read from its log start offset (0
+    unless DeleteRecords moved it) to its end.
 
     Fails on any consumer error: a batch the broker acknowledged but a client
     cannot read stops here.
     """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-read-to-end",
                          "enable.auto.commit": False, "enable.partition.eof": True})
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(partitions)}
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)}
+    ends = {p: end for p, (_, end) in marks.items()}
+    consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in marks.items()])
     values: list[bytes] = []
-    at_end = {p for p, end in ends.items() if end == 0}
+    at_end = {p for p, (start, end) in marks.items() if end == start}
     deadline = time.monotonic() + timeout
     try:
         while len(at_end) < partitions and time.monotonic() < deadline:
