@@ -49,6 +49,7 @@ __all__ = [
     "error_codes",
     "example_request",
     "frame",
+    "offsets_held",
     "read_to_end",
     "records",
     "with_crc",
@@ -283,6 +284,18 @@ class WireConnection(rawkafka.Connection):
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+
+def offsets_held(bootstrap: str, topic: str, partitions: int = 1) -> int:
+    """Offsets between the log start and the end of ``topic``'s partitions (ListOffsets v8, -2 and -1):
+    what :func:`read_to_end` reads when there are no control records."""
+    def total(timestamp: int) -> int:
+        with WireConnection(bootstrap) as conn:
+            listed = conn.call(example_request(2, 8, name=topic, timestamp=timestamp, partitions=[
+                {"partition_index": p} for p in range(partitions)]))
+        return sum(int(p.offset) for p in listed.topics[0].partitions)
+
+    return total(-1) - total(-2)
 
 
 def read_to_end(bootstrap: str, topic: str, partitions: int = 1, timeout: float = 30.0) -> list[bytes]:
