@@ -46,6 +46,7 @@ from local_tier.errors import (
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
+from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
@@ -298,12 +299,16 @@ class Broker:
         self,
         topic: str,
         partition: int,
-        records: bytes,
+        records: bytes | memoryview,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
-        """Append to the partition's log; a duplicate idempotent batch writes nothing."""
+        """Append to the partition's log; a duplicate idempotent batch writes nothing.
+
+        ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
+        """
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch, origin=origin)
+        info = target.append_as_leader(records, self.leader_epoch, validated=validated, origin=origin)
         if info.duplicate:
             return info
         target.update_high_watermark(target.log_end_offset)
