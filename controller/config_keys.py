@@ -275,6 +275,13 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             validator=at_least(0)),
     ConfigDef("queued.max.requests", "int", "500", "Requests queued before reads stop.",
             validator=at_least(1)),
+    ConfigDef("queued.max.request.bytes", "long", "268435456",
+            "Bytes of requests being read or handled, across all connections, before no more "
+            "requests are read; at least socket.request.max.bytes, or -1 for no limit (Kafka's "
+            "default is -1; Strata's is 256 MiB).", validator=at_least(-1)),
+    ConfigDef("connections.max.idle.ms", "long", "600000",
+            "Close connections with no traffic and no request in progress for this long; "
+            "-1: never.", validator=at_least(-1)),
     ConfigDef("num.io.threads", "int", "8", "Threads processing requests.", validator=at_least(1)),
     ConfigDef("remote.log.reader.threads", "int", "10", "Threads of the tiered fetch pool.",
             validator=at_least(1)),

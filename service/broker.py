@@ -53,6 +53,7 @@ from local_tier.errors import (
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
+from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.cluster.image import MetadataImage
@@ -394,13 +395,19 @@ class Broker:
         self,
         topic: str,
         partition: int,
-        records: bytes,
+        records: bytes | memoryview,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
         """Append to a partition this broker leads, stamped with its leader epoch; a
-        duplicate idempotent batch writes nothing."""
+        duplicate idempotent batch writes nothing.
+
+        ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
+        """
         target = self.replicas.get_partition(topic, partition)
-        info = target.check_leader().append_as_leader(records, target.leader_epoch, origin=origin)
+        info = target.check_leader().append_as_leader(
+            records, target.leader_epoch, validated=validated, origin=origin
+        )
         if info.duplicate:
             return info
         self.replicas.after_append(target)

@@ -107,8 +107,7 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 ),
             )
         except KafkaError as exc:
-            fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1,
-                          configs=())
+            fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1)
         results.append(build(mod.CreatableTopicResult, **fields))
     return build(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 

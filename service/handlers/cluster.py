@@ -17,7 +17,7 @@ from controller.errors import NotControllerError
 from controller.membership import RegistrationRequest
 from controller.registrations import Endpoint, LeaderRecoveryState
 from controller.replication_control import BrokerState, PartitionStateChange
-from local_tier.errors import ErrorCode, KafkaError
+from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
 
@@ -47,23 +47,28 @@ def _error(ctx: RequestContext, api: str, exc: KafkaError) -> ErrorCode:
 
 async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(62, ctx.version)
-    registration = RegistrationRequest(
-        broker_id=int(request.broker_id),
-        cluster_id=request.cluster_id,
-        incarnation_id=request.incarnation_id,
-        listeners=tuple(
-            Endpoint(li.name, li.host, int(li.port), int(li.security_protocol)) for li in request.listeners
-        ),
-        rack=request.rack,
-        previous_broker_epoch=int(getattr(request, "previous_broker_epoch", -1)),
-    )
     try:
+        try:  # a listener's port or protocol out of range is the request's fault: INVALID_REQUEST
+            registration = RegistrationRequest(
+                broker_id=int(request.broker_id),
+                cluster_id=request.cluster_id,
+                incarnation_id=request.incarnation_id,
+                listeners=tuple(
+                    Endpoint(li.name, li.host, int(li.port), int(li.security_protocol))
+                    for li in request.listeners
+                ),
+                rack=request.rack,
+                previous_broker_epoch=int(getattr(request, "previous_broker_epoch", -1)),
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
         result = await _on_controller(ctx, "BrokerRegistration", lambda c: c.register_broker(registration))
         return build(mod.BrokerRegistrationResponse, throttle_time=0, error_code=ErrorCode.none,
                      broker_epoch=result.broker_epoch)
     except (KafkaError, ValueError) as exc:
-        code = _error(ctx, "BrokerRegistration", exc) if isinstance(exc, KafkaError) else ErrorCode.invalid_request
-        return build(mod.BrokerRegistrationResponse, throttle_time=0, error_code=code, broker_epoch=-1)
+        error = exc if isinstance(exc, KafkaError) else InvalidRequestError(str(exc))
+        return build(mod.BrokerRegistrationResponse, throttle_time=0,
+                     error_code=_error(ctx, "BrokerRegistration", error), broker_epoch=-1)
 
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
@@ -89,21 +94,29 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
                      is_caught_up=False, is_fenced=True, should_shut_down=False)
 
 
+def _new_isr(p: Any) -> tuple[BrokerState, ...]:
+    """v3+ names each ISR member with its broker epoch (KIP-903); v2 only its id (no check)."""
+    with_epochs = getattr(p, "new_isr_with_epochs", None)
+    if with_epochs is None:
+        return tuple(BrokerState(int(b)) for b in p.new_isr)
+    return tuple(BrokerState(int(s.broker_id), int(s.broker_epoch)) for s in with_epochs)
+
+
 async def handle_alter_partition(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(56, ctx.version)
-    changes = [
-        PartitionStateChange(
-            topic.topic_id,
-            int(p.partition_index),
-            int(p.leader_epoch),
-            tuple(BrokerState(int(s.broker_id), int(s.broker_epoch)) for s in p.new_isr_with_epochs),
-            int(p.partition_epoch),
-            LeaderRecoveryState(int(p.leader_recovery_state)),
-        )
-        for topic in request.topics
-        for p in topic.partitions
-    ]
     try:
+        changes = [  # ValueError (an unknown leader recovery state...): INVALID_REQUEST below
+            PartitionStateChange(
+                topic.topic_id,
+                int(p.partition_index),
+                int(p.leader_epoch),
+                _new_isr(p),
+                int(p.partition_epoch),
+                LeaderRecoveryState(int(p.leader_recovery_state)),
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        ]
         results = await _on_controller(
             ctx,
             "AlterPartition",

@@ -34,7 +34,6 @@ from service.groups.seams import Timer
 from service.transactions.completion import MarkerCompletion
 from service.transactions.metadata import (
     NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
     TopicPartition,
     TransactionMetadata,
     TxnState,
@@ -52,13 +51,16 @@ S = TxnState
 
 @dataclass(frozen=True, slots=True)
 class TxnDescription:
+    """DescribeTransactions' answer for one id. An error carries the schema's zero
+    defaults, as Kafka's does (no -1 start time or producer id)."""
+
     transactional_id: str
     error: ErrorCode
     state: str = ""
-    producer_id: int = NO_PRODUCER_ID
-    producer_epoch: int = NO_PRODUCER_EPOCH
+    producer_id: int = 0
+    producer_epoch: int = 0
     timeout_ms: int = 0
-    start_ms: int = -1
+    start_ms: int = 0
     partitions: tuple[TopicPartition, ...] = ()
 
 
