@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
-from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError
+from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
 from local_tier.producer_snapshot import snapshot_path
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
@@ -67,6 +67,9 @@ class PartitionTierState:
     topic_id: uuid.UUID
     manifest: PartitionManifest | None = None
     loaded: bool = False
+    #: the manifest was read at least once since start (``loaded`` goes back to False
+    #: after a failed round, but the manifest read before stays right to answer from)
+    known: bool = False
     uploading: bool = False
     upload_failures: int = 0
     last_error: str | None = None
@@ -200,7 +203,28 @@ class TieringService:
         state = self.partitions.get((topic, partition))
         return state.remote_next_offset if state is not None else None
 
-    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
+    def require_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """REPLICA_NOT_AVAILABLE (retriable) while the partition's manifest is unread.
+
+        After a restart a tiered partition's local log may start far above its
+        oldest record (local retention removed what the bucket holds), and only the
+        manifest says where the log starts. Until the broker has read it, an answer
+        taken from the local log alone would be wrong: ListOffsets(EARLIEST) would
+        send a consumer to the local start and it would silently skip every record
+        in the bucket (as Kafka, which answers REPLICA_NOT_AVAILABLE while its remote
+        log metadata is not initialised for the partition). A local log starting at
+        0 holds everything, and a partition without tiered storage has no manifest.
+        """
+        if not (self.enabled and local.config.remote_storage_enable and local.log_start_offset > 0):
+            return
+        state = self.partitions.get((topic, partition))
+        if state is None or not state.known:
+            raise ReplicaNotAvailableError(
+                f"the remote tier of {topic}-{partition} is not loaded yet (its manifest is "
+                "being read from the object store); retry"
+            )
+
+    def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
         """The whole log's start: the bucket's when it holds older data than the disk.
 
         The oldest record left is the first remote segment's or the local log's,
@@ -208,7 +232,14 @@ class TieringService:
         (remote retention and DeleteRecords move it, possibly past data a segment or
         the local log still holds) nor below a DeleteRecords offset not yet in the
         cached manifest.
+
+        ``exact``: REPLICA_NOT_AVAILABLE while the manifest is unread
+        (:meth:`require_manifest`); otherwise the local log start is the best
+        guess then (for reports: metrics, the admin API, a Fetch's informational
+        ``log_start_offset``).
         """
+        if exact:
+            self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if state is None or manifest is None:
@@ -220,9 +251,9 @@ class TieringService:
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
         """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
+        start = self.log_start_offset(topic, partition, local)  # REPLICA_NOT_AVAILABLE if unread
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
-        start = self.log_start_offset(topic, partition, local)
         if manifest is None or offset < start:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}-{partition} is outside the log "
@@ -241,6 +272,7 @@ class TieringService:
         self, topic: str, partition: int, timestamp: int, local: Log
     ) -> tuple[int, int] | None:
         """ListOffsets by time over the remote segments older than the local log."""
+        self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if manifest is None:
@@ -279,7 +311,7 @@ class TieringService:
             )
             self.partitions[(topic, partition)] = state
         if manifest is not None:
-            state.manifest, state.loaded = manifest, True
+            state.manifest, state.loaded, state.known = manifest, True, True
         state.log_start_floor = max(state.log_start_floor, offset)
 
     def _move_log_start(
@@ -306,6 +338,20 @@ class TieringService:
         if not self.enabled:
             return
         loop = asyncio.get_running_loop()
+        # manifests first: until a partition's is read, reads below its local log
+        # start are refused (require_manifest); the orphan clean-up lists the bucket
+        # and can wait
+        tiered = self._tiered_logs(broker)
+        loads = await asyncio.gather(
+            *(
+                self._load_manifest(loop, topic, partition, local, self._state(topic, partition, topic_id))
+                for topic, partition, local, topic_id in tiered
+            ),
+            return_exceptions=True,
+        )
+        for (topic, partition, _, _), outcome in zip(tiered, loads):
+            if isinstance(outcome, Exception):  # the first round tries again
+                log.warning("reading the manifest of %s-%d failed: %s", topic, partition, outcome)
         await self._run_in_copier(loop, self._startup_cleanup, broker)
         while True:
             try:
@@ -328,17 +374,28 @@ class TieringService:
         loop = asyncio.get_running_loop()
         tasks = []
         for topic, partition, local, topic_id in self._tiered_logs(broker):
-            state = self.partitions.get((topic, partition))
-            if state is None or state.topic_id != topic_id:
-                # the startup clean-up (run) has just looked; the next pass is due then
-                state = PartitionTierState(
-                    topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
-                )
-                self.partitions[(topic, partition)] = state
+            state = self._state(topic, partition, topic_id)
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state))
         if tasks:
             await asyncio.gather(*tasks)
+
+    def _state(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionTierState:
+        """The partition's state, new (nothing known) if absent or of an older topic id."""
+        state = self.partitions.get((topic, partition))
+        if state is None or state.topic_id != topic_id:
+            # the startup clean-up (run) has just looked; the next pass is due then
+            state = PartitionTierState(topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms)
+            self.partitions[(topic, partition)] = state
+        return state
+
+    async def _load_manifest(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
+    ) -> None:
+        """Read the partition's manifest into ``state``; the local log start follows it."""
+        state.manifest = await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition)
+        state.loaded = state.known = True
+        _follow_remote_start(local, state)
 
     async def _partition_round(
         self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
@@ -346,11 +403,7 @@ class TieringService:
         state.uploading = True
         try:
             if not state.loaded:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
-                state.loaded = True
-                _follow_remote_start(local, state)
+                await self._load_manifest(loop, topic, partition, local, state)
             # upload sealed segments, oldest first; the manifest is re-read once after
             # the batch (each upload already read and wrote it to publish)
             boundary = state.remote_next_offset

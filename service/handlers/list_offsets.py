@@ -83,6 +83,7 @@ async def _lookup(
         return -1, log.log_start_offset, epoch
     if ts == LATEST_TIERED:
         # Kafka's highestOffsetInRemoteStorage: -1 (and epoch -1) while nothing is tiered
+        tiering.require_manifest(topic, partition, log)
         boundary = tiering.remote_boundary(topic, partition) if log.config.remote_storage_enable else None
         if boundary is None:
             return -1, -1, -1
