@@ -20,6 +20,7 @@ calls it hands to threads take their inputs as arguments and return results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -77,6 +78,20 @@ class PartitionTierState:
     #: the highest DeleteRecords offset seen: the log start never goes below it, even
     #: while the cached manifest predates the change
     log_start_floor: int = 0
+
+    def adopt(self, manifest: PartitionManifest | None) -> None:
+        """Cache ``manifest`` unless the cached one is newer (a higher revision).
+
+        Manifests are read and committed on copier threads and cached back on the
+        event loop in whatever order those finish: a DeleteRecords' commit can come
+        back after a round cached the manifest an upload published on top of it.
+        Caching the older one would drop that segment from what the broker serves
+        (its local copy may already be gone): a consumer would skip its records and
+        DeleteRecords would answer a low watermark past the offset it was given.
+        """
+        if manifest is None or (self.manifest is not None and manifest.revision < self.manifest.revision):
+            return
+        self.manifest = manifest
 
     @property
     def remote_next_offset(self) -> int | None:
@@ -189,6 +204,8 @@ class TieringService:
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
         self.txn_indexes = RemoteTxnIndexes(self.rlm)
+        #: set once the start-up manifest reads are over (read or failed)
+        self._manifests_read = asyncio.Event()
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -223,6 +240,19 @@ class TieringService:
                 f"the remote tier of {topic}-{partition} is not loaded yet (its manifest is "
                 "being read from the object store); retry"
             )
+
+    async def wait_for_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """:meth:`require_manifest`, after waiting up to ``remote.fetch.max.wait.ms`` for
+        the start-up manifest reads: a request arriving just after a restart is
+        answered, not refused, unless the object store is slow or down."""
+        try:
+            self.require_manifest(topic, partition, local)
+        except ReplicaNotAvailableError:
+            if self._manifests_read.is_set():
+                raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._manifests_read.wait(), self.fetch_max_wait_ms / 1000)
+            self.require_manifest(topic, partition, local)
 
     def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
         """The whole log's start: the bucket's when it holds older data than the disk.
@@ -311,7 +341,8 @@ class TieringService:
             )
             self.partitions[(topic, partition)] = state
         if manifest is not None:
-            state.manifest, state.loaded, state.known = manifest, True, True
+            state.adopt(manifest)
+            state.loaded = state.known = True
         state.log_start_floor = max(state.log_start_floor, offset)
 
     def _move_log_start(
@@ -352,6 +383,7 @@ class TieringService:
         for (topic, partition, _, _), outcome in zip(tiered, loads):
             if isinstance(outcome, Exception):  # the first round tries again
                 log.warning("reading the manifest of %s-%d failed: %s", topic, partition, outcome)
+        self._manifests_read.set()
         await self._run_in_copier(loop, self._startup_cleanup, broker)
         while True:
             try:
@@ -393,7 +425,7 @@ class TieringService:
         self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
     ) -> None:
         """Read the partition's manifest into ``state``; the local log start follows it."""
-        state.manifest = await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition)
+        state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
         state.loaded = state.known = True
         _follow_remote_start(local, state)
 
@@ -424,9 +456,7 @@ class TieringService:
                 self.uploaded_bytes += uploaded.size_bytes
                 boundary, uploaded_any = uploaded.next_offset, True
             if uploaded_any:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
+                state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
             # the whole log's retention, on the bucket
             config = local.config
             boundary = state.remote_next_offset
@@ -444,9 +474,7 @@ class TieringService:
                     local_only,
                 )
                 if removed:
-                    state.manifest = await self._run_in_copier(
-                        loop, self.rlm.manifest, state.topic_id, partition
-                    )
+                    state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
                     _follow_remote_start(local, state)
             # objects of uploads that failed while this broker runs (their discard
             # failed too, e.g. in an S3 outage): removed once old enough, without

@@ -75,6 +75,8 @@ async def _lookup(
             f"timestamp {ts} needs ListOffsets v{_NEEDS_VERSION[ts]} (this request is v{ctx.version})"
         )
     limit = log.last_stable_offset if committed else log.high_watermark
+    if ts in (EARLIEST, LATEST_TIERED) or ts >= 0:  # answers that may need the manifest
+        await tiering.wait_for_manifest(topic, partition, log)
     if ts == LATEST:
         return -1, limit, epoch
     if ts == EARLIEST:
