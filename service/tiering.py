@@ -235,7 +235,10 @@ class TieringService:
         if not (self.enabled and local.config.remote_storage_enable and local.log_start_offset > 0):
             return
         state = self.partitions.get((topic, partition))
-        if state is None or not state.known:
+        # no state after the start-up reads: tiering was switched on for the topic since
+        # (nothing of it was tiered by this broker run), and the first round reads it
+        unread = not self._manifests_read.is_set() if state is None else not state.known
+        if unread:
             raise ReplicaNotAvailableError(
                 f"the remote tier of {topic}-{partition} is not loaded yet (its manifest is "
                 "being read from the object store); retry"
