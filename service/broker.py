@@ -46,6 +46,7 @@ from local_tier.errors import (
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
+from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
@@ -53,6 +54,7 @@ from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
@@ -107,6 +109,7 @@ class Broker:
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -122,8 +125,13 @@ class Broker:
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
+        self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
+        self.transactions = start_transaction_coordinator(self)
+        self.transaction_coordinator = self.transactions
 
     def close(self) -> None:
+        if self.transactions is not None:
+            self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
@@ -292,12 +300,16 @@ class Broker:
         self,
         topic: str,
         partition: int,
-        records: bytes,
+        records: bytes | memoryview,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
-        """Append to the partition's log; a duplicate idempotent batch writes nothing."""
+        """Append to the partition's log; a duplicate idempotent batch writes nothing.
+
+        ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
+        """
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch, origin=origin)
+        info = target.append_as_leader(records, self.leader_epoch, validated=validated, origin=origin)
         if info.duplicate:
             return info
         target.update_high_watermark(target.log_end_offset)
