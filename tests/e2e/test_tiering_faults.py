@@ -142,6 +142,19 @@ def _tiered_sets(**extra: str) -> dict[str, str]:
     }
 
 
+def _tiered_broker_with_records(
+    start_broker: Any, s3_bucket: S3Bucket, name: str, count: int
+) -> tuple[BrokerProcess, str]:
+    """A tiered broker on ``s3_bucket`` and a new topic holding records ``0 .. count-1``."""
+    endpoint, bucket = s3_bucket
+    b = start_broker(sets=_tiered_sets(),
+                     args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
+    topic = helpers.topic_name(name)
+    helpers.create_topic(b.bootstrap, topic)
+    _produce(b.bootstrap, topic, 0, count)
+    return b, topic
+
+
 # -- the endpoint goes away ------------------------------------------------------------
 
 
@@ -150,12 +163,8 @@ def test_uploads_wait_out_an_s3_outage_and_nothing_unuploaded_is_deleted(
 ) -> None:
     endpoint, bucket = s3_bucket
     s3 = helpers.s3_client(endpoint)
-    b = start_broker(sets=_tiered_sets(),
-                     args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
-    topic = helpers.topic_name("outage")
-    helpers.create_topic(b.bootstrap, topic)
     before = 1500
-    _produce(b.bootstrap, topic, 0, before)
+    b, topic = _tiered_broker_with_records(start_broker, s3_bucket, "outage", before)
     helpers.wait_until(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
 
     during = 2500
@@ -209,12 +218,8 @@ def test_history_is_never_skipped_while_a_restarted_broker_reads_its_manifests(
     start_broker: Any, s3_bucket: S3Bucket, moto_server: MotoServer
 ) -> None:
     endpoint, bucket = s3_bucket
-    b = start_broker(sets=_tiered_sets(),
-                     args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
-    topic = helpers.topic_name("restart-unread")
-    helpers.create_topic(b.bootstrap, topic)
     total = 1500
-    _produce(b.bootstrap, topic, 0, total)
+    b, topic = _tiered_broker_with_records(start_broker, s3_bucket, "restart-unread", total)
     _assert_all_uploaded_and_local_gone(b, helpers.s3_client(endpoint), bucket, topic)
     (local_start,) = _local_bases(b.data_dir, topic)
     assert 0 < local_start < total
