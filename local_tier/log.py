@@ -20,6 +20,7 @@ from pathlib import Path
 
 from local_tier.checkpoint import fsync_dir
 from local_tier.cleaning.cleaner import LastRecord
+from local_tier.cleaning.keys import require_keys
 from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
 from local_tier.cleaning.view import CleanableSegment, LogCleaningView
 from local_tier.config import LogConfig
@@ -353,6 +354,8 @@ class Log:
         config = self._config
         if validated is None:
             validated = validate_batches(records, max_message_bytes=config.max_message_bytes)
+        if config.compact and origin is not AppendOrigin.REPLICATION:
+            require_keys(records, validated, self.name)
         if validated.size > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"record set of {validated.size} bytes exceeds segment.bytes ({config.segment_bytes})"
@@ -808,46 +811,49 @@ class Log:
             last_records=last_records,
         )
 
-    def replace_segments(
-        self,
-        cleaned: LogSegment,
-        replaced: list[LogSegment],
-        now_ms: int | None = None,
-        pause: Callable[[str], None] | None = None,
-    ) -> bool:
-        """Swap ``cleaned`` (its files named ``*.cleaned``, fsynced) in for ``replaced``.
-
-        On the owner thread. ``replaced`` must still be consecutive sealed segments
-        of this log starting at ``cleaned``'s base; otherwise (the log was
-        truncated, deleted or its head removed meanwhile) nothing changes and False
-        is returned: the caller removes the cleaned files. The files move through
-        ``.swap`` (see :mod:`local_tier.cleaning.swap`); the replaced segments stay
-        open, renamed ``*.deleted``, for ``file.delete.delay.ms`` (reads in flight).
-        ``pause`` is the cleaner's test hook.
-        """
+    def _holds_run(self, cleaned: LogSegment, replaced: list[LogSegment]) -> int | None:
+        """Where ``replaced`` starts among the sealed segments, if they are still there, in order."""
         if self._closed or not replaced or replaced[0].base_offset != cleaned.base_offset:
-            return False
-        try:
-            first = next(i for i, seg in enumerate(self._segments) if seg is replaced[0])
-        except StopIteration:
-            return False
+            return None
+        first = next((i for i, seg in enumerate(self._segments) if seg is replaced[0]), None)
+        if first is None:
+            return None
         last = first + len(replaced)
-        if last >= len(self._segments) or any(
-            a is not b for a, b in zip(self._segments[first:last], replaced)
-        ):
+        if last >= len(self._segments) or any(a is not b for a, b in zip(self._segments[first:last], replaced)):
+            return None
+        return first
+
+    def begin_swap(self, cleaned: LogSegment, replaced: list[LogSegment]) -> bool:
+        """First half of swapping ``cleaned`` (its files ``*.cleaned``, fsynced) in for
+        ``replaced``: rename its files ``*.swap`` (from then on a restart completes the swap).
+
+        On the owner thread. ``replaced`` must still be consecutive sealed segments of this
+        log starting at ``cleaned``'s base; otherwise (the log was truncated, deleted or its
+        head removed meanwhile) nothing changes and False is returned: the caller removes
+        the cleaned files. See :mod:`local_tier.cleaning.swap` and ADR 0019.
+        """
+        if self._holds_run(cleaned, replaced) is None:
             return False
-        now = _now_ms() if now_ms is None else now_ms
         cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
         fsync_dir(self.dir)
-        if pause is not None:
-            pause("swapping")  # tests: a crash here must complete the swap at the next start
+        return True
+
+    def finish_swap(self, cleaned: LogSegment, replaced: list[LogSegment], now_ms: int | None = None) -> bool:
+        """Second half (after :meth:`begin_swap`): the replaced segments are renamed
+        ``*.deleted`` and stay open ``file.delete.delay.ms`` for reads in flight, the cleaned
+        one takes its final names and their place. False (nothing changed; the caller removes
+        the ``*.swap`` files) when the log changed in between."""
+        first = self._holds_run(cleaned, replaced)
+        if first is None:
+            return False
+        now = _now_ms() if now_ms is None else now_ms
         for segment in replaced:
             segment.delete()
             self._pending_deletes.append((now + self._config.file_delete_delay_ms, segment))
         cleaned.change_suffix(SWAP_SUFFIX, "")
         fsync_dir(self.dir)
-        self._segments[first:last] = [cleaned]
-        self._bases[first:last] = [cleaned.base_offset]
+        self._segments[first : first + len(replaced)] = [cleaned]
+        self._bases[first : first + len(replaced)] = [cleaned.base_offset]
         _log.info(
             "%s: swapped in cleaned segment %s (%d bytes) for %d segment(s) of %d bytes",
             self.name, cleaned.log_path.name, cleaned.size, len(replaced),

@@ -51,6 +51,7 @@ from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
@@ -106,6 +107,7 @@ class Broker:
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
         self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
@@ -123,7 +125,19 @@ class Broker:
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
 
+    def start_log_cleaner(self) -> None:
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
+
+        Tiered compacted logs are compacted in the bucket instead (the remote cleaner)."""
+        loop = asyncio.get_running_loop()
+        self.logs.start_cleaner(
+            LoopOwner(loop, lambda: self._closing),
+            cleaner_config(self.config),
+            eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+        )
+
     def close(self) -> None:
+        self._closing = True
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
@@ -137,6 +151,7 @@ class Broker:
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
         expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        self.start_log_cleaner()
         next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)

@@ -5,7 +5,7 @@ dirty section starts and ends, and how dirty the log is. :func:`clean_log` runs
 one pass (:mod:`.cleaner`) over a :class:`~.view.LogCleaningView`, reading the
 segment files with descriptors of its own and writing each group's cleaned
 segment as ``*.cleaned`` files, and asks the log's owner thread (``owner``) to
-swap each one in (:meth:`local_tier.log.Log.replace_segments`). Appends go on
+swap each one in (:meth:`local_tier.log.Log.begin_swap`, :meth:`~local_tier.log.Log.finish_swap`). Appends go on
 meanwhile: the active segment is never part of a pass.
 
 Runs on a cleaner thread; touches the log only through ``owner``.
@@ -210,8 +210,11 @@ def clean_log(
                 _keep_mtime(cleaned, by_base[group[-1].base_offset])
                 io.pause("cleaned")
                 replaced = [by_base[s.base_offset].segment for s in group]
-                if not owner(lambda c=cleaned, r=replaced: log.replace_segments(c, r, pause=io.pause)):
+                if not owner(lambda c=cleaned, r=replaced: log.begin_swap(c, r)):
                     raise CleaningAborted(f"{view.name} changed while it was cleaned")
+                io.pause("swapping")  # a crash from here on completes the swap at the next start
+                if not owner(lambda c=cleaned, r=replaced: log.finish_swap(c, r)):
+                    raise CleaningAborted(f"{view.name} changed while its cleaned segment was swapped in")
             except BaseException:
                 cleaned.remove_files()
                 raise

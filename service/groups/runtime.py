@@ -27,6 +27,7 @@ from service.groups.requests import GroupConfig
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
+    "offsets_topic_configs",
     "BrokerOffsetLog",
     "ControllerTopics",
     "LoopTimer",
@@ -34,15 +35,20 @@ __all__ = [
     "start_coordinator",
 ]
 
-#: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
-#: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
-#: coordinator replays it from the local log at start. See
-#: docs/adr/0003-consumer-offsets.md.
+#: __consumer_offsets is compacted, as Kafka's (the last record per key stays, so the
+#: replay at start reads about one record per live group and offset); it is never
+#: tiered (as in Kafka): the coordinator replays it from the local log at start. See
+#: docs/adr/0003-consumer-offsets.md and docs/adr/0019-log-compaction.md.
 OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
-    "segment.bytes": str(100 * 1024 * 1024),
     "remote.storage.enable": "false",
 }
+
+
+def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
+    """The topic configs ``__consumer_offsets`` is created with (``offsets.topic.segment.bytes``)."""
+    return {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(config.get_int("offsets.topic.segment.bytes"))}
 _READ_CHUNK = 4 * 1024 * 1024
 
 
@@ -93,7 +99,7 @@ class BrokerOffsetLog:
                 info = broker.create_topic(
                     OFFSETS_TOPIC,
                     num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
-                    configs=OFFSETS_TOPIC_CONFIGS,
+                    configs=offsets_topic_configs(broker.config),
                 )
             except TopicAlreadyExistsError:
                 info = broker.controller.topic(OFFSETS_TOPIC)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from local_tier.checkpoint import read_checkpoint
 from local_tier.cleaning.cleaner import CleanerIO, SourceSegment, group_segments_by_size
 from local_tier.cleaning.manager import CLEANER_CHECKPOINT, Throttler
+from local_tier.errors import InvalidRecordError
 from local_tier.log import Log
 from local_tier.records import Compression
 from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
@@ -121,9 +122,16 @@ def test_idempotent_producer_state_survives_cleaning_and_a_rebuild(tmp_path: Pat
     log.close()
 
 
-def test_records_without_a_key_are_removed(tmp_path: Path) -> None:
+def test_records_without_a_key_are_refused_by_produce_and_removed_by_the_cleaner(tmp_path: Path) -> None:
     log = Log(tmp_path / "t-0", "t", 0, compact_config(), needs_recovery=False)
+    with pytest.raises(InvalidRecordError) as refused:
+        write(log, [(b"k", b"a"), (None, b"no key"), (b"k", b"b"), (None, b"none")])
+    assert [i for i, _ in refused.value.record_errors] == [1, 3]  # type: ignore[attr-defined]
+    assert log.log_end_offset == 0
+    # written while the topic was cleanup.policy=delete, then altered to compact
+    log.update_config(compact_config(cleanup_policy="delete"))
     write(log, [(None, b"lost"), (b"k", b"kept")])
+    log.update_config(compact_config())
     log.roll()
     make_cleaner(log, Clock()).clean_filthiest()
     assert [(r.key, r.value) for r in read_log(log).records] == [(b"k", b"kept")]
