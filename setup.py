@@ -1,9 +1,19 @@
-"""Only the optional C extension lives here; everything else is in pyproject.toml.
+"""Only the optional C extensions live here; everything else is in pyproject.toml.
 
 ``spark._decode`` decodes record batches column-wise for the Spark source. It is
 optional: without a C compiler the source falls back to aiokafka's reader.
+
+``local_tier._recordscan`` walks the records of every produced batch to check
+their framing before they are appended (a few ns per record). Optional too:
+without it ``local_tier.records`` walks them in Python, about a hundred times
+slower, and the broker logs a warning at start.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("spark._decode", ["spark/_decode.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("spark._decode", ["spark/_decode.c"], optional=True),
+        Extension("local_tier._recordscan", ["local_tier/_recordscan.c"], optional=True),
+    ]
+)

@@ -88,10 +88,15 @@ def main() -> int:
             "runs": runs,
             "machine": machine_info(work),
         }
-    print(json.dumps({k: v for k, v in summary.items() if k not in ("runs", "machine")}, indent=1))
-    if args.out:
-        args.out.write_text(json.dumps(summary, indent=1) + "\n")
+    report(summary, args.out)
     return 0
+
+
+def report(summary: dict, out: Path | None) -> None:
+    """Print the figures (not every run, not the machine); write them all as JSON to ``out``."""
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("runs", "machine")}, indent=1))
+    if out:
+        out.write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,12 @@ class BrokerConfig:
                 f"broker.id ({broker_id}) must equal node.id ({node_id}) if both are set"
             )
         self._overrides: Mapping[str, str] = MappingProxyType(normalized)
+        queued, request_max = self.get_int("queued.max.request.bytes"), self.get_int("socket.request.max.bytes")
+        if 0 < queued < request_max:
+            raise ValueError(
+                f"queued.max.request.bytes ({queued}) must be at least socket.request.max.bytes "
+                f"({request_max}), or -1 for no limit"
+            )
         self._topic_defaults: Mapping[str, str] = MappingProxyType(
             {name: self._topic_default(d) for name, d in TOPIC_CONFIGS.items()}
         )

@@ -44,7 +44,9 @@ from local_tier.errors import (
     UnknownTopicOrPartitionError,
 )
 
-__all__ = ["AlterConfigOp", "Placement", "TopicChanges", "new_cluster_id", "random_uuid", "require"]
+__all__ = [
+    "AlterConfigOp", "Placement", "TopicChanges", "check_topic_name", "new_cluster_id", "random_uuid", "require",
+]
 
 _MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -116,7 +118,7 @@ class TopicChanges:
         configs: Mapping[str, str | None] | None,
         assignments: Assignments | None = None,
     ) -> tuple[ClusterMetadata, TopicInfo]:
-        _check_topic_name(name)
+        check_topic_name(name)
         if name in md.topics:
             raise TopicAlreadyExistsError(f"Topic '{name}' already exists.")
         _check_collision(name, md)
@@ -288,7 +290,7 @@ def require(md: ClusterMetadata, name: str) -> TopicInfo:
     return topic
 
 
-def _check_topic_name(name: str) -> None:
+def check_topic_name(name: str) -> None:
     """Kafka's ``Topic.validate``; names starting with ``__`` (internal topics) are legal."""
     if not name:
         raise InvalidTopicError("Topic name is illegal, it can't be empty")

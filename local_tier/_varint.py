@@ -14,20 +14,25 @@ def write_varint(value: int, out: bytearray) -> None:
     out.append(zigzag)
 
 
-def read_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Decode the zigzag varint at ``pos``; returns ``(value, next_pos)``.
+def read_varint(
+    buf: bytes | bytearray | memoryview, pos: int, end: int | None = None, max_bytes: int = 10
+) -> tuple[int, int]:
+    """Decode the zigzag varint at ``pos`` ending by ``end`` (default: the buffer's end).
 
-    Raises IndexError on a truncated buffer and ValueError on a varint longer than
-    10 bytes; the caller translates both.
+    Returns ``(value, next_pos)``. Raises IndexError on a truncated varint and
+    ValueError on one longer than ``max_bytes`` (10: varlong; 5: varint); the
+    caller translates both.
     """
+    stop = len(buf) if end is None else end
     result = 0
     shift = 0
-    while True:
+    for _ in range(max_bytes):
+        if pos >= stop:
+            raise IndexError("varint runs past the end")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
         if not byte & 0x80:
             return (result >> 1) ^ -(result & 1), pos
         shift += 7
-        if shift > 63:
-            raise ValueError("varint is too long")
+    raise ValueError("varint is too long")

@@ -11,15 +11,18 @@
   (librdkafka, Java) write frames without a content size.
 
 Any failure of a third-party decoder is translated here, once, into
-:class:`~local_tier.errors.CorruptRecordError`. ``decompress(..., max_size=N)``
-stops at ``N`` bytes of output (:class:`~local_tier.errors.RecordTooLargeError`
-past it), so a small batch that inflates to gigabytes costs at most ``N``.
+:class:`~local_tier.errors.CorruptRecordError`.
+
+``decompress(..., max_size=N)`` never produces more than N bytes: a payload that
+would inflate further raises :class:`InflateLimitExceeded` after at most about
+N bytes of work (a 1 MiB gzip payload can inflate to a gigabyte).
 """
 
 from __future__ import annotations
 
 import gzip
 import struct
+import threading
 import zlib
 from enum import IntEnum
 
@@ -33,7 +36,7 @@ from local_tier.errors import (
     UnsupportedCompressionTypeError,
 )
 
-__all__ = ["Compression", "compress", "decompress"]
+__all__ = ["Compression", "InflateLimitExceeded", "compress", "decompress"]
 
 
 class Compression(IntEnum):
@@ -60,8 +63,33 @@ _DECODE_ERRORS = (
     zstandard.ZstdError,
     cramjam.DecompressionError,
 )
-_ZSTD_COMPRESSOR = zstandard.ZstdCompressor()
-_ZSTD_DECOMPRESSOR = zstandard.ZstdDecompressor()
+_ZSTD_MIN_SLICE = 1024  # input bytes per step at least (at most 32 MiB of output)
+_LZ4_STEP = 2 * 1024 * 1024  # python-lz4 allocates each step up front (64 MiB steps cost 5x)
+#: zstandard's (de)compressor objects must not be shared between threads (a shared
+#: one crashed the process when Produce validation ran on two threads): one per thread
+_zstd = threading.local()
+
+
+def _zstd_compressor() -> zstandard.ZstdCompressor:
+    if not hasattr(_zstd, "compressor"):
+        _zstd.compressor = zstandard.ZstdCompressor()
+    return _zstd.compressor  # type: ignore[no-any-return]
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    if not hasattr(_zstd, "decompressor"):
+        _zstd.decompressor = zstandard.ZstdDecompressor()
+    return _zstd.decompressor  # type: ignore[no-any-return]
+
+
+class InflateLimitExceeded(RecordTooLargeError):
+    """The payload inflates to more than the ``max_size`` given to :func:`decompress`.
+
+    A ``RecordTooLargeError`` (MESSAGE_TOO_LARGE) for callers that only bound memory
+    (the record browser); Produce validation catches it by name (a batch that is too
+    big to check on the event loop goes to the validator threads; past
+    ``MAX_INFLATED_BATCH_BYTES`` it is INVALID_RECORD).
+    """
 
 
 def _codec(codec: int) -> Compression:
@@ -82,7 +110,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
         return _xerial_encode(memoryview(data))
     if kind is Compression.LZ4:
         return bytes(lz4.frame.compress(data))
-    return bytes(_ZSTD_COMPRESSOR.compress(data))
+    return bytes(_zstd_compressor().compress(data))
 
 
 def decompress(
@@ -90,82 +118,112 @@ def decompress(
 ) -> bytes:
     """Decompress ``data``; raises CorruptRecordError when it is not valid for ``codec``.
 
-    With ``max_size``, output beyond ``max_size`` bytes is never produced: the
-    call raises RecordTooLargeError instead.
+    With ``max_size``, raises :class:`InflateLimitExceeded` (a RecordTooLargeError)
+    instead of producing more than ``max_size`` bytes.
     """
     kind = _codec(codec)
     if kind is Compression.NONE:
-        out = bytes(data)
-    else:
-        try:
-            if max_size is not None:
-                out = _bounded(kind, memoryview(data), max_size)
-            elif kind is Compression.GZIP:
-                out = gzip.decompress(data)
-            elif kind is Compression.SNAPPY:
-                out = _snappy_decode(memoryview(data))
-            elif kind is Compression.LZ4:
-                out = bytes(lz4.frame.decompress(data))
-            else:
-                out = bytes(_ZSTD_DECOMPRESSOR.decompressobj().decompress(data))
-        except _DECODE_ERRORS as exc:
-            raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
-    if max_size is not None and len(out) > max_size:
-        raise _too_large(kind, max_size)
-    return out
-
-
-def _too_large(kind: Compression, max_size: int) -> RecordTooLargeError:
-    return RecordTooLargeError(f"{kind.name} records decompress to more than {max_size} bytes")
-
-
-def _bounded(kind: Compression, data: memoryview, max_size: int) -> bytes:
-    """At most ``max_size + 1`` bytes of output, whatever the input claims."""
-    limit = max_size + 1
-    if kind is Compression.SNAPPY:
-        if len(data) >= 16 and data[:8] == _XERIAL_MAGIC:
-            total, pos = 0, 16
-            while pos + 4 <= len(data):
-                (length,) = _INT32.unpack_from(data, pos)
-                if length < 0 or pos + 4 + length > len(data):
-                    break  # _snappy_decode says what is wrong
-                total += int(cramjam.snappy.decompress_raw_len(data[pos + 4 : pos + 4 + length]))
-                pos += 4 + length
-        else:
-            total = int(cramjam.snappy.decompress_raw_len(data))
-        if total > max_size:
-            raise _too_large(kind, max_size)
-        return _snappy_decode(data)
-    if kind is Compression.ZSTD:
-        reader = _ZSTD_DECOMPRESSOR.stream_reader(bytes(data), read_across_frames=True)
-        chunks, size = [], 0
-        while size < limit and (chunk := reader.read(limit - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-        rest = bytes(data)
-        while size < limit and rest:  # all of it fits: check that no frame is cut short
-            frame = _ZSTD_DECOMPRESSOR.decompressobj()
-            frame.decompress(rest)
-            if not frame.eof:
-                raise EOFError("truncated zstd frame")
-            rest = frame.unused_data
-        return b"".join(chunks)
-    out = bytearray()
-    rest = bytes(data)
-    while rest and len(out) < limit:  # one member (gzip) or frame (lz4) per round
+        if max_size is not None and len(data) > max_size:
+            raise InflateLimitExceeded(f"NONE records are more than {max_size} bytes")
+        return bytes(data)
+    try:
+        if max_size is not None:
+            return _bounded(kind, data, max_size)
         if kind is Compression.GZIP:
-            gz = zlib.decompressobj(wbits=31)
-            out += gz.decompress(rest, limit - len(out))
-            if not gz.eof and len(out) < limit:
-                raise EOFError("truncated gzip stream")
-            rest = gz.unused_data
-        else:
-            frame = lz4.frame.LZ4FrameDecompressor()
-            out += frame.decompress(rest, max_length=limit - len(out))
-            if not frame.eof and len(out) < limit:
-                raise EOFError("truncated lz4 frame")
-            rest = frame.unused_data
-    return bytes(out)
+            return gzip.decompress(data)
+        if kind is Compression.SNAPPY:
+            return _snappy_decode(memoryview(data))
+        if kind is Compression.LZ4:
+            return bytes(lz4.frame.decompress(data))
+        return bytes(_zstd_decompressor().decompressobj().decompress(data))
+    except _DECODE_ERRORS as exc:
+        raise CorruptRecordError(f"cannot decompress {kind.name} records: {exc}") from exc
+
+
+def _bounded(kind: Compression, data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    """Decompress with output bounded by ``max_size`` (the decoders' own limits, no guessing)."""
+    inflate = {Compression.GZIP: _inflate_gzip, Compression.SNAPPY: _inflate_snappy,
+               Compression.LZ4: _inflate_lz4, Compression.ZSTD: _inflate_zstd}[kind]
+    return inflate(data, max_size)
+
+
+def _inflate_gzip(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    members: list[bytes] = []
+    size = 0
+    rest: bytes | bytearray | memoryview = data
+    while True:  # one or more gzip members
+        inflater = zlib.decompressobj(wbits=31)
+        member = inflater.decompress(rest, max_size - size + 1)
+        size += len(member)
+        if size > max_size or inflater.unconsumed_tail:
+            raise InflateLimitExceeded(f"gzip records inflate to more than {max_size} bytes")
+        if not inflater.eof:
+            raise EOFError("truncated gzip stream")
+        members.append(member)
+        rest = inflater.unused_data
+        if not rest:
+            return b"".join(members)  # one member: that very object, no copy
+
+
+def _inflate_snappy(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    view = memoryview(data)
+    if len(view) >= 16 and view[:8] == _XERIAL_MAGIC:
+        declared = 0
+        pos = 16
+        while pos + 4 <= len(view):
+            (length,) = _INT32.unpack_from(view, pos)
+            if length < 0:
+                break  # _snappy_decode reports it
+            declared += cramjam.snappy.decompress_raw_len(view[pos + 4 : pos + 4 + length])
+            pos += 4 + length
+    else:
+        declared = cramjam.snappy.decompress_raw_len(view)
+    if declared > max_size:
+        raise InflateLimitExceeded(f"snappy records declare {declared} bytes: more than {max_size} bytes")
+    return _snappy_decode(view)
+
+
+def _inflate_lz4(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    # python-lz4 allocates max_length up front: ask for at most a step at a time
+    inflater = lz4.frame.LZ4FrameDecompressor()
+    step = min(max_size + 1, _LZ4_STEP)
+    parts = [inflater.decompress(data, max_length=step)]
+    size = len(parts[0])
+    while not inflater.eof and not inflater.needs_input and size <= max_size:
+        parts.append(inflater.decompress(b"", max_length=step))
+        size += len(parts[-1])
+    if size > max_size:
+        raise InflateLimitExceeded(f"lz4 records inflate to more than {max_size} bytes")
+    if not inflater.eof:
+        raise EOFError("truncated lz4 frame")
+    return b"".join(parts)
+
+
+def _inflate_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
+    """Every frame decoded to its end (its checksum, if any, verified); a truncated frame is an error.
+
+    A zstd block inflates to at most 128 KiB from 4 bytes (32 KiB per input byte), so
+    input is fed in slices that can overshoot ``max_size`` by a bounded amount.
+    """
+    view = memoryview(data)
+    parts: list[bytes] = []
+    size = 0
+    pos = 0
+    while True:  # one or more frames
+        inflater = _zstd_decompressor().decompressobj()
+        while not inflater.eof:
+            if pos >= len(view):
+                raise EOFError("truncated zstd frame")
+            step = max(_ZSTD_MIN_SLICE, (max_size - size) >> 15)
+            chunk = inflater.decompress(view[pos : pos + step])
+            pos += step
+            size += len(chunk)
+            if size > max_size:
+                raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes")
+            parts.append(chunk)
+        pos = min(pos, len(view)) - len(inflater.unused_data)  # where the frame ended
+        if pos >= len(view):
+            return b"".join(parts)
 
 
 def _xerial_encode(data: memoryview) -> bytes:

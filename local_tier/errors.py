@@ -197,7 +197,14 @@ class UnknownLeaderEpochError(KafkaError):
 
 
 class InvalidRecordError(KafkaError):
+    """``record_errors``: ``(index of the record in its batch, message)`` pairs, for
+    Produce v8+'s per-record errors."""
+
     code = ErrorCode.invalid_record
+
+    def __init__(self, message: str = "", record_errors: tuple[tuple[int, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class UnknownTopicIdError(KafkaError):

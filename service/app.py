@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
 from service.broker import Broker, cancel_and_wait
 from service.handlers import Router
@@ -46,6 +47,9 @@ async def _serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
+    if not RECORD_WALK_IN_C:
+        log.warning("local_tier._recordscan is not built: produced records are checked in Python, "
+                    "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
     probe_port = port
     if advertise:
         adv_host, adv_port = parse_hostport(advertise, port)
@@ -69,6 +73,8 @@ async def _serve(
         probe_port,
         max_request_bytes=config.get_int("socket.request.max.bytes"),
         max_inflight_per_connection=config.get_int("queued.max.requests"),
+        queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+        connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
         history=history,
     )
     await server.start()

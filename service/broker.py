@@ -46,6 +46,7 @@ from local_tier.errors import (
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
+from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
@@ -54,6 +55,7 @@ from service.latency import LatencyHistograms
 from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
 from service.tiering import TieringService
+from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
 __all__ = ["Broker"]
@@ -109,6 +111,7 @@ class Broker:
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -124,6 +127,9 @@ class Broker:
             self._ensure_logs(info)
         self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
+        self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
+        self.transactions = start_transaction_coordinator(self)
+        self.transaction_coordinator = self.transactions
 
     def start_log_cleaner(self) -> None:
         """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
@@ -138,6 +144,8 @@ class Broker:
 
     def close(self) -> None:
         self._closing = True
+        if self.transactions is not None:
+            self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
@@ -306,12 +314,16 @@ class Broker:
         self,
         topic: str,
         partition: int,
-        records: bytes,
+        records: bytes | memoryview,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
-        """Append to the partition's log; a duplicate idempotent batch writes nothing."""
+        """Append to the partition's log; a duplicate idempotent batch writes nothing.
+
+        ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
+        """
         target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch, origin=origin)
+        info = target.append_as_leader(records, self.leader_epoch, validated=validated, origin=origin)
         if info.duplicate:
             return info
         target.update_high_watermark(target.log_end_offset)

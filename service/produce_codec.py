@@ -31,6 +31,8 @@ class PartitionResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: (index of the record in its batch, message): the records that failed validation (v8+)
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 def encode_produce_response(
@@ -56,7 +58,12 @@ def encode_produce_response(
             if version >= 5:
                 buf += _I64.pack(p.log_start_offset)
             if version >= 8:
-                buf += array_len(0, flexible)  # record errors: none singled out
+                buf += array_len(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    buf += _I32.pack(batch_index)
+                    buf += nullable_string(message, flexible)
+                    if flexible:
+                        buf += b"\0"
                 buf += nullable_string(p.error_message, flexible)
             if flexible:
                 buf += b"\0"

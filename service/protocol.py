@@ -6,6 +6,11 @@ tagged fields) and header version come from the schema, not from hand-written
 tables. The one exception is the Fetch response, which :mod:`service.fetch_codec`
 writes by hand so that record data can be sent with ``sendfile``.
 
+Requests are decoded by :mod:`service.request_reader`, which bounds every length
+by the bytes that remain and skips unknown tagged fields; kio's native decoder
+is never given bytes from the wire (a forged array length makes it abort the
+process).
+
 Nothing here does I/O or imports asyncio.
 """
 
@@ -24,8 +29,9 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import SerialError
+from kio.serial import entity_writer
+
+from service.request_reader import request_reader
 
 __all__ = [
     "FrameError",
@@ -65,7 +71,7 @@ def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
 def _request_reader(api_key: int, version: int) -> tuple[Callable[..., Any], Callable[..., Any], bool]:
     schema = load_request_schema(api_key, version)
     header_schema = schema.__header_schema__
-    return entity_reader(header_schema), entity_reader(schema), bool(schema.__flexible__)
+    return request_reader(header_schema), request_reader(schema), bool(schema.__flexible__)
 
 
 def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
@@ -73,13 +79,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
     api_key, version, _ = peek_api(frame)
     read_header, read_body, flexible = _request_reader(api_key, version)
     try:
-        header, header_size = read_header(frame, 0)
-        body, body_size = read_body(frame, header_size)
-        end = header_size + body_size
-    except (SerialError, ValueError, TypeError, IndexError, struct.error, UnicodeDecodeError) as exc:
+        header, header_end = read_header(frame, 0)
+        body, _ = read_body(frame, header_end)
+    except ValueError as exc:  # MalformedRequest, and nothing else is expected
         raise FrameError(f"malformed request (api {api_key} v{version}): {exc}") from exc
-    if end > len(frame):
-        raise FrameError(f"malformed request (api {api_key} v{version}): truncated")
     # Trailing bytes are ignored, as Kafka does: librdkafka 2.x sends a few after
     # Metadata v12 (fields of newer versions).
     return (
@@ -141,13 +144,15 @@ _CONVERT: Mapping[str, Callable[[Any], Any]] = {
 
 
 @cache
-def _field_plan(cls: type) -> tuple[tuple[str, str | None, bool, bool], ...]:
+def _field_plan(cls: type) -> tuple[tuple[str, str | None, bool, bool, bool], ...]:
     hints = typing.get_type_hints(cls)
     plan = []
     for f in fields(cls):
         required = f.default is MISSING and f.default_factory is MISSING
-        is_tuple = typing.get_origin(hints.get(f.name)) is tuple
-        plan.append((f.name, f.metadata.get("kafka_type"), required, is_tuple))
+        hint = hints.get(f.name)
+        is_tuple = typing.get_origin(hint) is tuple
+        nullable = type(None) in typing.get_args(hint)
+        plan.append((f.name, f.metadata.get("kafka_type"), required, is_tuple, nullable))
     return tuple(plan)
 
 
@@ -155,18 +160,20 @@ def build(cls: type, **values: Any) -> Any:
     """Make a kio entity of any version from plain values.
 
     Values for fields this version lacks are dropped; missing required tuples
-    default to ``()``; milliseconds become ``timedelta``/``datetime`` where the
-    schema says so (``-1`` timestamps become null).
+    default to ``()``, missing required nullable fields (strings, arrays, structs
+    that the schema lets be null, such as CreateTopics v5+'s ``configs``) to
+    ``None``; milliseconds become ``timedelta``/``datetime`` where the schema says
+    so (``-1`` timestamps become null).
     """
     kwargs: dict[str, Any] = {}
-    for name, kafka_type, required, is_tuple in _field_plan(cls):
+    for name, kafka_type, required, is_tuple, nullable in _field_plan(cls):
         if name in values:
             value = values[name]
             convert = _CONVERT.get(kafka_type or "")
             kwargs[name] = convert(value) if convert is not None else value
         elif required and is_tuple:
             kwargs[name] = ()
-        elif required and kafka_type == "datetime_i64":
+        elif required and (nullable or kafka_type == "datetime_i64"):
             kwargs[name] = None
     return cls(**kwargs)
 

@@ -3,16 +3,22 @@
 Each connection has a reader (frames in, one handler call each, in arrival
 order) and a writer (responses out in request order). Handlers may run
 concurrently (a long-polling Fetch does not stop the reader), but responses
-leave in the order the requests came, as Kafka requires. Record data goes out
-with ``os.sendfile`` straight from the page cache.
-
-Responses that carry records read from the bucket are sent by a
-:class:`HistorySender` thread instead: copying hundreds of MB/s of history into
-sockets on the event loop would make every live producer and consumer wait
-behind it (docs/adr/0005-history-off-the-event-loop.md).
+leave in the order the requests came, as Kafka requires. How responses reach the socket
+(``sendfile`` from the page cache, history on sender threads) is
+:mod:`service.sending`.
 
 A malformed frame, an unknown API key or an unsupported version closes that one
-connection with a log line; the broker and other connections carry on.
+connection with a log line; so does any failure of a handler, and any error of
+the reader itself (a connection never keeps a dead reader). The broker and
+other connections carry on.
+
+Memory: a request's declared size is reserved in the shared
+:class:`~service.request_memory.RequestMemoryPool` (``queued.max.request.bytes``)
+before its body is read, and returned when its handler is done; bodies are
+received in steps as their bytes arrive, never allocated whole up front.
+Connections with no traffic and no request in progress for
+``connections.max.idle.ms`` are closed, as are half-received requests that stall
+while others wait for their memory.
 """
 
 from __future__ import annotations
@@ -20,23 +26,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import select
 import socket
 import struct
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, TypeGuard
+from concurrent.futures import Future
+from typing import Any
 
-from fetch.affinity import pin_current_thread
 from local_tier.segment import FileRegion
 from service.protocol import FrameError
+from service.request_memory import RequestMemoryPool
+from service.sending import HistorySender, carries_history, send_parts
 
-__all__ = ["HistorySender", "KafkaServer", "Response"]
+__all__ = ["HistorySender", "KafkaServer", "Response"]  # HistorySender: see service.sending
 
 log = logging.getLogger("strata.server")
 
 _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
+#: a body being received grows by at most this much beyond what has arrived
+_BODY_STEP = 1024 * 1024
+#: a half-received request that made no progress for this long is closed when
+#: other requests wait for memory (its reservation is what they wait for)
+STALLED_BODY_SECONDS = 10.0
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
 Response = bytes | list[bytes | memoryview | FileRegion] | None
@@ -53,6 +63,8 @@ class KafkaServer:
         *,
         max_request_bytes: int = 100 * 1024 * 1024,
         max_inflight_per_connection: int = 100,
+        queued_max_request_bytes: int = -1,
+        connections_max_idle_ms: int = -1,
         history: HistorySender | None = None,
     ) -> None:
         self._dispatcher = dispatcher
@@ -61,8 +73,11 @@ class KafkaServer:
         self._port = port
         self._max_request_bytes = max_request_bytes
         self._max_inflight = max_inflight_per_connection
+        self.memory = RequestMemoryPool(queued_max_request_bytes)
+        self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
         self._connections: set[Connection] = set()
 
     @property
@@ -83,6 +98,27 @@ class KafkaServer:
         sock.setblocking(False)
         self._sock = sock
         self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
+        self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
+
+    async def _sweep_loop(self) -> None:
+        """Close idle connections, and stalled half-read requests while memory is short."""
+        loop = asyncio.get_running_loop()
+        limits = [STALLED_BODY_SECONDS] + ([self._max_idle_s] if self._max_idle_s else [])
+        interval = max(0.05, min(5.0, min(limits) / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            short_of_memory = self.memory.waiting > 0
+            for conn in list(self._connections):
+                quiet = now - conn.last_active
+                if self._max_idle_s is not None and quiet > self._max_idle_s and conn.idle:
+                    log.info("closing connection %s: idle for %.0f s (connections.max.idle.ms)",
+                             conn.peer, quiet)
+                    await conn.close()
+                elif short_of_memory and conn.receiving_body and quiet > STALLED_BODY_SECONDS:
+                    log.warning("closing connection %s: its request stalled for %.0f s while others "
+                                "wait for request memory (queued.max.request.bytes)", conn.peer, quiet)
+                    await conn.close()
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -101,10 +137,11 @@ class KafkaServer:
             conn.start()
 
     async def close(self) -> None:
-        if self._accept_task is not None:
-            self._accept_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._accept_task
+        for task in (self._accept_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._sock is not None:
             self._sock.close()
         for conn in list(self._connections):
@@ -123,6 +160,12 @@ class Connection:
         )
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        #: event-loop time of the last bytes in or out (idle-connection timeout)
+        self.last_active = asyncio.get_running_loop().time()
+        #: requests read and not yet answered (a connection waiting on one is not idle)
+        self.inflight = 0
+        #: a request's body is being received (its memory is reserved)
+        self.receiving_body = False
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
         self._history_send: Future[tuple[int, int] | None] | None = None
@@ -152,6 +195,11 @@ class Connection:
             self._close_socket()
         self.server._connections.discard(self)
 
+    @property
+    def idle(self) -> bool:
+        """No request being handled (a half-received one counts: its bytes stopped coming)."""
+        return self.inflight == 0
+
     def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
         self._history_send = fut
 
@@ -161,6 +209,7 @@ class Connection:
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        server = self.server
         buf = bytearray()
         try:
             while True:
@@ -171,47 +220,75 @@ class Connection:
                             log.info("connection %s closed mid-frame", self.peer)
                         await self._finish_reading()
                         return
+                    self.last_active = loop.time()
                     buf += chunk
                 (size,) = _I32.unpack_from(buf, 0)
-                if size < 8 or size > self.server._max_request_bytes:
+                if size < 8 or size > server._max_request_bytes:
                     log.warning(
                         "closing connection %s: request size %d outside [8, %d]",
                         self.peer,
                         size,
-                        self.server._max_request_bytes,
+                        server._max_request_bytes,
                     )
                     await self.close()
                     return
-                frame: bytes | memoryview
-                if len(buf) >= 4 + size:
-                    frame = bytes(memoryview(buf)[4 : 4 + size])
-                    del buf[: 4 + size]
-                else:
-                    # A large request: receive straight into a buffer of its size
-                    # (no copies of the buffered remainder, no re-appends).
-                    big = bytearray(size)
-                    have = len(buf) - 4
-                    big[:have] = memoryview(buf)[4:]
-                    buf.clear()
-                    view = memoryview(big)
-                    while have < size:
-                        got = await loop.sock_recv_into(self.sock, view[have:])
-                        if not got:
-                            log.info("connection %s closed mid-frame", self.peer)
-                            await self._finish_reading()
-                            return
-                        have += got
-                    frame = view.toreadonly()  # the protocol decoder takes read-only buffers
+                await server.memory.acquire(size)
+                handed_over = False  # to the handler's future, which releases the memory when done
                 try:
-                    result = self.server._dispatcher.dispatch(frame, self)
-                except FrameError as exc:
-                    log.warning("closing connection %s: %s", self.peer, exc)
-                    await self._finish_reading()
-                    return
-                fut = asyncio.ensure_future(result)
+                    frame = await self._read_frame(loop, buf, size)
+                    if frame is None:
+                        log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    fut = asyncio.ensure_future(server._dispatcher.dispatch(frame, self))
+                    fut.add_done_callback(lambda _, n=size: server.memory.release(n))
+                    handed_over = True
+                finally:
+                    if not handed_over:
+                        server.memory.release(size)
+                self.inflight += 1
                 await self._queue.put(fut)
-        except (ConnectionError, OSError):
+        except FrameError as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            await self._finish_reading()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s: %s", self.peer, exc)
             await self.close()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request reader failed; closing connection %s", self.peer)
+            await self.close()
+
+    async def _read_frame(
+        self, loop: asyncio.AbstractEventLoop, buf: bytearray, size: int
+    ) -> bytes | memoryview | None:
+        """The frame whose size prefix starts ``buf``, received in steps; None if the peer left.
+
+        The body buffer grows by at most ``_BODY_STEP`` beyond the bytes that have
+        arrived, so a declared size costs memory only as its bytes come in.
+        """
+        if len(buf) >= 4 + size:
+            frame = bytes(memoryview(buf)[4 : 4 + size])
+            del buf[: 4 + size]
+            return frame
+        body = bytearray(memoryview(buf)[4:])
+        buf.clear()
+        have = len(body)
+        self.receiving_body = True
+        try:
+            while have < size:
+                if have == len(body):
+                    body.extend(bytes(min(size - have, max(_BODY_STEP, have))))
+                with memoryview(body) as view, view[have:] as free:
+                    got = await loop.sock_recv_into(self.sock, free)
+                if not got:
+                    return None
+                have += got
+                self.last_active = loop.time()
+        finally:
+            self.receiving_body = False
+        return memoryview(body).toreadonly()  # the protocol decoder takes read-only buffers
 
     async def _finish_reading(self) -> None:
         """No more requests: let the writer send what is pending, then close."""
@@ -233,13 +310,16 @@ class Connection:
                     log.exception("handler failed; closing connection %s", self.peer)
                     break
                 if response is None:
+                    self.inflight -= 1
                     continue
                 if isinstance(response, bytes):
                     await loop.sock_sendall(self.sock, response)
-                elif self.server._history is not None and _carries_history(response):
+                elif self.server._history is not None and carries_history(response):
                     await self.server._history.send(loop, self.sock, response, self._track_history_send)
                 else:
-                    await _send_parts(loop, self.sock, response)
+                    await send_parts(loop, self.sock, response)
+                self.inflight -= 1
+                self.last_active = loop.time()
                 # release the response now, not when the next one (maybe a long
                 # poll) is ready: memory per connection stays one response
                 response = fut = None
@@ -249,202 +329,6 @@ class Connection:
             await self.close()
 
 
-#: File regions smaller than this are read and sent with the bytes around them in
-#: one ``send``: for small fetches three syscalls cost more than one copy.
-SENDFILE_MIN_BYTES = 64 * 1024
-
-#: Large buffers go out at most this many bytes per event-loop step. A reader that
-#: keeps up (kcat on loopback) lets the kernel take a 16 MiB fetch response at
-#: once: sent whole, that is one step of over 10 ms of copying in ``send``
-#: (and, on loopback, the receiver's side of TCP too), which every other
-#: connection, the live tail included, waits out.
-SEND_SLICE_BYTES = 256 * 1024
-
-
-async def _send_parts(
-    loop: asyncio.AbstractEventLoop, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]
-) -> None:
-    pending: list[bytes | memoryview] = []
-    for part in parts:
-        if _large_buffer(part):
-            # large buffers (records read from the bucket, views of cached chunks):
-            # sent as they are, no joined copy
-            if pending:
-                await loop.sock_sendall(sock, b"".join(pending))
-                pending = []
-            await _send_buffer(loop, sock, part)
-        elif not isinstance(part, FileRegion):
-            pending.append(part)
-        elif part.length < SENDFILE_MIN_BYTES:
-            pending.append(part.read_bytes())
-        else:
-            if pending:
-                await loop.sock_sendall(sock, b"".join(pending))
-                pending = []
-            await _sendfile(loop, sock, part)
-    if pending:
-        await loop.sock_sendall(sock, b"".join(pending) if len(pending) > 1 else pending[0])
-
-
-async def _send_buffer(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | memoryview) -> None:
-    """Send a large buffer in slices of ``SEND_SLICE_BYTES``, one event-loop step each.
-
-    ``sock_sendall`` returns without yielding when the kernel takes a slice at once,
-    so each slice is followed by an explicit yield to the other connections.
-    """
-    view = memoryview(data)
-    for start in range(0, len(view), SEND_SLICE_BYTES):
-        await loop.sock_sendall(sock, view[start : start + SEND_SLICE_BYTES])
-        await asyncio.sleep(0)
-
-
-async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:
-    """Zero-copy send of a file region (page cache → socket), waiting when the socket is full."""
-    fd_out = sock.fileno()
-    fd_in = region.file.fileno()
-    offset = region.position
-    remaining = region.length
-    while remaining > 0:
-        try:
-            sent = os.sendfile(fd_out, fd_in, offset, remaining)
-        except BlockingIOError:
-            await _writable(loop, fd_out)
-            continue
-        if sent == 0:  # the file is shorter than the region: never send a short frame
-            raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
-        offset += sent
-        remaining -= sent
-
-
-def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
-    fut: asyncio.Future[None] = loop.create_future()
-
-    def _ready() -> None:
-        loop.remove_writer(fd)
-        if not fut.done():
-            fut.set_result(None)
-
-    loop.add_writer(fd, _ready)
-    fut.add_done_callback(lambda _: loop.remove_writer(fd))
-    return fut
-
-
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
     with contextlib.suppress(RuntimeError):  # the loop is already closed (shutdown)
         loop.call_soon_threadsafe(callback)
-
-
-def _carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
-    """Whether a response holds records read from the bucket (large in-memory parts).
-
-    Local records are :class:`FileRegion` parts; only remote reads put large
-    buffers (views of cached chunks) in a response.
-    """
-    return any(_large_buffer(p) for p in parts)
-
-
-def _large_buffer(part: bytes | memoryview | FileRegion) -> TypeGuard[bytes | memoryview]:
-    """Records read from the bucket (views of cached chunks), or any buffer too big to join."""
-    return not isinstance(part, FileRegion) and len(part) >= SENDFILE_MIN_BYTES
-
-
-class HistorySender:
-    """Threads that send responses carrying records read from the bucket.
-
-    The event loop hands such a response over and waits (without blocking) for
-    it to be sent: responses still leave each connection in request order, and
-    the loop is free for live traffic while the kernel copies history. The
-    threads release the GIL in ``send``/``sendfile``/``poll``; with
-    ``remote.log.reader.cpus`` they run on those CPUs, like the tiered-fetch pool.
-
-    A thread never waits long on one client: when the socket stays full for
-    ``WAIT_MS`` it hands the rest back (:meth:`_submit` resolves to where it
-    stopped), and the connection waits for the socket on the event loop before
-    submitting the rest. A consumer that reads slowly or not at all therefore
-    holds no thread, only its own response; after ``stall_seconds`` without
-    progress its connection is closed.
-    """
-
-    #: how long a thread waits for a full socket before handing the send back
-    WAIT_MS = 50
-
-    def __init__(self, threads: int, cpus: frozenset[int] = frozenset(), stall_seconds: float = 120.0) -> None:
-        self._pool = ThreadPoolExecutor(
-            max_workers=threads,
-            thread_name_prefix="strata-history-send",
-            initializer=pin_current_thread,
-            initargs=(cpus,),
-        )
-        self.stall_seconds = stall_seconds
-
-    def _submit(
-        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int] = (0, 0)
-    ) -> Future[tuple[int, int] | None]:
-        """Send ``parts`` from ``resume`` (part index, bytes of it already sent).
-
-        Resolves to ``None`` once all is sent, or to the position to resume from
-        when the socket stayed full.
-        """
-        return self._pool.submit(self._send, sock, parts, resume)
-
-    async def send(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
-        parts: list[bytes | memoryview | FileRegion], track: Any = None,
-    ) -> None:
-        """Send ``parts`` whole, on the threads, waiting for a full socket on ``loop``.
-
-        ``track(future)`` is told of each thread-side step (the connection keeps
-        it to close its socket only when no thread is using it).
-        """
-        resume: tuple[int, int] | None = (0, 0)
-        while resume is not None:
-            fut = self._submit(sock, parts, resume)
-            if track is not None:
-                track(fut)
-            resume = await asyncio.wrap_future(fut)
-            if resume is not None:
-                try:
-                    await asyncio.wait_for(_writable(loop, sock.fileno()), self.stall_seconds)
-                except TimeoutError:
-                    raise TimeoutError(f"client read nothing for {self.stall_seconds:.0f} s") from None
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    def _send(
-        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int]
-    ) -> tuple[int, int] | None:
-        fd = sock.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-
-        def writable() -> bool:
-            events = poller.poll(self.WAIT_MS)
-            if events and events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
-                raise ConnectionResetError("connection closed during a history send")
-            return bool(events)
-
-        index, done = resume
-        while index < len(parts):
-            part = parts[index]
-            if isinstance(part, FileRegion):
-                while done < part.length:
-                    try:
-                        sent = os.sendfile(fd, part.file.fileno(), part.position + done, part.length - done)
-                    except BlockingIOError:
-                        if not writable():
-                            return index, done
-                        continue
-                    if sent == 0:  # never send a short frame
-                        raise ConnectionError(f"file region ended early ({part.length - done} bytes missing)")
-                    done += sent
-            else:
-                view = memoryview(part)
-                while done < view.nbytes:
-                    try:
-                        done += sock.send(view[done:])
-                    except BlockingIOError:
-                        if not writable():
-                            return index, done
-            index, done = index + 1, 0
-        return None

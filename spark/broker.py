@@ -4,6 +4,14 @@ Through confluent-kafka (librdkafka): high watermarks and timestamp lookups at
 planning, and on executors an assigned consumer (no group, no commits) that
 reads ``[lo, hi)`` of one partition. Any ``kafka.*`` option is passed to it
 (``kafka.security.protocol``, ``kafka.sasl.*``, ...).
+
+``isolation.level`` is ``read_uncommitted`` unless ``kafka.isolation.level`` says
+otherwise, as in Spark's Kafka source (librdkafka's own default is
+read_committed). With ``read_committed`` the watermark read at planning is the
+last stable offset and the consumer drops aborted records; control records are
+never returned in either mode. Both leave offsets without a record (markers,
+aborted records), so the end of ``[lo, hi)`` is also recognised by the
+consumer's end-of-partition position.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ def _config(kafka: Mapping[str, str]) -> dict[str, object]:
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
+        "isolation.level": "read_uncommitted",
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
     }
@@ -99,6 +108,10 @@ def read_broker(
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        # the position past the last record, control record or aborted record
+                        next_offset = max(next_offset, min(hi, msg.offset() or 0))
+                        if next_offset >= hi:
+                            break
                         continue
                     raise StrataSourceError(f"{topic}-{partition}: reading from the broker failed: {err.str()}")
                 offset = msg.offset()

@@ -11,6 +11,12 @@ With ``kafka.bootstrap.servers`` the broker is asked for each partition's high
 watermark, fixed at planning, and the offsets the bucket does not hold yet are
 read from it (:class:`BrokerSlice`), so a batch read holds every record from its
 start to that watermark exactly once.
+
+With ``kafka.isolation.level=read_committed`` (:mod:`spark.txns`) the broker
+answers with its last stable offset instead, the bucket serves only the offsets
+below its own stable end (a transaction still open at the end of the last listed
+segment ends on the broker), and each segment slice carries the aborted
+transactions that overlap it, read from the segments' ``.txnindex`` objects.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from pyspark.sql.datasource import InputPartition
 
 from spark.bucket import Bucket, MissingObject
 from spark.options import EARLIEST, LATEST, Bounds, ReadOptions, StrataSourceError
-from spark.segments import SegmentRef, offset_for_timestamp
+from spark.segments import AbortedTxn, SegmentRef, offset_for_timestamp
+from spark.txns import BucketTxns, overlapping
 
 __all__ = ["BrokerSlice", "Catalog", "PartitionView", "SegmentSlice"]
 
@@ -34,7 +41,7 @@ log = logging.getLogger("strata.spark")
 
 METADATA_KEY = "cluster/metadata.json"
 # manifest formats this reader knows: 2 adds .txnindex/.snapshot objects (docs/object-layout.md),
-# which a read_uncommitted read does not need (control batches are skipped in either format)
+# which only read_committed reads fetch (control batches are skipped in either format)
 FORMAT_VERSIONS = (1, 2)
 
 
@@ -42,14 +49,22 @@ class SegmentSlice(InputPartition):
     """Records ``[lo, hi)`` found in bytes ``[start_pos, end_pos)`` of one segment object.
 
     ``start_pos`` of ``None``: seek with the segment's offset index on the executor.
+    ``aborted`` (read_committed): the aborted transactions whose records the
+    executor drops, ``(producer id, first offset, last offset)``.
     """
 
     def __init__(self, seg: SegmentRef, lo: int, hi: int, start_pos: int | None, end_pos: int,
-                 jvm: Mapping[str, Any] | None = None) -> None:
+                 jvm: Mapping[str, Any] | None = None, aborted: tuple[AbortedTxn, ...] = ()) -> None:
         super().__init__(None)
         self.seg, self.lo, self.hi, self.start_pos, self.end_pos = seg, lo, hi, start_pos, end_pos
         #: for the JVM reader (``spark/jvm``): where to read the .log and .index, and the GET size
         self.jvm = jvm
+        self.aborted = aborted
+
+    def part(self, lo: int, hi: int, start_pos: int | None) -> SegmentSlice:
+        """The records ``[lo, hi)`` of this slice, starting at ``start_pos`` (None: seek)."""
+        return SegmentSlice(self.seg, lo, hi, start_pos, self.end_pos, self.jvm,
+                            overlapping(self.aborted, lo, hi))
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         # pickled as a call with one JSON string, so the JVM source can read the plan too
@@ -59,6 +74,7 @@ class SegmentSlice(InputPartition):
             "topic": seg.topic, "partition": seg.partition, "key": seg.key, "base": seg.base_offset,
             "last": seg.last_offset, "size": seg.size, "lo": self.lo, "hi": self.hi,
             "start": self.start_pos, "end": self.end_pos, "jvm": self.jvm,
+            "aborted": [list(t) for t in self.aborted],
         }),)
 
     def __repr__(self) -> str:
@@ -69,7 +85,8 @@ class SegmentSlice(InputPartition):
 def _segment_slice(doc: str) -> SegmentSlice:
     d = json.loads(doc)
     seg = SegmentRef(d["topic"], d["partition"], d["key"], d["base"], d["last"], d["size"])
-    return SegmentSlice(seg, d["lo"], d["hi"], d["start"], d["end"], d["jvm"])
+    aborted = tuple((int(pid), int(first), int(last)) for pid, first, last in d.get("aborted") or ())
+    return SegmentSlice(seg, d["lo"], d["hi"], d["start"], d["end"], d["jvm"], aborted)
 
 
 class BrokerSlice(InputPartition):
@@ -90,7 +107,9 @@ class PartitionView:
     topic: str
     partition: int
     log_start: int  # earliest offset still in the log
-    remote_end: int  # one past the last offset in the bucket (= log_start when none)
+    #: one past the last offset read from the bucket (= log_start when none); read_committed:
+    #: the bucket's stable end (no transaction open at the end of its segments starts below it)
+    remote_end: int
     latest: int  # one past the last offset readable: the high watermark, or remote_end
     segments: tuple[SegmentRef, ...]
     min_timestamps: tuple[int, ...]
@@ -104,6 +123,7 @@ class Catalog:
         self.opts = opts
         self.bucket = bucket
         self.broker = broker
+        self.txns = BucketTxns(bucket, opts.chunk_bytes)
 
     # -- topics -------------------------------------------------------------------
 
@@ -169,19 +189,26 @@ class Catalog:
         segments: list[SegmentRef] = []
         mins: list[int] = []
         maxs: list[int] = []
-        log_start = 0
+        listed: list[SegmentRef] = []
+        log_start = version = 0
         if raw is not None:
             doc = _manifest(raw, key_dir)
-            log_start = int(doc["log_start_offset"])
+            log_start, version = int(doc["log_start_offset"]), int(doc["format_version"])
             for s in doc["segments"]:
                 base, last = int(s["base_offset"]), int(s["last_offset"])
+                key = f"{key_dir}{base:020d}-{s['upload_id']}.log"
+                seg = SegmentRef(topic, partition, key, base, last, int(s["size_bytes"]),
+                                 int(s.get("txn_index_bytes") or 0), int(s.get("producer_snapshot_bytes") or 0))
+                listed.append(seg)
                 if last < log_start:
                     continue
-                key = f"{key_dir}{base:020d}-{s['upload_id']}.log"
-                segments.append(SegmentRef(topic, partition, key, base, last, int(s["size_bytes"])))
+                segments.append(seg)
                 mins.append(int(s["min_timestamp"]))
                 maxs.append(int(s["max_timestamp"]))
         remote_end = segments[-1].last_offset + 1 if segments else log_start
+        # format 1 predates transactions: nothing in such a bucket is aborted or left open
+        if self.opts.read_committed and segments and version >= 2:
+            remote_end = max(log_start, self.txns.stable_end(listed))
         if marks is not None:
             low, high = marks
             if raw is None:
@@ -219,10 +246,14 @@ class Catalog:
     def offset_for_timestamp(self, view: PartitionView, timestamp: int) -> int | None:
         """First offset with a timestamp ≥ ``timestamp``: from the bucket, else from the broker."""
         for seg, max_ts in zip(view.segments, view.max_timestamps):
+            if seg.base_offset >= view.remote_end:
+                break  # read_committed: past the bucket's stable end
             if max_ts >= timestamp:
                 found = offset_for_timestamp(self.bucket, seg, timestamp, self.opts.chunk_bytes)
                 if found is not None and found >= view.log_start:
-                    return found
+                    if found < view.remote_end:
+                        return found
+                    break
         if self.broker is not None and view.latest > view.remote_end:
             found = self.broker.offset_for_timestamp(view.topic, view.partition, timestamp)
             if found is not None and found >= view.remote_end:
@@ -233,10 +264,12 @@ class Catalog:
         """``lo`` after checking ``[lo, hi)`` against the retained log (failOnDataLoss)."""
         name = f"{view.topic}-{view.partition}"
         if hi > view.latest:
+            held = ("with read_committed, the bucket's stable offsets end at" if self.opts.read_committed
+                    else "the bucket holds offsets up to")
             raise StrataSourceError(
                 f"{name}: end offset {hi} is past the end of the log ({view.latest})"
-                + ("" if self.broker else "; the bucket holds offsets up to "
-                   f"{view.remote_end}: set kafka.bootstrap.servers to read newer ones from the broker")
+                + ("" if self.broker else f"; {held} {view.remote_end}: set kafka.bootstrap.servers "
+                   "to read newer ones from the broker")
             )
         if lo > hi:
             raise StrataSourceError(f"{name}: start offset {lo} is after end offset {hi}")
@@ -255,10 +288,14 @@ class Catalog:
         """Input partitions reading ``[lo, hi)`` of ``view``: segment slices, then the broker's part."""
         out: list[InputPartition] = []
         expected = lo
+        bucket_hi = min(hi, view.remote_end)
+        aborted: list[AbortedTxn] = []
+        if self.opts.read_committed and bucket_hi > lo:
+            aborted = self.txns.aborted(view.segments, lo, bucket_hi)
         for seg in view.segments:
             if seg.last_offset < lo:
                 continue
-            if seg.base_offset >= hi:
+            if seg.base_offset >= bucket_hi:
                 break
             if seg.base_offset > expected:
                 message = (f"{seg.topic}-{seg.partition}: offsets {expected} to {seg.base_offset - 1} "
@@ -266,9 +303,9 @@ class Catalog:
                 if self.opts.fail_on_data_loss:
                     raise StrataSourceError(message + " (set failOnDataLoss=false to skip them)")
                 log.warning("%s; skipped (failOnDataLoss=false)", message)
-            start = max(lo, seg.base_offset)
-            out.append(SegmentSlice(seg, start, min(hi, seg.last_offset + 1),
-                                    0 if start == seg.base_offset else None, seg.size))
+            start, end = max(lo, seg.base_offset), min(bucket_hi, seg.last_offset + 1)
+            out.append(SegmentSlice(seg, start, end, 0 if start == seg.base_offset else None, seg.size,
+                                    aborted=overlapping(aborted, start, end)))
             expected = seg.last_offset + 1
         tail_lo = max(lo, view.remote_end)
         if hi > tail_lo:
@@ -298,9 +335,9 @@ class Catalog:
             if span < 2:
                 break
             s = out[i]
+            assert isinstance(s, SegmentSlice)
             middle = s.lo + span // 2
-            out[i:i + 1] = [SegmentSlice(s.seg, s.lo, middle, s.start_pos, s.end_pos),
-                            SegmentSlice(s.seg, middle, s.hi, None, s.end_pos)]
+            out[i:i + 1] = [s.part(s.lo, middle, s.start_pos), s.part(middle, s.hi, None)]
         return out
 
 

@@ -8,7 +8,9 @@ JSON ``{"topic": {"0": 23, "1": -2}}`` with -2 meaning earliest and -1 latest);
 ``endingOffsetsByTimestamp`` (which take precedence over the offsets, in that
 order, as in Spark); ``includeHeaders``; ``minPartitions``; ``failOnDataLoss``;
 ``maxOffsetsPerTrigger``; ``kafka.bootstrap.servers`` (and other ``kafka.*``
-consumer settings). Where the bucket is: ``object.store`` (``file:///path`` or
+consumer settings); ``kafka.isolation.level`` (``read_uncommitted``, the default
+as in Spark, or ``read_committed``: records of aborted transactions are skipped
+and reads end at the last stable offset). Where the bucket is: ``object.store`` (``file:///path`` or
 ``s3://bucket/prefix``), ``s3.endpoint``, ``s3.region``, ``s3.pathStyle``,
 ``s3.accessKey`` / ``s3.secretKey`` / ``s3.sessionToken`` (else the AWS chain).
 Option names are case-insensitive, as Spark's are.
@@ -30,6 +32,9 @@ __all__ = ["EARLIEST", "LATEST", "Bounds", "ReadOptions", "StrataSourceError", "
 EARLIEST = -2
 LATEST = -1
 DEFAULT_CHUNK_BYTES = 32 * 1024 * 1024
+#: the values of ``kafka.isolation.level`` (the Kafka consumer's ``isolation.level``)
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
 
 
 class StrataSourceError(ValueError):
@@ -74,6 +79,8 @@ class ReadOptions:
     starting_timestamp_strategy: str = "error"
     #: set by the JVM source (``strata.jvm``): slices carry locations the JVM reader can open
     jvm: bool = False
+    #: ``kafka.isolation.level=read_committed``: skip aborted transactions, end at the stable offset
+    read_committed: bool = False
 
     @property
     def chunk_bytes(self) -> int:
@@ -153,6 +160,7 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
             raise StrataSourceError("startingOffsets: -1 (latest) is not valid for a batch query")
         if ending.default == EARLIEST or any(v == EARLIEST for v in ending.per_partition.values()):
             raise StrataSourceError("endingOffsets: earliest (-2) is not valid for a batch query")
+    kafka = _kafka(opts)
     return ReadOptions(
         subscribe=subscribe,
         subscribe_pattern=pattern,
@@ -165,11 +173,25 @@ def parse_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         max_offsets_per_trigger=_positive(opts, "maxoffsetspertrigger"),
         object_store=store,
         s3={_S3[k]: v for k, v in opts.items() if k in _S3},
-        kafka={k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")},
+        kafka=kafka,
         chunk_option=_positive(opts, "read.chunk.bytes"),
         starting_timestamp_strategy=_strategy(opts),
         jvm=_bool(opts, "strata.jvm", False),
+        read_committed=kafka.get("isolation.level") == READ_COMMITTED,
     )
+
+
+def _kafka(opts: Mapping[str, str]) -> dict[str, str]:
+    """The ``kafka.*`` options without their prefix, ``isolation.level`` checked and lower-cased."""
+    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    level = kafka.get("isolation.level")
+    if level is not None:
+        kafka["isolation.level"] = level = level.strip().lower()
+        if level not in (READ_UNCOMMITTED, READ_COMMITTED):
+            raise StrataSourceError(
+                f"option kafka.isolation.level must be {READ_UNCOMMITTED} or {READ_COMMITTED}, got {level!r}"
+            )
+    return kafka
 
 
 def _strategy(opts: Mapping[str, str]) -> str:

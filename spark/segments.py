@@ -15,27 +15,30 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import crc32c
 import numpy as np
 import pyarrow as pa
+from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crecords import DefaultRecordBatch
 
 from local_tier.compression import decompress
-
 from spark.bucket import Bucket
 from spark.options import StrataSourceError
 
 __all__ = [
     "ARROW_SCHEMA",
+    "AbortedRanges",
+    "AbortedTxn",
     "Columns",
     "SegmentRef",
     "arrow_schema",
     "offset_for_timestamp",
     "read_segment",
     "seek_position",
+    "transaction_batches",
 ]
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -44,6 +47,10 @@ _LOG_OVERHEAD = 12
 _INDEX_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _CONTROL_BIT = 0x20
+_TRANSACTIONAL_BIT = 0x10
+#: where a batch header holds its producer id
+_PRODUCER_ID_AT = 43
+_PRODUCER_ID = struct.Struct(">q")
 #: the CRC-32C (after base offset, length, leader epoch and magic) covers the rest of the batch
 _CRC_AT = 17
 _CRC = struct.Struct(">I")
@@ -83,13 +90,53 @@ class SegmentRef:
 
     topic: str
     partition: int
-    key: str  # the .log object; .index and .timeindex share its stem
+    key: str  # the .log object; .index, .timeindex, .txnindex and .snapshot share its stem
     base_offset: int
     last_offset: int
     size: int
+    #: sizes of the segment's .txnindex and .snapshot objects (format 2; 0: there is none)
+    txn_index_bytes: int = 0
+    snapshot_bytes: int = 0
 
     def sibling(self, ext: str) -> str:
         return self.key[: -len(".log")] + "." + ext
+
+
+#: an aborted transaction: (producer id, first offset, last offset = its ABORT marker's offset)
+AbortedTxn = tuple[int, int, int]
+
+
+class AbortedRanges:
+    """The aborted transactions a slice must skip (``kafka.isolation.level=read_committed``).
+
+    A transactional batch of producer ``pid`` is aborted when an aborted range of
+    ``pid`` holds its base offset: a batch never straddles a transaction's bounds,
+    and one producer's transactions never overlap. This is what Kafka's consumer
+    decides (``CompletedFetch``) with its queue of aborted first offsets and the
+    ABORT markers, without needing the batches in order. Immutable: thread-safe.
+    """
+
+    def __init__(self, txns: Iterable[AbortedTxn]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for pid, first, last in txns:
+            ranges.setdefault(int(pid), []).append((int(first), int(last)))
+        self._firsts: dict[int, list[int]] = {}
+        self._lasts: dict[int, list[int]] = {}
+        for pid, spans in ranges.items():
+            spans.sort()
+            self._firsts[pid] = [f for f, _ in spans]
+            self._lasts[pid] = [last for _, last in spans]
+
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
+    def holds(self, producer_id: int, offset: int) -> bool:
+        """Whether ``offset`` lies in an aborted transaction of ``producer_id``."""
+        firsts = self._firsts.get(producer_id)
+        if firsts is None:
+            return False
+        i = bisect.bisect_right(firsts, offset) - 1
+        return i >= 0 and self._lasts[producer_id][i] >= offset
 
 
 class Columns:
@@ -325,9 +372,13 @@ def read_segment(
     end_pos: int,
     columns: Columns,
     chunk_bytes: int,
+    aborted: AbortedRanges | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records with offsets in ``[lo, hi)`` in bytes ``[start_pos, end_pos)``.
 
+    Control batches are never returned; with ``aborted`` (read_committed), neither
+    are the transactional batches it holds. Both are skipped whole, before any
+    decoding, so either decoder sees only the batches that are kept.
     Without headers, records are decoded column-wise in C when the extension is
     built; otherwise (or with ``includeHeaders``) through aiokafka's reader.
     """
@@ -340,6 +391,9 @@ def read_segment(
             if base >= hi:
                 done = True
                 break
+            if (aborted and attributes & _TRANSACTIONAL_BIT
+                    and aborted.holds(_PRODUCER_ID.unpack_from(buf, pos + _PRODUCER_ID_AT)[0], base)):
+                continue
             (stored_crc,) = _CRC.unpack_from(buf, pos + _CRC_AT)
             if crc32c.crc32c(buf[pos + _CRC_AT + 4:pos + size]) != stored_crc:
                 raise StrataSourceError(
@@ -351,7 +405,12 @@ def read_segment(
                 if fast.full:
                     yield fast.take()
             else:
-                columns.add_batch(DefaultRecordBatch(buf[pos:pos + size]), lo, hi)
+                try:
+                    columns.add_batch(DefaultRecordBatch(buf[pos:pos + size]), lo, hi)
+                except (CorruptRecordException, ValueError) as exc:  # under a matching CRC: a bad writer
+                    raise StrataSourceError(
+                        f"batch at offset {base} of object {seg.key!r} is malformed: {exc}"
+                    ) from exc
                 if columns.full:
                     yield columns.take()
         if done:
@@ -360,6 +419,16 @@ def read_segment(
         yield fast.take()
     if len(columns):
         yield columns.take()
+
+
+def transaction_batches(bucket: Bucket, seg: SegmentRef, chunk_bytes: int) -> Iterator[tuple[int, int, bool]]:
+    """(producer id, base offset, is a control batch) of the segment's transactional and control
+    batches, in order, from their headers alone (nothing is decompressed)."""
+    for _, buf in _chunks(bucket, seg.key, 0, seg.size, chunk_bytes):
+        for pos, _size, base, _last, _max_ts, attributes in _batches(buf, 0):
+            if attributes & (_TRANSACTIONAL_BIT | _CONTROL_BIT):
+                (pid,) = _PRODUCER_ID.unpack_from(buf, pos + _PRODUCER_ID_AT)
+                yield pid, base, bool(attributes & _CONTROL_BIT)
 
 
 def seek_position(bucket: Bucket, seg: SegmentRef, offset: int) -> int:

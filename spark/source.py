@@ -107,7 +107,7 @@ def _close(catalog: Catalog) -> None:
 
 def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """Executor side of both readers: one slice as Arrow record batches."""
-    from spark.segments import Columns, read_segment, seek_position
+    from spark.segments import AbortedRanges, Columns, read_segment, seek_position
 
     if isinstance(partition, SegmentSlice):
         seg = partition.seg
@@ -117,7 +117,8 @@ def read_partition(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.
             start = seek_position(bucket, seg, partition.lo)
         columns = Columns(seg.topic, seg.partition, opts.include_headers)
         yield from read_segment(bucket, seg, partition.lo, partition.hi, start_pos=start,
-                                end_pos=partition.end_pos, columns=columns, chunk_bytes=opts.chunk_bytes)
+                                end_pos=partition.end_pos, columns=columns, chunk_bytes=opts.chunk_bytes,
+                                aborted=AbortedRanges(partition.aborted) if partition.aborted else None)
     elif isinstance(partition, BrokerSlice):
         from spark.broker import read_broker
 

@@ -156,12 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
     up.set_defaults(func=_cmd_up)
 
-    from service.cli import console, consumer_groups, topics
+    from service.cli import console, consumer_groups, topics, transactions
     from service.cli.perf import command as perf
 
     topics.register(sub)
     console.register(sub)
     consumer_groups.register(sub)
+    transactions.register(sub)
     perf.register(sub)
     return parser
 

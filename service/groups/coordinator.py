@@ -64,6 +64,7 @@ from service.groups.requests import (
 )
 from service.groups.seams import OffsetLog, Timer, TopicsImage, cancel
 from service.groups.store import GroupStore
+from service.groups.txn_offsets import TransactionalOffsets
 
 __all__ = ["GroupCoordinator"]
 
@@ -82,6 +83,8 @@ class GroupCoordinator:
         self._members = Membership(self._store, self._rebalance, timer, self.config)
         self._offsets = CommittedOffsets(self._store, self._rebalance, timer, self.config)
         self._expiry = OffsetExpiry(self._store, timer, self.config)
+        #: TxnOffsetCommit's pending offsets (:mod:`~service.groups.txn_offsets`)
+        self.txn_offsets = TransactionalOffsets(self._store, log_, timer)
 
     # ================================================================== lifecycle
 
@@ -89,6 +92,7 @@ class GroupCoordinator:
         """Rebuild groups and offsets from the log; start member sessions and offset expiry."""
         self._store.load(self._timer.now_ms(), self._load_consumer_record)
         self._consumers.finish_load()
+        self.txn_offsets.restore()
         for group in self._store.groups.values():
             for member in group.members.values():
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
@@ -207,6 +211,35 @@ class GroupCoordinator:
             group_id, generation_id, member_id, instance_id, offsets, topic_exists
         )
 
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: Mapping[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the offsets wait in the producer's transaction (:mod:`.txn_offsets`).
+
+        For a consumer-protocol group ``generation_id`` is the member epoch, checked as
+        Kafka's ``validateTransactionalOffsetCommit`` does (a stale epoch is ILLEGAL_GENERATION).
+        """
+        consumer_group = self._consumers.get(group_id)
+        if consumer_group is not None:
+            error = self._consumers.validate_commit(
+                consumer_group, member_id, generation_id, 0, transactional=True, instance_id=instance_id
+            )
+            if error is not None:
+                code = E.illegal_generation if error == E.stale_member_epoch else error
+                return dict.fromkeys(offsets, code)
+            generation_id, member_id, instance_id = -1, "", None  # checked: commit as the group
+        return self.txn_offsets.commit(
+            group_id, producer_id, producer_epoch, generation_id, member_id, instance_id, offsets,
+            self.config.offset_metadata_max_bytes,
+        )
+
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None,
         member_id: str | None = None, member_epoch: int = -1,
@@ -221,6 +254,11 @@ class GroupCoordinator:
             if error is not None:
                 return error, {}
         return self._offsets.fetch_offsets(group_id, partitions)
+
+    def unstable_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Those of ``partitions`` an open transaction holds an offset of for the group (KIP-447:
+        OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
+        return {tp for tp in partitions if self.txn_offsets.has_pending(group_id, tp)}
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]

@@ -28,7 +28,7 @@ from service.groups.requests import GroupConfig
 from service.groups.seams import Timer
 from service.groups.store import GroupStore
 
-__all__ = ["CommittedOffsets"]
+__all__ = ["CommittedOffsets", "validate_offset_commit"]
 
 E = ErrorCode
 
@@ -63,9 +63,7 @@ class CommittedOffsets:
             if generation_id >= 0:
                 return every(E.illegal_generation)
             group = GroupMetadata(group_id, current_state_timestamp_ms=self._timer.now_ms())
-        error = self._validate_offset_commit(group, generation_id, member_id, instance_id)
-        if error is None and group.is_state(GroupState.COMPLETING_REBALANCE):
-            error = E.rebalance_in_progress
+        error = validate_offset_commit(group, generation_id, member_id, instance_id)
         if error is not None:
             return every(error)
         results: dict[TopicPartition, ErrorCode] = {}
@@ -91,21 +89,6 @@ class CommittedOffsets:
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
         return results
 
-    def _validate_offset_commit(
-        self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
-    ) -> ErrorCode | None:
-        if group.is_state(GroupState.DEAD):
-            return E.coordinator_not_available
-        if generation_id >= 0 or member_id or instance_id is not None:
-            error = group.current_member_error(member_id, instance_id)
-            if error is not None:
-                return error
-            if generation_id != group.generation_id:
-                return E.illegal_generation
-            return None
-        if not group.is_state(GroupState.EMPTY):
-            return E.unknown_member_id  # only members commit to a group that has members
-        return None
 
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -149,3 +132,26 @@ class CommittedOffsets:
             except KafkaError as exc:
                 return storage_error(exc), {}
         return E.none, results
+
+
+def validate_offset_commit(
+    group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None,
+    transactional: bool = False,
+) -> ErrorCode | None:
+    """Kafka's ``ClassicGroup.validateOffsetCommit``: OffsetCommit, or TxnOffsetCommit
+    (``transactional``: member id and generation may be left out, the state is not checked)."""
+    if group.is_state(GroupState.DEAD):
+        return E.coordinator_not_available
+    if generation_id < 0 and group.is_state(GroupState.EMPTY):
+        return None  # an admin client or a consumer outside group management
+    if generation_id >= 0 or member_id or instance_id is not None:
+        error = group.current_member_error(member_id, instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return E.illegal_generation
+    elif not transactional:
+        return E.unknown_member_id  # only members commit to a group that has members
+    if not transactional and group.is_state(GroupState.COMPLETING_REBALANCE):
+        return E.rebalance_in_progress
+    return None

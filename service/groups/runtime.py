@@ -17,13 +17,16 @@ from typing import Protocol
 from controller.configs import BrokerConfig
 from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
 from controller.metadata import Controller, TopicInfo
-from local_tier.errors import TopicAlreadyExistsError
+from local_tier.control import marker_from
+from local_tier.errors import CorruptRecordError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
-from local_tier.records import build_batch, decode_batch, iter_batches
+from local_tier.producer_state import AppendOrigin
+from local_tier.records import build_batch
 from service.groups.coordinator import GroupCoordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
+from service.log_replay import iter_log_records
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
@@ -32,6 +35,7 @@ __all__ = [
     "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
+    "ensure_internal_topic",
     "start_coordinator",
 ]
 
@@ -49,7 +53,6 @@ OFFSETS_TOPIC_CONFIGS = {
 def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
     """The topic configs ``__consumer_offsets`` is created with (``offsets.topic.segment.bytes``)."""
     return {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(config.get_int("offsets.topic.segment.bytes"))}
-_READ_CHUNK = 4 * 1024 * 1024
 
 
 class OffsetsHost(Protocol):
@@ -72,7 +75,26 @@ class OffsetsHost(Protocol):
         self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
     ) -> TopicInfo: ...
 
-    def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo: ...
+    def append(
+        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo: ...
+
+
+def ensure_internal_topic(
+    broker: OffsetsHost, name: str, partitions_key: str, configs: Mapping[str, str]
+) -> int:
+    """A coordinator's topic (``__consumer_offsets``, ``__transaction_state``), created on first
+    use with ``partitions_key`` partitions and ``configs``; its partition count."""
+    info = broker.controller.topic(name)
+    if info is None:
+        try:
+            info = broker.create_topic(
+                name, num_partitions=broker.config.get_int(partitions_key), configs=configs
+            )
+        except TopicAlreadyExistsError:
+            info = broker.controller.topic(name)
+            assert info is not None
+    return info.partitions
 
 
 class LoopTimer:
@@ -90,45 +112,69 @@ class BrokerOffsetLog:
 
     def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
+        self._open: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure(self) -> int:
-        broker = self._broker
-        info = broker.controller.topic(OFFSETS_TOPIC)
-        if info is None:
-            try:
-                info = broker.create_topic(
-                    OFFSETS_TOPIC,
-                    num_partitions=broker.config.get_int("offsets.topic.num.partitions"),
-                    configs=offsets_topic_configs(broker.config),
-                )
-            except TopicAlreadyExistsError:
-                info = broker.controller.topic(OFFSETS_TOPIC)
-                assert info is not None
-        return info.partitions
+        return ensure_internal_topic(
+            self._broker,
+            OFFSETS_TOPIC,
+            "offsets.topic.num.partitions",
+            offsets_topic_configs(self._broker.config),
+        )
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, (), now) for key, value in records])
         self._broker.append(OFFSETS_TOPIC, partition, batch)
 
+    def append_transactional(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        producer_id: int,
+        producer_epoch: int,
+    ) -> None:
+        now = int(time.time() * 1000)
+        batch = build_batch(
+            [(key, value, (), now) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+        )
+        # A coordinator's append: the producer's epoch is checked, not its sequence (Kafka's).
+        self._broker.append(OFFSETS_TOPIC, partition, batch, AppendOrigin.COORDINATOR)
+
+    def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
+        return self._open
+
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+        """Records in offset order; a transaction's records where its COMMIT marker stands.
+
+        Aborted transactions are dropped; those with no marker yet are kept in
+        :meth:`open_transactions` (``service.groups.txn_offsets``).
+        """
+        self._open = {}
         logs = sorted(
             (p, log) for (topic, p), log in self._broker.logs.all_logs().items() if topic == OFFSETS_TOPIC
         )
-        for _, log in logs:
-            offset, end = log.log_start_offset, log.log_end_offset
-            while offset < end:
-                data = log.read(offset, _READ_CHUNK, max_offset=end)
-                if not data.regions:
-                    break
-                buf = b"".join(region.read_bytes() for region in data.regions)
-                for pos, header in iter_batches(buf):
-                    if header.next_offset <= offset:
-                        continue
-                    for record in decode_batch(buf, pos)[1]:
-                        if record.offset >= offset and record.key is not None:
-                            yield record.key, record.value
-                    offset = header.next_offset
+        for partition, log in logs:
+            for header, record in iter_log_records(log):
+                if header.is_control:
+                    held = self._open.pop((partition, header.producer_id), [])
+                    try:
+                        marker = marker_from(header, record.key, record.value)
+                    except CorruptRecordError:
+                        marker = None  # as an abort: the held offsets are dropped
+                    if marker is not None and marker.committed:
+                        yield from held
+                elif record.key is None:
+                    continue
+                elif header.is_transactional:
+                    self._open.setdefault((partition, header.producer_id), []).append(
+                        (record.key, record.value)
+                    )
+                else:
+                    yield record.key, record.value
 
 
 class ControllerTopics:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from local_tier.errors import ErrorCode, KafkaError
@@ -28,6 +28,7 @@ from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
 __all__ = [
+    "codes_by_topic",
     "handle_delete_groups",
     "handle_describe_groups",
     "handle_find_coordinator",
@@ -39,17 +40,42 @@ __all__ = [
     "handle_offset_delete",
     "handle_offset_fetch",
     "handle_sync_group",
+    "offsets_to_commit",
 ]
 
 E = ErrorCode
 _NO_OPS = OPERATIONS_NOT_REQUESTED
 _KEY_TYPE_GROUP = 0
+_KEY_TYPE_TRANSACTION = 1
 _T = TypeVar("_T")
 
 
 def _count_error(ctx: RequestContext, api: str, code: ErrorCode) -> None:
     if code != E.none:
         ctx.broker.metrics_error(api, code)
+
+
+def codes_by_topic(
+    results: Mapping[TopicPartition, ErrorCode], topic_cls: type, partition_cls: type,
+    partitions: str = "partitions", code: str = "error_code",
+) -> tuple[Any, ...]:
+    """Per-partition error codes as a response's topics, in the results' order (the
+    entity classes and, where a schema names them otherwise, its two field names)."""
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (name, index), error in results.items():
+        by_topic[name].append(build(partition_cls, partition_index=index, **{code: error}))
+    return tuple(build(topic_cls, name=name, **{partitions: tuple(parts)}) for name, parts in by_topic.items())
+
+
+def offsets_to_commit(topics: Any) -> dict[TopicPartition, tuple[int, int, str | None]]:
+    """OffsetCommit's and TxnOffsetCommit's ``(offset, leader epoch, metadata)`` per partition."""
+    return {
+        (topic.name, int(p.partition_index)): (
+            int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)), p.committed_metadata,
+        )
+        for topic in topics
+        for p in topic.partitions
+    }
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -79,15 +105,20 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
     def lookup(key: str) -> dict[str, Any]:
         error, message = E.none, None
-        if key_type != _KEY_TYPE_GROUP:
-            error, message = E.invalid_request, "only group coordinators exist (no transactions yet)"
+        if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
+            error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
+        elif key_type == _KEY_TYPE_TRANSACTION and not key:
+            error, message = E.invalid_request, "the transactional id is empty"
         elif len(key) > MAX_GROUP_ID_LENGTH:
             error, message = E.invalid_group_id, f"group ids are at most {MAX_GROUP_ID_LENGTH} characters"
         else:
             try:
-                broker.groups.ensure_offsets_topic()
+                if key_type == _KEY_TYPE_TRANSACTION:
+                    broker.transactions.ensure_topic()
+                else:
+                    broker.groups.ensure_offsets_topic()
             except KafkaError as exc:
-                error, message = E.coordinator_not_available, f"__consumer_offsets: {exc.message}"
+                error, message = E.coordinator_not_available, f"coordinator topic: {exc.message}"
         _count_error(ctx, "FindCoordinator", error)
         if error != E.none:
             return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
@@ -209,15 +240,7 @@ def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(8, ctx.version)
-    offsets: dict[TopicPartition, tuple[int, int, str | None]] = {}
-    for topic in request.topics:
-        for p in topic.partitions:
-            epoch = int(getattr(p, "committed_leader_epoch", -1))
-            offsets[(topic.name, int(p.partition_index))] = (
-                int(p.committed_offset),
-                epoch,
-                p.committed_metadata,
-            )
+    offsets = offsets_to_commit(request.topics)
     results = broker.groups.commit_offsets(
         request.group_id,
         int(request.generation_id_or_member_epoch),
@@ -227,16 +250,9 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         lambda name: broker.controller.topic(name) is not None,
         api_version=ctx.version,
     )
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (name, index), code in results.items():
+    for code in results.values():
         _count_error(ctx, "OffsetCommit", code)
-        by_topic[name].append(
-            build(mod.OffsetCommitResponsePartition, partition_index=index, error_code=code)
-        )
-    topics = tuple(
-        build(mod.OffsetCommitResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    topics = codes_by_topic(results, mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition)
     return build(mod.OffsetCommitResponse, throttle_time=0, topics=topics)
 
 
@@ -249,19 +265,20 @@ def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
                 group_id=g.group_id,
                 **_fetch_group(ctx, mod, g.group_id, g.topics, "OffsetFetchResponseTopics",
                                "OffsetFetchResponsePartitions", getattr(g, "member_id", None),
-                               int(getattr(g, "member_epoch", -1))),
+                               int(getattr(g, "member_epoch", -1)), bool(request.require_stable)),
             )
             for g in request.groups
         )
         return build(mod.OffsetFetchResponse, throttle_time=0, groups=groups)
     fields = _fetch_group(ctx, mod, request.group_id, request.topics, "OffsetFetchResponseTopic",
-                          "OffsetFetchResponsePartition")
+                          "OffsetFetchResponsePartition",
+                          require_stable=bool(getattr(request, "require_stable", False)))
     return build(mod.OffsetFetchResponse, throttle_time=0, **fields)
 
 
 def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topic_cls: str,
                  partition_cls: str, member_id: str | None = None,
-                 member_epoch: int = -1) -> dict[str, Any]:
+                 member_epoch: int = -1, require_stable: bool = False) -> dict[str, Any]:
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
@@ -271,9 +288,13 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
     _count_error(ctx, "OffsetFetch", error)
     if wanted is None:
         wanted = sorted(found)
+    # KIP-447 (v7+): offsets an open transaction holds are not answered until it ends
+    unstable = ctx.broker.groups.unstable_offsets(group_id, wanted) if require_stable else set()
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for name, index in wanted:
-        committed: OffsetAndMetadata | None = found.get((name, index))
+        committed: OffsetAndMetadata | None = None if (name, index) in unstable else found.get((name, index))
+        code = E.unstable_offset_commit if (name, index) in unstable else E.none
+        _count_error(ctx, "OffsetFetch", code)
         by_topic[name].append(
             build(
                 getattr(mod, partition_cls),
@@ -282,7 +303,7 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
                 committed_leader_epoch=-1 if committed is None else committed.leader_epoch,
                 metadata="" if committed is None else committed.metadata,
                 # v1 has no group-level error: it goes on every partition
-                error_code=error if ctx.version < 2 else E.none,
+                error_code=error if ctx.version < 2 else code,
             )
         )
     return {
@@ -299,15 +320,7 @@ def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
     error, results = ctx.broker.groups.delete_offsets(request.group_id, wanted)
     _count_error(ctx, "OffsetDelete", error)
-    by_topic: dict[str, list[Any]] = defaultdict(list)
-    for (name, index), code in results.items():
-        by_topic[name].append(
-            build(mod.OffsetDeleteResponsePartition, partition_index=index, error_code=code)
-        )
-    topics = tuple(
-        build(mod.OffsetDeleteResponseTopic, name=name, partitions=tuple(parts))
-        for name, parts in by_topic.items()
-    )
+    topics = codes_by_topic(results, mod.OffsetDeleteResponseTopic, mod.OffsetDeleteResponsePartition)
     return build(mod.OffsetDeleteResponse, error_code=error, throttle_time=0, topics=topics)
 
 

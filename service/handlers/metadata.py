@@ -63,7 +63,7 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 build(
                     mod.MetadataResponseTopic,
                     error_code=exc.code,
-                    name=name,
+                    name=name if name is not None or ctx.version >= 12 else "",  # null only from v12
                     topic_id=topic_id or _ZERO_UUID,
                     is_internal=is_internal_topic(name),
                     partitions=(),

@@ -1,37 +1,151 @@
-"""Produce (key 0): validate, append to the partition's log, answer per partition."""
+"""Produce (key 0): validate, append to the partition's log, answer per partition.
+
+Every partition's record set is validated before anything is appended: batch
+framing and CRC, then every record (``local_tier.records.validate_batches``;
+compressed batches are decompressed to check their records, as Kafka's broker
+does). A bad record set fails only its partition, with CORRUPT_MESSAGE (CRC,
+framing) or INVALID_RECORD (records that lie inside a correct CRC; per-record
+errors from v8).
+
+Decompression stays on the event loop only while a batch inflates to at most
+``INLINE_INFLATE_BYTES``; a request with a larger compressed batch is validated
+on the ``_VALIDATORS`` threads (zlib, lz4, zstd, snappy and the record walk
+release the GIL). Appends keep the order of requests on a connection: a request
+that arrives while an earlier one of the same connection is being validated
+off the loop waits for that one's appends, so a producer's batches land in the
+order it sent them.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from local_tier.errors import CorruptRecordError, ErrorCode, InvalidRequiredAcksError, KafkaError
+from local_tier.compression import InflateLimitExceeded
+from local_tier.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    InvalidRecordError,
+    InvalidRequiredAcksError,
+    KafkaError,
+)
+from local_tier.records import ValidatedRecords, validate_batches
 from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
 
-__all__ = ["handle_produce"]
+__all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
+
+#: compressed batches inflating past this are validated off the event loop
+INLINE_INFLATE_BYTES = 256 * 1024
+
+_VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strata-produce-validate")
+
+#: per connection, the last Produce whose appends wait for an off-loop validation
+_pending: weakref.WeakKeyDictionary[Any, asyncio.Future[None]] = weakref.WeakKeyDictionary()
 
 
-def handle_produce(ctx: RequestContext, request: Any) -> bytes | None:
-    broker = ctx.broker
+@dataclass(slots=True)
+class _Partition:
+    topic_pos: int  # the topic's position in the request
+    topic: str
+    index: int
+    records: Any = None
+    max_message_bytes: int = 0
+    validated: ValidatedRecords | None = None
+    error: KafkaError | None = None
+    off_loop: bool = False
+
+
+def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = int(request.acks)
-    topics: list[tuple[str, list[PartitionResult]]] = []
-    for topic in request.topic_data:
-        partitions = []
-        for pdata in topic.partition_data:
-            index = int(pdata.index)
-            try:
-                if acks not in (0, 1, -1):
-                    raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
-                if pdata.records is None:
-                    raise CorruptRecordError("produce request carries no record data")
-                info = broker.append(topic.name, index, pdata.records)
-                result = PartitionResult(index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
-                                         info.log_start_offset)
-            except KafkaError as exc:
-                broker.metrics_error("Produce", exc.code)
-                result = PartitionResult(index, int(exc.code), error_message=exc.message)
-            partitions.append(result)
-        topics.append((topic.name, partitions))
+    parts = [
+        _check(ctx, request, acks, pos, topic.name, pdata)
+        for pos, topic in enumerate(request.topic_data)
+        for pdata in topic.partition_data
+    ]
+    conn = ctx.connection
+    earlier = _pending.get(conn) if conn is not None else None
+    if earlier is not None and earlier.done():
+        earlier = None
+    if earlier is None and not any(p.off_loop for p in parts):
+        return _append_and_answer(ctx, acks, parts)
+    mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    if conn is not None:
+        _pending[conn] = mine
+    return _produce_later(ctx, acks, parts, earlier, mine)
+
+
+async def _produce_later(
+    ctx: RequestContext, acks: int, parts: list[_Partition],
+    earlier: asyncio.Future[None] | None, mine: asyncio.Future[None],
+) -> bytes | None:
+    try:
+        loop = asyncio.get_running_loop()
+        for p in parts:
+            if p.off_loop:
+                validate = partial(validate_batches, p.records, max_message_bytes=p.max_message_bytes)
+                try:
+                    p.validated = await loop.run_in_executor(_VALIDATORS, validate)
+                except KafkaError as exc:
+                    p.error = exc
+        if earlier is not None:
+            await asyncio.shield(earlier)
+        return _append_and_answer(ctx, acks, parts)
+    finally:
+        mine.set_result(None)
+
+
+def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: str, pdata: Any) -> _Partition:
+    """Validate one partition's records on the loop, or mark them for the validator threads."""
+    part = _Partition(topic_pos, topic, int(pdata.index), pdata.records)
+    try:
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
+        if pdata.records is None:
+            raise CorruptRecordError("produce request carries no record data")
+        part.max_message_bytes = ctx.broker.log_for(topic, part.index).config.max_message_bytes
+        try:
+            part.validated = validate_batches(
+                pdata.records, max_message_bytes=part.max_message_bytes, inflate_limit=INLINE_INFLATE_BYTES
+            )
+        except InflateLimitExceeded:
+            part.off_loop = True
+    except KafkaError as exc:
+        part.error = exc
+    return part
+
+
+def _refuse_control_batches(validated: ValidatedRecords) -> None:
+    """Control batches (transaction markers) are the broker's to write, as in Kafka."""
+    for position, header in validated.headers:
+        if header.is_control:
+            raise InvalidRecordError(
+                f"batch at position {position} is a control batch: clients may not write control records"
+            )
+
+
+def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) -> bytes | None:
+    broker = ctx.broker
+    topics: dict[int, tuple[str, list[PartitionResult]]] = {}
+    for p in parts:
+        try:
+            if p.error is not None:
+                raise p.error
+            assert p.validated is not None
+            _refuse_control_batches(p.validated)
+            info = broker.append(p.topic, p.index, p.records, validated=p.validated)
+            result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
+                                     info.log_start_offset)
+        except KafkaError as exc:
+            broker.metrics_error("Produce", exc.code)
+            record_errors = exc.record_errors if isinstance(exc, InvalidRecordError) else ()
+            result = PartitionResult(p.index, int(exc.code), error_message=exc.message,
+                                     record_errors=record_errors)
+        topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
     if acks == 0:
         return None
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()))

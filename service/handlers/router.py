@@ -69,6 +69,7 @@ def api_table() -> dict[int, ApiSpec]:
         metadata,
         produce,
         producer_ids,
+        transactions,
         txn_markers,
     )
 
@@ -99,6 +100,13 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
         ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
         ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
+        ApiSpec(24, "AddPartitionsToTxn", 0, 4, transactions.handle_add_partitions_to_txn),
+        ApiSpec(25, "AddOffsetsToTxn", 0, 4, transactions.handle_add_offsets_to_txn),
+        ApiSpec(26, "EndTxn", 0, 4, transactions.handle_end_txn),
+        ApiSpec(28, "TxnOffsetCommit", 0, 4, transactions.handle_txn_offset_commit),
+        ApiSpec(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
+        ApiSpec(66, "ListTransactions", 0, 2, transactions.handle_list_transactions),
+        ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
         ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
         ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),

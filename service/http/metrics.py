@@ -49,6 +49,9 @@ __all__ = ["EXPECTED_ERRORS", "BrokerCollector", "exposition", "gather"]
 #:   members of a classic group that a rebalance began; clients rejoin (the Java
 #:   client logs it at INFO). On OffsetCommit the same code fails a commit the
 #:   application sees, so there it stays an error.
+#: * AddPartitionsToTxn and InitProducerId ``CONCURRENT_TRANSACTIONS``: the previous
+#:   transaction's markers (or the abort that fences an older epoch) are still being
+#:   written; transactional clients back off (20 ms) and retry.
 #:
 #: Kafka draws a similar line in its failure meters: ``FailedFetchRequestsPerSec``
 #: leaves out the answers it considers part of the protocol (unknown partition, not
@@ -59,6 +62,8 @@ EXPECTED_ERRORS = frozenset({
     ("JoinGroup", "MEMBER_ID_REQUIRED"),
     ("Heartbeat", "REBALANCE_IN_PROGRESS"),
     ("SyncGroup", "REBALANCE_IN_PROGRESS"),
+    ("AddPartitionsToTxn", "CONCURRENT_TRANSACTIONS"),
+    ("InitProducerId", "CONCURRENT_TRANSACTIONS"),
 })
 
 

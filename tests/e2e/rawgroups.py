@@ -111,13 +111,7 @@ def offset_commit(conn: Connection, group: str, generation: int, member_id: str,
     r = Reader(conn.call(API_OFFSET_COMMIT, 7, body))
     r.int32()
     r.int32()
-    out = {}
-    for _ in range(r.int32()):
-        topic = r.string() or ""
-        for _ in range(r.int32()):
-            partition = r.int32()
-            out[(topic, partition)] = r.int16()
-    return out
+    return r.partition_codes()
 
 
 def offset_fetch(conn: Connection, group: str, partitions: dict[str, list[int]]) -> tuple[int, dict[tuple[str, int], int]]:

@@ -155,6 +155,16 @@ class Reader:
         self.pos += n
         return raw
 
+    def partition_codes(self) -> dict[tuple[str, int], int]:
+        """A non-flexible ``[topic [partition error_code]]`` answer (OffsetCommit, AddPartitionsToTxn)."""
+        out: dict[tuple[str, int], int] = {}
+        for _ in range(self.int32()):
+            topic = self.string() or ""
+            for _ in range(self.int32()):
+                partition = self.int32()
+                out[(topic, partition)] = self.int16()
+        return out
+
 
 @dataclass(frozen=True)
 class ProducePartitionResult:

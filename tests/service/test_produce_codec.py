@@ -1,4 +1,5 @@
-"""The hand-written Produce response encoder gives kio's bytes for every version we advertise."""
+"""The hand-written Produce response encoder gives kio's bytes for every version we advertise
+(per-record errors included from v8)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ TOPICS = [
     ("orders", [PartitionResult(0, int(ErrorCode.none), 1234, -1, 17),
                 PartitionResult(2, int(ErrorCode.none), 0, 1_700_000_000_123, 0)]),
     ("payments-ü", [PartitionResult(7, int(ErrorCode.unknown_topic_or_partition),
-                                    error_message="this server does not host this topic-partition")]),
+                                    error_message="this server does not host this topic-partition"),
+                    PartitionResult(8, int(ErrorCode.invalid_record), error_message="record 3 is malformed",
+                                    record_errors=((3, "malformed key"), (5, "malformed value")))]),
     ("empty", []),
 ]
 
@@ -32,6 +35,11 @@ def _kio(version: int, correlation_id: int) -> bytes:
                       "log_append_time": p.log_append_time_ms, "log_start_offset": p.log_start_offset}
             if p.error_message is not None:
                 fields["error_message"] = p.error_message
+            if p.record_errors and version >= 8:
+                fields["record_errors"] = tuple(
+                    build(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                    for i, m in p.record_errors
+                )
             built.append(build(mod.PartitionProduceResponse, index=p.index, **fields))
         topics.append(build(mod.TopicProduceResponse, name=name, partition_responses=tuple(built)))
     body = build(mod.ProduceResponse, responses=tuple(topics), throttle_time=0)

@@ -1,4 +1,4 @@
-"""How the server writes a response made of parts (service/server.py ``_send_parts``).
+"""How the server writes a response made of parts (service/sending.py ``send_parts``).
 
 * Large buffers (records read from the bucket) go to the socket in slices of at
   most ``SEND_SLICE_BYTES``, with a yield to the event loop after each: another
@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 
 from local_tier.segment import FileRegion
-from service import server
-from service.server import SEND_SLICE_BYTES, HistorySender, _carries_history, _send_parts
+from service import sending as server
+from service.sending import SEND_SLICE_BYTES, HistorySender
+from service.sending import carries_history as _carries_history
+from service.sending import send_parts as _send_parts
 
 
 class _InstantLoop:

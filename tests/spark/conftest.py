@@ -1,9 +1,9 @@
 """A real local Spark session (``local[2]``) with the strata source registered.
 
 By default the session loads the Strata jar, so ``format("strata")`` is the JVM source
-(Python planning, JVM segment reads). ``STRATA_SPARK_READER=python`` leaves the jar out
-and runs the same tests against the Python reader alone (tests/spark/test_python_reader.py
-does that in a child pytest).
+(Python planning, JVM segment reads) and ``format("strata_python")`` the Python source
+alone. ``STRATA_SPARK_READER=python`` leaves the jar out, so that ``strata`` is the
+Python source (tests/spark/test_python_reader.py checks that in a child pytest).
 """
 
 from __future__ import annotations

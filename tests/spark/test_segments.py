@@ -60,6 +60,24 @@ def test_a_corrupt_batch_is_reported_with_its_object(tmp_path: Path) -> None:
         _read(tmp_path, seg, 0, 500, 4096)
 
 
+@pytest.mark.parametrize("headers", [False, True], ids=["c-decoder", "aiokafka-reader"])
+def test_a_batch_that_claims_more_records_than_it_holds_is_reported(tmp_path: Path, headers: bool) -> None:
+    import crc32c
+
+    seg, data = _segment(tmp_path, batches=3)
+    broken = bytearray(data)
+    first = 12 + int.from_bytes(broken[8:12], "big")  # the second batch starts here
+    count_at = first + 57
+    broken[count_at:count_at + 4] = (int.from_bytes(broken[count_at:count_at + 4], "big") + 1).to_bytes(4, "big")
+    end = first + 12 + int.from_bytes(broken[first + 8:first + 12], "big")
+    broken[first + 17:first + 21] = crc32c.crc32c(bytes(broken[first + 21:end])).to_bytes(4, "big")
+    (tmp_path / KEY).write_bytes(bytes(broken))
+    bucket = open_bucket(tmp_path.as_uri())
+    cols = Columns("t", 0, include_headers=headers)
+    with pytest.raises(StrataSourceError, match=r"batch at offset 25\b.*(malformed|record count does not fit)"):
+        list(read_segment(bucket, seg, 0, 75, start_pos=0, end_pos=seg.size, columns=cols, chunk_bytes=4096))
+
+
 def test_a_truncated_object_is_reported(tmp_path: Path) -> None:
     seg, data = _segment(tmp_path)
     (tmp_path / KEY).write_bytes(data[:-10])

@@ -3,6 +3,17 @@
 History is produced through a real broker with every codec, tiered to the bucket,
 and read by Spark straight from the bucket, with the broker stopped. Offsets,
 timestamps, headers and timestampType are compared with what was produced.
+Committed and aborted transactions (written with Produce + WriteTxnMarkers) are
+read with both isolation levels and compared with librdkafka consumers of the same
+level through the broker.
+
+One Spark session, with the Strata jar, serves both readers of segment slices:
+``format("strata")`` is the JVM source (Python planning, JVM reads) and
+``format("strata_python")`` the Python source alone, as ``strata`` is without the jar
+(tests/spark/test_python_reader.py checks that naming in a session without it). Tests of
+what the readers do (codecs, keys, headers, GET sizes, offset and time bounds, damaged
+objects, read_committed) run with both (the ``source`` fixture); tests of planning, the
+broker's part and streams, which both readers share, run once, with the jar.
 """
 
 from __future__ import annotations
@@ -10,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
-from tests.e2e import helpers
+from spark.jar import PYTHON_NAME
+from tests.e2e import helpers, rawtxn
+from tests.e2e.rawkafka import NONE, Connection
+from tests.e2e.test_read_committed import write_history
 from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY, MotoServer
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -41,9 +55,19 @@ BROKER_SETS = {
 
 # -- helpers ----------------------------------------------------------------------
 
+#: the formats of the two readers in a session with the jar
+JVM, PYTHON = "strata", PYTHON_NAME
+JVM_SCAN = "strata (segments read in the JVM)"
 
-def _strata(spark: Any, s3: Any, store: str, **options: Any) -> Any:
-    reader = (spark.read.format("strata").option("object.store", store)
+
+@pytest.fixture(params=[JVM, PYTHON], ids=["jvm", "python"])
+def source(request: pytest.FixtureRequest) -> str:
+    """The format whose reader reads the segment slices: the JVM's, or the Python one."""
+    return str(request.param)
+
+
+def _strata(spark: Any, s3: Any, store: str, source: str = JVM, **options: Any) -> Any:
+    reader = (spark.read.format(source).option("object.store", store)
               .option("s3.endpoint", s3.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
               .option("s3.secretKey", TEST_SECRET_KEY).option("s3.region", "us-east-1"))
     for k, v in options.items():
@@ -101,6 +125,29 @@ def _roll_and_wait(b: Any, moto: MotoServer, bucket: str, prefix: str, topic: st
                            f"{topic}-{p} tiered up to {ends[p]}")
 
 
+def _kafka_read(bootstrap: str, topic: str, isolation: str, end: int) -> list[tuple[int, bytes, bytes]]:
+    """(offset, key, value) below ``end`` of partition 0, read by a librdkafka consumer through the broker."""
+    consumer = helpers.consumer(bootstrap, **{"isolation.level": isolation, "enable.partition.eof": True})
+    out: list[tuple[int, bytes, bytes]] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msgs = consumer.consume(num_messages=1000, timeout=0.5)
+            out += [(m.offset(), m.key(), m.value()) for m in msgs if m.error() is None and m.offset() < end]
+            errors = [m.error() for m in msgs if m.error() is not None]
+            assert all(e.code() == KafkaError._PARTITION_EOF for e in errors), errors
+            if errors:
+                return out
+        raise AssertionError(f"{topic}: no end of partition within 60 s ({len(out)} records)")
+    finally:
+        consumer.close()
+
+
+def _local_bases(b: Any, topic: str) -> list[int]:
+    return sorted(int(f.stem) for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+
 class History:
     """Topics tiered to a bucket by a broker that is stopped afterwards."""
 
@@ -109,6 +156,9 @@ class History:
         self.store = f"s3://{bucket}/{PREFIX}"
         self.expected: dict[str, list[tuple]] = {}
         self.ends: dict[str, dict[int, int]] = {}
+        #: the "txns" topic as librdkafka consumers of each isolation level read it through the broker
+        self.txn_reads: dict[str, list[tuple[int, bytes, bytes]]] = {}
+        self.txn_values: dict[str, list[bytes]] = {}
 
     def rows(self, topic: str) -> list[tuple]:
         return sorted(self.expected[topic], key=lambda t: (t[0], t[1], t[2]))
@@ -150,8 +200,27 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
                                                              for i in range(300)])
         h.ends[topic] = {0: 300}
         _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+
+        # committed and aborted transactions across 1 KB segments, tiered and deleted locally
+        topic = "txns"
+        helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024"})
+        txn = write_history(b.bootstrap, topic)
+        h.ends[topic] = {0: txn.end}
+        h.txn_values = {"read_committed": txn.committed, "read_uncommitted": txn.everything}
+        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+        helpers.wait_until(lambda: _local_bases(b, topic)[0] >= txn.end, "tiered segments deleted locally")
+        h.txn_reads = {level: _kafka_read(b.bootstrap, topic, level, txn.end)
+                       for level in ("read_committed", "read_uncommitted")}
         b.stop()  # from here on, no broker: Spark reads the bucket alone
         yield h
+
+
+@pytest.fixture(scope="module")
+def codecs_copy(history: History, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A file:// copy of the bucket's metadata and "codecs" topic, made once, for tests to damage copies of."""
+    dest = tmp_path_factory.mktemp("codecs-copy")
+    _copy_to_directory(history, dest, only=_manifest(history, "codecs", 0)["topic_id"])
+    return dest
 
 
 def _hdr(rows: list[tuple]) -> list[tuple]:
@@ -165,11 +234,14 @@ def _no_headers(rows: list[tuple]) -> list[tuple]:
 # -- tests ------------------------------------------------------------------------
 
 
-def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: Any, history: History) -> None:
+def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(
+    spark: Any, history: History, source: str
+) -> None:
     h = history
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs,appendtime", includeHeaders="true",
-                        endingOffsets=json.dumps({t: {str(p): e for p, e in ends.items()}
-                                                  for t, ends in h.ends.items()})))
+    df = _strata(spark, h.moto, h.store, source, subscribe="codecs,appendtime", includeHeaders="true",
+                 endingOffsets=json.dumps({t: {str(p): e for p, e in ends.items()} for t, ends in h.ends.items()}))
+    assert (JVM_SCAN in _scan(df)) == (source == JVM)  # the reader the test is for reads the slices
+    got = _rows(df)
     want = _hdr(h.rows("appendtime") + h.rows("codecs"))
     assert len(got) == len(want) == PARTITIONS * len(CODECS) * PER_CODEC + 300
     assert got == sorted(want, key=lambda t: (t[0], t[1], t[2]))
@@ -180,12 +252,12 @@ def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(spark: 
 
 @pytest.mark.parametrize("chunk", ["1000", "5000", "65536"])
 def test_any_get_size_gives_the_same_records_through_the_reused_receive_buffer(
-    spark: Any, history: History, chunk: str
+    spark: Any, history: History, source: str, chunk: str
 ) -> None:
     # every GET lands in one reused buffer; batches cut by a GET are read again whole,
     # and batches larger than a GET (1000 B) get a GET of their own size
     h = history
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", **{"read.chunk.bytes": chunk},
+    got = _rows(_strata(spark, h.moto, h.store, source, subscribe="codecs", **{"read.chunk.bytes": chunk},
                         endingOffsets=json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})))
     assert got == sorted(_no_headers(h.rows("codecs")), key=lambda t: (t[0], t[1], t[2]))
 
@@ -202,17 +274,17 @@ def test_default_end_is_the_end_of_the_bucket_and_the_schema_is_kafkas(spark: An
     assert [r[:7] for r in got] == [r[:7] for r in h.rows("codecs")]
 
 
-def test_offset_bounds_give_exactly_the_rows_between_them(spark: Any, history: History) -> None:
+def test_offset_bounds_give_exactly_the_rows_between_them(spark: Any, history: History, source: str) -> None:
     h = history
     starting = {"codecs": {"0": 123, "1": -2}}
     ending = {"codecs": {"0": 1555, "1": 777}}
-    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", startingOffsets=json.dumps(starting),
+    got = _rows(_strata(spark, h.moto, h.store, source, subscribe="codecs", startingOffsets=json.dumps(starting),
                         endingOffsets=json.dumps(ending), minPartitions="7"))
     want = [r for r in h.rows("codecs") if (r[1] == 0 and 123 <= r[2] < 1555) or (r[1] == 1 and r[2] < 777)]
     assert _no_headers(got) == _no_headers(want)
     assert len(got) == (1555 - 123) + 777
     # assign reads only the partitions named
-    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [1]}),
+    got = _rows(_strata(spark, h.moto, h.store, source, assign=json.dumps({"codecs": [1]}),
                         endingOffsets=json.dumps({"codecs": {"1": 10}})))
     assert [(r[1], r[2]) for r in got] == [(1, o) for o in range(10)]
 
@@ -226,12 +298,14 @@ def test_min_partitions_splits_segments_without_losing_or_repeating_a_record(spa
     assert [r[:3] for r in got] == [r[:3] for r in h.rows("codecs")]
 
 
-def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(spark: Any, history: History) -> None:
+def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(
+    spark: Any, history: History, source: str
+) -> None:
     h = history
     rows = [r for r in h.rows("codecs") if r[1] == 0]
     lo_ts, hi_ts = rows[950][5], rows[1000][5]
     h.moto.requests.clear()
-    got = _rows(_strata(spark, h.moto, h.store, assign=json.dumps({"codecs": [0]}),
+    got = _rows(_strata(spark, h.moto, h.store, source, assign=json.dumps({"codecs": [0]}),
                         startingTimestamp=str(lo_ts), endingTimestamp=str(hi_ts)))
     assert [r[2] for r in got] == [r[2] for r in rows if lo_ts <= r[5] < hi_ts]
     assert len(got) == 50
@@ -285,20 +359,86 @@ def test_clear_errors_for_bad_options_missing_topic_bucket_and_range(spark: Any,
             _strata(spark, h.moto, store, **options).collect()
 
 
-def _copy_to_directory(h: History, dest: Path) -> None:
+def _offsets_keys_values(df: Any) -> list[tuple[int, bytes, bytes]]:
+    return sorted((r.offset, bytes(r.key), bytes(r.value)) for r in df.select("offset", "key", "value").collect())
+
+
+def test_read_committed_returns_exactly_what_a_read_committed_kafka_consumer_returns(
+    spark: Any, history: History, source: str
+) -> None:
+    h = history
+    want = h.txn_reads["read_committed"]
+    assert [v for _, _, v in want] == h.txn_values["read_committed"]  # the consumer agrees with the writer
+    # split inside aborted transactions, each slice keeps the ranges that overlap it
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns", minPartitions="6",
+                                       **{"kafka.isolation.level": "read_committed"}))
+    assert got == want
+    # the default, read_uncommitted: aborted data too, never a control record
+    everything = h.txn_reads["read_uncommitted"]
+    assert [v for _, _, v in everything] == h.txn_values["read_uncommitted"]
+    assert len(everything) > len(want)
+    got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns"))
+    assert got == everything
+
+
+def test_read_committed_without_transactions_reads_no_transaction_index(spark: Any, history: History) -> None:
+    h = history
+    ends = json.dumps({"codecs": {str(p): e for p, e in h.ends["codecs"].items()}})
+    h.moto.requests.clear()
+    got = _rows(_strata(spark, h.moto, h.store, subscribe="codecs", endingOffsets=ends,
+                        **{"kafka.isolation.level": "read_committed"}))
+    assert got == _no_headers(h.rows("codecs"))
+    gets = [path for method, path in h.moto.requests if method == "GET"]
+    assert not [g for g in gets if ".txnindex" in g]
+    # the bucket's stable end: one producer snapshot per partition, the last segment's
+    assert len([g for g in gets if ".snapshot" in g]) == PARTITIONS, gets
+
+
+def test_a_bucket_of_format_1_reads_the_same_with_either_isolation_level(
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path
+) -> None:
+    """A file:// copy of the bucket whose manifests are format 1 (no .txnindex, no .snapshot)."""
+    h = history
+    tmp_path = _copy_of(codecs_copy, tmp_path)
+    for manifest in tmp_path.glob("topics/*/*/manifest.json"):
+        doc = json.loads(manifest.read_text())
+        doc["format_version"] = 1
+        for seg in doc["segments"]:
+            del seg["txn_index_bytes"], seg["producer_snapshot_bytes"]
+        manifest.write_text(json.dumps(doc))
+    for obj in [*tmp_path.glob("topics/*/*/*.txnindex"), *tmp_path.glob("topics/*/*/*.snapshot")]:
+        obj.unlink()
+    reads = {level: _rows(spark.read.format("strata").option("object.store", tmp_path.as_uri())
+                          .option("assign", '{"codecs": [1]}').option("kafka.isolation.level", level).load())
+             for level in ("read_committed", "read_uncommitted")}
+    want = [r for r in _no_headers(h.rows("codecs")) if r[1] == 1]
+    assert reads["read_committed"] == reads["read_uncommitted"] == want
+
+
+def _copy_to_directory(h: History, dest: Path, only: str | None = None) -> None:
+    """The bucket's objects under ``dest`` (``only``: the metadata and that topic id's objects)."""
     s3 = helpers.s3_client(h.moto.endpoint_url)
+    keep = (f"{PREFIX}/cluster/", f"{PREFIX}/topics/{only}/") if only else (PREFIX + "/",)
     for key in helpers.s3_keys(s3, h.bucket, PREFIX + "/"):
+        if not key.startswith(keep):
+            continue
         path = dest / key[len(PREFIX) + 1:]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(s3.get_object(Bucket=h.bucket, Key=key)["Body"].read())
 
 
+def _copy_of(template: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "bucket"
+    shutil.copytree(template, dest)
+    return dest
+
+
 def test_a_gap_in_the_manifest_fails_or_is_skipped_by_fail_on_data_loss(
-    spark: Any, history: History, tmp_path: Path
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path
 ) -> None:
     """A file:// copy of the bucket with one segment dropped from partition 0's manifest."""
     h = history
-    _copy_to_directory(h, tmp_path)
+    tmp_path = _copy_of(codecs_copy, tmp_path)
     meta = json.loads((tmp_path / "cluster" / "metadata.json").read_text())
     tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == "codecs")
     manifest_path = tmp_path / "topics" / tid / "0" / "manifest.json"
@@ -350,11 +490,6 @@ def _scan(df: Any) -> str:
     return str(df._jdf.queryExecution().executedPlan().toString())
 
 
-jvm_only = pytest.mark.skipif(os.environ.get("STRATA_SPARK_READER", "jvm") != "jvm",
-                              reason="the JVM reader's own test (STRATA_SPARK_READER=python)")
-
-
-@jvm_only
 def test_with_the_jar_segments_are_read_in_the_jvm_as_column_batches(spark: Any, history: History) -> None:
     h = history
     df = _strata(spark, h.moto, h.store, subscribe="codecs", includeHeaders="true")
@@ -362,7 +497,7 @@ def test_with_the_jar_segments_are_read_in_the_jvm_as_column_batches(spark: Any,
     row = query.collect()[0]
     assert row.n == len(h.rows("codecs")) and row.size == sum(len(r[4]) for r in h.rows("codecs"))
     plan = _scan(query)  # after the run: the final plan, columnar or not decided
-    assert "strata (segments read in the JVM)" in plan and "ColumnarToRow" in plan, plan
+    assert JVM_SCAN in plan and "ColumnarToRow" in plan, plan
     # headers, every codec and null keys come out of the JVM reader exactly as produced
     assert _rows(df) == _hdr(h.rows("codecs"))
 
@@ -388,8 +523,7 @@ def test_a_stream_from_earliest_catches_up_from_the_bucket_in_micro_batches(
         query.stop()
     assert len(batches) >= 3 and all(p["numInputRows"] <= 1500 for p in batches)
     assert _rows(spark.read.parquet(out)) == _hdr(h.rows("codecs"))
-    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
-        assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
+    assert "ColumnarToRow" in plan, plan  # the micro-batches' slices were read in the JVM
 
 
 def test_a_schema_that_is_not_kafkas_is_refused(spark: Any, history: History) -> None:
@@ -401,9 +535,9 @@ def test_a_schema_that_is_not_kafkas_is_refused(spark: Any, history: History) ->
         reader.load().collect()
 
 
-def _corrupt_copy(h: History, dest: Path, damage: Any) -> str:
+def _corrupt_copy(h: History, template: Path, dest: Path, damage: Any) -> str:
     """A file:// copy of the bucket with ``damage(path)`` done to partition 0's second segment."""
-    _copy_to_directory(h, dest)
+    dest = _copy_of(template, dest)
     manifest = _manifest(h, "codecs", 0)
     seg = manifest["segments"][1]
     tid = manifest["topic_id"]
@@ -441,14 +575,14 @@ def _cut_in_the_middle(path: Path) -> None:
     (Path.unlink, r"no object '.*\.log'"),
 ])
 def test_a_damaged_segment_object_fails_the_read_with_its_name(
-    spark: Any, history: History, tmp_path: Path, damage: Any, message: str
+    spark: Any, history: History, codecs_copy: Path, tmp_path: Path, source: str, damage: Any, message: str
 ) -> None:
-    store = _corrupt_copy(history, tmp_path, damage)
-    df = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [0]}').load()
+    store = _corrupt_copy(history, codecs_copy, tmp_path, damage)
+    df = spark.read.format(source).option("object.store", store).option("assign", '{"codecs": [0]}').load()
     with pytest.raises(Exception, match=message):
         df.collect()
     # the other partition, which is not damaged, still reads
-    got = spark.read.format("strata").option("object.store", store).option("assign", '{"codecs": [1]}').load()
+    got = spark.read.format(source).option("object.store", store).option("assign", '{"codecs": [1]}').load()
     assert got.count() == history.ends["codecs"][1]
 
 
@@ -460,9 +594,8 @@ def test_a_complete_snapshot_equals_what_a_kafka_consumer_reads(spark: Any, live
     assert all(0 < e < 1500 for e in remote_ends.values()), remote_ends  # the tail is only on the broker
     df = _strata(spark, b.moto, b.store, subscribe=topic, **{"kafka.bootstrap.servers": b.bootstrap})
     got = _rows(df)
-    if os.environ.get("STRATA_SPARK_READER", "jvm") == "jvm":
-        # segment slices read in the JVM, the broker's part by the Python reader, as rows
-        assert "strata (segments read in the JVM)" in _scan(df)
+    # segment slices read in the JVM, the broker's part by the Python reader, as rows
+    assert JVM_SCAN in _scan(df)
     msgs = helpers.consume(b.bootstrap, topic, [0, 1], 3000)
     want = sorted((topic, m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1], m.timestamp()[0] - 1,
                    None) for m in msgs)
@@ -514,3 +647,91 @@ def test_backfill_then_stream_has_no_gap_and_no_duplicate(spark: Any, live: Any,
     run_stream()
     again = _rows(spark.read.parquet(out))
     assert sorted((r[1], r[2]) for r in again) == [(p, o) for p in range(2) for o in range(800, 1110)]
+
+
+def _txn_tail(b: Any, topic: str) -> tuple[int, int, int]:
+    """A log whose bucket part ends inside an aborted transaction (its ABORT marker only on the
+    broker) and whose tail holds an open transaction; returns (its first offset, the aborted
+    one's first offset, the raw connection's producer id of the open one)."""
+    helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024", "segment.ms": "600000"})
+    with Connection.to(b.bootstrap) as conn:
+        plain, a, d, c = (rawtxn.init_producer_id(conn)[1] for _ in range(4))
+        seq = dict.fromkeys((plain, a, d, c), 0)
+
+        def send(pid: int, n: int, *, txn: bool, size: int = 60) -> int:
+            batch = rawtxn.producer_batch([b"%d-%d-" % (pid, seq[pid] + i) + b"x" * size for i in range(n)],
+                                          producer_id=pid, epoch=0, sequence=seq[pid], transactional=txn)
+            seq[pid] += n
+            error, base = rawtxn.produce(conn, topic, 0, batch)
+            assert error == NONE
+            return base
+
+        def end(pid: int, commit: bool) -> None:
+            assert rawtxn.write_txn_markers(conn, producer_id=pid, epoch=0, commit=commit, topic=topic,
+                                            partitions=[0]) == {0: NONE}
+
+        for _ in range(2):
+            send(plain, 3, txn=False)
+            send(a, 3, txn=True)
+            send(d, 3, txn=True)
+            end(d, commit=False)
+            end(a, commit=True)
+        aborted_first = send(d, 3, txn=True)  # D's last transaction, aborted below
+        send(plain, 9, txn=False)  # 1 KB segments: this one fills a segment past D's records,
+        last_tiered = send(plain, 9, txn=False)  # this one starts the active segment, which then
+        end(d, commit=False)  # holds D's ABORT marker
+        open_first = send(c, 1, txn=True, size=5)  # and stays open: the LSO
+    helpers.wait_until(lambda: _manifest_end(b.moto, b.bucket, PREFIX, topic, 0) >= last_tiered,
+                       "sealed segments below the LSO tiered")
+    assert _manifest_end(b.moto, b.bucket, PREFIX, topic, 0) == last_tiered  # the marker is local only
+    return open_first, aborted_first, c
+
+
+def test_read_committed_with_the_broker_tail_and_streams_end_at_the_lso(
+    spark: Any, live: Any, tmp_path: Path
+) -> None:
+    b = live
+    topic = "txntail"
+    open_first, aborted_first, open_pid = _txn_tail(b, topic)
+    far = 1 << 62
+    committed = _kafka_read(b.bootstrap, topic, "read_committed", far)
+    everything = _kafka_read(b.bootstrap, topic, "read_uncommitted", far)
+    assert max(o for o, _, _ in committed) < open_first <= max(o for o, _, _ in everything)
+    broker = {"kafka.bootstrap.servers": b.bootstrap}
+    rc = {"kafka.isolation.level": "read_committed"}
+
+    # with the broker: up to its LSO, the aborted records tiered before their marker skipped too
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **broker, **rc)) == committed
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **broker)) == everything
+    # D's last records lie in the bucket, tiered before their ABORT marker (which only the broker
+    # has): the read_committed read above took them from the broker, which skips them
+    d_records = set(range(aborted_first, aborted_first + 3))
+    assert d_records <= {o for o, _, _ in everything} and not d_records & {o for o, _, _ in committed}
+    # the bucket alone: up to its stable end, where the transaction it cannot settle begins
+    assert _offsets_keys_values(_strata(spark, b.moto, b.store, subscribe=topic, **rc)) == \
+        [r for r in committed if r[0] < aborted_first]
+
+    reader = (spark.readStream.format("strata").option("object.store", b.store)
+              .option("s3.endpoint", b.moto.endpoint_url).option("s3.accessKey", TEST_ACCESS_KEY)
+              .option("s3.secretKey", TEST_SECRET_KEY).option("subscribe", topic)
+              .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "20")
+              .option("kafka.bootstrap.servers", b.bootstrap).option("kafka.isolation.level", "read_committed"))
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run_stream() -> list[tuple[int, bytes, bytes]]:
+        query = (reader.load().writeStream.format("parquet").option("path", out)
+                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180)
+            assert query.exception() is None
+        finally:
+            query.stop()
+        return _offsets_keys_values(spark.read.parquet(out))
+
+    assert run_stream() == committed
+    with Connection.to(b.bootstrap) as conn:  # the open transaction commits: the LSO moves on
+        assert rawtxn.write_txn_markers(conn, producer_id=open_pid, epoch=0, commit=True, topic=topic,
+                                        partitions=[0]) == {0: NONE}
+    after = _kafka_read(b.bootstrap, topic, "read_committed", far)
+    assert len(after) == len(committed) + 1 and after[-1][0] == open_first
+    assert run_stream() == after

@@ -235,15 +235,19 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ offsets
 
     def validate_commit(
-        self, group: ConsumerGroup, member_id: str, member_epoch: int, api_version: int
+        self, group: ConsumerGroup, member_id: str, member_epoch: int, api_version: int,
+        transactional: bool = False, instance_id: str | None = None,
     ) -> ErrorCode | None:
-        """Kafka's ``ConsumerGroup.validateOffsetCommit`` (non-transactional)."""
+        """Kafka's ``ConsumerGroup.validateOffsetCommit``: OffsetCommit, or TxnOffsetCommit
+        (``transactional``), whose member id, epoch and instance id are optional together."""
         if member_epoch < 0 and not group.members:
             return None  # an admin client or a consumer outside the group
+        if transactional and member_epoch == -1 and not member_id and instance_id is None:
+            return None  # a producer that does not pass its consumer's group metadata
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
-        if api_version < 9:
+        if not transactional and api_version < 9:
             return E.unsupported_version  # consumer-protocol members must commit with v9+
         if member_epoch != member.member_epoch:
             return E.stale_member_epoch

@@ -5,6 +5,7 @@ error codes, and classic groups beside consumer groups."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +15,7 @@ from service.groups import GroupConfig, GroupCoordinator, JoinRequest
 from service.groups.consumer import ConsumerHeartbeat, HeartbeatResult
 from service.groups.consumer.records import decode, is_consumer_record
 from service.groups.group import JoinResult
+from service.groups.records import partition_for
 from tests.service.groups.test_coordinator import FakeTimer, MemoryLog
 
 E = ErrorCode
@@ -354,6 +356,40 @@ def test_offset_commit_checks_the_member_epoch(coord: GroupCoordinator) -> None:
     assert coord.fetch_offsets("g", None, "a", a.epoch)[0] == E.none
 
 
+class TxnMemoryLog(MemoryLog):
+    """A MemoryLog that also takes TxnOffsetCommit's transactional batches."""
+
+    def append_transactional(self, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+                             producer_id: int, producer_epoch: int) -> None:
+        self.append(partition, records)
+
+    def open_transactions(self) -> dict[tuple[int, int], list[tuple[bytes, bytes | None]]]:
+        return {}
+
+
+def test_txn_offset_commit_checks_the_member_epoch_and_stays_unstable_until_the_commit(
+    timer: FakeTimer, topics: FakeTopics
+) -> None:
+    coord = make(TxnMemoryLog(), timer, topics)
+    a = Member(coord, "a")
+    a.beat()
+    tp = {("orders", 1): (5, -1, "")}
+    commit = lambda epoch, member, instance=None: coord.txn_commit_offsets(
+        "g", 9, 0, epoch, member, instance, tp)
+    # Kafka's validateTransactionalOffsetCommit: a stale epoch is ILLEGAL_GENERATION there
+    assert commit(a.epoch + 1, "a") == {("orders", 1): E.illegal_generation}
+    assert commit(a.epoch, "zz") == {("orders", 1): E.unknown_member_id}
+    assert commit(a.epoch, "") == {("orders", 1): E.unknown_member_id}
+    assert commit(-1, "", "i-1") == {("orders", 1): E.unknown_member_id}
+    assert commit(-1, "") == {("orders", 1): E.none}  # no group metadata given: not checked
+    assert commit(a.epoch, "a") == {("orders", 1): E.none}
+    assert coord.unstable_offsets("g", [("orders", 1), ("orders", 2)]) == {("orders", 1)}
+    assert coord.fetch_offsets("g", [("orders", 1)])[1][("orders", 1)] is None
+    coord.txn_offsets.on_markers(9, 0, True, [partition_for("g", 4)])
+    assert coord.unstable_offsets("g", [("orders", 1)]) == set()
+    assert coord.fetch_offsets("g", [("orders", 1)])[1][("orders", 1)].offset == 5  # type: ignore[union-attr]
+
+
 def join(coord: GroupCoordinator, timer: FakeTimer, group: str) -> JoinResult:
     out: list[JoinResult] = []
     coord.join_group(JoinRequest(group, "", None, "c", "/h", 10_000, 10_000, "consumer",
@@ -401,7 +437,7 @@ def test_offsets_expire_as_kafka_does_for_consumer_groups(log_: MemoryLog, timer
     topics.add("old", 1)
     a = Member(coord, "a")
     a.beat()
-    ok = lambda t: True  # noqa: E731
+    ok = lambda t: True
     coord.commit_offsets("g", a.epoch, "a", None, {("orders", 0): (1, -1, ""), ("old", 0): (2, -1, "")}, ok)
     assert coord.delete_offsets("g", [("orders", 0)])[1] == {("orders", 0): E.group_subscribed_to_topic}
     for _ in range(7):

@@ -28,7 +28,8 @@ import org.xerial.snappy.Snappy;
  * {@code read.chunk.bytes} (one continuous stream: a batch cut by a GET is completed by the
  * next), walks the RecordBatch v2 headers, checks each kept batch's CRC-32C, decompresses
  * (gzip, snappy, lz4, zstd) and decodes the records of {@code [lo, hi)} into Spark column
- * vectors of Kafka's schema, {@value #ROWS} rows per {@link ColumnarBatch}.
+ * vectors of Kafka's schema, {@value #ROWS} rows per {@link ColumnarBatch}. Control batches are
+ * skipped, and so (read_committed) are transactional batches of the slice's aborted transactions.
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   static final int ROWS = 4096;
@@ -37,6 +38,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private static final int LOG_OVERHEAD = 12;
   private static final int CRC_AT = 17;
   private static final int CONTROL = 0x20;
+  private static final int TRANSACTIONAL = 0x10;
+  private static final int PRODUCER_ID_AT = 43;
   private static final int LOG_APPEND_TIME = 0x08;
   private static final int RETRIES = 3;
 
@@ -44,6 +47,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private final boolean headers;
   private final ObjectStream in;
   private final CRC32C crc = new CRC32C();
+  private final AbortedRanges aborted;
 
   private byte[] buf = new byte[1 << 20];
   private int have; // bytes in buf
@@ -74,6 +78,7 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   SliceReader(StrataBatch.Slice slice, StructType schema) {
     this.slice = slice;
     this.headers = schema.getFieldIndex("headers").isDefined();
+    this.aborted = slice.aborted.length > 0 ? new AbortedRanges(slice.aborted) : null;
     keyVec = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
     valueVec = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
     ConstantColumnVector topicVec = new ConstantColumnVector(ROWS, DataTypes.StringType);
@@ -170,6 +175,10 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       if (base >= slice.hi) {
         done = true;
         return false;
+      }
+      if (aborted != null && (attributes & TRANSACTIONAL) != 0
+          && aborted.holds(getLong(buf, pos + PRODUCER_ID_AT), base)) {
+        continue;
       }
       crc.reset();
       crc.update(buf, pos + CRC_AT + 4, size - CRC_AT - 4);
@@ -426,6 +435,54 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       best = p;
     }
     return best;
+  }
+
+  /**
+   * The aborted transactions of a slice, by producer id: a transactional batch is aborted when a
+   * range of its producer holds its base offset (a batch never straddles a transaction's bounds,
+   * and one producer's transactions never overlap). Kafka's consumer decides the same with its
+   * queue of aborted first offsets and the ABORT markers ({@code CompletedFetch}).
+   */
+  static final class AbortedRanges {
+    private final java.util.HashMap<Long, long[]> byProducer = new java.util.HashMap<>();
+
+    AbortedRanges(long[] triples) {
+      java.util.HashMap<Long, java.util.List<long[]>> spans = new java.util.HashMap<>();
+      for (int i = 0; i + 2 < triples.length; i += 3) {
+        spans.computeIfAbsent(triples[i], k -> new java.util.ArrayList<>())
+            .add(new long[] {triples[i + 1], triples[i + 2]});
+      }
+      for (java.util.Map.Entry<Long, java.util.List<long[]>> e : spans.entrySet()) {
+        java.util.List<long[]> list = e.getValue();
+        list.sort((x, y) -> Long.compare(x[0], y[0]));
+        long[] flat = new long[2 * list.size()]; // first0, last0, first1, last1, ...
+        for (int i = 0; i < list.size(); i++) {
+          flat[2 * i] = list.get(i)[0];
+          flat[2 * i + 1] = list.get(i)[1];
+        }
+        byProducer.put(e.getKey(), flat);
+      }
+    }
+
+    boolean holds(long producerId, long offset) {
+      long[] flat = byProducer.get(producerId);
+      if (flat == null) {
+        return false;
+      }
+      int lo = 0;
+      int hi = flat.length / 2 - 1;
+      int found = -1; // the last range whose first offset is <= offset
+      while (lo <= hi) {
+        int mid = (lo + hi) >>> 1;
+        if (flat[2 * mid] <= offset) {
+          found = mid;
+          lo = mid + 1;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      return found >= 0 && flat[2 * found + 1] >= offset;
+    }
   }
 
   static long getLong(byte[] b, int i) {

@@ -122,6 +122,8 @@ final class StrataBatch implements Batch {
     final String log; // where the JVM reads the .log: a presigned https URL or a file: URL
     final String offsetIndex;
     final long chunkBytes; // GET size; 0: the whole range in one GET
+    // read_committed: aborted transactions as (producer id, first offset, last offset) triples
+    final long[] aborted;
 
     private Slice(JsonNode n) {
       topic = n.get("topic").asText();
@@ -140,6 +142,18 @@ final class StrataBatch implements Batch {
       log = where.get("log").asText();
       offsetIndex = where.get("index").asText();
       chunkBytes = where.get("chunk").asLong();
+      JsonNode txns = n.get("aborted");
+      int count = txns == null || txns.isNull() ? 0 : txns.size();
+      aborted = new long[3 * count];
+      for (int i = 0; i < count; i++) {
+        JsonNode t = txns.get(i);
+        if (t == null || t.size() != 3) {
+          throw new IllegalStateException("strata: an aborted transaction of a slice is not [pid, first, last]");
+        }
+        for (int j = 0; j < 3; j++) {
+          aborted[3 * i + j] = t.get(j).asLong();
+        }
+      }
     }
 
     static Slice fromJson(String json) throws IOException {

@@ -1,0 +1,152 @@
+"""Transactions of 1,000 records of 100 B committed back to back vs the same records without
+transactions, one partition, in the same run (issue #15: target ratio >= 70%).
+
+    python bench/transactions.py [--transactions 100] [--rounds 7] [--profile DIR] [--out FILE.json]
+
+Starts its own single-node broker (bench/foundation.py's BrokerProcess) and
+drives it with confluent-kafka on its defaults (idempotent) from this process:
+one producer without and one with a ``transactional.id``, both created and
+warmed up before timing. Each round times the same number of records through
+each (alternating which goes first, so a busy machine weighs on both alike);
+the figure is the median records/s of each and their ratio. Also reported, from
+the broker: its CPU per 1,000 records in each mode, how often it answered
+CONCURRENT_TRANSACTIONS, and the mean time it took to answer AddPartitionsToTxn,
+Produce and EndTxn (its ``/metrics``). ``--profile DIR`` records the broker
+with py-spy during the transactional passes. Every figure comes from this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from confluent_kafka import Producer
+from foundation import BrokerProcess, Profiler, log, machine_info
+from idempotence import create_topic, report
+
+RECORDS_PER_TXN = 1000
+VALUE = b"x" * 100
+_TIMED_APIS = ("AddPartitionsToTxn", "Produce", "EndTxn")
+
+
+def _produce_plain(p: Producer, topic: str, total: int) -> None:
+    for _ in range(total):
+        while True:
+            try:
+                p.produce(topic, VALUE, partition=0)
+                break
+            except BufferError:
+                p.poll(0.01)
+    assert p.flush(120) == 0
+
+
+def _produce_txn(p: Producer, topic: str, transactions: int) -> None:
+    for _ in range(transactions):
+        p.begin_transaction()
+        for _ in range(RECORDS_PER_TXN):
+            p.produce(topic, VALUE, partition=0)
+        p.commit_transaction(60)
+
+
+def _metrics(b: BrokerProcess) -> str:
+    http = b.cmd[b.cmd.index("--http") + 1]
+    with urllib.request.urlopen(f"http://{http}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _broker_counters(b: BrokerProcess) -> dict[str, float]:
+    """CONCURRENT_TRANSACTIONS answers, and per timed API its request count and seconds."""
+    out: dict[str, float] = {"concurrent_transactions": 0.0}
+    for line in _metrics(b).splitlines():
+        if line.startswith(("strata_kafka_request_errors", "strata_kafka_request_expected_errors")) \
+                and 'error="CONCURRENT_TRANSACTIONS"' in line:
+            out["concurrent_transactions"] += float(line.rsplit(" ", 1)[1])
+        m = re.match(r'strata_kafka_request_duration_seconds_(sum|count)\{api="(\w+)"\} (\S+)', line)
+        if m and m.group(2) in _TIMED_APIS:
+            out[f"{m.group(2)}_{m.group(1)}"] = float(m.group(3))
+    return out
+
+
+def _timed(b: BrokerProcess, run) -> tuple[float, float]:
+    """(wall seconds, broker CPU seconds) of ``run()``."""
+    cpu, start = b.cpu_seconds(), time.perf_counter()
+    run()
+    return time.perf_counter() - start, b.cpu_seconds() - cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--transactions", type=int, default=100, help="per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy the transactional passes here")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args()
+    total = args.transactions * RECORDS_PER_TXN
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], "transactions": []}
+    with tempfile.TemporaryDirectory(prefix="strata-bench-txn-") as tmp:
+        work = Path(tmp)
+        b = BrokerProcess(work / "data", work / "broker.log")
+        b.start()
+        try:
+            for name in ("bench-plain", "bench-txn"):
+                create_topic(b.bootstrap, name)
+            plain = Producer({"bootstrap.servers": b.bootstrap})
+            txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "bench-txn"})
+            txn.init_transactions(30)
+            _produce_plain(plain, "bench-plain", 2 * RECORDS_PER_TXN)  # warm-up: connections, ids
+            _produce_txn(txn, "bench-txn", 2)
+            before = _broker_counters(b)
+            for i in range(args.rounds):
+                order = ("plain", "transactions") if i % 2 == 0 else ("transactions", "plain")
+                for mode in order:
+                    if mode == "plain":
+                        wall, cpu = _timed(b, lambda: _produce_plain(plain, "bench-plain", total))
+                    else:
+                        with Profiler(b.proc.pid, args.profile, f"transactions-{i}"):
+                            wall, cpu = _timed(b, lambda: _produce_txn(txn, "bench-txn", args.transactions))
+                    runs[mode].append({"records_per_s": total / wall,
+                                       "broker_cpu_ms_per_1000": cpu * 1000 * RECORDS_PER_TXN / total})
+                    log(f"round {i} {mode}: {total / wall:,.0f} records/s")
+            after = _broker_counters(b)
+        finally:
+            b.stop()
+        plain_rate = statistics.median(r["records_per_s"] for r in runs["plain"])
+        txn_rate = statistics.median(r["records_per_s"] for r in runs["transactions"])
+        answered = {
+            api: (after.get(f"{api}_sum", 0) - before.get(f"{api}_sum", 0))
+            / max(1.0, after.get(f"{api}_count", 0) - before.get(f"{api}_count", 0)) * 1e6
+            for api in _TIMED_APIS
+        }
+        summary = {
+            "records_per_round": total,
+            "records_per_transaction": RECORDS_PER_TXN,
+            "rounds": args.rounds,
+            "plain_records_per_s": plain_rate,
+            "transactions_records_per_s": txn_rate,
+            "commits_per_s": txn_rate / RECORDS_PER_TXN,
+            "ratio": txn_rate / plain_rate,
+            "round_ratios": [t["records_per_s"] / p["records_per_s"]
+                             for p, t in zip(runs["plain"], runs["transactions"], strict=True)],
+            "broker_cpu_ms_per_1000_records": {
+                mode: statistics.median(r["broker_cpu_ms_per_1000"] for r in rs) for mode, rs in runs.items()
+            },
+            "concurrent_transactions_answers": after["concurrent_transactions"] - before["concurrent_transactions"],
+            "broker_mean_answer_us": answered,
+            "runs": runs,
+            "machine": machine_info(work),
+        }
+    report(summary, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

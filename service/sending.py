@@ -1,0 +1,221 @@
+"""Writing responses to client sockets: parts, ``sendfile`` and the history sender threads.
+
+Record data goes out with ``os.sendfile`` straight from the page cache; small
+file regions are read and sent with the bytes around them. Large in-memory
+buffers go out in slices, one event-loop step each.
+
+Responses that carry records read from the bucket are sent by a
+:class:`HistorySender` thread instead: copying hundreds of MB/s of history into
+sockets on the event loop would make every live producer and consumer wait
+behind it (docs/adr/0005-history-off-the-event-loop.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import socket
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeGuard
+
+from fetch.affinity import pin_current_thread
+from local_tier.segment import FileRegion
+
+__all__ = ["SENDFILE_MIN_BYTES", "SEND_SLICE_BYTES", "HistorySender", "carries_history", "send_parts"]
+
+
+#: File regions smaller than this are read and sent with the bytes around them in
+#: one ``send``: for small fetches three syscalls cost more than one copy.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+#: Large buffers go out at most this many bytes per event-loop step. A reader that
+#: keeps up (kcat on loopback) lets the kernel take a 16 MiB fetch response at
+#: once: sent whole, that is one step of over 10 ms of copying in ``send``
+#: (and, on loopback, the receiver's side of TCP too), which every other
+#: connection, the live tail included, waits out.
+SEND_SLICE_BYTES = 256 * 1024
+
+
+async def send_parts(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, parts: list[bytes | memoryview | FileRegion]
+) -> None:
+    pending: list[bytes | memoryview] = []
+    for part in parts:
+        if _large_buffer(part):
+            # large buffers (records read from the bucket, views of cached chunks):
+            # sent as they are, no joined copy
+            if pending:
+                await loop.sock_sendall(sock, b"".join(pending))
+                pending = []
+            await _send_buffer(loop, sock, part)
+        elif not isinstance(part, FileRegion):
+            pending.append(part)
+        elif part.length < SENDFILE_MIN_BYTES:
+            pending.append(part.read_bytes())
+        else:
+            if pending:
+                await loop.sock_sendall(sock, b"".join(pending))
+                pending = []
+            await _sendfile(loop, sock, part)
+    if pending:
+        await loop.sock_sendall(sock, b"".join(pending) if len(pending) > 1 else pending[0])
+
+
+async def _send_buffer(loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes | memoryview) -> None:
+    """Send a large buffer in slices of ``SEND_SLICE_BYTES``, one event-loop step each.
+
+    ``sock_sendall`` returns without yielding when the kernel takes a slice at once,
+    so each slice is followed by an explicit yield to the other connections.
+    """
+    view = memoryview(data)
+    for start in range(0, len(view), SEND_SLICE_BYTES):
+        await loop.sock_sendall(sock, view[start : start + SEND_SLICE_BYTES])
+        await asyncio.sleep(0)
+
+
+async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:
+    """Zero-copy send of a file region (page cache → socket), waiting when the socket is full."""
+    fd_out = sock.fileno()
+    fd_in = region.file.fileno()
+    offset = region.position
+    remaining = region.length
+    while remaining > 0:
+        try:
+            sent = os.sendfile(fd_out, fd_in, offset, remaining)
+        except BlockingIOError:
+            await _writable(loop, fd_out)
+            continue
+        if sent == 0:  # the file is shorter than the region: never send a short frame
+            raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
+        offset += sent
+        remaining -= sent
+
+
+def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
+    fut: asyncio.Future[None] = loop.create_future()
+
+    def _ready() -> None:
+        loop.remove_writer(fd)
+        if not fut.done():
+            fut.set_result(None)
+
+    loop.add_writer(fd, _ready)
+    fut.add_done_callback(lambda _: loop.remove_writer(fd))
+    return fut
+
+
+def carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
+    """Whether a response holds records read from the bucket (large in-memory parts).
+
+    Local records are :class:`FileRegion` parts; only remote reads put large
+    buffers (views of cached chunks) in a response.
+    """
+    return any(_large_buffer(p) for p in parts)
+
+
+def _large_buffer(part: bytes | memoryview | FileRegion) -> TypeGuard[bytes | memoryview]:
+    """Records read from the bucket (views of cached chunks), or any buffer too big to join."""
+    return not isinstance(part, FileRegion) and len(part) >= SENDFILE_MIN_BYTES
+
+
+class HistorySender:
+    """Threads that send responses carrying records read from the bucket.
+
+    The event loop hands such a response over and waits (without blocking) for
+    it to be sent: responses still leave each connection in request order, and
+    the loop is free for live traffic while the kernel copies history. The
+    threads release the GIL in ``send``/``sendfile``/``poll``; with
+    ``remote.log.reader.cpus`` they run on those CPUs, like the tiered-fetch pool.
+
+    A thread never waits long on one client: when the socket stays full for
+    ``WAIT_MS`` it hands the rest back (:meth:`_submit` resolves to where it
+    stopped), and the connection waits for the socket on the event loop before
+    submitting the rest. A consumer that reads slowly or not at all therefore
+    holds no thread, only its own response; after ``stall_seconds`` without
+    progress its connection is closed.
+    """
+
+    #: how long a thread waits for a full socket before handing the send back
+    WAIT_MS = 50
+
+    def __init__(self, threads: int, cpus: frozenset[int] = frozenset(), stall_seconds: float = 120.0) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=threads,
+            thread_name_prefix="strata-history-send",
+            initializer=pin_current_thread,
+            initargs=(cpus,),
+        )
+        self.stall_seconds = stall_seconds
+
+    def _submit(
+        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int] = (0, 0)
+    ) -> Future[tuple[int, int] | None]:
+        """Send ``parts`` from ``resume`` (part index, bytes of it already sent).
+
+        Resolves to ``None`` once all is sent, or to the position to resume from
+        when the socket stayed full.
+        """
+        return self._pool.submit(self._send, sock, parts, resume)
+
+    async def send(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+        parts: list[bytes | memoryview | FileRegion], track: Any = None,
+    ) -> None:
+        """Send ``parts`` whole, on the threads, waiting for a full socket on ``loop``.
+
+        ``track(future)`` is told of each thread-side step (the connection keeps
+        it to close its socket only when no thread is using it).
+        """
+        resume: tuple[int, int] | None = (0, 0)
+        while resume is not None:
+            fut = self._submit(sock, parts, resume)
+            if track is not None:
+                track(fut)
+            resume = await asyncio.wrap_future(fut)
+            if resume is not None:
+                try:
+                    await asyncio.wait_for(_writable(loop, sock.fileno()), self.stall_seconds)
+                except TimeoutError:
+                    raise TimeoutError(f"client read nothing for {self.stall_seconds:.0f} s") from None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _send(
+        self, sock: socket.socket, parts: list[bytes | memoryview | FileRegion], resume: tuple[int, int]
+    ) -> tuple[int, int] | None:
+        fd = sock.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+
+        def writable() -> bool:
+            events = poller.poll(self.WAIT_MS)
+            if events and events[0][1] & (select.POLLERR | select.POLLHUP | select.POLLNVAL):
+                raise ConnectionResetError("connection closed during a history send")
+            return bool(events)
+
+        index, done = resume
+        while index < len(parts):
+            part = parts[index]
+            if isinstance(part, FileRegion):
+                while done < part.length:
+                    try:
+                        sent = os.sendfile(fd, part.file.fileno(), part.position + done, part.length - done)
+                    except BlockingIOError:
+                        if not writable():
+                            return index, done
+                        continue
+                    if sent == 0:  # never send a short frame
+                        raise ConnectionError(f"file region ended early ({part.length - done} bytes missing)")
+                    done += sent
+            else:
+                view = memoryview(part)
+                while done < view.nbytes:
+                    try:
+                        done += sock.send(view[done:])
+                    except BlockingIOError:
+                        if not writable():
+                            return index, done
+            index, done = index + 1, 0
+        return None
