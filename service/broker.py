@@ -54,6 +54,7 @@ from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
+from service.remote_cleaning import RemoteCleaner
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
@@ -108,6 +109,9 @@ class Broker:
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
+        self.remote_cleaner = RemoteCleaner(
+            self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
+        )
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
@@ -149,6 +153,7 @@ class Broker:
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
+        self.remote_cleaner.close()
         self.tiering.close()
         self.logs.shutdown()
 
@@ -160,6 +165,7 @@ class Broker:
         expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
         self.start_log_cleaner()
+        self._spawn(self.remote_cleaner.run(self))
         next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)

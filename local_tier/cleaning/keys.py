@@ -38,5 +38,5 @@ def require_keys(records: bytes | bytearray | memoryview, validated: ValidatedRe
                 f"{len(errors)} record(s) without a key in a batch for the compacted topic partition "
                 f"{partition} (first: record {errors[0][0]}); cleanup.policy=compact needs a key per record"
             )
-            error.record_errors = errors  # type: ignore[attr-defined]  # Produce v8+ record_errors
+            error.record_errors = errors  # Produce v8+ record_errors
             raise error

@@ -13,6 +13,7 @@ Runs on a cleaner thread; touches the log only through ``owner``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -39,7 +40,7 @@ from local_tier.txn_index import AbortedTxn, TxnSearch
 if TYPE_CHECKING:
     from local_tier.log import Log
 
-__all__ = ["CleanableRange", "CleanOutcome", "Owner", "cleanable_range", "clean_log"]
+__all__ = ["CleanOutcome", "CleanableRange", "Owner", "clean_log", "cleanable_range"]
 
 T = TypeVar("T")
 Owner = Callable[[Callable[[], Any]], Any]
@@ -210,10 +211,10 @@ def clean_log(
                 _keep_mtime(cleaned, by_base[group[-1].base_offset])
                 io.pause("cleaned")
                 replaced = [by_base[s.base_offset].segment for s in group]
-                if not owner(lambda c=cleaned, r=replaced: log.begin_swap(c, r)):
+                if not owner(functools.partial(log.begin_swap, cleaned, replaced)):
                     raise CleaningAborted(f"{view.name} changed while it was cleaned")
                 io.pause("swapping")  # a crash from here on completes the swap at the next start
-                if not owner(lambda c=cleaned, r=replaced: log.finish_swap(c, r)):
+                if not owner(functools.partial(log.finish_swap, cleaned, replaced)):
                     raise CleaningAborted(f"{view.name} changed while its cleaned segment was swapped in")
             except BaseException:
                 cleaned.remove_files()

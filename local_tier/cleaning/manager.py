@@ -39,7 +39,14 @@ from local_tier.cleaning.view import LogCleaningView
 if TYPE_CHECKING:
     from local_tier.log import Log
 
-__all__ = ["CLEANER_CHECKPOINT", "CleanerConfig", "LogCleaner", "LogCleanerProgress", "Throttler"]
+__all__ = [
+    "CLEANER_CHECKPOINT",
+    "CleanerConfig",
+    "LogCleaner",
+    "LogCleanerProgress",
+    "Throttler",
+    "pause_for_tests",
+]
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 _log = logging.getLogger("strata.cleaner")
@@ -59,6 +66,22 @@ class CleanerConfig:
     backoff_ms: int = 15_000
     #: tests only: stop at these named points of a pass (see :meth:`LogCleaner._pause`)
     test_pause_points: frozenset[str] = frozenset()
+
+
+def pause_for_tests(points: frozenset[str], log_dir: Path, point: str, stop: threading.Event) -> None:
+    """Tests only (``log.cleaner.test.pause.at``): at a listed point, write
+    ``cleaner-paused-<point>`` in the log directory and wait: until the test deletes
+    that file (the pass goes on), or the cleaner stops (the pass is given up). A test
+    may also kill the broker there."""
+    if point not in points:
+        return
+    marker = log_dir / f"cleaner-paused-{point}"
+    marker.write_text(str(time.time()))
+    _log.warning("log cleaner paused at %r (log.cleaner.test.pause.at)", point)
+    while marker.exists():
+        if stop.wait(0.05):
+            raise CleaningAborted("paused for a test")
+    _log.warning("log cleaner resumed at %r", point)
 
 
 class Throttler:
@@ -277,10 +300,10 @@ class LogCleaner:
             candidates.append((cleanable.dirty_ratio, due, log, view, cleanable))
         with self._lock:
             self._totals.max_dirty_ratio = max((c[0] for c in candidates), default=0.0)
-            due = [c for c in candidates if c[1] and (c[3].topic, c[3].partition) not in self._in_progress]
-            if not due:
+            ready = [c for c in candidates if c[1] and (c[3].topic, c[3].partition) not in self._in_progress]
+            if not ready:
                 return None
-            _, _, log, view, cleanable = max(due, key=lambda c: c[0])
+            _, _, log, view, cleanable = max(ready, key=lambda c: c[0])
             self._in_progress.add((view.topic, view.partition))
         return log, view, cleanable
 
@@ -291,15 +314,7 @@ class LogCleaner:
             raise CleaningAborted(f"{log.name} was closed")
 
     def _pause(self, point: str) -> None:
-        """Tests only (``log.cleaner.test.pause.at``): at a named point, write
-        ``cleaner-paused-<point>`` in the log directory and wait until shut down."""
-        if point not in self.config.test_pause_points:
-            return
-        (self.log_dir / f"cleaner-paused-{point}").write_text(str(time.time()))
-        _log.warning("log cleaner paused at %r (log.cleaner.test.pause.at)", point)
-        while not self._stop.wait(0.1):
-            pass
-        raise CleaningAborted("paused for a test")
+        pause_for_tests(self.config.test_pause_points, self.log_dir, point, self._stop)
 
     # -- checkpoints and progress -------------------------------------------------------
 

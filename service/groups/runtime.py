@@ -30,12 +30,12 @@ from service.log_replay import iter_log_records
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
-    "offsets_topic_configs",
     "BrokerOffsetLog",
     "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
     "ensure_internal_topic",
+    "offsets_topic_configs",
     "start_coordinator",
 ]
 
