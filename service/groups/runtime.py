@@ -42,7 +42,7 @@ __all__ = [
 #: __consumer_offsets is compacted, as Kafka's (the last record per key stays, so the
 #: replay at start reads about one record per live group and offset); it is never
 #: tiered (as in Kafka): the coordinator replays it from the local log at start. See
-#: docs/adr/0003-consumer-offsets.md and docs/adr/0019-log-compaction.md.
+#: docs/adr/0003-consumer-offsets.md and docs/adr/0019-compaction.md.
 OFFSETS_TOPIC_CONFIGS = {
     "cleanup.policy": "compact",
     "retention.ms": "-1",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ def test_a_tiered_compacted_topic_reads_compacted_from_the_bucket(start_broker: 
     assert first["format_version"] == 3
     replaced_first = {r["upload_id"] for r in first["replaced"]}
     assert replaced_first
+    # the admin API (and so `strata topics describe`) shows the remote cleaner's progress
+    with urllib.request.urlopen(f"{broker.admin_url}/v1/topics/{topic}/partitions", timeout=10) as resp:
+        cleaner = json.load(resp)["partitions"][0]["cleaner"]
+    assert cleaner["tier"] == "remote" and cleaner["passes"] >= 1
+    assert cleaner["cleaned_up_to"] is not None and cleaner["cleaned_up_to"] >= first["cleaner_offset"]
     with_tombstones = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
     wait_until(lambda: compacted_view(read_all(broker.bootstrap, topic)) == with_tombstones,
                "the latest value per key read back from the bucket", timeout=30, interval=0.5)
