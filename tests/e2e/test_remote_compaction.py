@@ -103,3 +103,38 @@ def test_a_tiered_compacted_topic_reads_compacted_from_the_bucket(start_broker: 
     live = {s["upload_id"] for s in manifest_of(broker, topic)["segments"]}  # type: ignore[index]
     assert all(any(u in n for u in live) or any(r["upload_id"] in n for r in manifest_of(broker, topic)["replaced"])  # type: ignore[index]
                for n in objects(broker, topic))
+
+
+def test_kill_9_between_upload_and_swap_leaves_the_bucket_whole(start_broker: BrokerFactory) -> None:
+    """The broker killed with a remote compaction's objects uploaded but not swapped in: the
+    manifest never lists them, the log reads whole after the restart, and compaction completes."""
+    broker = start_broker(sets={**TIERED_FAST, "log.cleaner.test.pause.at": "remote-uploaded"})
+    topic = topic_name("kill-remote")
+    create_topic(broker.bootstrap, topic, config=COMPACTED_TIERED)
+    model: Model = {}
+    history = random_history(random.Random(11), 20, 300, b"v") + fillers("seal-a")
+    produce(broker.bootstrap, topic, history)
+    model.update(history)
+    marker = broker.data_dir / "logs" / "cleaner-paused-remote-uploaded"
+    wait_until(marker.exists, "the remote cleaner to pause with its objects uploaded", timeout=40, interval=0.2)
+    broker.kill()
+    before = manifest_of(broker, topic)
+    assert before is not None and before.get("cleaner_offset") is None
+    listed = {s["upload_id"] for s in before["segments"]}
+    unlisted = {n for n in objects(broker, topic) if not any(u in n for u in listed)}
+    assert unlisted, "the pass had uploaded cleaned segments"
+    marker.unlink()
+    broker.sets["log.cleaner.test.pause.at"] = ""
+    broker.start()
+    latest: Model = {}
+    for _, key, value in read_all(broker.bootstrap, topic):
+        assert key is not None
+        latest[key] = value
+    assert latest == model
+    with_tombstones = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
+    wait_until(lambda: (m := manifest_of(broker, topic)) and m.get("cleaner_offset")
+               and compacted_view(read_all(broker.bootstrap, topic)) == with_tombstones,
+               "compaction to complete after the restart", timeout=40, interval=0.5)
+    after = manifest_of(broker, topic)
+    assert after is not None
+    assert not {s["upload_id"] for s in after["segments"]} & {n.split("-")[1].split(".")[0] for n in unlisted}
