@@ -50,6 +50,7 @@ from local_tier.cleaning.cleaner import (
     clean_group,
     group_segments_by_size,
 )
+from local_tier.cleaning.local import SegmentSink
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.view import CleanableSegment
 from local_tier.config import LogConfig
@@ -217,17 +218,6 @@ def compact_remote(
     )
 
 
-class _ScratchSink:
-    def __init__(self, segment: LogSegment) -> None:
-        self.segment = segment
-
-    def append(self, data: bytes, last_offset: int, max_timestamp: int, offset_of_max: int) -> None:
-        self.segment.append(last_offset, max_timestamp, offset_of_max, data)
-
-    def append_aborted(self, txn: AbortedTxn) -> None:
-        self.segment.txn_index.append(txn)
-
-
 def _clean_and_upload(
     rlm: RemoteLogManager,
     task: RemoteCompactionTask,
@@ -244,7 +234,7 @@ def _clean_and_upload(
     segment = LogSegment.open(scratch, base, task.config, create=True)
     keys: list[str] = []
     try:
-        clean_group(group, _ScratchSink(segment), ctx, io)
+        clean_group(group, SegmentSink(segment), ctx, io)
         segment.on_become_inactive()
         segment.flush()
         summary = summarize_segment(segment.log_path)

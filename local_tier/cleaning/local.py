@@ -40,7 +40,7 @@ from local_tier.txn_index import AbortedTxn, TxnSearch
 if TYPE_CHECKING:
     from local_tier.log import Log
 
-__all__ = ["CleanOutcome", "CleanableRange", "Owner", "clean_log", "cleanable_range"]
+__all__ = ["CleanOutcome", "CleanableRange", "Owner", "SegmentSink", "clean_log", "cleanable_range"]
 
 T = TypeVar("T")
 Owner = Callable[[Callable[[], Any]], Any]
@@ -128,8 +128,9 @@ def _aborted_for(view: LogCleaningView, start: int, upper: int) -> list[AbortedT
     return search.found
 
 
-class _LocalSink:
-    """A ``.cleaned`` segment as the cleaner's output."""
+class SegmentSink:
+    """A segment as the cleaner's output: a ``.cleaned`` one here, a scratch one the remote
+    cleaner uploads (:mod:`remote_tier.compaction`)."""
 
     def __init__(self, segment: LogSegment) -> None:
         self.segment = segment
@@ -205,7 +206,7 @@ def clean_log(
             _remove_cleaned_files(view, base)
             cleaned = LogSegment.open(view.dir, base, config, create=True, suffix=CLEANED_SUFFIX)
             try:
-                clean_group(group, _LocalSink(cleaned), ctx, io)
+                clean_group(group, SegmentSink(cleaned), ctx, io)
                 cleaned.on_become_inactive()
                 cleaned.flush()
                 _keep_mtime(cleaned, by_base[group[-1].base_offset])
