@@ -46,11 +46,11 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
     assert not failed, failed[:3]
 
 
-def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """Every record from the log start to the high watermark."""
+def read_all(bootstrap: str, topic: str, **overrides: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Every record from the log start to the end (read_committed, the default: the LSO)."""
     from confluent_kafka import TopicPartition
 
-    c = consumer(bootstrap, **{"enable.partition.eof": True})
+    c = consumer(bootstrap, **{"enable.partition.eof": True, **overrides})
     try:
         c.assign([TopicPartition(topic, 0, -2)])
         out: list[tuple[int, bytes | None, bytes | None]] = []
@@ -191,3 +191,45 @@ def test_kill_9_in_the_middle_of_cleaning_leaves_a_whole_log(start_broker: Broke
     model.update(fillers("seal-after"))
     wait_until(lambda: compacted_view(read_all(broker.bootstrap, topic)) == expected(model),
                "cleaning to complete after the restarts", timeout=30, interval=0.5)
+
+
+def test_transactions_in_a_compacted_topic_clean_to_the_committed_latest_per_key(
+    start_broker: BrokerFactory,
+) -> None:
+    """Committed and aborted transactions over the same keys: after cleaning, read_committed
+    reads the committed latest value per key, and the aborted records are gone from the log
+    itself (a read_uncommitted read no longer sees them)."""
+    broker = start_broker(sets=FAST_CLEANER)
+    topic = topic_name("txn-compacted")
+    create_topic(broker.bootstrap, topic, config=COMPACTED)
+    p = producer(broker.bootstrap, **{"transactional.id": f"{topic}-tx", "batch.size": 1500})
+    p.init_transactions(CLIENT_TIMEOUT_S)
+    model: Model = {}
+    rnd = random.Random(18)
+    for n in range(6):
+        records = random_history(rnd, 15, 40, b"tx%d" % n)
+        p.begin_transaction()
+        for key, value in records:
+            p.produce(topic, key=key, value=value, partition=0)
+        if n % 3 == 1:
+            p.abort_transaction(CLIENT_TIMEOUT_S)
+        else:
+            p.commit_transaction(CLIENT_TIMEOUT_S)
+            model.update(records)
+    produce(broker.bootstrap, topic, fillers("seal"))
+    model.update(fillers("seal"))
+
+    def cleaned() -> bool:
+        uncommitted = read_all(broker.bootstrap, topic, **{"isolation.level": "read_uncommitted"})
+        return not any(v is not None and v.startswith((b"tx1-", b"tx4-")) for _, _, v in uncommitted)
+
+    wait_until(cleaned, "the aborted records cleaned away", timeout=30, interval=0.5)
+    latest: Model = {}
+    rows = read_all(broker.bootstrap, topic)
+    for _, key, value in rows:
+        assert key is not None
+        latest[key] = value
+    # tombstones may be gone already (delete.retention.ms=1000), or not yet
+    assert sorted((k, v) for k, v in latest.items() if v is not None) == expected(model)
+    assert all(model[k] is None for k, v in latest.items() if v is None)
+    assert len(rows) < 4 * 40  # compacted, not just filtered
