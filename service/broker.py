@@ -306,6 +306,7 @@ class Broker:
                 f"cannot delete records of {topic}-{partition} before offset {offset}: "
                 f"the high watermark is {log_.high_watermark}"
             )
+        await self.tiering.wait_for_manifest(topic, partition, log_)
         if target <= self.tiering.log_start_offset(topic, partition, log_):
             return self.tiering.log_start_offset(topic, partition, log_)
         info = self.controller.topic(topic)

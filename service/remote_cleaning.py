@@ -211,7 +211,7 @@ class RemoteCleaner:
             self._busy.discard(key)
         state = self._tiering.state(topic, partition)
         if state is not None and outcome.manifest is not None:
-            state.manifest = outcome.manifest
+            state.adopt(outcome.manifest)
         progress.state, progress.error = "idle", None
         progress.passes += 1
         progress.last_run_ms, progress.last_duration_ms = now, int((time.monotonic() - started) * 1000)
@@ -243,7 +243,7 @@ class RemoteCleaner:
         manifest = await loop.run_in_executor(self._executor, self._tiering.rlm.manifest, topic_id, partition)
         state = self._tiering.state(topic, partition)
         if state is not None and manifest is not None:
-            state.manifest = manifest
+            state.adopt(manifest)
         return manifest
 
     def totals(self) -> dict[str, float]:

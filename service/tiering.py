@@ -20,6 +20,7 @@ calls it hands to threads take their inputs as arguments and return results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
-from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError
+from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
 from local_tier.producer_snapshot import snapshot_path
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
@@ -38,6 +39,7 @@ from remote_tier.store import ObjectStore
 from remote_tier.txn_indexes import RemoteTxnIndexes
 from remote_tier.uploader import RemoteLogManager
 from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
+from service.tier_state import PartitionTierState, follow_remote_start, retention_due
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig
@@ -60,39 +62,6 @@ class TieredLogs(Protocol):
     def controller(self) -> Controller: ...
 
 
-@dataclass(slots=True)
-class PartitionTierState:
-    """What the broker knows of one partition's remote tier (from its manifest)."""
-
-    topic_id: uuid.UUID
-    manifest: PartitionManifest | None = None
-    loaded: bool = False
-    uploading: bool = False
-    upload_failures: int = 0
-    last_error: str | None = None
-    next_orphan_cleanup_ms: int = 0
-    #: the highest DeleteRecords offset seen: the log start never goes below it, even
-    #: while the cached manifest predates the change
-    log_start_floor: int = 0
-
-    @property
-    def remote_next_offset(self) -> int | None:
-        """First offset not in the bucket (None: nothing uploaded yet)."""
-        if self.manifest is None or not self.manifest.segments:
-            return None
-        return self.manifest.next_offset
-
-    @property
-    def remote_log_start_offset(self) -> int | None:
-        if self.manifest is None or not self.manifest.segments:
-            return None
-        return self.manifest.log_start_offset
-
-    @property
-    def remote_bytes(self) -> int:
-        return self.manifest.size_bytes if self.manifest is not None else 0
-
-
 @dataclass(frozen=True, slots=True)
 class RemoteFetch:
     """A partition read that must come from the bucket."""
@@ -104,25 +73,6 @@ class RemoteFetch:
     @property
     def base_offset(self) -> int:
         return self.segment.base_offset
-
-
-def _retention_due(
-    manifest: PartitionManifest | None, config: Any, local_only_bytes: int, now_ms: int
-) -> bool:
-    """Whether the cached manifest has a segment that retention would remove.
-
-    Checked in memory first, so an idle partition costs no object-store request
-    per round (on S3 every request is billed).
-    """
-    if manifest is None or not manifest.segments:
-        return False
-    oldest = manifest.segments[0]
-    if config.retention_ms >= 0 and oldest.max_timestamp < now_ms - config.retention_ms:
-        return True
-    return bool(
-        config.retention_bytes >= 0
-        and manifest.size_bytes + local_only_bytes - oldest.size_bytes >= config.retention_bytes
-    )
 
 
 class _Source:
@@ -146,18 +96,6 @@ class _Source:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _follow_remote_start(local: Log, state: PartitionTierState) -> None:
-    """Raise the local log start to the manifest's (as Kafka's log follows the remote tier).
-
-    Remote retention and DeleteRecords move the manifest's log start; records below
-    it are deleted, so the local log must not serve them either (its segments wholly
-    below then go at the next retention pass).
-    """
-    manifest = state.manifest
-    if manifest is not None and manifest.log_start_offset > local.log_start_offset:
-        local.maybe_increment_log_start_offset(min(manifest.log_start_offset, local.high_watermark))
 
 
 class TieringService:
@@ -186,6 +124,8 @@ class TieringService:
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
         self.txn_indexes = RemoteTxnIndexes(self.rlm)
+        #: set once the start-up manifest reads are over (read or failed)
+        self._manifests_read = asyncio.Event()
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -200,7 +140,44 @@ class TieringService:
         state = self.partitions.get((topic, partition))
         return state.remote_next_offset if state is not None else None
 
-    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
+    def require_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """REPLICA_NOT_AVAILABLE (retriable) while the partition's manifest is unread.
+
+        After a restart a tiered partition's local log may start far above its
+        oldest record (local retention removed what the bucket holds), and only the
+        manifest says where the log starts. Until the broker has read it, an answer
+        taken from the local log alone would be wrong: ListOffsets(EARLIEST) would
+        send a consumer to the local start and it would silently skip every record
+        in the bucket (as Kafka, which answers REPLICA_NOT_AVAILABLE while its remote
+        log metadata is not initialised for the partition). A local log starting at
+        0 holds everything, and a partition without tiered storage has no manifest.
+        """
+        if not (self.enabled and local.config.remote_storage_enable and local.log_start_offset > 0):
+            return
+        state = self.partitions.get((topic, partition))
+        # no state after the start-up reads: tiering was switched on for the topic since
+        # (nothing of it was tiered by this broker run), and the first round reads it
+        unread = not self._manifests_read.is_set() if state is None else not state.known
+        if unread:
+            raise ReplicaNotAvailableError(
+                f"the remote tier of {topic}-{partition} is not loaded yet (its manifest is "
+                "being read from the object store); retry"
+            )
+
+    async def wait_for_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """:meth:`require_manifest`, after waiting up to ``remote.fetch.max.wait.ms`` for
+        the start-up manifest reads: a request arriving just after a restart is
+        answered, not refused, unless the object store is slow or down."""
+        try:
+            self.require_manifest(topic, partition, local)
+        except ReplicaNotAvailableError:
+            if self._manifests_read.is_set():
+                raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._manifests_read.wait(), self.fetch_max_wait_ms / 1000)
+            self.require_manifest(topic, partition, local)
+
+    def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
         """The whole log's start: the bucket's when it holds older data than the disk.
 
         The oldest record left is the first remote segment's or the local log's,
@@ -208,7 +185,14 @@ class TieringService:
         (remote retention and DeleteRecords move it, possibly past data a segment or
         the local log still holds) nor below a DeleteRecords offset not yet in the
         cached manifest.
+
+        ``exact``: REPLICA_NOT_AVAILABLE while the manifest is unread
+        (:meth:`require_manifest`); otherwise the local log start is the best
+        guess then (for reports: metrics, the admin API, a Fetch's informational
+        ``log_start_offset``).
         """
+        if exact:
+            self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if state is None or manifest is None:
@@ -220,9 +204,9 @@ class TieringService:
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
         """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
+        start = self.log_start_offset(topic, partition, local)  # REPLICA_NOT_AVAILABLE if unread
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
-        start = self.log_start_offset(topic, partition, local)
         if manifest is None or offset < start:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}-{partition} is outside the log "
@@ -241,6 +225,7 @@ class TieringService:
         self, topic: str, partition: int, timestamp: int, local: Log
     ) -> tuple[int, int] | None:
         """ListOffsets by time over the remote segments older than the local log."""
+        self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if manifest is None:
@@ -279,7 +264,8 @@ class TieringService:
             )
             self.partitions[(topic, partition)] = state
         if manifest is not None:
-            state.manifest, state.loaded = manifest, True
+            state.adopt(manifest)
+            state.loaded = state.known = True
         state.log_start_floor = max(state.log_start_floor, offset)
 
     def _move_log_start(
@@ -306,6 +292,21 @@ class TieringService:
         if not self.enabled:
             return
         loop = asyncio.get_running_loop()
+        # manifests first: until a partition's is read, reads below its local log
+        # start are refused (require_manifest); the orphan clean-up lists the bucket
+        # and can wait
+        tiered = self._tiered_logs(broker)
+        loads = await asyncio.gather(
+            *(
+                self._load_manifest(loop, topic, partition, local, self._state(topic, partition, topic_id))
+                for topic, partition, local, topic_id in tiered
+            ),
+            return_exceptions=True,
+        )
+        for (topic, partition, _, _), outcome in zip(tiered, loads):
+            if isinstance(outcome, Exception):  # the first round tries again
+                log.warning("reading the manifest of %s-%d failed: %s", topic, partition, outcome)
+        self._manifests_read.set()
         await self._run_in_copier(loop, self._startup_cleanup, broker)
         while True:
             try:
@@ -328,17 +329,28 @@ class TieringService:
         loop = asyncio.get_running_loop()
         tasks = []
         for topic, partition, local, topic_id in self._tiered_logs(broker):
-            state = self.partitions.get((topic, partition))
-            if state is None or state.topic_id != topic_id:
-                # the startup clean-up (run) has just looked; the next pass is due then
-                state = PartitionTierState(
-                    topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
-                )
-                self.partitions[(topic, partition)] = state
+            state = self._state(topic, partition, topic_id)
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state))
         if tasks:
             await asyncio.gather(*tasks)
+
+    def _state(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionTierState:
+        """The partition's state, new (nothing known) if absent or of an older topic id."""
+        state = self.partitions.get((topic, partition))
+        if state is None or state.topic_id != topic_id:
+            # the startup clean-up (run) has just looked; the next pass is due then
+            state = PartitionTierState(topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms)
+            self.partitions[(topic, partition)] = state
+        return state
+
+    async def _load_manifest(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
+    ) -> None:
+        """Read the partition's manifest into ``state``; the local log start follows it."""
+        state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+        state.loaded = state.known = True
+        follow_remote_start(local, state)
 
     async def _partition_round(
         self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
@@ -346,11 +358,7 @@ class TieringService:
         state.uploading = True
         try:
             if not state.loaded:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
-                state.loaded = True
-                _follow_remote_start(local, state)
+                await self._load_manifest(loop, topic, partition, local, state)
             # upload sealed segments, oldest first; the manifest is re-read once after
             # the batch (each upload already read and wrote it to publish)
             boundary = state.remote_next_offset
@@ -371,16 +379,14 @@ class TieringService:
                 self.uploaded_bytes += uploaded.size_bytes
                 boundary, uploaded_any = uploaded.next_offset, True
             if uploaded_any:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
+                state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
             # the whole log's retention, on the bucket (compact-only logs: the cleaner's job)
             config = local.config
             boundary = state.remote_next_offset
             local_only = sum(
                 s.size for s in local.segments if boundary is None or s.base_offset >= boundary
             )
-            if config.delete and _retention_due(state.manifest, config, local_only, _now_ms()):
+            if config.delete and retention_due(state.manifest, config, local_only, _now_ms()):
                 removed = await self._run_in_copier(
                     loop,
                     self._retain,
@@ -391,10 +397,8 @@ class TieringService:
                     local_only,
                 )
                 if removed:
-                    state.manifest = await self._run_in_copier(
-                        loop, self.rlm.manifest, state.topic_id, partition
-                    )
-                    _follow_remote_start(local, state)
+                    state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+                    follow_remote_start(local, state)
             # objects of uploads that failed while this broker runs (their discard
             # failed too, e.g. in an S3 outage): removed once old enough, without
             # waiting for a restart. No upload of this partition is in flight here.

@@ -57,7 +57,7 @@ def partition_state(broker: PartitionsView, topic: str, partition: int) -> dict[
     return {
         "topic": topic,
         "partition": partition,
-        "log_start_offset": broker.tiering.log_start_offset(topic, partition, local),
+        "log_start_offset": broker.tiering.log_start_offset(topic, partition, local, exact=False),
         "local_log_start_offset": local.log_start_offset,
         "remote_log_start_offset": remote_start,
         "remote_next_offset": remote_next,
