@@ -52,7 +52,9 @@ from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
+from service.remote_cleaning import RemoteCleaner
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
@@ -107,7 +109,11 @@ class Broker:
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config, self.leader_epoch)
+        self.remote_cleaner = RemoteCleaner(
+            self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
+        )
         self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
         self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
 
@@ -129,12 +135,25 @@ class Broker:
         self.transactions = start_transaction_coordinator(self)
         self.transaction_coordinator = self.transactions
 
+    def start_log_cleaner(self) -> None:
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
+
+        Tiered compacted logs are compacted in the bucket instead (the remote cleaner)."""
+        loop = asyncio.get_running_loop()
+        self.logs.start_cleaner(
+            LoopOwner(loop, lambda: self._closing),
+            cleaner_config(self.config),
+            eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+        )
+
     def close(self) -> None:
+        self._closing = True
         if self.transactions is not None:
             self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.waiters.notify_all()
+        self.remote_cleaner.close()
         self.tiering.close()
         self.logs.shutdown()
 
@@ -145,6 +164,8 @@ class Broker:
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
         expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        self.start_log_cleaner()
+        self._spawn(self.remote_cleaner.run(self))
         next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)

@@ -380,13 +380,13 @@ class TieringService:
                 boundary, uploaded_any = uploaded.next_offset, True
             if uploaded_any:
                 state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
-            # the whole log's retention, on the bucket
+            # the whole log's retention, on the bucket (compact-only logs: the cleaner's job)
             config = local.config
             boundary = state.remote_next_offset
             local_only = sum(
                 s.size for s in local.segments if boundary is None or s.base_offset >= boundary
             )
-            if retention_due(state.manifest, config, local_only, _now_ms()):
+            if config.delete and retention_due(state.manifest, config, local_only, _now_ms()):
                 removed = await self._run_in_copier(
                     loop,
                     self._retain,

@@ -35,18 +35,24 @@ __all__ = [
     "LoopTimer",
     "OffsetsHost",
     "ensure_internal_topic",
+    "offsets_topic_configs",
     "start_coordinator",
 ]
 
-#: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
-#: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
-#: coordinator replays it from the local log at start. See
-#: docs/adr/0003-consumer-offsets.md.
+#: __consumer_offsets is compacted, as Kafka's (the last record per key stays, so the
+#: replay at start reads about one record per live group and offset); it is never
+#: tiered (as in Kafka): the coordinator replays it from the local log at start. See
+#: docs/adr/0003-consumer-offsets.md and docs/adr/0019-compaction.md.
 OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
-    "segment.bytes": str(100 * 1024 * 1024),
     "remote.storage.enable": "false",
 }
+
+
+def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
+    """The topic configs ``__consumer_offsets`` is created with (``offsets.topic.segment.bytes``)."""
+    return {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(config.get_int("offsets.topic.segment.bytes"))}
 
 
 class OffsetsHost(Protocol):
@@ -110,7 +116,10 @@ class BrokerOffsetLog:
 
     def ensure(self) -> int:
         return ensure_internal_topic(
-            self._broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", OFFSETS_TOPIC_CONFIGS
+            self._broker,
+            OFFSETS_TOPIC,
+            "offsets.topic.num.partitions",
+            offsets_topic_configs(self._broker.config),
         )
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
