@@ -210,6 +210,32 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Default of min.cleanable.dirty.ratio.", validator=between(0, 1)),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", "0",
             "Default of min.compaction.lag.ms.", validator=at_least(0)),
+    ConfigDef("log.cleaner.enable", "boolean", "true",
+            "Run the log cleaner, which compacts topics with cleanup.policy=compact."),
+    ConfigDef("log.cleaner.threads", "int", "1", "Threads of the log cleaner.",
+            validator=at_least(0)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", "134217728",
+            "Memory of the cleaners' key maps, all threads together.", validator=at_least(1)),
+    ConfigDef("log.cleaner.io.buffer.size", "int", "524288",
+            "Bytes the cleaner reads (and writes) at a time.", validator=at_least(1)),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", "0.9",
+            "How full the key map may get before a pass stops reading.", validator=between(0, 1)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", "double", "1.7976931348623157E308",
+            "I/O throttle of all cleaner threads together (reads plus writes).",
+            validator=at_least(1)),
+    ConfigDef("log.cleaner.backoff.ms", "long", "15000",
+            "How long a cleaner thread sleeps when no log needs cleaning.", validator=at_least(0)),
+    ConfigDef("log.cleaner.test.pause.at", "list", "",
+            "Tests only (Strata): named points where the cleaner stops and waits (mapped, cleaned, "
+            "swapping, swapped; remote-uploaded, remote-swapped), writing cleaner-paused-POINT "
+            "in the log directory, so a test can kill the broker there. Never set it in production."),
+    ConfigDef("remote.log.compaction.object.retention.ms", "long", "3600000",
+            "How long the objects a remote compaction replaced stay in the bucket, listed as "
+            "replaced in the manifest, so reads planned before it (Spark, tiered fetches) "
+            "finish (Strata).", validator=at_least(0)),
+    ConfigDef("remote.log.compaction.enable", "boolean", "true",
+            "Compact the bucket's part of compacted tiered topics (Strata; the partition's "
+            "leader does it).",),
     ConfigDef("log.preallocate", "boolean", "false", "Default of preallocate."),
     ConfigDef("log.segment.delete.delay.ms", "long", "60000", "Default of file.delete.delay.ms.",
             validator=at_least(0)),
@@ -254,6 +280,10 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             valid_values=("disabled", "upgrade", "downgrade", "bidirectional")),
     ConfigDef("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets.",
             validator=at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", "int", "10485760",
+            "Segment size of __consumer_offsets (Kafka: 104857600; Strata's default is smaller "
+            "because the active segment is never compacted and is replayed at start).",
+            validator=at_least(_MIN_SEGMENT_BYTES)),
     ConfigDef("offsets.retention.minutes", "int", "10080", "Retention of committed offsets.",
             validator=at_least(1)),
     ConfigDef("transaction.state.log.num.partitions", "int", "50",
@@ -402,8 +432,7 @@ def check_topic_config_combination(
             "Tiered Storage functionality is disabled in the broker. Topic cannot be "
             "configured with remote log storage (set remote.log.storage.system.enable=true)."
         )
-    if "compact" in effective["cleanup.policy"].split(","):
-        raise InvalidConfigError("Remote log storage is unsupported for the compacted topics")
+    # Kafka (KIP-405) refuses compacted tiered topics; Strata compacts the bucket too (ADR 0019).
     for local_key, total_key in (
         ("local.retention.ms", "retention.ms"),
         ("local.retention.bytes", "retention.bytes"),

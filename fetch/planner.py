@@ -38,12 +38,19 @@ class LogSource(Protocol):
 class RemotePlanner(Protocol):
     """The tiered part of a partition (see ``service.tiering``)."""
 
-    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
-        """The whole log's start offset (the bucket's, when it holds older data)."""
+    def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
+        """The whole log's start offset (the bucket's, when it holds older data).
+
+        ``exact=False``: a best guess (the local start) while the remote tier is not
+        loaded, instead of REPLICA_NOT_AVAILABLE.
+        """
         ...
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> Any:
-        """What to read from the bucket for ``offset``; ``OffsetOutOfRangeError`` if nothing."""
+        """What to read from the bucket for ``offset``; ``OffsetOutOfRangeError`` if nothing.
+
+        REPLICA_NOT_AVAILABLE (retriable) while the remote tier is not loaded.
+        """
         ...
 
 
@@ -123,7 +130,8 @@ def read_partitions(
             data.high_watermark = log.high_watermark
             data.last_stable_offset = log.last_stable_offset
             data.log_start_offset = (
-                remote.log_start_offset(req.topic, req.partition, log)
+                # informational here: a read at the live tail needs no manifest
+                remote.log_start_offset(req.topic, req.partition, log, exact=False)
                 if remote is not None
                 else log.log_start_offset
             )

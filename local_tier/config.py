@@ -31,6 +31,20 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2  # -2: same as retention.ms
     local_retention_bytes: int = -2  # -2: same as retention.bytes
+    delete_retention_ms: int = 86_400_000  # tombstones and markers kept this long once cleaned
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` holds ``compact``: the log cleaner keeps the last record per key."""
+        return "compact" in _policies(self.cleanup_policy)
+
+    @property
+    def delete(self) -> bool:
+        """``cleanup.policy`` holds ``delete``: retention.ms and retention.bytes apply."""
+        return "delete" in _policies(self.cleanup_policy)
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> LogConfig:
@@ -45,6 +59,8 @@ class LogConfig:
                 kwargs[name] = str(raw).strip().lower() == "true"
             elif kind is int:
                 kwargs[name] = int(raw)
+            elif kind is float:
+                kwargs[name] = float(raw)
             else:
                 kwargs[name] = str(raw)
         return cls(**kwargs)  # type: ignore[arg-type]
@@ -66,4 +82,12 @@ _FIELDS: dict[str, tuple[str, type]] = {
     "remote.storage.enable": ("remote_storage_enable", bool),
     "local.retention.ms": ("local_retention_ms", int),
     "local.retention.bytes": ("local_retention_bytes", int),
+    "delete.retention.ms": ("delete_retention_ms", int),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
 }
+
+
+def _policies(value: str) -> set[str]:
+    return {p.strip() for p in value.split(",")}

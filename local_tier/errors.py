@@ -13,6 +13,7 @@ only, never a dead broker.
     ├── OffsetOutOfRangeError          OFFSET_OUT_OF_RANGE (1)
     ├── CorruptRecordError             CORRUPT_MESSAGE (2)
     ├── UnknownTopicOrPartitionError   UNKNOWN_TOPIC_OR_PARTITION (3)
+    ├── ReplicaNotAvailableError       REPLICA_NOT_AVAILABLE (9)
     ├── RecordTooLargeError            MESSAGE_TOO_LARGE (10)
     ├── InvalidTopicError              INVALID_TOPIC_EXCEPTION (17)
     ├── RecordBatchTooLargeError       RECORD_LIST_TOO_LARGE (18)
@@ -89,6 +90,7 @@ __all__ = [
     "PolicyViolationError",
     "ProducerFencedError",
     "RecordBatchTooLargeError",
+    "ReplicaNotAvailableError",
     "RecordTooLargeError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
@@ -133,6 +135,13 @@ class CorruptRecordError(KafkaError):
 
 class UnknownTopicOrPartitionError(KafkaError):
     code = ErrorCode.unknown_topic_or_partition
+
+
+class ReplicaNotAvailableError(KafkaError):
+    """Retriable: the partition is here but cannot answer yet (its remote tier's
+    manifest is not read since start, as Kafka's uninitialised remote log metadata)."""
+
+    code = ErrorCode.replica_not_available
 
 
 class RecordTooLargeError(KafkaError):

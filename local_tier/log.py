@@ -18,6 +18,11 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from local_tier.checkpoint import fsync_dir
+from local_tier.cleaning.cleaner import LastRecord
+from local_tier.cleaning.keys import require_keys
+from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
+from local_tier.cleaning.view import CleanableSegment, LogCleaningView
 from local_tier.config import LogConfig
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from local_tier.errors import (
@@ -57,7 +62,7 @@ MAX_TIMESTAMP = -3
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 
 _INT32_MAX = 2**31 - 1
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 _log = logging.getLogger("strata.local_tier")
 
 
@@ -152,6 +157,7 @@ class Log:
     # ------------------------------------------------------------------ loading
 
     def _load(self, recovery_point: int, needs_recovery: bool) -> None:
+        recover_swaps(self.dir, self.name)  # a cleaning a crash interrupted (ADR 0019)
         self._remove_leftovers()
         bases = sorted(
             int(path.stem)
@@ -349,6 +355,8 @@ class Log:
         config = self._config
         if validated is None:
             validated = validate_batches(records, max_message_bytes=config.max_message_bytes)
+        if config.compact and origin is not AppendOrigin.REPLICATION:
+            require_keys(records, validated, self.name)
         if validated.size > config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"record set of {validated.size} bytes exceeds segment.bytes ({config.segment_bytes})"
@@ -800,6 +808,8 @@ class Log:
         upper = self._bases[1] if len(self._segments) > 1 else self.log_end_offset
         if upper <= self._log_start_offset and segment.size > 0:
             return f"log start offset {self._log_start_offset} breach"
+        if not local and not config.delete:
+            return None  # cleanup.policy=compact: the cleaner bounds the log, not time or size
         retention_ms, retention_bytes = config.retention_ms, config.retention_bytes
         ms_name, bytes_name = "retention.ms", "retention.bytes"
         if local:
@@ -860,6 +870,101 @@ class Log:
             return False
         self._log_start_offset = offset
         self._leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    # ------------------------------------------------------------------ cleaning
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def cleaning_view(self) -> LogCleaningView:
+        """What the cleaner needs, as of now (call on the owner thread; see ADR 0019)."""
+        sealed = self._segments[:-1]
+        segments = tuple(
+            CleanableSegment(
+                segment=seg,
+                base_offset=seg.base_offset,
+                upper=self._bases[i + 1],
+                size=seg.size,
+                index_bytes=seg.offset_index.size_in_bytes + seg.time_index.size_in_bytes,
+                log_path=seg.log_path,
+                largest_timestamp=seg.largest_timestamp,
+                txn_entries=tuple(seg.txn_index.entries),
+            )
+            for i, seg in enumerate(sealed)
+        )
+        producers = self._producer_state.producers
+        last_records = {
+            pid: LastRecord(entry.last_data_offset if entry.last_data_offset >= 0 else None,
+                            entry.producer_epoch)
+            for pid, entry in producers.items()
+        }
+        active = self._segments[-1]
+        return LogCleaningView(
+            topic=self._topic,
+            partition=self._partition,
+            dir=self.dir,
+            config=self._config,
+            log_start_offset=self._log_start_offset,
+            last_stable_offset=self.last_stable_offset,
+            active_base_offset=active.base_offset,
+            active_size=active.size,
+            log_end_offset=self.log_end_offset,
+            segments=segments,
+            active_txn_entries=tuple(active.txn_index.entries),
+            last_records=last_records,
+        )
+
+    def _holds_run(self, cleaned: LogSegment, replaced: list[LogSegment]) -> int | None:
+        """Where ``replaced`` starts among the sealed segments, if they are still there, in order."""
+        if self._closed or not replaced or replaced[0].base_offset != cleaned.base_offset:
+            return None
+        first = next((i for i, seg in enumerate(self._segments) if seg is replaced[0]), None)
+        if first is None:
+            return None
+        last = first + len(replaced)
+        if last >= len(self._segments) or any(a is not b for a, b in zip(self._segments[first:last], replaced)):
+            return None
+        return first
+
+    def begin_swap(self, cleaned: LogSegment, replaced: list[LogSegment]) -> bool:
+        """First half of swapping ``cleaned`` (its files ``*.cleaned``, fsynced) in for
+        ``replaced``: rename its files ``*.swap`` (from then on a restart completes the swap).
+
+        On the owner thread. ``replaced`` must still be consecutive sealed segments of this
+        log starting at ``cleaned``'s base; otherwise (the log was truncated, deleted or its
+        head removed meanwhile) nothing changes and False is returned: the caller removes
+        the cleaned files. See :mod:`local_tier.cleaning.swap` and ADR 0019.
+        """
+        if self._holds_run(cleaned, replaced) is None:
+            return False
+        cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
+        fsync_dir(self.dir)
+        return True
+
+    def finish_swap(self, cleaned: LogSegment, replaced: list[LogSegment], now_ms: int | None = None) -> bool:
+        """Second half (after :meth:`begin_swap`): the replaced segments are renamed
+        ``*.deleted`` and stay open ``file.delete.delay.ms`` for reads in flight, the cleaned
+        one takes its final names and their place. False (nothing changed; the caller removes
+        the ``*.swap`` files) when the log changed in between."""
+        first = self._holds_run(cleaned, replaced)
+        if first is None:
+            return False
+        now = _now_ms() if now_ms is None else now_ms
+        for segment in replaced:
+            segment.delete()
+            self._pending_deletes.append((now + self._config.file_delete_delay_ms, segment))
+        cleaned.change_suffix(SWAP_SUFFIX, "")
+        fsync_dir(self.dir)
+        self._segments[first : first + len(replaced)] = [cleaned]
+        self._bases[first : first + len(replaced)] = [cleaned.base_offset]
+        _log.info(
+            "%s: swapped in cleaned segment %s (%d bytes) for %d segment(s) of %d bytes",
+            self.name, cleaned.log_path.name, cleaned.size, len(replaced),
+            sum(seg.size for seg in replaced),
+        )
+        self._remove_due_deletes(now)
         return True
 
     # ------------------------------------------------------------------ lifecycle

@@ -16,6 +16,8 @@ from local_tier.checkpoint import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
+from local_tier.cleaning.local import Owner
+from local_tier.cleaning.manager import CleanerConfig, LogCleaner
 from local_tier.config import LogConfig
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 
@@ -59,6 +61,20 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._checkpoint_failing = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
+        self.cleaner: LogCleaner | None = None
+
+    def start_cleaner(
+        self, owner: Owner, config: CleanerConfig, eligible: Callable[[Log], bool] = lambda log: True
+    ) -> LogCleaner:
+        """Start the log cleaner of this directory (``log.cleaner.enable``; ADR 0019).
+
+        ``owner`` runs a function on the thread that owns the logs (the broker's
+        event loop) and returns its result; ``eligible`` picks the logs it cleans.
+        """
+        if self.cleaner is None:
+            self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, eligible=eligible)
+            self.cleaner.start()
+        return self.cleaner
 
     def load(self, config_for: Callable[[str], LogConfig]) -> None:
         """Open every partition dir; recover from the checkpointed recovery points after a crash."""
@@ -129,6 +145,8 @@ class LogManager:
         """Close the topic's logs, rename each dir to ``<dir>.<uuid>-delete``, then remove it."""
         for key in [key for key in self._logs if key[0] == topic]:
             self._remove(key)
+        if self.cleaner is not None:
+            self.cleaner.forget(topic)
         self.checkpoint()
 
     def delete_log(self, topic: str, partition: int) -> None:
@@ -202,7 +220,10 @@ class LogManager:
                 log.schedule_flush(now_ms)
 
     def shutdown(self) -> None:
-        """Flush and close all logs, checkpoint, write the clean-shutdown marker, stop the flush thread."""
+        """Stop the cleaner; flush and close all logs, checkpoint, write the clean-shutdown
+        marker, stop the flush thread."""
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         for log in self._logs.values():
             log.wait_for_flushes()
             log.flush()

@@ -200,9 +200,20 @@ def iter_batches(buf: Buffer, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]
 
 
 def check_batch(
-    buf: Buffer, pos: int, *, max_message_bytes: int, file_position: int | None = None
+    buf: Buffer,
+    pos: int,
+    *,
+    max_message_bytes: int,
+    file_position: int | None = None,
+    stored: bool = False,
 ) -> BatchHeader:
     """Validate the whole batch at ``pos`` (no decompression) and return its header.
+
+    ``stored``: the batch is read back from a log, where the cleaner may have
+    removed records from it (Kafka's compacted batches keep their offset range,
+    ``lastOffsetDelta``, and their producer metadata): its record count may then
+    be anything from 0 to ``lastOffsetDelta + 1``. A produced batch must hold
+    exactly ``lastOffsetDelta + 1`` records.
 
     Raises CorruptRecordError (framing, magic, CRC), UnsupportedForMessageFormatError
     (magic 0/1), RecordTooLargeError, InvalidRecordError (count) or
@@ -250,7 +261,11 @@ def check_batch(
             f"CRC mismatch: batch at position {where} (base offset {header.base_offset}) "
             f"stores {header.crc:#010x}, content has {computed:#010x}"
         )
-    if header.records_count < 1 or header.records_count != header.last_offset_delta + 1:
+    if stored:
+        count_ok = 0 <= header.records_count <= header.last_offset_delta + 1
+    else:
+        count_ok = header.records_count == header.last_offset_delta + 1 >= 1
+    if not count_ok:
         raise InvalidRecordError(
             f"batch at position {where} has records count {header.records_count} "
             f"but last offset delta {header.last_offset_delta}"

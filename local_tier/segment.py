@@ -127,15 +127,16 @@ class LogSegment:
         *,
         indexes_missing: bool,
         txn_index: TransactionIndex | None = None,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
-        self.log_path = directory / segment_file_name(base_offset, ".log")
+        self.log_path = directory / (segment_file_name(base_offset, ".log") + suffix)
         self.offset_index = offset_index
         self.time_index = time_index
         self.txn_index = txn_index or TransactionIndex(
-            directory / segment_file_name(base_offset, ".txnindex")
+            directory / (segment_file_name(base_offset, ".txnindex") + suffix)
         )
         self._file = log_file
         self._size = os.fstat(log_file.fileno()).st_size
@@ -163,18 +164,20 @@ class LogSegment:
         create: bool = False,
         *,
         validate_tail: bool = False,
+        suffix: str = "",
     ) -> LogSegment:
         """Open (or with ``create`` make) the segment's three files and load its state.
 
         With ``validate_tail`` (the last segment of a log) the batches after the
         last offset-index entry are checked in full (CRC); any problem found while
-        loading is reported by :meth:`sanity_check`.
+        loading is reported by :meth:`sanity_check`. ``suffix`` is added to every
+        file name (``.cleaned``: a segment the cleaner is writing).
         """
-        log_path = directory / segment_file_name(base_offset, ".log")
+        log_path = directory / (segment_file_name(base_offset, ".log") + suffix)
         if not create and not log_path.exists():
             raise FileNotFoundError(log_path)
-        index_path = directory / segment_file_name(base_offset, ".index")
-        time_path = directory / segment_file_name(base_offset, ".timeindex")
+        index_path = directory / (segment_file_name(base_offset, ".index") + suffix)
+        time_path = directory / (segment_file_name(base_offset, ".timeindex") + suffix)
         missing = not index_path.exists() or not time_path.exists()
         new_files = [p for p in (log_path, index_path, time_path) if not p.exists()]
         log_file = open(log_path, "a+b", buffering=0)  # noqa: SIM115 - owned by the segment
@@ -197,6 +200,7 @@ class LogSegment:
             offset_index,
             time_index,
             indexes_missing=missing,
+            suffix=suffix,
         )
         segment._load_tail(validate_tail)
         return segment
@@ -554,7 +558,7 @@ class LogSegment:
                     window, window_start = memoryview(os.pread(fd, size, position)), position
                     rel = 0
                 header = check_batch(
-                    window, rel, max_message_bytes=_NO_SIZE_LIMIT, file_position=position
+                    window, rel, max_message_bytes=_NO_SIZE_LIMIT, file_position=position, stored=True
                 )
             yield position, header
             position += header.size
@@ -661,6 +665,20 @@ class LogSegment:
         self.log_path = deleted
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the files from ``<name><old>`` to ``<name><new>`` (descriptors stay open):
+        the indexes first, the ``.log`` last, so a ``.log`` with the new suffix means
+        every file has it (the cleaner's ``.cleaned`` → ``.swap`` → final names)."""
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            name = index.path.name
+            if name.endswith(old):
+                index.rename(index.path.with_name(name[: len(name) - len(old)] + new))
+        name = self.log_path.name
+        if name.endswith(old):
+            renamed = self.log_path.with_name(name[: len(name) - len(old)] + new)
+            os.rename(self.log_path, renamed)
+            self.log_path = renamed
 
     def remove_files(self) -> None:
         """Close the descriptors and unlink the files (the end of a delayed delete)."""

@@ -45,10 +45,11 @@ __all__ = [
     "ManifestStore",
     "PartitionManifest",
     "RemoteSegment",
+    "ReplacedSegment",
 ]
 
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: no transaction index or producer snapshot objects
+FORMAT_VERSION = 3  # written only when compaction fields are present; 2 otherwise
+READABLE_VERSIONS = (1, 2, 3)  # 1: no .txnindex/.snapshot objects; 3: compacted (ADR 0019)
 _CONSISTENT_READ_ATTEMPTS = 10
 _log = logging.getLogger("strata.remote_tier")
 
@@ -117,6 +118,24 @@ class RemoteSegment:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplacedSegment:
+    """Objects a remote compaction replaced: no longer part of the log, kept until
+    ``delete_after_ms`` so reads planned from an older manifest finish (ADR 0019)."""
+
+    base_offset: int
+    upload_id: str
+    delete_after_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base_offset": self.base_offset, "upload_id": self.upload_id,
+                "delete_after_ms": self.delete_after_ms}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> ReplacedSegment:
+        return cls(_int(obj, "base_offset"), _str(obj, "upload_id"), _int(obj, "delete_after_ms"))
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionManifest:
     """The committed remote state of one partition (see the module invariants)."""
 
@@ -127,6 +146,10 @@ class PartitionManifest:
     log_start_offset: int
     segments: tuple[RemoteSegment, ...] = ()
     revision: int = 0
+    #: compacted topics (format 3): the first offset the remote cleaner has not cleaned
+    #: (None: never cleaned), and the objects it replaced, still readable for a while
+    cleaner_offset: int | None = None
+    replaced: tuple[ReplacedSegment, ...] = ()
     _bases: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -202,9 +225,14 @@ class PartitionManifest:
 
     # -- JSON -----------------------------------------------------------------------
 
+    @property
+    def compacted(self) -> bool:
+        """The remote cleaner has rewritten this partition (format 3)."""
+        return self.cleaner_offset is not None or bool(self.replaced)
+
     def to_json_bytes(self) -> bytes:
-        doc = {
-            "format_version": FORMAT_VERSION,
+        doc: dict[str, Any] = {
+            "format_version": FORMAT_VERSION if self.compacted else 2,
             "topic": self.topic,
             "topic_id": self.topic_id,
             "partition": self.partition,
@@ -213,6 +241,9 @@ class PartitionManifest:
             "revision": self.revision,
             "segments": [s.to_json() for s in self.segments],
         }
+        if self.compacted:
+            doc["cleaner_offset"] = self.cleaner_offset
+            doc["replaced"] = [r.to_json() for r in self.replaced]
         return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
 
     @classmethod
@@ -239,6 +270,10 @@ class PartitionManifest:
                 log_start_offset=_int(doc, "log_start_offset"),
                 revision=_int(doc, "revision"),
                 segments=tuple(RemoteSegment.from_json(s) for s in doc.get("segments", ())),
+                cleaner_offset=(
+                    _int(doc, "cleaner_offset") if doc.get("cleaner_offset") is not None else None
+                ),
+                replaced=tuple(ReplacedSegment.from_json(r) for r in doc.get("replaced", ())),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestFormatError(f"partition manifest is malformed: {err!r}") from err

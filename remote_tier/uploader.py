@@ -87,11 +87,14 @@ def summarize_segment(log_path: Path) -> SegmentSummary | None:
     for header in headers:
         if not epochs or epochs[-1][0] != header.partition_leader_epoch:
             epochs.append((header.partition_leader_epoch, header.base_offset))
+    # a cleaned batch's base timestamp may be its delete horizon (attribute 0x40) or -1
+    # (no record left): neither is a record's timestamp
+    stamped = [h.base_timestamp for h in headers if h.records_count and not h.attributes & 0x40]
     return SegmentSummary(
         base_offset=headers[0].base_offset,
         last_offset=headers[-1].last_offset,
         size_bytes=position,
-        min_timestamp=min(h.base_timestamp for h in headers),
+        min_timestamp=min(stamped) if stamped else max(h.max_timestamp for h in headers),
         max_timestamp=max(h.max_timestamp for h in headers),
         record_count=sum(h.records_count for h in headers),
         epochs=tuple(epochs),
@@ -387,7 +390,11 @@ class RemoteLogManager:
         """
         layout = self.layout(topic_id, partition)
         manifest = self.manifest(topic_id, partition)
-        referenced = {s.upload_id for s in manifest.segments} if manifest is not None else set()
+        referenced = (
+            {s.upload_id for s in manifest.segments} | {r.upload_id for r in manifest.replaced}
+            if manifest is not None
+            else set()
+        )
         deleted = 0
         for info in self._store.list(layout.directory):
             parsed = layout.parse_segment_key(info.key)

@@ -67,7 +67,9 @@ from service.cluster.topics import (
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
+from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
+from service.remote_cleaning import RemoteCleaner
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
 from service.tiering import TieringService
@@ -126,8 +128,12 @@ class Broker:
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = TieringService(self.object_store, config)
+        self.remote_cleaner = RemoteCleaner(
+            self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
+        )
         self.cluster: ClusterNode | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
         self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by start()
 
@@ -174,13 +180,26 @@ class Broker:
             await self.cluster.leave(self.config.get_bool("controlled.shutdown.enable"))
         await self.replicas.close()
 
+    def start_log_cleaner(self) -> None:
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
+
+        Tiered compacted logs are compacted in the bucket instead (the remote cleaner)."""
+        loop = asyncio.get_running_loop()
+        self.logs.start_cleaner(
+            LoopOwner(loop, lambda: self._closing),
+            cleaner_config(self.config),
+            eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+        )
+
     def close(self) -> None:
+        self._closing = True
         if self.transactions is not None:
             self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
         self.replicas.shutdown()
         self.waiters.notify_all()
+        self.remote_cleaner.close()
         self.tiering.close()
         self.logs.shutdown()
 
@@ -191,6 +210,8 @@ class Broker:
         checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
         expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        self.start_log_cleaner()
+        self.spawn(self.remote_cleaner.run(self))
         next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
@@ -356,7 +377,10 @@ class Broker:
         return self.replicas.leader_log(topic, partition, current_leader_epoch)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
-        return self.replicas.leader_epoch(topic, partition)
+        """This broker's leader epoch of the partition; -1 when it does not lead it (a
+        follower uploads and compacts nothing in the bucket)."""
+        led = self.replicas.partition(topic, partition)
+        return led.leader_epoch if led is not None and led.is_leader else -1
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
@@ -379,6 +403,7 @@ class Broker:
                 f"cannot delete records of {topic}-{partition} before offset {offset}: "
                 f"the high watermark is {log_.high_watermark}"
             )
+        await self.tiering.wait_for_manifest(topic, partition, log_)
         if target <= self.tiering.log_start_offset(topic, partition, log_):
             return self.tiering.log_start_offset(topic, partition, log_)
         info = self.controller.topic(topic)

@@ -26,6 +26,7 @@ calls it hands to threads take their inputs as arguments and return results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -47,6 +48,7 @@ from remote_tier.store import ObjectStore
 from remote_tier.txn_indexes import RemoteTxnIndexes
 from remote_tier.uploader import RemoteLogManager
 from service.latency import REMOTE_READ_BUCKETS, LatencyHistograms
+from service.tier_state import PartitionTierState, follow_remote_start, retention_due
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig
@@ -79,40 +81,6 @@ class TopicSource(Protocol):
     def topic(self, name: str) -> TopicInfo | None: ...
 
 
-@dataclass(slots=True)
-class PartitionTierState:
-    """What the broker knows of one partition's remote tier (from its manifest)."""
-
-    topic_id: uuid.UUID
-    manifest: PartitionManifest | None = None
-    loaded: bool = False
-    uploading: bool = False
-    upload_failures: int = 0
-    last_error: str | None = None
-    next_orphan_cleanup_ms: int = 0
-    claimed_epoch: int = -1  # the leader epoch this broker wrote into the manifest
-    #: the highest DeleteRecords offset seen: the log start never goes below it, even
-    #: while the cached manifest predates the change
-    log_start_floor: int = 0
-
-    @property
-    def remote_next_offset(self) -> int | None:
-        """First offset not in the bucket (None: nothing uploaded yet)."""
-        if self.manifest is None or not self.manifest.segments:
-            return None
-        return self.manifest.next_offset
-
-    @property
-    def remote_log_start_offset(self) -> int | None:
-        if self.manifest is None or not self.manifest.segments:
-            return None
-        return self.manifest.log_start_offset
-
-    @property
-    def remote_bytes(self) -> int:
-        return self.manifest.size_bytes if self.manifest is not None else 0
-
-
 @dataclass(frozen=True, slots=True)
 class RemoteFetch:
     """A partition read that must come from the bucket."""
@@ -124,25 +92,6 @@ class RemoteFetch:
     @property
     def base_offset(self) -> int:
         return self.segment.base_offset
-
-
-def _retention_due(
-    manifest: PartitionManifest | None, config: Any, local_only_bytes: int, now_ms: int
-) -> bool:
-    """Whether the cached manifest has a segment that retention would remove.
-
-    Checked in memory first, so an idle partition costs no object-store request
-    per round (on S3 every request is billed).
-    """
-    if manifest is None or not manifest.segments:
-        return False
-    oldest = manifest.segments[0]
-    if config.retention_ms >= 0 and oldest.max_timestamp < now_ms - config.retention_ms:
-        return True
-    return bool(
-        config.retention_bytes >= 0
-        and manifest.size_bytes + local_only_bytes - oldest.size_bytes >= config.retention_bytes
-    )
 
 
 class _Source:
@@ -166,18 +115,6 @@ class _Source:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _follow_remote_start(local: Log, state: PartitionTierState) -> None:
-    """Raise the local log start to the manifest's (as Kafka's log follows the remote tier).
-
-    Remote retention and DeleteRecords move the manifest's log start; records below
-    it are deleted, so the local log must not serve them either (its segments wholly
-    below then go at the next retention pass).
-    """
-    manifest = state.manifest
-    if manifest is not None and manifest.log_start_offset > local.log_start_offset:
-        local.maybe_increment_log_start_offset(min(manifest.log_start_offset, local.high_watermark))
 
 
 class TieringService:
@@ -212,6 +149,8 @@ class TieringService:
         self.upload_failures = 0
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
         self.txn_indexes = RemoteTxnIndexes(self.rlm)
+        #: set once the start-up manifest reads are over (read or failed)
+        self._manifests_read = asyncio.Event()
 
     def close(self) -> None:
         self._copiers.shutdown(wait=True, cancel_futures=True)
@@ -226,7 +165,44 @@ class TieringService:
         state = self.partitions.get((topic, partition))
         return state.remote_next_offset if state is not None else None
 
-    def log_start_offset(self, topic: str, partition: int, local: Log) -> int:
+    def require_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """REPLICA_NOT_AVAILABLE (retriable) while the partition's manifest is unread.
+
+        After a restart a tiered partition's local log may start far above its
+        oldest record (local retention removed what the bucket holds), and only the
+        manifest says where the log starts. Until the broker has read it, an answer
+        taken from the local log alone would be wrong: ListOffsets(EARLIEST) would
+        send a consumer to the local start and it would silently skip every record
+        in the bucket (as Kafka, which answers REPLICA_NOT_AVAILABLE while its remote
+        log metadata is not initialised for the partition). A local log starting at
+        0 holds everything, and a partition without tiered storage has no manifest.
+        """
+        if not (self.enabled and local.config.remote_storage_enable and local.log_start_offset > 0):
+            return
+        state = self.partitions.get((topic, partition))
+        # no state after the start-up reads: tiering was switched on for the topic since
+        # (nothing of it was tiered by this broker run), and the first round reads it
+        unread = not self._manifests_read.is_set() if state is None else not state.known
+        if unread:
+            raise ReplicaNotAvailableError(
+                f"the remote tier of {topic}-{partition} is not loaded yet (its manifest is "
+                "being read from the object store); retry"
+            )
+
+    async def wait_for_manifest(self, topic: str, partition: int, local: Log) -> None:
+        """:meth:`require_manifest`, after waiting up to ``remote.fetch.max.wait.ms`` for
+        the start-up manifest reads: a request arriving just after a restart is
+        answered, not refused, unless the object store is slow or down."""
+        try:
+            self.require_manifest(topic, partition, local)
+        except ReplicaNotAvailableError:
+            if self._manifests_read.is_set():
+                raise
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._manifests_read.wait(), self.fetch_max_wait_ms / 1000)
+            self.require_manifest(topic, partition, local)
+
+    def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
         """The whole log's start: the bucket's when it holds older data than the disk.
 
         The oldest record left is the first remote segment's or the local log's,
@@ -234,7 +210,14 @@ class TieringService:
         (remote retention and DeleteRecords move it, possibly past data a segment or
         the local log still holds) nor below a DeleteRecords offset not yet in the
         cached manifest.
+
+        ``exact``: REPLICA_NOT_AVAILABLE while the manifest is unread
+        (:meth:`require_manifest`); otherwise the local log start is the best
+        guess then (for reports: metrics, the admin API, a Fetch's informational
+        ``log_start_offset``).
         """
+        if exact:
+            self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if state is None or manifest is None:
@@ -245,9 +228,8 @@ class TieringService:
         return max(oldest, manifest.log_start_offset, state.log_start_floor)
 
     def plan_remote_read(self, topic: str, partition: int, offset: int, local: Log) -> RemoteFetch:
-        """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE;
-        REPLICA_NOT_AVAILABLE (retriable) while the manifest is still being read after this
-        broker became the leader."""
+        """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
+        start = self.log_start_offset(topic, partition, local)  # REPLICA_NOT_AVAILABLE if unread
         state = self.partitions.get((topic, partition))
         if self.enabled and local.config.remote_storage_enable and (
             state is None or (state.manifest is None and not state.loaded)
@@ -256,7 +238,6 @@ class TieringService:
                 f"the tiered part of {topic}-{partition} is still being read from the bucket"
             )
         manifest = state.manifest if state is not None else None
-        start = self.log_start_offset(topic, partition, local)
         if manifest is None or offset < start:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {topic}-{partition} is outside the log "
@@ -275,6 +256,7 @@ class TieringService:
         self, topic: str, partition: int, timestamp: int, local: Log
     ) -> tuple[int, int] | None:
         """ListOffsets by time over the remote segments older than the local log."""
+        self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
         if manifest is None:
@@ -313,7 +295,8 @@ class TieringService:
             )
             self.partitions[(topic, partition)] = state
         if manifest is not None:
-            state.manifest, state.loaded = manifest, True
+            state.adopt(manifest)
+            state.loaded = state.known = True
         state.log_start_floor = max(state.log_start_floor, offset)
 
     def _move_log_start(
@@ -338,6 +321,21 @@ class TieringService:
         if not self.enabled:
             return
         loop = asyncio.get_running_loop()
+        # manifests first: until a partition's is read, reads below its local log
+        # start are refused (require_manifest); the orphan clean-up lists the bucket
+        # and can wait
+        tiered = self._tiered_logs(broker)
+        loads = await asyncio.gather(
+            *(
+                self._load_manifest(loop, topic, partition, local, self._state(topic, partition, topic_id))
+                for topic, partition, local, topic_id, _ in tiered
+            ),
+            return_exceptions=True,
+        )
+        for (topic, partition, _, _, _), outcome in zip(tiered, loads, strict=True):
+            if isinstance(outcome, Exception):  # the first round tries again
+                log.warning("reading the manifest of %s-%d failed: %s", topic, partition, outcome)
+        self._manifests_read.set()
         await self._run_in_copier(loop, self._startup_cleanup, broker)
         while True:
             try:
@@ -364,13 +362,7 @@ class TieringService:
         loop = asyncio.get_running_loop()
         tasks = []
         for topic, partition, local, topic_id, epoch in self._tiered_logs(broker):
-            state = self.partitions.get((topic, partition))
-            if state is None or state.topic_id != topic_id:
-                # the startup clean-up (run) has just looked; the next pass is due then
-                state = PartitionTierState(
-                    topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
-                )
-                self.partitions[(topic, partition)] = state
+            state = self._state(topic, partition, topic_id)
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
         if tasks:
@@ -383,19 +375,13 @@ class TieringService:
         bucket part wait for it) and claim it at the next round."""
         if not self.enabled or not partition.log.config.remote_storage_enable:
             return
-        key = (partition.topic, partition.index)
-        state = self.partitions.get(key)
-        if state is None or state.topic_id != partition.topic_id:
-            state = PartitionTierState(
-                partition.topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms
-            )
-            self.partitions[key] = state
+        state = self._state(partition.topic, partition.index, partition.topic_id)
         state.loaded = False
-        task = asyncio.ensure_future(self._load_manifest(partition.topic, partition.index, state))
+        task = asyncio.ensure_future(self._read_led_manifest(partition.topic, partition.index, state))
         self._loads.add(task)
         task.add_done_callback(self._loads.discard)
 
-    async def _load_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
+    async def _read_led_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
         try:
             manifest = await self._run_in_copier(
                 asyncio.get_running_loop(), self.rlm.manifest, state.topic_id, partition
@@ -405,7 +391,8 @@ class TieringService:
                         topic, partition, exc)
             return
         if self.partitions.get((topic, partition)) is state and not state.loaded:
-            state.manifest, state.loaded = manifest, True
+            state.adopt(manifest)
+            state.loaded = state.known = True
 
     async def loaded(self) -> None:
         """Wait for the manifest reads started by :meth:`on_leader` (start-up waits for
@@ -430,7 +417,7 @@ class TieringService:
         loop = asyncio.get_running_loop()
         manifest = await self._run_in_copier(loop, self.rlm.manifest, partition.topic_id, partition.index)
         state = PartitionTierState(
-            partition.topic_id, manifest=manifest, loaded=True,
+            partition.topic_id, manifest=manifest, loaded=True, known=True,
             next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms,
         )
         self.partitions[(partition.topic, partition.index)] = state
@@ -452,6 +439,23 @@ class TieringService:
 
         return await self._run_in_copier(loop, claim)
 
+    def _state(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionTierState:
+        """The partition's state, new (nothing known) if absent or of an older topic id."""
+        state = self.partitions.get((topic, partition))
+        if state is None or state.topic_id != topic_id:
+            # the startup clean-up (run) has just looked; the next pass is due then
+            state = PartitionTierState(topic_id, next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms)
+            self.partitions[(topic, partition)] = state
+        return state
+
+    async def _load_manifest(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
+    ) -> None:
+        """Read the partition's manifest into ``state``; the local log start follows it."""
+        state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+        state.loaded = state.known = True
+        follow_remote_start(local, state)
+
     async def _partition_round(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -464,14 +468,11 @@ class TieringService:
         state.uploading = True
         try:
             if state.claimed_epoch != epoch:
-                state.manifest = await self._claim(loop, state.topic_id, partition, epoch)
-                state.claimed_epoch, state.loaded = epoch, True
+                state.adopt(await self._claim(loop, state.topic_id, partition, epoch))
+                state.claimed_epoch, state.loaded, state.known = epoch, True, True
+                follow_remote_start(local, state)
             if not state.loaded:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
-                state.loaded = True
-                _follow_remote_start(local, state)
+                await self._load_manifest(loop, topic, partition, local, state)
             # upload sealed segments, oldest first; the manifest is re-read once after
             # the batch (each upload already read and wrote it to publish)
             boundary = state.remote_next_offset
@@ -486,16 +487,14 @@ class TieringService:
                 self.uploaded_bytes += uploaded.size_bytes
                 boundary, uploaded_any = uploaded.next_offset, True
             if uploaded_any:
-                state.manifest = await self._run_in_copier(
-                    loop, self.rlm.manifest, state.topic_id, partition
-                )
-            # the whole log's retention, on the bucket
+                state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+            # the whole log's retention, on the bucket (compact-only logs: the cleaner's job)
             config = local.config
             boundary = state.remote_next_offset
             local_only = sum(
                 s.size for s in local.segments if boundary is None or s.base_offset >= boundary
             )
-            if _retention_due(state.manifest, config, local_only, _now_ms()):
+            if config.delete and retention_due(state.manifest, config, local_only, _now_ms()):
                 removed = await self._run_in_copier(
                     loop,
                     self._retain,
@@ -507,10 +506,8 @@ class TieringService:
                     epoch,
                 )
                 if removed:
-                    state.manifest = await self._run_in_copier(
-                        loop, self.rlm.manifest, state.topic_id, partition
-                    )
-                    _follow_remote_start(local, state)
+                    state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+                    follow_remote_start(local, state)
             # objects of uploads that failed while this broker runs (their discard
             # failed too, e.g. in an S3 outage): removed once old enough, without
             # waiting for a restart. No upload of this partition is in flight here.

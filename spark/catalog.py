@@ -41,8 +41,9 @@ log = logging.getLogger("strata.spark")
 
 METADATA_KEY = "cluster/metadata.json"
 # manifest formats this reader knows: 2 adds .txnindex/.snapshot objects (docs/object-layout.md),
-# which only read_committed reads fetch (control batches are skipped in either format)
-FORMAT_VERSIONS = (1, 2)
+# which only read_committed reads fetch (control batches are skipped in either format);
+# 3: compacted partitions (offset gaps, empty batches; ADR 0019)
+FORMAT_VERSIONS = (1, 2, 3)
 
 
 class SegmentSlice(InputPartition):

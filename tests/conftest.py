@@ -32,11 +32,42 @@ BROKER_START_TIMEOUT_S = 30.0
 BROKER_STOP_TIMEOUT_S = 20.0
 
 
+# Ports for test servers come from below Linux's ephemeral range (32768-60999 by default):
+# the kernel never hands these out on its own, so a client's outgoing connection or another
+# process's bind(0) cannot take a port between free_port() and the server's bind. Each
+# pytest-xdist worker draws from its own slice; a process starts at a point of its slice
+# picked by its pid (a child pytest of a worker does not walk the same ports as its parent).
+_PORT_LOW, _PORT_HIGH = 10_000, 32_000
+_next_port: int | None = None
+
+
+def _port_slice() -> tuple[int, int]:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return _PORT_LOW, _PORT_HIGH
+    width = (_PORT_HIGH - _PORT_LOW) // count
+    low = _PORT_LOW + int(worker[2:]) % count * width
+    return low, low + width
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, and that no other free_port()
+    of this test run hands out while it is in use (see above)."""
+    global _next_port
+    low, high = _port_slice()
+    if _next_port is None or not low <= _next_port < high:
+        _next_port = low + (os.getpid() * 7919) % (high - low)
+    for _ in range(high - low):
+        port = _next_port
+        _next_port = low + (_next_port + 1 - low) % (high - low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on 127.0.0.1 in {low}-{high}")
 
 
 def subprocess_env() -> dict[str, str]:

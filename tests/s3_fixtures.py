@@ -55,6 +55,8 @@ __all__ = [
 TEST_ACCESS_KEY = "testing"
 TEST_SECRET_KEY = "testing"
 TEST_REGION = "us-east-1"
+_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+              b"<Message>Please reduce your request rate.</Message></Error>")
 
 _CREDENTIAL_ENV = {
     "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY,
@@ -101,6 +103,8 @@ class MotoServer:
         self._thread: threading.Thread | None = None
         #: (method, path) of every request served, for tests that count GETs
         self.requests: list[tuple[str, str]] = []
+        self._failing: tuple[str, str] | None = None
+        self._failed = threading.Event()
 
     @property
     def endpoint_url(self) -> str:
@@ -122,7 +126,13 @@ class MotoServer:
         moto_app = DomainDispatcherApplication(create_backend_app)
 
         def app(environ: dict, start_response: object) -> object:
-            self.requests.append((environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")))
+            method, path = environ["REQUEST_METHOD"], environ.get("PATH_INFO", "")
+            self.requests.append((method, path))
+            failing = self._failing
+            if failing is not None and method == failing[0] and path.endswith(failing[1]):
+                self._failed.set()
+                start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+                return [_SLOW_DOWN]
             return moto_app(environ, start_response)
 
         self._server = make_server(self.host, self.port, app, threaded=self.threaded)
@@ -134,6 +144,21 @@ class MotoServer:
         )
         self._thread.start()
         return self
+
+    def fail(self, method: str, path_suffix: str) -> threading.Event:
+        """Answer ``503 SlowDown`` to ``method`` on paths ending in ``path_suffix`` until :meth:`heal`.
+
+        Only those requests fail (the rest are served as usual: requests are served
+        one at a time, so holding one instead would stall them all). Returns an event
+        set once a request has been failed.
+        """
+        self._failed.clear()
+        self._failing = (method, path_suffix)
+        return self._failed
+
+    def heal(self) -> None:
+        """Serve every request again."""
+        self._failing = None
 
     def stop(self) -> None:
         """Close the listener: new connections are refused until :meth:`start`."""
@@ -194,8 +219,9 @@ def s3_credentials_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def s3_bucket(moto_server: MotoServer, s3_credentials_env: dict[str, str]) -> S3Bucket:
     """A fresh bucket on the session's moto server; AWS_* test credentials set meanwhile.
 
-    If a test stopped the server, it is started again first.
+    If a test stopped the server or left requests failing, that is undone first.
     """
+    moto_server.heal()
     moto_server.start()
     return moto_server.create_bucket()
 

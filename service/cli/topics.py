@@ -230,7 +230,17 @@ def _tiering_columns(state: dict[str, Any] | None) -> str:
     return (f"\tLocalStart: {state['local_log_start_offset']}"
             f"\tRemoteStart: {'-' if remote_start is None else remote_start}"
             f"\tLocalBytes: {state['local_bytes']}\tRemoteBytes: {state['remote_bytes']}"
-            f"\tUploadLag: {state['upload_lag_offsets']} offsets/{state['upload_lag_bytes']} bytes")
+            f"\tUploadLag: {state['upload_lag_offsets']} offsets/{state['upload_lag_bytes']} bytes"
+            + _cleaner_columns(state.get("cleaner")))
+
+
+def _cleaner_columns(cleaner: dict[str, Any] | None) -> str:
+    """A compacted partition's cleaning: which tier, the dirty ratio, the last cleaned offset."""
+    if cleaner is None:
+        return ""
+    cleaned = cleaner["cleaned_up_to"]
+    return (f"\tCleaner: {cleaner['tier']} {cleaner['state']}\tDirtyRatio: {cleaner['dirty_ratio']:.2f}"
+            f"\tCleanedUpTo: {'-' if cleaned is None else cleaned}")
 
 
 def _topics_delete(args: argparse.Namespace) -> int:

@@ -46,17 +46,18 @@ __all__ = [
     "create_internal_topic",
     "ensure_internal_topic",
     "ensure_offsets_topic",
+    "offsets_topic_configs",
     "start_coordinator",
     "wait_until_serving",
 ]
 
-#: Kafka's __consumer_offsets is compacted; Strata has no compaction yet, so it
-#: keeps everything (retention.ms=-1). It is never tiered (as in Kafka): the
-#: coordinator replays it from the local log at start. See
-#: docs/adr/0003-consumer-offsets.md.
+#: __consumer_offsets is compacted, as Kafka's (the last record per key stays, so the
+#: replay at start reads about one record per live group and offset); it is never
+#: tiered (as in Kafka): the coordinator replays it from the local log at start. See
+#: docs/adr/0003-consumer-offsets.md and docs/adr/0019-compaction.md.
 OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
     "retention.ms": "-1",
-    "segment.bytes": str(100 * 1024 * 1024),
     "remote.storage.enable": "false",
 }
 log = logging.getLogger("strata.groups")
@@ -74,6 +75,11 @@ class TopicsReader(Protocol):
     def partition(self, name: str, index: int) -> PartitionRegistration | None: ...
 
     def add_listener(self, listener: MetadataListener) -> None: ...
+
+
+def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
+    """The topic configs ``__consumer_offsets`` is created with (``offsets.topic.segment.bytes``)."""
+    return {**OFFSETS_TOPIC_CONFIGS, "segment.bytes": str(config.get_int("offsets.topic.segment.bytes"))}
 
 
 class OffsetsHost(Protocol):
@@ -270,7 +276,7 @@ async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:
     """``__consumer_offsets``, created through the controller when missing (FindCoordinator)."""
     return await create_internal_topic(
         broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", "offsets.topic.replication.factor",
-        OFFSETS_TOPIC_CONFIGS,
+        offsets_topic_configs(broker.config),
     )
 
 

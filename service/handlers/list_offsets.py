@@ -73,6 +73,8 @@ async def _lookup(
             f"timestamp {ts} needs ListOffsets v{_NEEDS_VERSION[ts]} (this request is v{ctx.version})"
         )
     limit = log.last_stable_offset if committed else log.high_watermark
+    if ts in (EARLIEST, LATEST_TIERED) or ts >= 0:  # answers that may need the manifest
+        await tiering.wait_for_manifest(topic, partition, log)
     if ts == LATEST:
         return -1, limit, epoch
     if ts == EARLIEST:
@@ -81,6 +83,7 @@ async def _lookup(
         return -1, log.log_start_offset, epoch
     if ts == LATEST_TIERED:
         # Kafka's highestOffsetInRemoteStorage: -1 (and epoch -1) while nothing is tiered
+        tiering.require_manifest(topic, partition, log)
         boundary = tiering.remote_boundary(topic, partition) if log.config.remote_storage_enable else None
         if boundary is None:
             return -1, -1, -1

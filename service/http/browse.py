@@ -51,7 +51,7 @@ class BrowseRequest:
 async def browse(view: PartitionsView, req: BrowseRequest) -> dict[str, Any]:
     """The records of ``req`` as JSON-ready dicts (see the OpenAPI ``Records`` schema)."""
     log = view.log_for(req.topic, req.partition)
-    start = view.tiering.log_start_offset(req.topic, req.partition, log)
+    start = view.tiering.log_start_offset(req.topic, req.partition, log, exact=False)
     hw = log.high_watermark
     notes: list[str] = []
     offset = req.offset

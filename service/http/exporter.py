@@ -94,7 +94,7 @@ def _partitions(broker: AdminView) -> Iterator[GaugeMetricFamily]:
                 continue
             values = [t.name, str(p)]
             fams["current"].add_metric(values, local.high_watermark)
-            fams["oldest"].add_metric(values, broker.tiering.log_start_offset(t.name, p, local))
+            fams["oldest"].add_metric(values, broker.tiering.log_start_offset(t.name, p, local, exact=False))
             fams["isr"].add_metric(values, len(reg.isr))
             fams["leader"].add_metric(values, reg.leader)
             fams["preferred"].add_metric(values, int(reg.leader == reg.preferred_leader))

@@ -26,7 +26,7 @@ from typing import Any
 
 from service.http.views import PartitionsView
 
-__all__ = ["INTERNAL_TOPICS", "group_lag", "is_internal", "member_count", "partition_state", "topic_totals"]
+__all__ = ["INTERNAL_TOPICS", "cleaner_state", "group_lag", "is_internal", "member_count", "partition_state", "topic_totals"]
 
 #: Kafka's internal topics (``Topic.isInternal``); any other ``__``-prefixed name is
 #: folded away with them by the console as well.
@@ -57,7 +57,7 @@ def partition_state(broker: PartitionsView, topic: str, partition: int) -> dict[
     return {
         "topic": topic,
         "partition": partition,
-        "log_start_offset": broker.tiering.log_start_offset(topic, partition, local),
+        "log_start_offset": broker.tiering.log_start_offset(topic, partition, local, exact=False),
         "local_log_start_offset": local.log_start_offset,
         "remote_log_start_offset": remote_start,
         "remote_next_offset": remote_next,
@@ -75,7 +75,24 @@ def partition_state(broker: PartitionsView, topic: str, partition: int) -> dict[
         "upload_lag_bytes": lag_bytes,
         "upload_failures": tier.upload_failures if tier is not None else 0,
         "last_upload_error": tier.last_error if tier is not None else None,
+        "cleaner": cleaner_state(broker, topic, partition) if local.config.compact else None,
     }
+
+
+def cleaner_state(broker: PartitionsView, topic: str, partition: int) -> dict[str, Any] | None:
+    """A compacted partition's cleaning (ADR 0019): the local log cleaner's, or for a tiered
+    topic the remote cleaner's (it compacts the bucket); None until a cleaner looked at it."""
+    remote = getattr(broker, "remote_cleaner", None)
+    if remote is not None and remote.enabled and (topic, partition) in remote.progress:
+        r = remote.progress[(topic, partition)]
+        return {"tier": "remote", "dirty_ratio": round(r.dirty_ratio, 4), "cleaned_up_to": r.cleaner_offset,
+                "state": r.state, "passes": r.passes, "error": r.error}
+    cleaner = broker.logs.cleaner
+    found = cleaner.progress(topic, partition) if cleaner is not None else None
+    if found is None:
+        return None
+    return {"tier": "local", "dirty_ratio": round(found.dirty_ratio, 4), "cleaned_up_to": found.checkpoint,
+            "state": found.state, "passes": found.passes, "error": found.error}
 
 
 _SUMMED = ("local_bytes", "remote_bytes", "local_and_remote_bytes", "active_segment_bytes",

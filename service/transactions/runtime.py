@@ -80,8 +80,10 @@ class TxnHost(OffsetsHost, Protocol):
 
 
 def transaction_state_topic_configs(config: BrokerConfig) -> dict[str, str]:
-    """Kafka compacts ``__transaction_state``; Strata keeps it all, local only (ADR 0013)."""
+    """Compacted as Kafka's (the last state per transactional id stays; ADR 0019), local
+    only (ADR 0013)."""
     return {
+        "cleanup.policy": "compact",
         "retention.ms": "-1",
         "segment.bytes": str(config.get_int("transaction.state.log.segment.bytes")),
         "remote.storage.enable": "false",

@@ -7,6 +7,11 @@
   in front of the endpoint, before and after the commit reached the bucket): after
   restart every sealed segment is in the manifest exactly once and the startup
   clean-up leaves no object that the manifest does not reference.
+* ``kill -9`` and a restart whose manifest reads fail: until the broker has
+  read a partition's manifest it answers the reads that need it (the earliest
+  offset, a fetch below the local log start) with the retriable
+  REPLICA_NOT_AVAILABLE, never with the local log start; the live tail is served
+  meanwhile, and a consumer from the beginning gets every record.
 * Bad object-store configuration (wrong endpoint, missing bucket, bad
   credentials) stops ``strata up`` at once with exit code 1 and a message naming
   what to fix.
@@ -30,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.consumer import ListOffsetsRequest
 
 from tests.conftest import BrokerProcess, free_port, subprocess_env
 from tests.e2e import helpers
+from tests.e2e import rawkafka as rk
 from tests.s3_fixtures import MotoServer, S3Bucket
 
 SEGMENT_BYTES = 64 * 1024
@@ -135,6 +142,19 @@ def _tiered_sets(**extra: str) -> dict[str, str]:
     }
 
 
+def _tiered_broker_with_records(
+    start_broker: Any, s3_bucket: S3Bucket, name: str, count: int
+) -> tuple[BrokerProcess, str]:
+    """A tiered broker on ``s3_bucket`` and a new topic holding records ``0 .. count-1``."""
+    endpoint, bucket = s3_bucket
+    b = start_broker(sets=_tiered_sets(),
+                     args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
+    topic = helpers.topic_name(name)
+    helpers.create_topic(b.bootstrap, topic)
+    _produce(b.bootstrap, topic, 0, count)
+    return b, topic
+
+
 # -- the endpoint goes away ------------------------------------------------------------
 
 
@@ -143,12 +163,8 @@ def test_uploads_wait_out_an_s3_outage_and_nothing_unuploaded_is_deleted(
 ) -> None:
     endpoint, bucket = s3_bucket
     s3 = helpers.s3_client(endpoint)
-    b = start_broker(sets=_tiered_sets(),
-                     args=["--object-store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint", endpoint])
-    topic = helpers.topic_name("outage")
-    helpers.create_topic(b.bootstrap, topic)
     before = 1500
-    _produce(b.bootstrap, topic, 0, before)
+    b, topic = _tiered_broker_with_records(start_broker, s3_bucket, "outage", before)
     helpers.wait_until(lambda: len((_manifest(s3, bucket) or {"segments": []})["segments"]) >= 2, "first uploads")
 
     during = 2500
@@ -182,6 +198,50 @@ def test_uploads_wait_out_an_s3_outage_and_nothing_unuploaded_is_deleted(
     assert sum(s["record_count"] for s in manifest["segments"]) == _next_offset(manifest)
     _assert_reads_back(b, topic, before + during)
     assert b.running
+
+
+# -- a restart while the manifests cannot be read -------------------------------------------
+
+REPLICA_NOT_AVAILABLE = 9
+
+
+def _earliest(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(error code, offset) of ListOffsets(EARLIEST) for partition 0."""
+    part = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-2)
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[part])])
+    (answer,) = rk.call(bootstrap, request, 7).topics[0].partitions
+    return int(answer.error_code), int(answer.offset)
+
+
+def test_history_is_never_skipped_while_a_restarted_broker_reads_its_manifests(
+    start_broker: Any, s3_bucket: S3Bucket, moto_server: MotoServer
+) -> None:
+    endpoint, bucket = s3_bucket
+    total = 1500
+    b, topic = _tiered_broker_with_records(start_broker, s3_bucket, "restart-unread", total)
+    _assert_all_uploaded_and_local_gone(b, helpers.s3_client(endpoint), bucket, topic)
+    (local_start,) = _local_bases(b.data_dir, topic)
+    assert 0 < local_start < total
+
+    b.kill()
+    failed = moto_server.fail("GET", "/manifest.json")
+    try:
+        b.start()
+        assert failed.wait(60), "the restarted broker did not read its manifest"
+        # only the manifest says where the log starts: a retriable error until it is read
+        # (the local start here would send a consumer past every record in the bucket)
+        assert _earliest(b.bootstrap, topic) == (REPLICA_NOT_AVAILABLE, -1)
+        assert rk.fetch(b.bootstrap, topic, 0, 0).error_code == REPLICA_NOT_AVAILABLE
+        # the live tail needs no manifest
+        tail = helpers.consume(b.bootstrap, topic, [0], total - local_start, start=local_start)
+        assert [m.value() for m in tail] == [_value(i) for i in range(local_start, total)]
+        # a consumer from the beginning retries until the manifest is in, then reads it all
+        threading.Timer(1.0, moto_server.heal).start()
+        _assert_reads_back(b, topic, total)
+    finally:
+        moto_server.heal()
+    assert _earliest(b.bootstrap, topic) == (0, 0)
 
 
 # -- kill -9 in the middle of an upload ---------------------------------------------------

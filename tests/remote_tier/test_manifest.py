@@ -35,12 +35,28 @@ def manifest(*segments: RemoteSegment, log_start: int = 0) -> PartitionManifest:
     return PartitionManifest("orders", TOPIC_ID, 3, 1, log_start, segments)
 
 
+def test_a_compacted_manifest_is_format_3_and_round_trips() -> None:
+    from remote_tier.manifest import ReplacedSegment
+
+    m = replace(manifest(seg(0, 9), seg(10, 19)), cleaner_offset=20,
+                replaced=(ReplacedSegment(0, "ab" * 16, 1_700_000_000_000),))
+    data = m.to_json_bytes()
+    doc = json.loads(data)
+    assert doc["format_version"] == FORMAT_VERSION == 3
+    assert doc["cleaner_offset"] == 20
+    assert doc["replaced"] == [{"base_offset": 0, "upload_id": "ab" * 16, "delete_after_ms": 1_700_000_000_000}]
+    assert PartitionManifest.from_json_bytes(data) == m
+    doc["format_version"] = 4
+    with pytest.raises(ManifestFormatError):
+        PartitionManifest.from_json_bytes(json.dumps(doc).encode())
+
+
 def test_json_round_trip_keeps_every_field() -> None:
     m = replace(manifest(seg(0, 9, max_ts=5), seg(10, 19, max_ts=7), log_start=4), revision=12)
     data = m.to_json_bytes()
     assert PartitionManifest.from_json_bytes(data) == m
     doc = json.loads(data)
-    assert doc["format_version"] == FORMAT_VERSION == 2
+    assert doc["format_version"] == 2  # format 3 only once a remote compaction wrote it
     assert set(doc) == {
         "format_version",
         "topic",
@@ -66,11 +82,11 @@ def test_json_round_trip_keeps_every_field() -> None:
     }
 
 
-@pytest.mark.parametrize("version", [3, 0, None, "1"])
+@pytest.mark.parametrize("version", [4, 0, None, "1"])
 def test_an_unknown_format_version_is_refused_clearly(version: object) -> None:
     doc = json.loads(manifest(seg(0, 9)).to_json_bytes())
     doc["format_version"] = version
-    with pytest.raises(ManifestFormatError, match=rf"format_version {version!r}.*versions \(1, 2\)"):
+    with pytest.raises(ManifestFormatError, match=rf"format_version {version!r}.*versions \(1, 2, 3\)"):
         PartitionManifest.from_json_bytes(json.dumps(doc).encode())
 
 

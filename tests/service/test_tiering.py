@@ -426,3 +426,47 @@ def test_the_log_start_is_the_oldest_record_left_in_either_tier_never_a_deleted_
         assert start(held, floor=70) == 70  # a DeleteRecords the cached manifest predates
     finally:
         service.close()
+
+
+def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path: Path) -> None:
+    """DeleteRecords(41) races an upload of [39, 41]: the upload publishes on top of the
+    DeleteRecords commit and the round caches that first (local retention then drops the
+    local copy: the local log starts at 42). The commit coming back later must not bring
+    back the older manifest, which lacks [39, 41]: the log starts at 41, and 41 is read
+    from the bucket (test_delete_records_on_a_tiered_partition's "low_watermark 42 != 41").
+    """
+    import uuid
+    from types import SimpleNamespace
+
+    from remote_tier.manifest import PartitionManifest, RemoteSegment
+    from service.tiering import PartitionTierState
+
+    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig())
+    try:
+        topic_id = uuid.UUID(int=1)
+        manifests = service.rlm.manifests
+
+        def publish(base: int, last: int) -> None:
+            segment = RemoteSegment(base, last, 100, 0, 0, 0, last - base + 1, uuid.uuid4().hex)
+            manifests.update(topic_id, 0, lambda m: (m or PartitionManifest.empty("t", topic_id, 0, 0))
+                             .with_segment(segment), leader_epoch=0)
+
+        publish(36, 38)
+        state = PartitionTierState(topic_id, manifest=service.rlm.manifest(topic_id, 0), loaded=True, known=True)
+        service.partitions[("t", 0)] = state
+        local: Any = SimpleNamespace(log_start_offset=42, high_watermark=45, log_end_offset=45)
+        move = service._move_log_start
+
+        def move_then_upload(*args: Any) -> Any:
+            committed = move(*args)  # [36, 38] goes, the log starts at 41
+            publish(39, 41)  # the round's upload, published on top ...
+            state.adopt(service.rlm.manifest(topic_id, 0))  # ... and cached first
+            return committed
+
+        service._move_log_start = move_then_upload  # type: ignore[method-assign]
+        asyncio.run(service.delete_records("t", topic_id, 0, 41, 0))
+        assert state.manifest is not None and [s.base_offset for s in state.manifest.segments] == [39]
+        assert service.log_start_offset("t", 0, local) == 41
+        assert service.plan_remote_read("t", 0, 41, local).base_offset == 39
+    finally:
+        service.close()

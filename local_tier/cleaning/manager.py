@@ -1,0 +1,379 @@
+"""The log cleaner: its threads, which log to clean next, the checkpoint (Kafka's
+``LogCleaner`` + ``LogCleanerManager``).
+
+``log.cleaner.threads`` daemon threads each loop: take the *filthiest* compacted
+log (the highest dirty ratio above its ``min.cleanable.dirty.ratio``, or one whose
+``max.compaction.lag.ms`` has passed), clean it (:func:`.local.clean_log`),
+record the new first dirty offset in ``cleaner-offset-checkpoint`` (Kafka's
+file and format, one per log directory), and back off
+``log.cleaner.backoff.ms`` when there is nothing to do. One log is cleaned by
+one thread at a time. A log whose cleaning fails unexpectedly (a corrupt batch)
+is marked uncleanable until the next start, as in Kafka; a log that changed
+under the cleaner (deleted, truncated) is simply tried again later.
+
+The threads read a log's state only through ``owner`` (the log's owner thread,
+the broker's event loop), which also performs the swaps. ``throttle`` is shared:
+``log.cleaner.io.max.bytes.per.second`` bounds the reads and writes of all
+threads together.
+
+Thread-safety: the public methods may be called from any thread; the progress
+and checkpoint maps are guarded by one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from local_tier.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from local_tier.cleaning.cleaner import CleanerIO, CleaningAborted
+from local_tier.cleaning.local import CleanableRange, Owner, clean_log, cleanable_range
+from local_tier.cleaning.offset_map import OffsetMap
+from local_tier.cleaning.view import LogCleaningView
+
+if TYPE_CHECKING:
+    from local_tier.log import Log
+
+__all__ = [
+    "CLEANER_CHECKPOINT",
+    "CleanerConfig",
+    "LogCleaner",
+    "LogCleanerProgress",
+    "Throttler",
+    "pause_for_tests",
+]
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+_log = logging.getLogger("strata.cleaner")
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerConfig:
+    """The broker's ``log.cleaner.*`` settings (Kafka's names and defaults)."""
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 1024 * 1024
+    io_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = float("inf")
+    backoff_ms: int = 15_000
+    #: tests only: stop at these named points of a pass (see :meth:`LogCleaner._pause`)
+    test_pause_points: frozenset[str] = frozenset()
+
+
+def pause_for_tests(points: frozenset[str], log_dir: Path, point: str, stop: threading.Event) -> None:
+    """Tests only (``log.cleaner.test.pause.at``): at a listed point, write
+    ``cleaner-paused-<point>`` in the log directory and wait: until the test deletes
+    that file (the pass goes on), or the cleaner stops (the pass is given up). A test
+    may also kill the broker there."""
+    if point not in points:
+        return
+    marker = log_dir / f"cleaner-paused-{point}"
+    marker.write_text(str(time.time()))
+    _log.warning("log cleaner paused at %r (log.cleaner.test.pause.at)", point)
+    while marker.exists():
+        if stop.wait(0.05):
+            raise CleaningAborted("paused for a test")
+    _log.warning("log cleaner resumed at %r", point)
+
+
+class Throttler:
+    """Kafka's ``Throttler``: sleeps so the bytes reported stay under ``rate`` per second,
+    measured over 300 ms windows. Thread-safe."""
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._start = clock()
+        self._bytes = 0
+        self.throttled_s = 0.0
+
+    def __call__(self, nbytes: int) -> None:
+        if self.rate == float("inf"):
+            return
+        with self._lock:
+            self._bytes += nbytes
+            elapsed = self._clock() - self._start
+            if elapsed < 0.3:
+                return
+            wanted = self._bytes / self.rate
+            delay = wanted - elapsed
+            self._start, self._bytes = self._clock(), 0
+        if delay > 0:
+            self.throttled_s += delay
+            time.sleep(delay)
+
+
+@dataclass(slots=True)
+class LogCleanerProgress:
+    """What the admin API and metrics show of one log's cleaning."""
+
+    checkpoint: int | None = None  # the first offset not yet cleaned (None: never cleaned)
+    dirty_ratio: float = 0.0
+    cleanable_bytes: int = 0
+    state: str = "idle"  # idle | cleaning | uncleanable
+    passes: int = 0
+    last_run_ms: int = 0
+    last_duration_ms: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Totals:
+    passes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    last_run_ms: int = 0
+    max_dirty_ratio: float = 0.0
+    aborted: int = 0
+    progress: dict[TopicPartition, LogCleanerProgress] = field(default_factory=dict)
+
+
+class LogCleaner:
+    """Compacts the compacted logs of one log directory (see the module docstring).
+
+    ``logs()`` returns the directory's logs (called on any thread: it must return a
+    copy); ``eligible(log)`` says whether this cleaner cleans it (the broker leaves
+    tiered logs to the remote cleaner).
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        logs: Callable[[], Mapping[TopicPartition, Log]],
+        owner: Owner,
+        config: CleanerConfig,
+        *,
+        eligible: Callable[[Log], bool] = lambda log: True,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.log_dir = log_dir
+        self.config = config
+        self._logs = logs
+        self._owner = owner
+        self._eligible = eligible
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._in_progress: set[TopicPartition] = set()
+        self._uncleanable: set[TopicPartition] = set()
+        self._checkpoints = read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT)
+        self._totals = _Totals()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.throttler = Throttler(config.io_max_bytes_per_second)
+        self._map_bytes = max(1, config.dedupe_buffer_size // max(1, config.threads))
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.config.enable or self._threads:
+            return
+        for i in range(self.config.threads):
+            thread = threading.Thread(target=self._run, name=f"strata-log-cleaner-{i}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout_s)
+        self._threads.clear()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def wake(self) -> None:
+        """Look for work now instead of after the back-off."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                cleaned = self.clean_filthiest()
+            except Exception:  # a broken round must not stop the thread
+                _log.exception("log cleaner round failed")
+                cleaned = False
+            if not cleaned:
+                self._wake.wait(self.config.backoff_ms / 1000)
+                self._wake.clear()
+
+    # -- one round -----------------------------------------------------------------
+
+    def clean_filthiest(self) -> bool:
+        """Clean the filthiest log, if one is due; True when a log was cleaned."""
+        chosen = self._grab_filthiest()
+        if chosen is None:
+            return False
+        log, view, cleanable = chosen
+        key = (view.topic, view.partition)
+        started = time.monotonic()
+        now = self._clock_ms()
+        progress = self._progress(key)
+        progress.state = "cleaning"
+        io = CleanerIO(
+            chunk_bytes=self.config.io_buffer_size,
+            throttle=self.throttler,
+            check_done=lambda: self._check_done(log),
+            pause=self._pause,
+        )
+        try:
+            outcome = clean_log(
+                log, view, cleanable, owner=self._owner, offset_map=OffsetMap(self._map_bytes), io=io,
+                now_ms=now, load_factor=self.config.io_buffer_load_factor,
+            )
+        except (CleaningAborted, FileNotFoundError) as exc:
+            _log.info("cleaning of %s stopped: %s", view.name, exc)
+            with self._lock:
+                self._totals.aborted += 1
+            progress.state = "idle"
+            return False
+        except Exception as exc:
+            _log.exception("cleaning of %s failed; it is left uncleaned until the next start", view.name)
+            with self._lock:
+                self._uncleanable.add(key)
+            progress.state, progress.error = "uncleanable", str(exc)
+            return False
+        finally:
+            with self._lock:
+                self._in_progress.discard(key)
+        self._done_cleaning(key, outcome.end_offset)
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        with self._lock:
+            totals = self._totals
+            totals.passes += 1
+            totals.bytes_read += outcome.bytes_read + outcome.map_bytes_read
+            totals.bytes_written += outcome.bytes_written
+            totals.last_run_ms = now
+            progress.passes += 1
+            progress.last_run_ms, progress.last_duration_ms = now, elapsed_ms
+            progress.bytes_read += outcome.bytes_read + outcome.map_bytes_read
+            progress.bytes_written += outcome.bytes_written
+            progress.state = "idle"
+            progress.error = None
+        _log.info(
+            "cleaned %s: offsets up to %d, %d group(s), %.1f MB read, %.1f MB written in %d ms",
+            view.name, outcome.end_offset, outcome.groups,
+            (outcome.bytes_read + outcome.map_bytes_read) / 1e6, outcome.bytes_written / 1e6, elapsed_ms,
+        )
+        return True
+
+    def _grab_filthiest(self) -> tuple[Log, LogCleaningView, CleanableRange] | None:
+        logs = [
+            (key, log) for key, log in self._logs().items()
+            if log.config.compact and self._eligible(log)
+        ]
+        with self._lock:
+            logs = [(k, lg) for k, lg in logs if k not in self._in_progress and k not in self._uncleanable]
+        if not logs:
+            return None
+        views: list[tuple[Log, LogCleaningView] | None] = self._owner(
+            lambda: [(lg, lg.cleaning_view()) if not lg.closed else None for _, lg in logs]
+        )
+        now = self._clock_ms()
+        candidates = []
+        for item in views:
+            if item is None:
+                continue
+            log, view = item
+            key = (view.topic, view.partition)
+            cleanable = cleanable_range(view, self.checkpoint(key), now)
+            progress = self._progress(key)
+            progress.dirty_ratio, progress.cleanable_bytes = cleanable.dirty_ratio, cleanable.cleanable_bytes
+            if cleanable.total_bytes == 0:
+                continue
+            due = cleanable.dirty_ratio > view.config.min_cleanable_dirty_ratio or (
+                cleanable.need_compaction_now and cleanable.cleanable_bytes > 0
+            )
+            candidates.append((cleanable.dirty_ratio, due, log, view, cleanable))
+        with self._lock:
+            self._totals.max_dirty_ratio = max((c[0] for c in candidates), default=0.0)
+            ready = [c for c in candidates if c[1] and (c[3].topic, c[3].partition) not in self._in_progress]
+            if not ready:
+                return None
+            _, _, log, view, cleanable = max(ready, key=lambda c: c[0])
+            self._in_progress.add((view.topic, view.partition))
+        return log, view, cleanable
+
+    def _check_done(self, log: Log) -> None:
+        if self._stop.is_set():
+            raise CleaningAborted("the cleaner is shutting down")
+        if log.closed:
+            raise CleaningAborted(f"{log.name} was closed")
+
+    def _pause(self, point: str) -> None:
+        pause_for_tests(self.config.test_pause_points, self.log_dir, point, self._stop)
+
+    # -- checkpoints and progress -------------------------------------------------------
+
+    def checkpoint(self, key: TopicPartition) -> int | None:
+        with self._lock:
+            return self._checkpoints.get(key)
+
+    def _done_cleaning(self, key: TopicPartition, end_offset: int) -> None:
+        with self._lock:
+            self._checkpoints[key] = end_offset
+            self._progress_locked(key).checkpoint = end_offset
+            self._write_checkpoints_locked()
+
+    def forget(self, topic: str) -> None:
+        """A deleted topic's logs leave the checkpoint (its next write)."""
+        with self._lock:
+            for key in [k for k in self._checkpoints if k[0] == topic]:
+                del self._checkpoints[key]
+            for key in [k for k in self._totals.progress if k[0] == topic]:
+                del self._totals.progress[key]
+            self._uncleanable = {k for k in self._uncleanable if k[0] != topic}
+
+    def _write_checkpoints_locked(self) -> None:
+        live = set(self._logs())
+        entries = {k: v for k, v in self._checkpoints.items() if k in live}
+        try:
+            write_offset_checkpoint(self.log_dir / CLEANER_CHECKPOINT, entries)
+        except OSError as exc:  # the next pass writes it again; a stale one only re-cleans
+            _log.warning("%s: cannot write %s: %s", self.log_dir, CLEANER_CHECKPOINT, exc)
+
+    def _progress(self, key: TopicPartition) -> LogCleanerProgress:
+        with self._lock:
+            return self._progress_locked(key)
+
+    def _progress_locked(self, key: TopicPartition) -> LogCleanerProgress:
+        progress = self._totals.progress.get(key)
+        if progress is None:
+            progress = self._totals.progress[key] = LogCleanerProgress(self._checkpoints.get(key))
+        return progress
+
+    def progress(self, topic: str, partition: int) -> LogCleanerProgress | None:
+        """A copy of one log's progress (None: the cleaner has not looked at it)."""
+        with self._lock:
+            found = self._totals.progress.get((topic, partition))
+            return None if found is None else LogCleanerProgress(**{
+                name: getattr(found, name) for name in LogCleanerProgress.__dataclass_fields__
+            })
+
+    def totals(self) -> dict[str, float]:
+        """Counters for the metrics: passes, bytes, the last run, the dirtiest ratio."""
+        with self._lock:
+            t = self._totals
+            return {
+                "passes": t.passes,
+                "bytes_read": t.bytes_read,
+                "bytes_written": t.bytes_written,
+                "last_run_ms": t.last_run_ms,
+                "max_dirty_ratio": t.max_dirty_ratio,
+                "aborted": t.aborted,
+                "uncleanable_partitions": len(self._uncleanable),
+                "throttled_seconds": self.throttler.throttled_s,
+            }
