@@ -120,6 +120,7 @@ class ClusterController(MetadataWriter):
         placement_seed: int | None = None,
         metadata_key: str = METADATA_KEY,
         lease_key: str = LEASE_KEY,
+        previous_incarnation_id: uuid.UUID | None = None,
     ) -> None:
         self._incarnation_id = incarnation_id or uuid.uuid4()
         self._monotonic = monotonic
@@ -131,6 +132,9 @@ class ClusterController(MetadataWriter):
             monotonic=monotonic,
             wall_clock=clock,
             key=lease_key,
+            previous_incarnation_id=(
+                None if previous_incarnation_id is None else str(previous_incarnation_id)
+            ),
         )
         self._lease_lock = threading.Lock()
         self._epoch = 0  # the epoch of the last acquisition; stamped on every write
@@ -169,8 +173,9 @@ class ClusterController(MetadataWriter):
         if self.is_active:
             return self.node_id
         seen = self._lease.observed
-        if seen is not None and seen.holder not in (NO_LEADER, self.node_id):
-            return seen.holder
+        mine = seen is not None and seen.incarnation_id == str(self._incarnation_id)
+        if seen is not None and seen.holder != NO_LEADER and not mine:
+            return seen.holder  # may be this node id held by another process: a duplicate
         named = self.metadata.controller_id
         return NO_LEADER if named == self.node_id else named
 

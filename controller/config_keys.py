@@ -367,6 +367,32 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("metadata.poll.interval.ms", "long", "500",
             "How often a broker checks the bucket for a newer cluster metadata (Strata).",
             validator=at_least(1)),
+    # Brokers talking to each other (docs/adr/0016-inter-broker-protocol.md).
+    ConfigDef("offsets.topic.replication.factor", "int", "1",
+            "Replication factor of __consumer_offsets when it is created.",
+            validator=at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "int", "1",
+            "Replication factor of __transaction_state when it is created.",
+            validator=at_least(1)),
+    ConfigDef("controller.socket.timeout.ms", "int", "30000",
+            "How long a broker waits for the controller to answer (registration, heartbeats, "
+            "forwarded admin requests, AlterPartition), looking for a new one meanwhile.",
+            validator=at_least(1)),
+    ConfigDef("controlled.shutdown.enable", "boolean", "true",
+            "On SIGTERM, ask the controller to move this broker's leaderships away first."),
+    ConfigDef("controlled.shutdown.timeout.ms", "int", "5000",
+            "How long a clean shutdown waits for the controller to release the broker (Strata).",
+            validator=at_least(0)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", "500",
+            "Longest time a follower's fetch waits at the leader for data.", validator=at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", "int", "1",
+            "Bytes a follower's fetch waits for at the leader.", validator=at_least(1)),
+    ConfigDef("replica.fetch.response.max.bytes", "int", "10485760",
+            "Largest answer to a follower's fetch.", validator=at_least(0)),
+    ConfigDef("replica.fetch.backoff.ms", "int", "1000",
+            "Pause of a follower after a failed fetch.", validator=at_least(0)),
+    ConfigDef("replica.socket.timeout.ms", "int", "30000",
+            "Timeout of a follower's requests to its leader.", validator=at_least(1)),
 )
 # fmt: on
 

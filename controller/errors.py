@@ -8,7 +8,7 @@ treat them like every other Kafka error::
     │   └── ControllerFencedError         NOT_CONTROLLER: a higher controller epoch wrote
     ├── TopicDeletionDisabledError        TOPIC_DELETION_DISABLED (73)
     ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT (39)
-    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH (74, retriable)
+    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH (74; re-exported from local_tier.errors)
     ├── StaleBrokerEpochError             STALE_BROKER_EPOCH (77)
     ├── PreferredLeaderNotAvailableError  PREFERRED_LEADER_NOT_AVAILABLE (80, retriable)
     ├── EligibleLeadersNotAvailableError  ELIGIBLE_LEADERS_NOT_AVAILABLE (83, retriable)
@@ -31,7 +31,7 @@ Note: ``local_tier.errors.for_code`` does not know these codes.
 
 from __future__ import annotations
 
-from local_tier.errors import ErrorCode, KafkaError
+from local_tier.errors import ErrorCode, FencedLeaderEpochError, KafkaError
 
 __all__ = [
     "BrokerIdNotRegisteredError",
@@ -75,12 +75,6 @@ class InvalidReplicaAssignmentError(KafkaError):
     """A manual replica assignment names an unknown broker, a broker twice, or no broker."""
 
     code = ErrorCode.invalid_replica_assignment
-
-
-class FencedLeaderEpochError(KafkaError):
-    """The request's leader epoch is older than the partition's current one."""
-
-    code = ErrorCode.fenced_leader_epoch
 
 
 class StaleBrokerEpochError(KafkaError):

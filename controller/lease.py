@@ -7,7 +7,9 @@ the bytes, hence the etag). ``docs/adr/0009-controller-lease.md`` gives the
 protocol and why it is safe; in short, with ``T`` = ``controller.lease.ms``:
 
 * **Acquire**: ``put_if_absent`` on an empty bucket; a released lease (holder
-  -1) or one's own (same incarnation) is taken at once with ``put_if_match``.
+  -1), one's own (same incarnation) or one naming this node's *previous*
+  incarnation (a restart after a crash: the data dir lock proves that process
+  is gone, ADR 0009) is taken at once with ``put_if_match``.
   Anyone else's is taken only after this node has seen the *same etag* for
   ``max(T, holder's T) + controller.lease.clock.skew.ms``, timed from the read
   that first returned it, on this node's own monotonic clock; then with
@@ -199,10 +201,14 @@ class ControllerLease:
         monotonic: Clock = monotonic_ms,
         wall_clock: Callable[[], int] = _wall_ms,
         key: str = LEASE_KEY,
+        previous_incarnation_id: str | None = None,
     ) -> None:
         self._store = store
         self._node_id = node_id
         self._incarnation = incarnation_id
+        # the incarnation this node ran as before its restart (read from its data dir
+        # under the data dir lock): a lease it still names is taken over at once
+        self._previous_incarnation = previous_incarnation_id or None
         self._timings = timings
         self._monotonic = monotonic
         self._wall_clock = wall_clock
@@ -372,7 +378,9 @@ class ControllerLease:
         except ValueError as err:
             _log.error("%s; it will be taken over once it stays unchanged for a lease", err)
             current = None
-        if current is not None and (current.holder == NO_HOLDER or self._is_mine(current)):
+        if current is not None and (
+            current.holder == NO_HOLDER or self._is_mine(current) or self._was_mine(current)
+        ):
             return self._acquire(current, etag, min_epoch)
         if etag != self._observed_etag:
             self._start_observing(current, etag, seen_at)
@@ -419,3 +427,12 @@ class ControllerLease:
 
     def _is_mine(self, record: LeaseRecord) -> bool:
         return record.holder == self._node_id and record.incarnation_id == self._incarnation
+
+    def _was_mine(self, record: LeaseRecord) -> bool:
+        """The lease names this node's previous incarnation: that process is gone (its
+        successor holds the data dir lock it held), so no one renews it any more."""
+        return (
+            self._previous_incarnation is not None
+            and record.holder == self._node_id
+            and record.incarnation_id == self._previous_incarnation
+        )

@@ -7,6 +7,11 @@
   registering again only amends its endpoints and rack. A node id held by a
   broker with a live session and another incarnation is refused
   (``DuplicateBrokerRegistrationError``): two processes cannot share a node.id.
+  A restart of that very broker is told apart by ``previous_broker_epoch``
+  (Kafka's field of that name): the epoch its previous incarnation was
+  registered with, which only a process holding that broker's data dir knows
+  (it is kept there); such a registration replaces the old one at once instead
+  of waiting for its session to expire.
 * **Heartbeats** (:func:`next_state`, Kafka's BrokerHeartbeat): a fenced broker
   that asks to be unfenced is unfenced once it has loaded the metadata revision
   of its own registration; an unfenced broker may ask to be fenced, or to shut
@@ -100,6 +105,9 @@ class RegistrationRequest:
     incarnation_id: uuid.UUID
     listeners: tuple[Endpoint, ...]
     rack: str | None = None
+    # the broker epoch this node had before it restarted (Kafka's PreviousBrokerEpoch),
+    # -1 when unknown; see register_broker
+    previous_broker_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +164,12 @@ def register_broker(
             in_controlled_shutdown=existing.in_controlled_shutdown,
         )
         return md.with_broker(amended), amended
-    if existing is not None and has_valid_session(request.broker_id):
+    restarted = (
+        existing is not None
+        and request.previous_broker_epoch >= 0
+        and existing.broker_epoch == request.previous_broker_epoch
+    )
+    if existing is not None and not restarted and has_valid_session(request.broker_id):
         age = session_age_ms(request.broker_id) or 0.0
         raise DuplicateBrokerRegistrationError(
             f"node.id {request.broker_id} is held by a live broker (incarnation "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller.commit import MetadataCommitter, Snapshot
@@ -53,6 +54,7 @@ class MetadataView:
         self._install_lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._listeners: list[MetadataListener] = []
+        self._snapshot_listeners: list[Callable[[Snapshot], None]] = []
 
     def snapshot(self) -> Snapshot | None:
         """The newest snapshot this view has (None before the first refresh or offer)."""
@@ -67,6 +69,11 @@ class MetadataView:
     def add_listener(self, listener: MetadataListener) -> None:
         """Hear the events of every newer snapshot, on the thread that installs it."""
         self._listeners.append(listener)
+
+    def add_snapshot_listener(self, listener: Callable[[Snapshot], None]) -> None:
+        """Hear of every newer snapshot installed, on the thread that installs it (before
+        the events of :meth:`add_listener`)."""
+        self._snapshot_listeners.append(listener)
 
     def refresh(self) -> bool:
         """Load the stored metadata if it changed; True if a newer snapshot was installed."""
@@ -86,6 +93,11 @@ class MetadataView:
             with self._changed:
                 self._snapshot = snapshot
                 self._changed.notify_all()
+            for hear in list(self._snapshot_listeners):
+                try:
+                    hear(snapshot)
+                except Exception:  # noqa: BLE001 - a listener bug must not stop the view
+                    _log.exception("metadata snapshot listener %r failed", hear)
             if previous is not None:
                 for event in diff_metadata(previous.metadata, snapshot.metadata):
                     for listener in list(self._listeners):

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -29,17 +28,17 @@ from controller.commit import MetadataCommitter, Snapshot, StaleSnapshot
 from controller.document import ClusterMetadata
 from controller.errors import ControllerFencedError, NotControllerError, TopicDeletionDisabledError
 from controller.events import MetadataListener, diff_metadata
+from controller.metadata_reads import MetadataReads
 from controller.metadata_store import MetadataConflict, MetadataStore
 from controller.placement import ReplicaPlacer
-from controller.records import BrokerInfo, ConfigEntry, TopicInfo
+from controller.records import BrokerInfo, TopicInfo
 from controller.registrations import (
     NO_LEADER,
     PRODUCER_ID_BLOCK_SIZE,
-    PartitionRegistration,
     ProducerIdsBlock,
 )
 from controller.replication_control import check_broker_epoch
-from controller.topic_changes import Placement, TopicChanges, new_cluster_id, require
+from controller.topic_changes import Placement, TopicChanges, new_cluster_id
 from local_tier.errors import KafkaError
 
 __all__ = ["MetadataWriter", "allocate_producer_ids"]
@@ -66,7 +65,7 @@ def allocate_producer_ids(
     return replace(md, next_producer_id=block.next_block_first_id), block
 
 
-class MetadataWriter:
+class MetadataWriter(MetadataReads):
     """Reads and topic changes over the compare-and-set cycle (see the module docstring).
 
     Invariants: the metadata is only ever changed through a commit to the store
@@ -92,7 +91,7 @@ class MetadataWriter:
         self._config = config
         self._clock = clock
         self._listeners: list[MetadataListener] = []
-        self._snapshot_listeners: list[Callable[[Snapshot], None]] = []
+        self._snapshot_listeners: list[Callable[[Snapshot], object]] = []
         self._lock = threading.RLock()
         self._changes = TopicChanges(config, clock, ReplicaPlacer(placement_seed))
         self._snapshot = self._load_or_initialise()
@@ -146,33 +145,6 @@ class MetadataWriter:
     def brokers(self) -> list[BrokerInfo]:
         """Every registered broker's first endpoint, by node id."""
         return [b.as_broker_info() for _, b in sorted(self.metadata.brokers.items())]
-
-    def topics(self) -> list[TopicInfo]:
-        return sorted(self.metadata.topics.values(), key=lambda t: t.name)
-
-    def topic(self, name: str) -> TopicInfo | None:
-        return self.metadata.topics.get(name)
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self.metadata.topic_by_id(topic_id)
-
-    def partitions(self, name: str) -> tuple[PartitionRegistration, ...]:
-        """The registrations of topic ``name``'s partitions; UnknownTopicOrPartitionError."""
-        md = self.metadata
-        return md.partitions[require(md, name).topic_id]
-
-    def effective_topic_config(self, name: str) -> dict[str, str]:
-        """Every topic config of ``name``: its override, else the broker default."""
-        return {**self._config.topic_defaults(), **require(self.metadata, name).configs}
-
-    def describe_topic_config(
-        self, name: str, keys: Collection[str] | None = None
-    ) -> list[ConfigEntry]:
-        """DescribeConfigs entries (with synonyms) of topic ``name``; unknown keys are skipped."""
-        return self._config.topic_entries(require(self.metadata, name).configs, keys)
-
-    def describe_broker_config(self, keys: Collection[str] | None = None) -> list[ConfigEntry]:
-        return self._config.entries(keys)
 
     # -- topic mutations --------------------------------------------------------------------
 
@@ -259,7 +231,7 @@ class MetadataWriter:
         """
         self._listeners.append(listener)
 
-    def add_snapshot_listener(self, listener: Callable[[Snapshot], None]) -> None:
+    def add_snapshot_listener(self, listener: Callable[[Snapshot], object]) -> None:
         """Call ``listener(snapshot)`` with every snapshot installed after a commit or refresh."""
         self._snapshot_listeners.append(listener)
 
@@ -338,7 +310,7 @@ class MetadataWriter:
         raise NotControllerError("could not read or initialise the cluster metadata")
 
 
-def _call_safely(listener: Callable[[_T], None], value: _T) -> None:
+def _call_safely(listener: Callable[[_T], object], value: _T) -> None:
     try:
         listener(value)
     except Exception:  # noqa: BLE001 - a listener bug must not undo a commit

@@ -28,8 +28,10 @@ READ_COMMITTED = 1
 class LogSource(Protocol):
     """Where the planner finds a partition's log."""
 
-    def log_for(self, topic: str, partition: int) -> Log:
-        """The partition's log; raises ``UnknownTopicOrPartitionError`` if there is none."""
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        """The log of a partition this broker leads; raises the KafkaError a fetch of it
+        gets otherwise (UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER,
+        FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH)."""
         ...
 
 
@@ -124,7 +126,7 @@ def read_partitions(
         data = PartitionData(req.topic, req.partition)
         out.append(data)
         try:
-            log = source.log_for(req.topic, req.partition)
+            log = source.log_for(req.topic, req.partition, req.current_leader_epoch)
             data.high_watermark = log.high_watermark
             data.last_stable_offset = log.last_stable_offset
             data.log_start_offset = (

@@ -42,7 +42,15 @@ only, never a dead broker.
     ├── UnknownLeaderEpochError        UNKNOWN_LEADER_EPOCH (75)
     ├── InvalidRecordError             INVALID_RECORD (87)
     ├── ProducerFencedError            PRODUCER_FENCED (90)
-    └── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
+    ├── UnknownTopicIdError            UNKNOWN_TOPIC_ID (100)
+    │   (a cluster: leadership, coordinators, the wire between brokers)
+    ├── LeaderNotAvailableError        LEADER_NOT_AVAILABLE (5)
+    ├── NotLeaderOrFollowerError       NOT_LEADER_OR_FOLLOWER (6)
+    ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
+    ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
+    ├── ReplicaNotAvailableError       REPLICA_NOT_AVAILABLE (9)
+    ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
+    └── NotCoordinatorError            NOT_COORDINATOR (16)
 
 Foreign exceptions (``OSError``, botocore errors) are translated at the edge
 where they are raised, once.
@@ -53,6 +61,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 __all__ = [
+    "BrokerNotAvailableError",
+    "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "DuplicateSequenceError",
     "ErrorCode",
@@ -72,6 +82,9 @@ __all__ = [
     "InvalidTxnStateError",
     "KafkaError",
     "KafkaStorageError",
+    "LeaderNotAvailableError",
+    "NotCoordinatorError",
+    "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "PolicyViolationError",
@@ -79,6 +92,8 @@ __all__ = [
     "RecordBatchTooLargeError",
     "ReplicaNotAvailableError",
     "RecordTooLargeError",
+    "ReplicaNotAvailableError",
+    "RequestTimedOutError",
     "TopicAlreadyExistsError",
     "TransactionCoordinatorFencedError",
     "UnknownLeaderEpochError",
@@ -250,6 +265,48 @@ class UnknownProducerIdError(KafkaError):
 
 class ProducerFencedError(KafkaError):
     code = ErrorCode.producer_fenced
+
+
+# -- a cluster of brokers: partition leadership and the wire between brokers ----------------
+
+
+class LeaderNotAvailableError(KafkaError):
+    """The partition has no leader right now (its broker is down or an election runs)."""
+
+    code = ErrorCode.leader_not_available
+
+
+class NotLeaderOrFollowerError(KafkaError):
+    """This broker does not lead the partition (or host it, for a follower's fetch)."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
+class RequestTimedOutError(KafkaError):
+    code = ErrorCode.request_timed_out
+
+
+class ReplicaNotAvailableError(KafkaError):
+    """The partition's data is not ready here yet (its bucket part is still being read
+    after a change of leader: Kafka's RemoteStorageNotReady); retriable."""
+
+    code = ErrorCode.replica_not_available
+
+
+class BrokerNotAvailableError(KafkaError):
+    """Another broker could not be reached (connection refused, reset, timed out)."""
+
+    code = ErrorCode.broker_not_available
+
+
+class NotCoordinatorError(KafkaError):
+    """This broker does not lead the coordinator's partition of the group or transaction."""
+
+    code = ErrorCode.not_coordinator
+
+
+class CoordinatorLoadInProgressError(KafkaError):
+    code = ErrorCode.coordinator_load_in_progress
 
 
 _BY_CODE: dict[int, type[KafkaError]] = {

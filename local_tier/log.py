@@ -151,6 +151,7 @@ class Log:
         self._leader_epoch_cache.truncate_from_end(leo)
         self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
         self._producer_state = ProducerStateManager(dir, self.name)
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._load_producer_state(producer_id_expiration_ms)
 
     # ------------------------------------------------------------------ loading
@@ -652,6 +653,110 @@ class Log:
         if found is None or found[0] >= limit or found[0] < self._log_start_offset:
             return None
         return found
+
+    # ------------------------------------------------------------------ follower side
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """Append batches fetched from the leader as they are: offsets and leader epochs
+        were assigned by the leader (Kafka's ``appendAsFollower``).
+
+        Only whole batches are taken (a trailing partial batch is ignored); every batch
+        is CRC-checked and must follow the one before, the first at the log end
+        offset (``OffsetOutOfRangeError`` otherwise: the follower must truncate or
+        start again). New leader epochs go into the leader-epoch cache. Returns None
+        when ``records`` holds no whole batch. Does not move the high watermark.
+        """
+        view = records if isinstance(records, memoryview) else memoryview(records)
+        whole = 0
+        for pos, header in iter_batches(view):
+            whole = pos + header.size
+        if whole == 0:
+            return None
+        view = view[:whole]
+        validated = validate_batches(view, max_message_bytes=max(whole, self._config.max_message_bytes))
+        expected = first_offset = self.log_end_offset
+        producers = analyze_append(
+            self._producer_state, view, validated, first_offset, AppendOrigin.REPLICATION
+        )
+        max_timestamp, offset_of_max = -1, first_offset
+        for _, header in validated.headers:
+            if header.base_offset != expected:
+                raise OffsetOutOfRangeError(
+                    f"{self.name}: fetched batch at offset {header.base_offset}, the log ends at "
+                    f"{expected}"
+                )
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            expected = header.next_offset
+        last_offset = expected - 1
+        now = _now_ms()
+        segment = self._maybe_roll(whole, now, last_offset)
+        for _, header in validated.headers:
+            epoch = header.partition_leader_epoch
+            if epoch > self._leader_epoch_cache.latest_epoch:
+                self._guarded(
+                    f"record leader epoch {epoch} for",
+                    lambda e=epoch, o=header.base_offset: self._leader_epoch_cache.assign(e, o),
+                )
+        self._guarded(
+            "append to",
+            lambda: segment.append(last_offset, max_timestamp, offset_of_max, view, now_ms=now),
+        )
+        self._guarded(
+            "index the transactions of",
+            lambda: apply_append(self._producer_state, producers, segment, last_offset + 1),
+        )
+        self._unflushed_messages += validated.record_count
+        if self._unflushed_messages >= self._config.flush_messages:
+            self.flush(now_ms=now)
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            log_append_time_ms=-1,
+            log_start_offset=self._log_start_offset,
+            record_count=validated.record_count,
+            size=whole,
+        )
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every record at or above ``offset`` (a follower whose log diverged from
+        its leader's, KIP-101); True if anything was removed. Never below the log start."""
+        target = max(offset, self._log_start_offset)
+        if target >= self.log_end_offset:
+            return False
+        self.wait_for_flushes()
+        while len(self._segments) > 1 and self._bases[-1] >= target:
+            segment = self._segments.pop()
+            self._bases.pop()
+            segment.remove_files()
+        self._segments[-1].truncate_to(target)
+        leo = self.log_end_offset
+        self._leader_epoch_cache.truncate_from_end(leo)
+        self._high_watermark = min(self._high_watermark, leo)
+        with self._lock:
+            self._recovery_point = min(self._recovery_point, leo)
+        self._first_recovered_base = None
+        self._load_producer_state(self._producer_id_expiration_ms)  # snapshots above go too
+        _log.info("%s: truncated to offset %d", self.name, leo)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset`` (a new replica that takes the
+        older part of the log from the bucket, KIP-405)."""
+        self.wait_for_flushes()
+        for segment in self._segments:
+            segment.remove_files()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(LogSegment.open(self.dir, offset, self._config, create=True))
+        self._log_start_offset = offset
+        self._high_watermark = offset
+        with self._lock:
+            self._recovery_point = offset
+        self._leader_epoch_cache.truncate_from_end(0)
+        self._producer_state.clear(offset)
+        self._producer_state.delete_snapshots_below(2**63 - 1)
+        _log.info("%s: starts empty at offset %d", self.name, offset)
 
     # ------------------------------------------------------------------ retention
 

@@ -144,14 +144,23 @@ class LogManager:
     def delete_logs(self, topic: str) -> None:
         """Close the topic's logs, rename each dir to ``<dir>.<uuid>-delete``, then remove it."""
         for key in [key for key in self._logs if key[0] == topic]:
-            log = self._logs.pop(key)
-            log.close()
-            doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
-            log.dir.rename(doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
+            self._remove(key)
         if self.cleaner is not None:
             self.cleaner.forget(topic)
         self.checkpoint()
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """:meth:`delete_logs` for one partition (moved to another broker); no-op if absent."""
+        if (topic, partition) in self._logs:
+            self._remove((topic, partition))
+            self.checkpoint()
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        log = self._logs.pop(key)
+        log.close()
+        doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
+        log.dir.rename(doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
 
     def checkpoint(self) -> bool:
         """Write the recovery points and log start offsets of every log, atomically.

@@ -626,6 +626,22 @@ class LogSegment:
         self.write_error = None
         return truncated
 
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is at or above ``offset`` (a follower
+        truncating to its leader's log); returns the bytes removed. The indexes and the
+        timestamps are rebuilt from what is left (:meth:`recover`)."""
+        cut = None
+        for position, header in self._scan(0):
+            if header.last_offset >= offset:
+                cut = position
+                break
+        if cut is None:
+            return 0
+        removed = self._size - cut
+        os.ftruncate(self._file.fileno(), cut)
+        self.recover()
+        return removed
+
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:

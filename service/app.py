@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from local_tier.errors import KafkaError
 from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
 from service.broker import Broker, cancel_and_wait
+from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
+from service.handlers.router import api_table
 from service.http.server import AdminHttpServer
 from service.server import HistorySender, KafkaServer
 
@@ -77,7 +80,7 @@ async def _serve(
         connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
         history=history,
     )
-    await server.start()
+    await server.start(serve=False)  # bound: the port is known; served once joined
     if port == 0:  # ephemeral port: advertise the one we got
         broker.advertised_port = server.port
     admin = None
@@ -85,33 +88,56 @@ async def _serve(
         http_host, http_port = parse_hostport(http, 9644)
         admin = AdminHttpServer(broker, http_host, http_port, connections=lambda: server.connection_count)
         await admin.start()
-    broker.open()
-    if admin is not None:
-        admin.ready = True
-    on_serving()
-    background = asyncio.create_task(broker.run_background(), name="log-maintenance")
-    tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
-    print(
-        f"strata: broker {broker.node_id} of cluster {broker.controller.cluster_id} "
-        f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}",
-        flush=True,
-    )
-    if admin is not None:
-        base = f"http://{http_host}:{admin.port}"
-        print(f"strata: console {base}/  metrics {base}/metrics  admin API {base}/v1/ "
-              f"(OpenAPI {base}/v1/openapi.json)", flush=True)
+    background = tiering = None
     try:
+        versions = {spec.key: spec.max_version for spec in api_table().values()}
+        if not await _until_stopped(
+            broker.start(versions, config.get_int("controller.socket.timeout.ms") / 1000), stop
+        ):
+            return
+        server.serve()
+        if admin is not None:
+            admin.ready = True
+        on_serving()
+        background = asyncio.create_task(broker.run_background(), name="log-maintenance")
+        tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
+        controller = broker.controller
+        print(
+            f"strata: broker {broker.node_id} of cluster {controller.cluster_id} "
+            f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}; "
+            f"controller: broker {controller.controller_id}",
+            flush=True,
+        )
+        if admin is not None:
+            base = f"http://{http_host}:{admin.port}"
+            print(f"strata: console {base}/  metrics {base}/metrics  admin API {base}/v1/ "
+                  f"(OpenAPI {base}/v1/openapi.json)", flush=True)
         await stop.wait()
     finally:
         print("strata: shutting down", flush=True)
+        await broker.stop()
         await server.close()
         history.close()
         if admin is not None:
             await admin.close()
-        await cancel_and_wait(background)
-        await cancel_and_wait(tiering)
+        for task in (background, tiering):
+            if task is not None:
+                await cancel_and_wait(task)
         broker.close()
         print("strata: stopped cleanly", flush=True)
+
+
+async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Run ``work``; False if ``stop`` was set first (``work`` is then cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not task.done():
+        await cancel_and_wait(task)
+        return False
+    task.result()
+    return True
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:
@@ -138,6 +164,10 @@ def run_broker(
     host, port = parse_hostport(listen, 9092)
     try:
         _run(_serve(data_dir, config, host, port, advertise, object_store, http, on_serving))
+    except (KafkaError, DataDirOwnerError) as exc:  # refused by the cluster, or not its data dir
+        log.error("broker %d cannot start: %s", config.node_id, exc)
+        print(f"strata: cannot start broker {config.node_id}: {exc}", flush=True)
+        return 1
     except OSError as exc:
         log.error("cannot start the broker (listener %s, data in %s): %s", listen, data_dir, exc)
         if exc.errno != errno.EADDRINUSE:  # a data dir, a file, a permission: say which

@@ -1,12 +1,23 @@
-"""The broker: wires the controller, the local logs and the fetch waiters together.
+"""The broker: wires the cluster membership, the local logs, replication and the fetch waiters.
 
 Handlers talk to the :class:`Broker`; it owns no protocol code and touches no
-segment files itself (``local_tier`` does). Single-node: this broker leads every
-partition at leader epoch 0 and the high watermark follows the log end offset
-after each append (there are no followers to wait for, so ``acks=-1`` is
-satisfied at once, as with ``min.insync.replicas=1``).
+segment files itself (``local_tier`` does). A single-node ``strata up`` is a
+cluster of one: the same code with one broker, which then holds the controller
+lease and leads every partition.
 
-Not thread-safe: everything runs on the event loop thread.
+* Metadata comes from the bucket through a :class:`controller.MetadataView`
+  (``self.controller`` reads it, :mod:`service.cluster.image`); each newer
+  snapshot is applied on the event loop (:meth:`Broker.apply_metadata`): the
+  :class:`~service.replication.replica_manager.ReplicaManager` opens, leads,
+  follows and deletes partition logs as it says.
+* Writes (topics, configs) go to the active controller: this broker's own
+  :class:`controller.ClusterController` when it holds the lease, else over the
+  wire (:mod:`service.cluster.node`).
+* Appends go to partitions this broker leads, stamped with the partition's
+  leader epoch from the metadata.
+
+Not thread-safe: everything runs on the event loop thread (the controller, the
+metadata poll and blocking object store calls run on threads of their own).
 """
 
 from __future__ import annotations
@@ -17,21 +28,17 @@ import logging
 import resource
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.commit import Snapshot
 from controller.configs import BrokerConfig
-from controller.metadata import (
-    Controller,
-    MetadataEvent,
-    ObjectStoreMetadataStore,
-    PartitionsCreated,
-    TopicConfigChanged,
-    TopicCreated,
-    TopicDeleted,
-    TopicInfo,
-)
+from controller.errors import NotControllerError
+from controller.events import MetadataEvent, TopicDeleted
+from controller.metadata import TopicInfo
+from controller.metadata_view import MetadataView
+from controller.registrations import Endpoint, ProducerIdsBlock
 from fetch.planner import PartitionData
 from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
@@ -41,7 +48,7 @@ from local_tier.errors import (
     InvalidPartitionsError,
     OffsetOutOfRangeError,
     PolicyViolationError,
-    UnknownTopicOrPartitionError,
+    RequestTimedOutError,
 )
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
@@ -49,17 +56,27 @@ from local_tier.producer_state import AppendOrigin
 from local_tier.records import ValidatedRecords
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.store import ObjectStore
+from service.cluster.image import MetadataImage
+from service.cluster.node import ClusterNode, must_answer_locally
+from service.cluster.topics import (
+    allocate_producer_ids,
+    alter_configs_remotely,
+    create_topic_remotely,
+    delete_topic_remotely,
+)
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.log_cleaning import LoopOwner, cleaner_config
 from service.producer_ids import ProducerIdManager
 from service.remote_cleaning import RemoteCleaner
+from service.replication.replica_manager import ReplicaManager
+from service.replication.wiring import wire_replication
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
-__all__ = ["Broker"]
+__all__ = ["Broker", "cancel_and_wait"]
 
 log = logging.getLogger("strata.broker")
 
@@ -79,7 +96,6 @@ class Broker:
         self.data_dir = data_dir
         self.config = config
         self.node_id = config.get_int("node.id")
-        self.leader_epoch = 0
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
         self.auto_create_topics = config.get_bool("auto.create.topics.enable")
         self.advertised_host = advertised_host
@@ -99,41 +115,70 @@ class Broker:
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
-        self.controller = Controller(ObjectStoreMetadataStore(self.object_store), config)
+        self.view = MetadataView(self.object_store)
+        self.controller = MetadataImage(self.view, config, self._controller_id)
         self.logs = LogManager(
             data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")
         )
-        self.producer_ids = ProducerIdManager(self.controller.allocate_producer_ids)
+        self.replicas = ReplicaManager(self.node_id, self.logs, self._log_config, self.waiters)
+        # blocks of producer ids come from the active controller (AllocateProducerIds)
+        self.producer_ids = ProducerIdManager(self._allocate_producer_ids)
         #: InitProducerId with a transactional id goes here (the transaction coordinator)
         self.transaction_coordinator: TransactionalInit | None = None
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
-        self.tiering = TieringService(self.object_store, config, self.leader_epoch)
+        self.tiering = TieringService(self.object_store, config)
         self.remote_cleaner = RemoteCleaner(
             self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
         )
+        self.cluster: ClusterNode | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by open()
-        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by open()
+        self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
+        self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by start()
 
     # -- lifecycle ---------------------------------------------------------
 
-    def open(self) -> None:
-        """Register, load and recover the local logs, and reconcile them with the metadata."""
-        self.controller.register_broker(self.advertised_host, self.advertised_port)
+    async def start(self, versions: Mapping[int, int], ready_timeout_s: float) -> None:
+        """Join the cluster, load the local logs, register, and wait until this broker is
+        unfenced and has applied the metadata that says so (then it may serve)."""
+        self.cluster = ClusterNode(
+            store=self.object_store,
+            config=self.config,
+            data_dir=self.data_dir,
+            view=self.view,
+            versions=versions,
+            apply=self.apply_metadata,
+        )
+        await self.cluster.join()
         self.logs.load(self._log_config)
-        known = {t.name: t for t in self.controller.topics()}
-        for topic in {tp[0] for tp in self.logs.all_logs()} - set(known):
-            log.warning("deleting local logs of %r: the topic no longer exists", topic)
-            self.logs.delete_logs(topic)
-        for info in known.values():
-            self._ensure_logs(info)
-        self.controller.add_listener(self._on_metadata_event)
         self.groups = start_coordinator(self)
         self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
-        self.transactions = start_transaction_coordinator(self)
+        self.transactions = start_transaction_coordinator(self, self.cluster.peers)
         self.transaction_coordinator = self.transactions
+        self.controller.add_listener(self._on_metadata_event)
+        wire_replication(self, self.cluster)
+        assert self.cluster.poller is not None
+        self.cluster.poller.apply_latest()
+        endpoint = Endpoint("PLAINTEXT", self.advertised_host, self.advertised_port)
+        if not await self.cluster.register((endpoint,), ready_timeout_s):
+            log.warning("broker %d is not unfenced yet; serving anyway", self.node_id)
+        await self.tiering.loaded()  # the manifests of the partitions it leads
+
+    def apply_metadata(self, snapshot: Snapshot) -> None:
+        """A newer metadata snapshot, on the loop: partitions, then listeners of topic events."""
+        md = snapshot.metadata
+        self.replicas.apply(md)
+        self.controller.publish(md)
+        if self.cluster is not None:
+            self.cluster.metadata_applied()
+
+    async def stop(self) -> None:
+        """Leave the cluster cleanly (controlled shutdown, lease handed back), then stop the
+        replica fetchers and ISR requests."""
+        if self.cluster is not None:
+            await self.cluster.leave(self.config.get_bool("controlled.shutdown.enable"))
+        await self.replicas.close()
 
     def start_log_cleaner(self) -> None:
         """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
@@ -152,6 +197,7 @@ class Broker:
             self.transactions.shutdown()
         if self.groups is not None:
             self.groups.shutdown()
+        self.replicas.shutdown()
         self.waiters.notify_all()
         self.remote_cleaner.close()
         self.tiering.close()
@@ -165,7 +211,7 @@ class Broker:
         expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
         tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
         self.start_log_cleaner()
-        self._spawn(self.remote_cleaner.run(self))
+        self.spawn(self.remote_cleaner.run(self))
         next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
         while True:
             await asyncio.sleep(tick)
@@ -190,7 +236,7 @@ class Broker:
             except Exception:  # a failing schedule must not stop the others
                 log.exception("background log maintenance failed")
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Awaitable[Any]) -> None:
         """Run a coroutine in the background, keeping a reference until it ends."""
         task = asyncio.ensure_future(coro)
         self._background.add(task)
@@ -198,30 +244,28 @@ class Broker:
 
     # -- topics ------------------------------------------------------------
 
+    def is_active_controller(self) -> bool:
+        return self.cluster is not None and self.cluster.is_active_controller
+
+    def forwards_controller_writes(self) -> bool:
+        """Whether a controller write a client sent here goes to another broker."""
+        return self.cluster is not None and not self.cluster.is_active_controller
+
+    def _controller_id(self) -> int:
+        return -1 if self.cluster is None else self.cluster.controller_id()
+
     def _log_config(self, topic: str) -> LogConfig:
-        if self.controller.topic(topic) is None:
+        if self.view.snapshot() is None or self.controller.topic(topic) is None:
             return LogConfig.from_properties(self.config.topic_defaults())
         return LogConfig.from_properties(self.controller.effective_topic_config(topic))
 
-    def _ensure_logs(self, info: TopicInfo) -> None:
-        cfg = self._log_config(info.name)
-        for p in range(info.partitions):
-            self.logs.get_or_create_log(info.name, p, cfg)
+    def restore_reserve(self) -> None:
+        self._restore_reserve()
 
     def _on_metadata_event(self, event: MetadataEvent) -> None:
-        if isinstance(event, (TopicCreated, PartitionsCreated)):
-            self._ensure_logs(event.topic)
-        elif isinstance(event, TopicDeleted):
-            self.logs.delete_logs(event.topic.name)
-            self._restore_reserve()
-            self.waiters.notify_all()
-            if self.groups is not None and event.topic.name != OFFSETS_TOPIC:
-                self.groups.on_topics_deleted({event.topic.name})  # as Kafka: offsets go too
-            if self.tiering.enabled:
-                info = event.topic
-                self._spawn(self.tiering.delete_topic(info.name, info.topic_id, info.partitions))
-        elif isinstance(event, TopicConfigChanged):
-            self.logs.update_config(event.topic.name, self._log_config(event.topic.name))
+        """Topic events of an applied snapshot (partitions follow in the replica manager)."""
+        if isinstance(event, TopicDeleted) and event.topic.name != OFFSETS_TOPIC and self.groups is not None:
+            self.groups.on_topics_deleted({event.topic.name})  # as Kafka: the groups' offsets of it go too
 
     def _restore_reserve(self) -> None:
         """Space was just freed: the embedded store takes back its full-disk reserve
@@ -229,7 +273,17 @@ class Broker:
         if isinstance(self.object_store, FileSystemObjectStore):
             self.object_store.restore_reserve()
 
-    def create_topic(
+    def _local_controller(self) -> Any:
+        """This broker's controller when it is the active one; ``NotControllerError`` else."""
+        cluster = self.cluster
+        if cluster is None or cluster.controller is None or not cluster.controller.is_active:
+            raise NotControllerError(
+                f"broker {self.node_id} is not the active controller (the controller is "
+                f"{self._controller_id()})"
+            )
+        return cluster.controller
+
+    async def create_topic(
         self,
         name: str,
         *,
@@ -237,12 +291,33 @@ class Broker:
         replication_factor: int = -1,
         configs: Mapping[str, str] | None = None,
         validate_only: bool = False,
+        assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
-        wanted = num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
-        self._check_descriptors(wanted)
-        return self.controller.create_topic(
-            name, num_partitions, replication_factor, configs or {}, validate_only
+        """Create a topic through the active controller (this broker's, or over the wire
+        for the topics a broker creates itself: auto-created, internal). ``assignments``
+        (partition -> replicas) places the partitions by hand."""
+        wanted = len(assignments) if assignments else (
+            num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
         )
+        self._check_descriptors(wanted)
+        if self._goes_remote():
+            assert self.cluster is not None
+            return await create_topic_remotely(
+                self.cluster, self.controller, name, num_partitions, replication_factor,
+                configs or {}, validate_only,
+            )
+        controller = self._local_controller()
+        return await asyncio.to_thread(
+            controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}),
+            validate_only, assignments,
+        )
+
+    async def _allocate_producer_ids(self) -> ProducerIdsBlock:
+        """A block of producer ids from the active controller (AllocateProducerIds, 67)."""
+        cluster = self.cluster
+        if cluster is None:
+            raise NotControllerError("the broker has not joined its cluster yet")
+        return await allocate_producer_ids(cluster)
 
     def _check_descriptors(self, new_partitions: int) -> None:
         """Refuse partitions this process could not open files for (each holds about three).
@@ -261,29 +336,51 @@ class Broker:
                 "raise the limit (ulimit -n / LimitNOFILE) or create fewer partitions"
             )
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        return self.controller.delete_topic(name)
+    def replication_factor(self, info: TopicInfo) -> int:
+        """The replica count of the topic's first partition (what CreateTopics reports)."""
+        snapshot = self.view.snapshot()
+        md = None if snapshot is None else snapshot.metadata
+        first = None if md is None else md.partition(info.topic_id, 0)
+        return len(first.replicas) if first is not None else self.config.get_int("default.replication.factor")
 
-    def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
+    def _goes_remote(self) -> bool:
+        cluster = self.cluster
+        return cluster is not None and not cluster.is_active_controller and not must_answer_locally()
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        if self._goes_remote():
+            assert self.cluster is not None
+            return await delete_topic_remotely(self.cluster, self.controller, name)
+        return await asyncio.to_thread(self._local_controller().delete_topic, name)
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
+        controller = self._local_controller()
         info = self.controller.topic(name)
         if info is not None:
             self._check_descriptors(total - info.partitions)
-        return self.controller.create_partitions(name, total, validate_only)
+        return await asyncio.to_thread(controller.create_partitions, name, total, validate_only)
 
-    def alter_topic_configs(
+    async def alter_topic_configs(
         self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool
     ) -> TopicInfo:
-        return self.controller.incremental_alter_configs(name, ops, validate_only)
+        if self._goes_remote():
+            assert self.cluster is not None
+            return await alter_configs_remotely(self.cluster, self.controller, name, ops, validate_only)
+        controller = self._local_controller()
+        return await asyncio.to_thread(controller.incremental_alter_configs, name, ops, validate_only)
 
     # -- data path ---------------------------------------------------------
 
-    def log_for(self, topic: str, partition: int) -> Log:
-        found = self.logs.get_log(topic, partition)
-        if found is None:
-            raise UnknownTopicOrPartitionError(
-                f"this server does not host partition {partition} of topic {topic!r}"
-            )
-        return found
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        """The log of a partition this broker leads; NOT_LEADER_OR_FOLLOWER,
+        FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH or UNKNOWN_TOPIC_OR_PARTITION else."""
+        return self.replicas.leader_log(topic, partition, current_leader_epoch)
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """This broker's leader epoch of the partition; -1 when it does not lead it (a
+        follower uploads and compacts nothing in the bucket)."""
+        led = self.replicas.partition(topic, partition)
+        return led.leader_epoch if led is not None and led.is_leader else -1
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
@@ -311,7 +408,9 @@ class Broker:
             return self.tiering.log_start_offset(topic, partition, log_)
         info = self.controller.topic(topic)
         if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
-            await self.tiering.delete_records(topic, info.topic_id, partition, target)
+            await self.tiering.delete_records(
+                topic, info.topic_id, partition, target, self.leader_epoch(topic, partition)
+            )
             log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
         if log_.maybe_increment_log_start_offset(target):
             self.logs.checkpoint()
@@ -325,19 +424,41 @@ class Broker:
         origin: AppendOrigin = AppendOrigin.CLIENT,
         validated: ValidatedRecords | None = None,
     ) -> LogAppendInfo:
-        """Append to the partition's log; a duplicate idempotent batch writes nothing.
+        """Append to a partition this broker leads, stamped with its leader epoch; a
+        duplicate idempotent batch writes nothing.
 
         ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
         """
-        target = self.log_for(topic, partition)
-        info = target.append_as_leader(records, self.leader_epoch, validated=validated, origin=origin)
+        target = self.replicas.get_partition(topic, partition)
+        info = target.check_leader().append_as_leader(
+            records, target.leader_epoch, validated=validated, origin=origin
+        )
         if info.duplicate:
             return info
-        target.update_high_watermark(target.log_end_offset)
+        self.replicas.after_append(target)
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
-        self.waiters.notify(topic, partition)
         return info
+
+    def replicated(self, topic: str, partition: int, offset: int) -> bool:
+        """Whether every replica in the (maximal) ISR holds offsets below ``offset``
+        (acks=all); ``NotLeaderOrFollowerError`` when this broker stopped leading."""
+        target = self.replicas.get_partition(topic, partition)
+        target.check_leader()
+        return target.log.high_watermark >= offset
+
+    async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None:
+        """Wait until :meth:`replicated`; REQUEST_TIMED_OUT after ``timeout_ms``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while not self.replicated(topic, partition, offset):
+            left = deadline - loop.time()
+            if left <= 0:
+                raise RequestTimedOutError(
+                    f"{topic}-{partition}: the ISR did not replicate offset {offset - 1} in "
+                    f"{timeout_ms} ms"
+                )
+            await self.waiters.wait([(topic, partition)], left)
 
     def write_txn_markers(
         self,
@@ -377,3 +498,4 @@ async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+

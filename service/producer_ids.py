@@ -17,8 +17,9 @@ Thread-safety: coroutines on the broker's event loop; one allocation at a time.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -67,7 +68,9 @@ class _Current:
 class ProducerIdManager:
     """Hands out producer ids from blocks ``allocate()`` returns (a blocking call)."""
 
-    def __init__(self, allocate: Callable[[], IdBlock]) -> None:
+    def __init__(self, allocate: Callable[[], IdBlock | Awaitable[IdBlock]]) -> None:
+        """``allocate`` takes the next block: a blocking call (run on a worker thread) or a
+        coroutine function (the broker's, which asks the active controller)."""
         self._allocate = allocate
         self._block: _Current | None = None
         self._lock = asyncio.Lock()
@@ -82,7 +85,10 @@ class ProducerIdManager:
             block = self._block
             if block is None or block.next_id >= block.end:
                 loop = asyncio.get_running_loop()
-                new = await loop.run_in_executor(None, self._allocate)
+                if inspect.iscoroutinefunction(self._allocate):
+                    new = await self._allocate()
+                else:
+                    new = await loop.run_in_executor(None, self._allocate)
                 block = self._block = _Current(new.first_producer_id, new.first_producer_id + new.size)
                 _log.info("producer id block %d..%d", block.next_id, block.end - 1)
             producer_id = block.next_id

@@ -157,16 +157,19 @@ class RemoteCleaner:
             state = self._tiering.state(topic, partition)
             if state is None or not state.loaded or state.manifest is None or not state.manifest.segments:
                 continue
-            passes += await self._maybe_clean(topic, partition, topic_id, local, state.manifest)
+            # only the partition's leader, once it has claimed the manifest at its leader epoch
+            epoch = broker.leader_epoch(topic, partition)
+            if epoch < 0 or state.claimed_epoch != epoch:
+                continue
+            passes += await self._maybe_clean(topic, partition, topic_id, local, state.manifest, epoch)
         return passes
 
     async def _maybe_clean(self, topic: str, partition: int, topic_id: uuid.UUID, local: Log,
-                           manifest: PartitionManifest) -> int:
+                           manifest: PartitionManifest, epoch: int) -> int:
         key = (topic, partition)
         progress = self.progress.setdefault(key, RemoteCleanerProgress())
         now = int(time.time() * 1000)
         loop = asyncio.get_running_loop()
-        epoch = self._tiering.leader_epoch
         if any(r.delete_after_ms <= now for r in manifest.replaced):
             self._busy.add(key)
             try:

@@ -89,7 +89,10 @@ class KafkaServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self) -> None:
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind and listen; with ``serve`` False, connections wait in the backlog until
+        :meth:`serve` (a broker binds first to know its port, and serves once it has
+        joined the cluster)."""
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -97,8 +100,14 @@ class KafkaServer:
         sock.listen(1024)
         sock.setblocking(False)
         self._sock = sock
-        self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
-        self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        """Start accepting connections, and sweeping idle ones (idempotent)."""
+        if self._accept_task is None:
+            self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
+            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
 
     async def _sweep_loop(self) -> None:
         """Close idle connections, and stalled half-read requests while memory is short."""

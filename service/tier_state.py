@@ -31,6 +31,7 @@ class PartitionTierState:
     upload_failures: int = 0
     last_error: str | None = None
     next_orphan_cleanup_ms: int = 0
+    claimed_epoch: int = -1  # the leader epoch this broker wrote into the manifest (a cluster's leader)
     #: the highest DeleteRecords offset seen: the log start never goes below it, even
     #: while the cached manifest predates the change
     log_start_floor: int = 0

@@ -1,5 +1,11 @@
 """Tiered storage on the broker: upload sealed segments, serve history from the bucket.
 
+Over 500 lines because uploading, retention, orphan clean-up, the reads and the
+leadership hand-over (claim the manifest's epoch, start a new replica after
+what the bucket holds) all act on the same per-partition state (the cached
+manifest, the upload flag, the claimed epoch); apart, each would reach into the
+others' state.
+
 For every partition of a topic with ``remote.storage.enable=true`` a periodic
 task (``remote.log.manager.task.interval.ms``) uploads each sealed segment that
 lies wholly below the high watermark, oldest first, and publishes it in the
@@ -22,18 +28,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fetch.affinity import parse_cpu_list
 from fetch.remote import RemoteReader
 from local_tier.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
 from local_tier.producer_snapshot import snapshot_path
-from remote_tier.errors import ObjectStoreError, RemoteStorageError
+from local_tier.split import copy_segment_tail
+from remote_tier.errors import FencedError, ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.store import ObjectStore
 from remote_tier.txn_indexes import RemoteTxnIndexes
@@ -43,9 +52,10 @@ from service.tier_state import PartitionTierState, follow_remote_start, retentio
 
 if TYPE_CHECKING:
     from controller.configs import BrokerConfig
-    from controller.metadata import Controller
+    from controller.records import TopicInfo
     from local_tier.log import Log
     from local_tier.manager import LogManager
+    from service.replication.partition import Partition
 
 __all__ = ["PartitionTierState", "RemoteFetch", "TieredLogs", "TieringService"]
 
@@ -53,13 +63,22 @@ log = logging.getLogger("strata.tiering")
 
 
 class TieredLogs(Protocol):
-    """What the periodic task reads of the broker: its local logs and the topics' ids."""
+    """What the periodic task reads of the broker: its local logs, the topics' ids, and
+    which partitions it leads (only the leader uploads)."""
 
     @property
     def logs(self) -> LogManager: ...
 
     @property
-    def controller(self) -> Controller: ...
+    def controller(self) -> TopicSource: ...
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        """This broker's leader epoch of the partition; -1 when it does not lead it."""
+        ...
+
+
+class TopicSource(Protocol):
+    def topic(self, name: str) -> TopicInfo | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +118,16 @@ def _now_ms() -> int:
 
 
 class TieringService:
-    def __init__(self, store: ObjectStore, config: BrokerConfig, leader_epoch: int) -> None:
+    """Only a partition's leader uploads, at its leader epoch: the first round after it
+    became leader writes that epoch into the manifest (a compare-and-set), so from then
+    on any upload of a deposed leader fails the manifest's epoch check and is never
+    published (:class:`remote_tier.manifest.FencedError`)."""
+
+    def __init__(self, store: ObjectStore, config: BrokerConfig) -> None:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
         self.rlm = RemoteLogManager(store)
-        self.leader_epoch = leader_epoch
+        self.scratch_dir: Path | None = None  # where tails of straddling segments are cut
+        self._loads: set[asyncio.Future[None]] = set()
         self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
         self.fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
         self.orphan_min_age_ms = config.get_int("remote.log.orphan.cleanup.min.age.ms")
@@ -206,6 +231,12 @@ class TieringService:
         """The remote segment holding ``offset`` (below the local log start), or OFFSET_OUT_OF_RANGE."""
         start = self.log_start_offset(topic, partition, local)  # REPLICA_NOT_AVAILABLE if unread
         state = self.partitions.get((topic, partition))
+        if self.enabled and local.config.remote_storage_enable and (
+            state is None or (state.manifest is None and not state.loaded)
+        ):
+            raise ReplicaNotAvailableError(
+                f"the tiered part of {topic}-{partition} is still being read from the bucket"
+            )
         manifest = state.manifest if state is not None else None
         if manifest is None or offset < start:
             raise OffsetOutOfRangeError(
@@ -241,7 +272,7 @@ class TieringService:
         )
 
     async def delete_records(
-        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int
+        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int, leader_epoch: int
     ) -> None:
         """DeleteRecords on a tiered partition: the manifest's log start moves to ``offset``.
 
@@ -251,7 +282,7 @@ class TieringService:
         loop = asyncio.get_running_loop()
         try:
             manifest = await self._run_in_copier(
-                loop, self._move_log_start, topic, topic_id, partition, offset
+                loop, self._move_log_start, topic, topic_id, partition, offset, leader_epoch
             )
         except (ObjectStoreError, RemoteStorageError) as exc:
             raise KafkaStorageError(
@@ -269,11 +300,9 @@ class TieringService:
         state.log_start_floor = max(state.log_start_floor, offset)
 
     def _move_log_start(
-        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int
+        self, topic: str, topic_id: uuid.UUID, partition: int, offset: int, leader_epoch: int
     ) -> PartitionManifest | None:
-        return self.rlm.move_log_start(
-            topic, topic_id, partition, offset, leader_epoch=self.leader_epoch
-        )
+        return self.rlm.move_log_start(topic, topic_id, partition, offset, leader_epoch=leader_epoch)
 
     async def read(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
@@ -299,11 +328,11 @@ class TieringService:
         loads = await asyncio.gather(
             *(
                 self._load_manifest(loop, topic, partition, local, self._state(topic, partition, topic_id))
-                for topic, partition, local, topic_id in tiered
+                for topic, partition, local, topic_id, _ in tiered
             ),
             return_exceptions=True,
         )
-        for (topic, partition, _, _), outcome in zip(tiered, loads):
+        for (topic, partition, _, _, _), outcome in zip(tiered, loads, strict=True):
             if isinstance(outcome, Exception):  # the first round tries again
                 log.warning("reading the manifest of %s-%d failed: %s", topic, partition, outcome)
         self._manifests_read.set()
@@ -316,24 +345,99 @@ class TieringService:
             await asyncio.sleep(self.interval_s)
 
     @staticmethod
-    def _tiered_logs(broker: TieredLogs) -> list[tuple[str, int, Log, uuid.UUID]]:
-        """(topic, partition, log, topic id) of every local log with tiered storage on."""
+    def _tiered_logs(broker: TieredLogs) -> list[tuple[str, int, Log, uuid.UUID, int]]:
+        """(topic, partition, log, topic id, leader epoch) of every local log with tiered
+        storage on that this broker leads."""
         out = []
         for (topic, partition), local in list(broker.logs.all_logs().items()):
             info = broker.controller.topic(topic)
-            if local.config.remote_storage_enable and info is not None:
-                out.append((topic, partition, local, info.topic_id))
+            if not local.config.remote_storage_enable or info is None:
+                continue
+            epoch = broker.leader_epoch(topic, partition)
+            if epoch >= 0:
+                out.append((topic, partition, local, info.topic_id, epoch))
         return out
 
     async def run_once(self, broker: TieredLogs) -> None:
         loop = asyncio.get_running_loop()
         tasks = []
-        for topic, partition, local, topic_id in self._tiered_logs(broker):
+        for topic, partition, local, topic_id, epoch in self._tiered_logs(broker):
             state = self._state(topic, partition, topic_id)
             if not state.uploading:
-                tasks.append(self._partition_round(loop, topic, partition, local, state))
+                tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
         if tasks:
             await asyncio.gather(*tasks)
+
+    # -- leadership (a listener of the replica manager) -----------------------
+
+    def on_leader(self, partition: Partition) -> None:
+        """This broker leads the partition now: read its manifest at once (reads of the
+        bucket part wait for it) and claim it at the next round."""
+        if not self.enabled or not partition.log.config.remote_storage_enable:
+            return
+        state = self._state(partition.topic, partition.index, partition.topic_id)
+        state.loaded = False
+        task = asyncio.ensure_future(self._read_led_manifest(partition.topic, partition.index, state))
+        self._loads.add(task)
+        task.add_done_callback(self._loads.discard)
+
+    async def _read_led_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
+        try:
+            manifest = await self._run_in_copier(
+                asyncio.get_running_loop(), self.rlm.manifest, state.topic_id, partition
+            )
+        except (ObjectStoreError, RemoteStorageError) as exc:
+            log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
+                        topic, partition, exc)
+            return
+        if self.partitions.get((topic, partition)) is state and not state.loaded:
+            state.adopt(manifest)
+            state.loaded = state.known = True
+
+    async def loaded(self) -> None:
+        """Wait for the manifest reads started by :meth:`on_leader` (start-up waits for
+        them, so history is served from the first request)."""
+        while self._loads:
+            await asyncio.gather(*list(self._loads), return_exceptions=True)
+
+    def on_resign(self, topic: str, index: int, deleted: bool) -> None:
+        """No longer the leader: no more uploads; a follower keeps the manifest it read."""
+        state = self.partitions.get((topic, index))
+        if state is not None:
+            state.loaded = False
+            state.claimed_epoch = -1
+        if deleted:
+            self.partitions.pop((topic, index), None)
+
+    async def bootstrap_replica(self, partition: Partition) -> int | None:
+        """Where a new replica of a tiered topic starts: the first offset the bucket does not
+        hold (None: nothing tiered, or tiering is off for it). Reads the manifest."""
+        if not self.enabled or not partition.log.config.remote_storage_enable:
+            return None
+        loop = asyncio.get_running_loop()
+        manifest = await self._run_in_copier(loop, self.rlm.manifest, partition.topic_id, partition.index)
+        state = PartitionTierState(
+            partition.topic_id, manifest=manifest, loaded=True, known=True,
+            next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms,
+        )
+        self.partitions[(partition.topic, partition.index)] = state
+        return state.remote_next_offset
+
+    async def _claim(
+        self, loop: asyncio.AbstractEventLoop, topic_id: uuid.UUID, partition: int, epoch: int
+    ) -> PartitionManifest | None:
+        """Write ``epoch`` into the partition's manifest (if it exists and is older), so a
+        deposed leader's later publish is fenced; the manifest as it now is."""
+
+        def claim() -> PartitionManifest | None:
+            self.rlm.manifests.update(
+                topic_id, partition,
+                lambda current: current if current is not None and current.leader_epoch < epoch else None,
+                leader_epoch=epoch,
+            )
+            return self.rlm.manifest(topic_id, partition)
+
+        return await self._run_in_copier(loop, claim)
 
     def _state(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionTierState:
         """The partition's state, new (nothing known) if absent or of an older topic id."""
@@ -353,10 +457,20 @@ class TieringService:
         follow_remote_start(local, state)
 
     async def _partition_round(
-        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
+        self,
+        loop: asyncio.AbstractEventLoop,
+        topic: str,
+        partition: int,
+        local: Log,
+        state: PartitionTierState,
+        epoch: int,
     ) -> None:
         state.uploading = True
         try:
+            if state.claimed_epoch != epoch:
+                state.adopt(await self._claim(loop, state.topic_id, partition, epoch))
+                state.claimed_epoch, state.loaded, state.known = epoch, True, True
+                follow_remote_start(local, state)
             if not state.loaded:
                 await self._load_manifest(loop, topic, partition, local, state)
             # upload sealed segments, oldest first; the manifest is re-read once after
@@ -365,15 +479,9 @@ class TieringService:
             uploaded_any = False
             while (segment := self._next_upload(local, boundary)) is not None:
                 upper = local.segments[local.segments.index(segment) + 1].base_offset
-                paths = (
-                    segment.log_path,
-                    segment.offset_index.path,
-                    segment.time_index.path,
-                    segment.txn_index.path,
-                    snapshot_path(local.dir, upper),
-                )
                 uploaded = await self._run_in_copier(
-                    loop, self._upload, topic, state.topic_id, partition, paths
+                    loop, self._upload, topic, state.topic_id, partition, segment, boundary,
+                    local.config, epoch, snapshot_path(local.dir, upper),
                 )
                 self.uploaded_segments += 1
                 self.uploaded_bytes += uploaded.size_bytes
@@ -395,6 +503,7 @@ class TieringService:
                     config.retention_ms,
                     config.retention_bytes,
                     local_only,
+                    epoch,
                 )
                 if removed:
                     state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
@@ -409,6 +518,9 @@ class TieringService:
                     loop, self._cleanup_orphans, topic, partition, state.topic_id, now
                 )
             state.last_error = None
+        except FencedError as exc:
+            state.loaded, state.claimed_epoch = False, -1
+            log.info("tiering of %s-%d stops: %s", topic, partition, exc)
         except (ObjectStoreError, RemoteStorageError, OSError) as exc:
             state.upload_failures += 1
             self.upload_failures += 1
@@ -419,7 +531,8 @@ class TieringService:
             state.uploading = False
 
     def _next_upload(self, local: Log, boundary: int | None) -> Any:
-        """The oldest sealed, committed local segment wholly at or above ``boundary``."""
+        """The oldest sealed, committed local segment not wholly in the bucket (below
+        ``boundary``); one that straddles it is uploaded from the boundary on."""
         segments = local.segments
         for i, segment in enumerate(segments[:-1]):  # never the active segment
             upper = segments[i + 1].base_offset
@@ -432,19 +545,45 @@ class TieringService:
             return segment
         return None
 
-    def _upload(self, topic: str, topic_id: uuid.UUID, partition: int, paths: tuple[Any, ...]) -> RemoteSegment:
-        log_path, index_path, timeindex_path, txn_index_path, producer_snapshot_path = paths
-        segment = self.rlm.upload_segment(
-            topic=topic,
-            topic_id=topic_id,
-            partition=partition,
-            leader_epoch=self.leader_epoch,
-            log_path=log_path,
-            index_path=index_path,
-            timeindex_path=timeindex_path,
-            txn_index_path=txn_index_path,
-            producer_snapshot_path=producer_snapshot_path,
-        )
+    def _upload(
+        self,
+        topic: str,
+        topic_id: uuid.UUID,
+        partition: int,
+        local_segment: Any,
+        boundary: int | None,
+        config: Any,
+        epoch: int,
+        producer_snapshot: Path,
+    ) -> RemoteSegment:
+        """Upload ``local_segment`` with its indexes, transaction index and the producer
+        snapshot at its end (the part from ``boundary`` on when the bucket holds its head)."""
+        scratch = None
+        source = local_segment
+        if boundary is not None and local_segment.base_offset < boundary:
+            # the bucket already holds this segment's head (an earlier leader rolled
+            # elsewhere): upload a copy of the rest, cut at the batch that starts there
+            scratch = (self.scratch_dir or local_segment.directory.parent) / (
+                f"tier-{uuid.uuid4().hex}-delete"
+            )
+            source = copy_segment_tail(local_segment, boundary, scratch, config)
+        try:
+            segment = self.rlm.upload_segment(
+                topic=topic,
+                topic_id=topic_id,
+                partition=partition,
+                leader_epoch=epoch,
+                log_path=source.log_path,
+                index_path=source.offset_index.path,
+                timeindex_path=source.time_index.path,
+                # a tail copy keeps the whole segment's transaction index: entries
+                # before its first offset are never read for it
+                txn_index_path=local_segment.txn_index.path,
+                producer_snapshot_path=producer_snapshot,
+            )
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
         log.info(
             "uploaded %s-%d segment [%d, %d] (%d bytes)",
             topic,
@@ -456,7 +595,13 @@ class TieringService:
         return segment
 
     def _retain(
-        self, topic_id: uuid.UUID, partition: int, retention_ms: int, retention_bytes: int, local_only: int
+        self,
+        topic_id: uuid.UUID,
+        partition: int,
+        retention_ms: int,
+        retention_bytes: int,
+        local_only: int,
+        epoch: int,
     ) -> int:
         removed = self.rlm.apply_retention(
             topic_id,
@@ -464,7 +609,7 @@ class TieringService:
             retention_ms=retention_ms,
             retention_bytes=retention_bytes,
             now_ms=int(time.time() * 1000),
-            leader_epoch=self.leader_epoch,
+            leader_epoch=epoch,
             local_only_bytes=local_only,
         )
         return len(removed)
@@ -472,7 +617,7 @@ class TieringService:
     def _startup_cleanup(self, broker: TieredLogs) -> None:
         """Orphans of uploads a crash interrupted (older than the clean-up age)."""
         now = _now_ms()
-        for topic, partition, _, topic_id in self._tiered_logs(broker):
+        for topic, partition, _, topic_id, _ in self._tiered_logs(broker):
             self._cleanup_orphans(topic, partition, topic_id, now)
 
     def _cleanup_orphans(self, topic: str, partition: int, topic_id: uuid.UUID, now: int) -> None:
@@ -485,13 +630,18 @@ class TieringService:
 
     async def delete_topic(self, topic: str, topic_id: uuid.UUID, partitions: int) -> None:
         """Remove a deleted topic's remote data (manifest first, then objects)."""
-        loop = asyncio.get_running_loop()
         for p in range(partitions):
-            self.partitions.pop((topic, p), None)
-            try:
-                await self._run_in_copier(loop, self.rlm.delete_partition, topic_id, p)
-            except ObjectStoreError as exc:
-                log.warning("deleting remote data of %s-%d failed: %s", topic, p, exc)
+            await self.delete_partition(topic, topic_id, p)
+
+    async def delete_partition(self, topic: str, topic_id: uuid.UUID, partition: int) -> None:
+        """Remove one partition's remote data (its topic was deleted)."""
+        self.partitions.pop((topic, partition), None)
+        try:
+            await self._run_in_copier(
+                asyncio.get_running_loop(), self.rlm.delete_partition, topic_id, partition
+            )
+        except ObjectStoreError as exc:
+            log.warning("deleting remote data of %s-%d failed: %s", topic, partition, exc)
 
     async def _run_in_copier(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
         return await loop.run_in_executor(self._copiers, fn, *args)

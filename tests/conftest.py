@@ -292,3 +292,6 @@ from tests.s3_fixtures import (  # noqa: E402, F401
 
 # A small tmpfs that fills up, for the full-disk tests (skips where mount is not permitted).
 from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401
+
+# A cluster of broker processes sharing one object store (tests/cluster_fixtures.py).
+from tests.cluster_fixtures import module_start_cluster, start_cluster  # noqa: E402, F401

@@ -58,7 +58,8 @@ def _new_paths(data_dir: Path) -> list[Path]:
     missing = [p for p in (*reversed(data_dir.parents), data_dir) if not p.exists()]
     if missing:
         return missing[:1]  # removing the outermost new directory removes the rest
-    return [p for p in (data_dir / "logs", data_dir / "bucket", data_dir / ".lock") if not p.exists()]
+    made = (data_dir / "logs", data_dir / "bucket", data_dir / ".lock", data_dir / "meta.properties")
+    return [p for p in made if not p.exists()]
 
 
 def _remove(paths: list[Path]) -> None:
@@ -73,6 +74,10 @@ def _remove(paths: list[Path]) -> None:
 def _cmd_up(args: argparse.Namespace) -> int:
     from controller.configs import BrokerConfig
 
+    if args.brokers is not None:
+        from service.cli.local_cluster import run_local_cluster
+
+        return run_local_cluster(args)
     data_dir = Path(args.data_dir).resolve()
     http = None if args.http.lower() in ("off", "none", "") else args.http
     checks = [(args.listen, "--listen"), (args.advertise, "--advertise"), (http, "--http")]
@@ -82,7 +87,10 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"strata up: {problem}", file=sys.stderr)
             return 2
     try:
-        config = BrokerConfig({**UP_DEFAULTS, **_parse_sets(args.set)})
+        sets = _parse_sets(args.set)
+        if args.node_id is not None:
+            sets["node.id"] = str(args.node_id)
+        config = BrokerConfig({**UP_DEFAULTS, **sets})
     except ValueError as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
@@ -137,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    up = sub.add_parser("up", help="run a single-node broker in the foreground")
+    up = sub.add_parser("up", help="run a broker (or, with --brokers N, a local cluster) in the foreground")
     up.add_argument("--data-dir", default=os.environ.get("STRATA_DATA_DIR", "./strata-data"),
                     help="where logs and the embedded object store live (default ./strata-data)")
     up.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
@@ -154,6 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-endpoint", default=os.environ.get("STRATA_S3_ENDPOINT"), metavar="URL",
                     help="S3 endpoint for MinIO or another S3-compatible store, e.g. http://127.0.0.1:9000")
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
+    up.add_argument("--node-id", type=int, default=None, metavar="N",
+                    help="this broker's node.id (default 1); brokers started with the same "
+                    "--object-store are one cluster, each with its own node id, listener, "
+                    "--data-dir and --http")
+    up.add_argument("--brokers", type=int, default=None, metavar="N",
+                    help="start a local cluster of N brokers, one process each: listeners from "
+                    "--listen on (9092, 9093, ...), HTTP from --http on, data in DATA_DIR/broker-K, "
+                    "one shared object store (default file://DATA_DIR/bucket); Ctrl-C stops them all")
     up.set_defaults(func=_cmd_up)
 
     from service.cli import console, consumer_groups, topics, transactions

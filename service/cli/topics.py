@@ -1,4 +1,4 @@
-"""``strata topics create|list|describe|delete|alter``, in the manner of kafka-topics.sh.
+"""``strata topics create|list|describe|delete|alter|reassign``, in the manner of kafka-topics.sh.
 
 Through confluent-kafka's AdminClient (CreateTopics, Metadata, DescribeConfigs,
 IncrementalAlterConfigs, CreatePartitions, DeleteTopics); ``describe`` adds each
@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+from service.cli import reassign
 from service.cli.common import (
     CLIENT_ID,
     CLIENT_TIMEOUT_S,
@@ -79,6 +80,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--delete-config", action="append", default=[], metavar="KEY",
                    help="revert a config to its default, repeatable")
     p.set_defaults(func=guarded(_topics_alter))
+
+    reassign.register(topic_cmds, common)
 
 
 def _topics_create(args: argparse.Namespace) -> int:

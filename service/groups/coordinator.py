@@ -83,6 +83,12 @@ class GroupCoordinator:
         self._members = Membership(self._store, self._rebalance, timer, self.config)
         self._offsets = CommittedOffsets(self._store, self._rebalance, timer, self.config)
         self._expiry = OffsetExpiry(self._store, timer, self.config)
+        #: the __consumer_offsets partitions whose groups this coordinator serves (None:
+        #: every group, as :meth:`load` sets up; a broker in a cluster loads partitions
+        #: one by one as it becomes their leader)
+        self._owned: set[int] | None = None
+        self._loading: set[int] = set()
+        self._expiry_scheduled = False
         #: TxnOffsetCommit's pending offsets (:mod:`~service.groups.txn_offsets`)
         self.txn_offsets = TransactionalOffsets(self._store, log_, timer)
 
@@ -98,7 +104,89 @@ class GroupCoordinator:
                 self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
         for consumer_group in self._consumers.groups.values():
             self._heartbeats.schedule_all(consumer_group)
+        self._expiry_scheduled = True
         self._expiry.schedule()
+
+    # ================================================================== partitions
+
+    def serve_partitions(self) -> None:
+        """From now on serve only the partitions given to :meth:`load_partition` (a broker
+        in a cluster coordinates the groups of the partitions it leads)."""
+        if self._owned is None:
+            self._owned = set()
+
+    def begin_loading(self, partition: int) -> None:
+        """This broker now leads ``partition``: its groups answer COORDINATOR_LOAD_IN_PROGRESS
+        until :meth:`load_partition` (the records are read off the event loop meanwhile)."""
+        self.serve_partitions()
+        self._loading.add(partition)
+
+    def is_loading(self, partition: int) -> bool:
+        return partition in self._loading
+
+    def load_partition(
+        self,
+        partition: int,
+        records: Iterable[tuple[bytes, bytes | None]],
+        open_transactions: Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]] | None = None,
+    ) -> None:
+        """Rebuild the groups of ``partition`` from its records and start serving them
+        (Kafka's ``GroupMetadataManager.loadGroupsAndOffsets``); ``open_transactions``: the
+        transactional offsets the replay found without a marker yet (pending again)."""
+        self.serve_partitions()
+        assert self._owned is not None
+        self._loading.discard(partition)
+        self._store.load(self._timer.now_ms(), self._load_consumer_record, records)
+        self._consumers.finish_load()
+        self.txn_offsets.restore(open_transactions or {})
+        for group in self._store.groups.values():
+            if self._store.partition_of(group.group_id) != partition:
+                continue
+            for member in group.members.values():
+                self._rebalance.schedule_heartbeat(group, member, member.session_timeout_ms)
+        for consumer_group in self._consumers.groups.values():
+            if self._store.partition_of(consumer_group.group_id) == partition:
+                self._heartbeats.schedule_all(consumer_group)
+        if not self._expiry_scheduled:
+            self._expiry_scheduled = True
+            self._expiry.schedule()
+        self._owned.add(partition)
+
+    def unload_partition(self, partition: int) -> None:
+        """Stop serving the groups of ``partition`` (another broker leads it now): their
+        timers stop and parked requests are answered NOT_COORDINATOR by their clients'
+        retries (Kafka's ``removeGroupsForPartition``)."""
+        self.serve_partitions()
+        assert self._owned is not None
+        self._loading.discard(partition)
+        self._owned.discard(partition)
+        self.txn_offsets.unload(partition)
+        for group in self._store.unload(partition):
+            for member in group.members.values():
+                cancel(member.heartbeat_timer)
+            for handle in group.pending_members.values():
+                cancel(handle)
+            cancel(group.join_timer)
+            consumer_group = self._consumers.groups.pop(group.group_id, None)
+            if consumer_group is not None:
+                for handles in consumer_group.timers.values():
+                    for handle in handles:
+                        cancel(handle)
+
+    def coordinator_error(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when this coordinator does not
+        serve ``group_id`` now (Kafka's ``validateGroupStatus``); None when it does."""
+        if self._owned is None:
+            return None
+        try:
+            partition = self._store.partition_of(group_id)
+        except KafkaError:
+            return E.coordinator_not_available
+        if partition in self._loading:
+            return E.coordinator_load_in_progress
+        if partition not in self._owned:
+            return E.not_coordinator
+        return None
 
     def _load_consumer_record(self, key: bytes, value: bytes | None) -> bool:
         if not is_consumer_record(key):
@@ -136,6 +224,8 @@ class GroupCoordinator:
         (Kafka 4); one with members answers INCONSISTENT_GROUP_PROTOCOL, as Kafka
         does when classic members may not join it (see ADR 0015).
         """
+        if (error := self.coordinator_error(req.group_id)) is not None:
+            return respond(JoinResult(error, req.member_id))
         consumer_group = self._consumers.get(req.group_id)
         if consumer_group is not None:
             if consumer_group.members:
@@ -148,6 +238,8 @@ class GroupCoordinator:
 
     def sync_group(self, req: SyncRequest, respond: Callable[[SyncResult], None]) -> None:
         """Answer through ``respond``, now or once the leader brings the assignment."""
+        if (error := self.coordinator_error(req.group_id)) is not None:
+            return respond(SyncResult(error))
         if self._consumers.get(req.group_id) is not None:
             return respond(SyncResult(E.unknown_member_id))
         self._members.sync_group(req, respond)
@@ -155,6 +247,8 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation_id: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
+        if (error := self.coordinator_error(group_id)) is not None:
+            return error
         if self._consumers.get(group_id) is not None:
             return E.unknown_member_id
         return self._members.heartbeat(group_id, generation_id, member_id, instance_id)
@@ -163,6 +257,8 @@ class GroupCoordinator:
         self, group_id: str, members: Sequence[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[ErrorCode]]:
         """(group error, one error per ``(member_id, group_instance_id)`` leaving)."""
+        if (error := self.coordinator_error(group_id)) is not None:
+            return error, []
         if self._consumers.get(group_id) is not None:
             return E.none, [E.unknown_member_id] * len(members)
         return self._members.leave_group(group_id, members)
@@ -173,12 +269,16 @@ class GroupCoordinator:
         """ConsumerGroupHeartbeat (KIP-848); errors are codes in the result."""
         if len(req.group_id) > MAX_GROUP_ID_LENGTH:
             return HeartbeatResult(E.invalid_group_id, "group id too long")
+        if (error := self.coordinator_error(req.group_id)) is not None:
+            return HeartbeatResult(error, None)
         return self._heartbeats.heartbeat(req)
 
     def consumer_group_describe(self, group_id: str) -> DescribedConsumerGroup:
         """ConsumerGroupDescribe of one group (GROUP_ID_NOT_FOUND unless a consumer group)."""
         if not valid_group_id(group_id, allow_empty=False):
             return DescribedConsumerGroup(group_id, E.invalid_group_id, "invalid group id")
+        if (error := self.coordinator_error(group_id)) is not None:
+            return DescribedConsumerGroup(group_id, error)
         return self._consumers.describe(group_id, self.config.consumer_assignors[0])
 
     def is_consumer_group(self, group_id: str) -> bool:
@@ -201,6 +301,8 @@ class GroupCoordinator:
         For a consumer-protocol group ``generation_id`` is the member epoch, checked
         as Kafka does (STALE_MEMBER_EPOCH, OffsetCommit v9+ for its members).
         """
+        if (gate := self.coordinator_error(group_id)) is not None:
+            return dict.fromkeys(offsets, gate)
         consumer_group = self._consumers.get(group_id)
         if consumer_group is not None:
             error = self._consumers.validate_commit(consumer_group, member_id, generation_id, api_version)
@@ -226,6 +328,8 @@ class GroupCoordinator:
         For a consumer-protocol group ``generation_id`` is the member epoch, checked as
         Kafka's ``validateTransactionalOffsetCommit`` does (a stale epoch is ILLEGAL_GENERATION).
         """
+        if (gate := self.coordinator_error(group_id)) is not None:
+            return dict.fromkeys(offsets, gate)
         consumer_group = self._consumers.get(group_id)
         if consumer_group is not None:
             error = self._consumers.validate_commit(
@@ -248,6 +352,8 @@ class GroupCoordinator:
 
         ``member_id``/``member_epoch`` (OffsetFetch v9) are checked for consumer-protocol groups.
         """
+        if (gate := self.coordinator_error(group_id)) is not None:
+            return gate, {}
         consumer_group = self._consumers.get(group_id)
         if consumer_group is not None:
             error = self._consumers.validate_fetch(consumer_group, member_id, member_epoch)
@@ -264,6 +370,8 @@ class GroupCoordinator:
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
         """OffsetDelete: refused for topics the live group still subscribes to."""
+        if (error := self.coordinator_error(group_id)) is not None:
+            return error, {}
         return self._offsets.delete_offsets(group_id, partitions)
 
     def expire_offsets(self) -> int:
@@ -280,6 +388,8 @@ class GroupCoordinator:
         dead = GroupSummary(group_id, GroupState.DEAD.value, "", "", -1, ())
         if not valid_group_id(group_id, allow_empty=True):
             return E.invalid_group_id, dead
+        if (error := self.coordinator_error(group_id)) is not None:
+            return error, dead
         group = self._store.get(group_id)
         if group is None or group.consumer is not None:
             return E.none, dead  # Kafka's DescribeGroups knows classic groups only
@@ -339,6 +449,9 @@ class GroupCoordinator:
         for group_id in group_ids:
             if not valid_group_id(group_id, allow_empty=True):
                 results[group_id] = E.invalid_group_id
+                continue
+            if (error := self.coordinator_error(group_id)) is not None:
+                results[group_id] = error
                 continue
             group = self._store.get(group_id)
             consumer_group = self._consumers.get(group_id)

@@ -1,30 +1,38 @@
 """The coordinator's two seams to the broker: the ``__consumer_offsets`` log and asyncio timers.
 
-:func:`start_coordinator` is what :meth:`service.broker.Broker.open` calls: it
-loads every group from the local log of ``__consumer_offsets`` (when the topic
-exists; it is created, through the controller, the first time a group needs it)
-and drives the coordinator's timers with ``loop.call_later`` — no polling.
+:func:`start_coordinator` is what :meth:`service.broker.Broker.start` calls: it
+builds the coordinator over the broker's local log of ``__consumer_offsets`` and
+drives its timers with ``loop.call_later`` -- no polling. It serves no group
+yet: :class:`OffsetsLeadership` loads the groups of each ``__consumer_offsets``
+partition when this broker becomes its leader (the records are read on a worker
+thread; the groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile) and unloads
+them when it stops leading it. The topic itself is created through the
+controller by FindCoordinator, the first time a client looks for a coordinator
+(:meth:`BrokerOffsetLog.ensure` only reads it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from controller.configs import BrokerConfig
-from controller.events import PartitionsCreated, TopicCreated, TopicDeleted
-from controller.metadata import Controller, TopicInfo
+from controller.events import MetadataListener, PartitionsCreated, TopicCreated, TopicDeleted
+from controller.records import TopicInfo
+from controller.registrations import PartitionRegistration
 from local_tier.control import marker_from
-from local_tier.errors import CorruptRecordError, TopicAlreadyExistsError
+from local_tier.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
 from local_tier.records import build_batch
 from service.groups.coordinator import GroupCoordinator
-from service.groups.records import OFFSETS_TOPIC
+from service.groups.errors import CoordinatorNotAvailableError
+from service.groups.records import OFFSETS_TOPIC, partition_for
 from service.groups.requests import GroupConfig
 from service.log_replay import iter_log_records
 
@@ -34,9 +42,13 @@ __all__ = [
     "ControllerTopics",
     "LoopTimer",
     "OffsetsHost",
+    "OffsetsLeadership",
+    "create_internal_topic",
     "ensure_internal_topic",
+    "ensure_offsets_topic",
     "offsets_topic_configs",
     "start_coordinator",
+    "wait_until_serving",
 ]
 
 #: __consumer_offsets is compacted, as Kafka's (the last record per key stays, so the
@@ -48,6 +60,21 @@ OFFSETS_TOPIC_CONFIGS = {
     "retention.ms": "-1",
     "remote.storage.enable": "false",
 }
+log = logging.getLogger("strata.groups")
+
+
+class TopicsReader(Protocol):
+    """The cluster metadata's topics as the broker reads them (its ``controller``)."""
+
+    def topic(self, name: str) -> TopicInfo | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    def topics(self) -> list[TopicInfo]: ...
+
+    def partition(self, name: str, index: int) -> PartitionRegistration | None: ...
+
+    def add_listener(self, listener: MetadataListener) -> None: ...
 
 
 def offsets_topic_configs(config: BrokerConfig) -> dict[str, str]:
@@ -66,13 +93,18 @@ class OffsetsHost(Protocol):
     def config(self) -> BrokerConfig: ...
 
     @property
-    def controller(self) -> Controller: ...
+    def controller(self) -> TopicsReader: ...
 
     @property
     def logs(self) -> LogManager: ...
 
-    def create_topic(
-        self, name: str, *, num_partitions: int = -1, configs: Mapping[str, str] | None = None
+    async def create_topic(
+        self,
+        name: str,
+        *,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
     ) -> TopicInfo: ...
 
     def append(
@@ -80,21 +112,36 @@ class OffsetsHost(Protocol):
     ) -> LogAppendInfo: ...
 
 
-def ensure_internal_topic(
-    broker: OffsetsHost, name: str, partitions_key: str, configs: Mapping[str, str]
-) -> int:
-    """A coordinator's topic (``__consumer_offsets``, ``__transaction_state``), created on first
-    use with ``partitions_key`` partitions and ``configs``; its partition count."""
+def ensure_internal_topic(broker: OffsetsHost, name: str) -> int:
+    """A coordinator's topic's (``__consumer_offsets``, ``__transaction_state``) partition
+    count; COORDINATOR_NOT_AVAILABLE while it does not exist (FindCoordinator creates it
+    through the controller: :func:`create_internal_topic`)."""
     info = broker.controller.topic(name)
     if info is None:
-        try:
-            info = broker.create_topic(
-                name, num_partitions=broker.config.get_int(partitions_key), configs=configs
-            )
-        except TopicAlreadyExistsError:
-            info = broker.controller.topic(name)
-            assert info is not None
+        raise CoordinatorNotAvailableError(f"{name} does not exist yet")
     return info.partitions
+
+
+async def create_internal_topic(
+    broker: OffsetsHost, name: str, partitions_key: str, replication_key: str, configs: Mapping[str, str]
+) -> TopicInfo:
+    """A coordinator's topic, created through the controller when missing, with
+    ``partitions_key`` partitions, ``replication_key`` replicas and ``configs``."""
+    info = broker.controller.topic(name)
+    if info is not None:
+        return info
+    try:
+        return await broker.create_topic(
+            name,
+            num_partitions=broker.config.get_int(partitions_key),
+            replication_factor=broker.config.get_int(replication_key),
+            configs=configs,
+        )
+    except TopicAlreadyExistsError:
+        info = broker.controller.topic(name)
+        if info is None:
+            raise CoordinatorNotAvailableError(f"{name} is being created") from None
+        return info
 
 
 class LoopTimer:
@@ -115,12 +162,7 @@ class BrokerOffsetLog:
         self._open: dict[tuple[int, int], list[tuple[bytes, bytes | None]]] = {}
 
     def ensure(self) -> int:
-        return ensure_internal_topic(
-            self._broker,
-            OFFSETS_TOPIC,
-            "offsets.topic.num.partitions",
-            offsets_topic_configs(self._broker.config),
-        )
+        return ensure_internal_topic(self._broker, OFFSETS_TOPIC)
 
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         now = int(time.time() * 1000)
@@ -147,20 +189,23 @@ class BrokerOffsetLog:
     def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
         return self._open
 
-    def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
-        """Records in offset order; a transaction's records where its COMMIT marker stands.
+    def replay(self, partition: int | None = None) -> Iterator[tuple[bytes, bytes | None]]:
+        """Records in offset order (of ``partition`` only, when given); a transaction's
+        records where its COMMIT marker stands.
 
         Aborted transactions are dropped; those with no marker yet are kept in
         :meth:`open_transactions` (``service.groups.txn_offsets``).
         """
         self._open = {}
         logs = sorted(
-            (p, log) for (topic, p), log in self._broker.logs.all_logs().items() if topic == OFFSETS_TOPIC
+            (p, log)
+            for (topic, p), log in self._broker.logs.all_logs().items()
+            if topic == OFFSETS_TOPIC and partition in (None, p)
         )
-        for partition, log in logs:
+        for index, log in logs:
             for header, record in iter_log_records(log):
                 if header.is_control:
-                    held = self._open.pop((partition, header.producer_id), [])
+                    held = self._open.pop((index, header.producer_id), [])
                     try:
                         marker = marker_from(header, record.key, record.value)
                     except CorruptRecordError:
@@ -170,7 +215,7 @@ class BrokerOffsetLog:
                 elif record.key is None:
                     continue
                 elif header.is_transactional:
-                    self._open.setdefault((partition, header.producer_id), []).append(
+                    self._open.setdefault((index, header.producer_id), []).append(
                         (record.key, record.value)
                     )
                 else:
@@ -181,7 +226,7 @@ class ControllerTopics:
     """:class:`service.groups.seams.TopicsImage` over the controller; its version moves on every
     topic creation, deletion and partition increase (a metadata listener)."""
 
-    def __init__(self, controller: Controller) -> None:
+    def __init__(self, controller: TopicsReader) -> None:
         self._controller = controller
         self.version = 1
         controller.add_listener(self._changed)
@@ -217,10 +262,90 @@ def group_config(config: BrokerConfig) -> GroupConfig:
 
 
 def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
-    """A coordinator loaded from the broker's logs, its timers on the running loop."""
+    """A coordinator over the broker's logs, its timers on the running loop, serving the
+    groups of no partition until :class:`OffsetsLeadership` loads them."""
     coordinator = GroupCoordinator(
         BrokerOffsetLog(broker), LoopTimer(), group_config(broker.config),
         ControllerTopics(broker.controller),
     )
-    coordinator.load()
+    coordinator.serve_partitions()
     return coordinator
+
+
+async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:
+    """``__consumer_offsets``, created through the controller when missing (FindCoordinator)."""
+    return await create_internal_topic(
+        broker, OFFSETS_TOPIC, "offsets.topic.num.partitions", "offsets.topic.replication.factor",
+        offsets_topic_configs(broker.config),
+    )
+
+
+async def wait_until_serving(
+    broker: OffsetsHost,
+    coordinator: GroupCoordinator,
+    node_id: int,
+    group_ids: Iterable[str],
+    timeout_s: float = 5.0,
+) -> None:
+    """Before a group request: create ``__consumer_offsets`` if it is missing, and wait
+    (at most ``timeout_s``) while this broker leads a group's partition but has not
+    loaded it yet, so a client that skipped FindCoordinator, or came right after it,
+    is served instead of told to retry. Never raises: the request answers whatever
+    error remains (NOT_COORDINATOR when another broker leads the partition)."""
+    wanted = [g for g in group_ids if g]
+    if not wanted:
+        return
+    try:
+        info = await ensure_offsets_topic(broker)
+    except KafkaError:
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    for group_id in wanted:
+        while (error := coordinator.coordinator_error(group_id)) is not None:
+            registration = broker.controller.partition(
+                OFFSETS_TOPIC, partition_for(group_id, info.partitions)
+            )
+            mine = registration is not None and registration.leader == node_id
+            if error == ErrorCode.not_coordinator and not mine:
+                break  # another broker coordinates it, or none does right now
+            if asyncio.get_running_loop().time() >= deadline:
+                return
+            await asyncio.sleep(0.01)
+
+
+class OffsetsLeadership:
+    """Loads and unloads the coordinator's groups as this broker gains and loses the
+    leadership of ``__consumer_offsets`` partitions (a listener of the replica manager)."""
+
+    def __init__(self, broker: OffsetsHost, coordinator: GroupCoordinator) -> None:
+        self._broker = broker
+        self._coordinator = coordinator
+        self._generation: dict[int, int] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def on_leader(self, topic: str, index: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        generation = self._generation.get(index, 0) + 1
+        self._generation[index] = generation
+        self._coordinator.begin_loading(index)
+        task = asyncio.ensure_future(self._load(index, generation))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def on_resign(self, topic: str, index: int) -> None:
+        if topic != OFFSETS_TOPIC:
+            return
+        self._generation[index] = self._generation.get(index, 0) + 1
+        self._coordinator.unload_partition(index)
+
+    async def _load(self, index: int, generation: int) -> None:
+        offset_log = BrokerOffsetLog(self._broker)  # one per load: it keeps the open transactions
+        try:
+            records = await asyncio.to_thread(lambda: list(offset_log.replay(index)))
+        except Exception:
+            log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
+            return
+        if self._generation.get(index) != generation:
+            return  # the leadership moved on while reading
+        self._coordinator.load_partition(index, records, offset_log.open_transactions())

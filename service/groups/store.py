@@ -18,7 +18,7 @@ Not thread-safe: lives on the broker's event loop thread, like the coordinator.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from local_tier.errors import KafkaError
 from service.groups.group import (
@@ -67,8 +67,14 @@ class GroupStore:
 
     # ------------------------------------------------------------------ load
 
-    def load(self, now_ms: int, other: Callable[[bytes, bytes | None], bool] | None = None) -> int:
-        """Rebuild groups and committed offsets from the log; the number of records read.
+    def load(
+        self,
+        now_ms: int,
+        other: Callable[[bytes, bytes | None], bool] | None = None,
+        records: Iterable[tuple[bytes, bytes | None]] | None = None,
+    ) -> int:
+        """Rebuild groups and committed offsets from the log (or from ``records``, one
+        partition's, read beforehand off the event loop); the number of records read.
 
         ``other`` sees every record first and returns True for those it takes
         (the consumer group protocol's, :mod:`service.groups.consumer`).
@@ -76,7 +82,7 @@ class GroupStore:
         offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
         metadata: dict[str, GroupMetadataValue] = {}
         count = 0
-        for raw_key, raw_value in self._log.replay():
+        for raw_key, raw_value in self._log.replay() if records is None else records:
             count += 1
             if other is not None and other(raw_key, raw_value):
                 continue
@@ -112,6 +118,20 @@ class GroupStore:
         if count:
             log.info("loaded %d group(s) from %d __consumer_offsets record(s)", len(self.groups), count)
         return count
+
+    def partition_of(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition that holds ``group_id``'s records."""
+        return partition_for(group_id, self.ensure_offsets_topic())
+
+    def unload(self, partition: int) -> list[GroupMetadata]:
+        """Forget the groups of ``partition`` (this broker no longer coordinates them);
+        the groups removed, for the coordinator to stop their timers."""
+        if self._partitions is None:
+            return []
+        gone = [g for g in self.groups.values() if partition_for(g.group_id, self._partitions) == partition]
+        for group in gone:
+            del self.groups[group.group_id]
+        return gone
 
     # ------------------------------------------------------------------ writes
 

@@ -171,12 +171,22 @@ class TransactionalOffsets:
 
     # ------------------------------------------------------------------ load
 
-    def restore(self) -> int:
-        """Pending offsets of transactions the replay found open; how many."""
-        if self._log is None:
-            return 0
+    def unload(self, partition: int) -> None:
+        """Forget the pending offsets of ``partition`` (another broker coordinates it now; it
+        restores them from its replay)."""
+        self._pending.pop(partition, None)
+
+    def restore(
+        self, open_transactions: Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]] | None = None
+    ) -> int:
+        """Pending offsets of transactions a replay found open (``open_transactions``, or the
+        log's after its full replay); how many."""
+        if open_transactions is None:
+            if self._log is None:
+                return 0
+            open_transactions = self._log.open_transactions()
         count = 0
-        for (partition, producer_id), records in self._log.open_transactions().items():
+        for (partition, producer_id), records in open_transactions.items():
             for raw_key, raw_value in records:
                 try:
                     key = decode_key(raw_key)

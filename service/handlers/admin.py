@@ -52,7 +52,7 @@ def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, A
     return {"error_code": exc.code, "error_message": exc.message}
 
 
-def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(19, ctx.version)
     counts = Counter(t.name for t in request.topics)
@@ -65,22 +65,26 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
             partitions = int(topic.num_partitions)
             replication = int(topic.replication_factor)
+            assignments = None
             if topic.assignments:
                 if partitions != -1 or replication != -1:
                     raise InvalidRequestError(
                         "give either a replica assignment or partitions and replication factor"
                     )
-                partitions = len(topic.assignments)
+                assignments = {
+                    int(a.partition_index): [int(b) for b in a.broker_ids] for a in topic.assignments
+                }
                 replication = len(topic.assignments[0].broker_ids)
             configs = {c.name: c.value for c in topic.configs}
             if any(v is None for v in configs.values()):
                 raise InvalidRequestError("a topic config in CreateTopics has a null value")
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 topic.name,
                 num_partitions=partitions,
-                replication_factor=replication,
+                replication_factor=-1 if assignments else replication,
                 configs=configs,
                 validate_only=validate_only,
+                assignments=assignments,
             )
             config_cls = getattr(mod, "CreatableTopicConfigs", None)  # v5+
             entries = broker.config.topic_entries(info.configs) if config_cls else []
@@ -89,7 +93,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 error_code=ErrorCode.none,
                 error_message=None,
                 num_partitions=info.partitions,
-                replication_factor=1,
+                replication_factor=replication if replication > 0 else broker.replication_factor(info),
                 configs=tuple(
                     build(
                         config_cls,
@@ -108,7 +112,7 @@ def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
     return build(mod.CreateTopicsResponse, throttle_time=0, topics=tuple(results))
 
 
-def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
+async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(20, ctx.version)
     if hasattr(request, "topics"):
@@ -124,7 +128,7 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 if info is None:
                     raise UnknownTopicIdError(f"unknown topic id {topic_id}")
                 name = info.name
-            info = broker.delete_topic(name)
+            info = await broker.delete_topic(name)
             fields.update(name=info.name, topic_id=info.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "DeleteTopics", exc))
@@ -132,14 +136,14 @@ def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return build(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
 
 
-def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
+async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(37, ctx.version)
     results = []
     for topic in request.topics:
         fields: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none}
         try:
-            broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
+            await broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "CreatePartitions", exc))
         results.append(build(mod.CreatePartitionsTopicResult, **fields))
@@ -190,7 +194,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
     return build(mod.DescribeConfigsResponse, throttle_time=0, results=tuple(results))
 
 
-def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(44, ctx.version)
     results = []
@@ -203,7 +207,7 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
                     "change broker configs with `strata up --set KEY=VALUE` and restart"
                 )
             ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
-            broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+            await broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "IncrementalAlterConfigs", exc))
         results.append(build(mod.AlterConfigsResourceResponse, **fields))
@@ -213,7 +217,7 @@ def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs operations
 
 
-def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
+async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
     """AlterConfigs (key 33), the non-incremental one: the given set replaces the overrides.
 
     A topic's configs not in the request return to their defaults (Kafka's
@@ -244,7 +248,7 @@ def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
                     (key, _DELETE, None) for key in TOPIC_CONFIGS if key not in configs
                 ]
                 ops += [(key, _SET, value) for key, value in configs.items()]
-                broker.alter_topic_configs(res.resource_name, ops, validate_only)
+                await broker.alter_topic_configs(res.resource_name, ops, validate_only)
             elif rtype == RESOURCE_BROKER:
                 if res.resource_name not in ("", str(broker.node_id)):
                     raise InvalidRequestError(

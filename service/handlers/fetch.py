@@ -18,6 +18,7 @@ from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
+from service.replication.leader import read_for_follower
 from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
@@ -27,6 +28,10 @@ log = logging.getLogger("strata.fetch")
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     broker = ctx.broker
+    replica_id = int(getattr(request, "replica_id", -1))
+    if replica_id >= 0:  # a follower copying from this leader
+        data = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id, data)
     wanted = [
         PartitionFetch(
             topic.topic,

@@ -15,9 +15,12 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from controller.records import BrokerInfo
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
+from service.groups.records import partition_for
+from service.groups.runtime import ensure_offsets_topic
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
@@ -26,6 +29,7 @@ from service.handlers.operations import (
 )
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
+from service.transactions.runtime import ensure_transaction_state_topic
 
 __all__ = [
     "codes_by_topic",
@@ -98,13 +102,18 @@ async def _answer(register: Callable[[Callable[[_T], None]], None]) -> _T:
 # --------------------------------------------------------------------------- FindCoordinator
 
 
-def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    """The coordinator of a group is the leader of its ``__consumer_offsets`` partition, that
+    of a transactional id the leader of its ``__transaction_state`` partition (each topic
+    created through the controller the first time one is looked for). Both topics hash keys
+    alike (Kafka's ``abs(hashCode) % partitions``)."""
     broker = ctx.broker
     mod = response_module(10, ctx.version)
     key_type = int(getattr(request, "key_type", _KEY_TYPE_GROUP))
 
-    def lookup(key: str) -> dict[str, Any]:
+    async def lookup(key: str) -> dict[str, Any]:
         error, message = E.none, None
+        node: BrokerInfo | None = None
         if key_type not in (_KEY_TYPE_GROUP, _KEY_TYPE_TRANSACTION):
             error, message = E.invalid_request, f"unknown coordinator key type {key_type}"
         elif key_type == _KEY_TYPE_TRANSACTION and not key:
@@ -114,28 +123,34 @@ def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         else:
             try:
                 if key_type == _KEY_TYPE_TRANSACTION:
-                    broker.transactions.ensure_topic()
+                    info = await ensure_transaction_state_topic(broker)
                 else:
-                    broker.groups.ensure_offsets_topic()
+                    info = await ensure_offsets_topic(broker)
+                registration = broker.controller.partition(info.name, partition_for(key, info.partitions))
+                leader = -1 if registration is None else registration.leader
+                node = broker.controller.broker(leader) if leader >= 0 else None
+                if node is None or not broker.controller.is_live(leader):
+                    error, message = E.coordinator_not_available, "its partition has no leader right now"
+                    node = None
             except KafkaError as exc:
                 error, message = E.coordinator_not_available, f"coordinator topic: {exc.message}"
         _count_error(ctx, "FindCoordinator", error)
-        if error != E.none:
+        if error != E.none or node is None:
             return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
         return {
             "error_code": error,
             "error_message": None,
-            "node_id": broker.node_id,
-            "host": broker.advertised_host,
-            "port": broker.advertised_port,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
         }
 
     if ctx.version >= 4:
         coordinators = tuple(
-            build(mod.Coordinator, key=key, **lookup(key)) for key in request.coordinator_keys
+            [build(mod.Coordinator, key=key, **await lookup(key)) for key in request.coordinator_keys]
         )
         return build(mod.FindCoordinatorResponse, throttle_time=0, coordinators=coordinators)
-    return build(mod.FindCoordinatorResponse, throttle_time=0, **lookup(request.key))
+    return build(mod.FindCoordinatorResponse, throttle_time=0, **await lookup(request.key))
 
 
 # --------------------------------------------------------------------------- JoinGroup, SyncGroup

@@ -75,11 +75,10 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
         for p in topic.partitions:
             fields: dict[str, Any]
             try:
-                log = broker.log_for(topic.topic, int(p.partition))
-                check_current_leader_epoch(
-                    int(p.current_leader_epoch), broker.leader_epoch, log.name
-                )
-                epoch, end = end_offset_for_epoch(log, int(p.leader_epoch), broker.leader_epoch)
+                # the leadership and the request's current leader epoch are checked here
+                log = broker.log_for(topic.topic, int(p.partition), int(p.current_leader_epoch))
+                leader_epoch = broker.leader_epoch(topic.topic, int(p.partition))
+                epoch, end = end_offset_for_epoch(log, int(p.leader_epoch), leader_epoch)
                 fields = {"error_code": ErrorCode.none, "leader_epoch": epoch, "end_offset": end}
             except KafkaError as exc:
                 broker.metrics_error("OffsetForLeaderEpoch", exc.code)

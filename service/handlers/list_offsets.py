@@ -15,7 +15,6 @@ from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError, Unsupp
 from local_tier.log import Log
 from service import list_offsets_v0
 from service.handlers.context import RequestContext
-from service.handlers.leader_epoch import check_current_leader_epoch
 from service.protocol import build, response_module
 
 __all__ = ["handle_list_offsets", "legacy_offsets"]
@@ -66,10 +65,9 @@ async def _lookup(
     ctx: RequestContext, topic: str, partition: int, ts: int, current_epoch: int, committed: bool
 ) -> tuple[int, int, int]:
     """read_committed (``committed``) answers only offsets below the last stable offset."""
-    log = ctx.broker.log_for(topic, partition)
+    log = ctx.broker.log_for(topic, partition, current_epoch)  # leadership and epoch checks
     tiering = ctx.broker.tiering
-    epoch = ctx.broker.leader_epoch
-    check_current_leader_epoch(current_epoch, epoch, log.name)
+    epoch = ctx.broker.leader_epoch(topic, partition)
     if ctx.version < _NEEDS_VERSION.get(ts, 0):
         raise UnsupportedVersionError(
             f"timestamp {ts} needs ListOffsets v{_NEEDS_VERSION[ts]} (this request is v{ctx.version})"

@@ -1,11 +1,18 @@
 """Metadata (key 3): brokers, cluster id, controller, topics and partitions.
 
+Any broker answers from its view of the cluster metadata: every live broker,
+and for each partition its leader (``LEADER_NOT_AVAILABLE`` while it has none),
+leader epoch, replicas, ISR and the replicas whose broker is down. The
+``controller_id`` is the answering broker itself (DescribeCluster names the
+active controller).
+
 Topics are looked up by id whenever the request carries a non-zero topic id (v12+;
 the names of that request are then ignored, as in Kafka), else by name. Unknown
-topics named in the request are created here when it allows it (v4+, always
-before) and ``auto.create.topics.enable`` is on, as in Kafka, except internal
-topics (``__consumer_offsets``, ``__transaction_state``): their coordinators
-create them, with their own partition counts and configs, when first needed.
+topics named in the request are created here (through the controller) when it
+allows it (v4+, always before) and ``auto.create.topics.enable`` is on, as in
+Kafka, except internal topics (``__consumer_offsets``, ``__transaction_state``):
+their coordinators create them, with their own partition counts and configs,
+when first needed.
 
 Authorized operations are filled in when the request asks for them
 (:mod:`service.handlers.operations`).
@@ -20,6 +27,8 @@ from local_tier.errors import (
     ErrorCode,
     InvalidRequestError,
     KafkaError,
+    LeaderNotAvailableError,
+    TopicAlreadyExistsError,
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
@@ -44,7 +53,7 @@ def is_internal_topic(name: str | None) -> bool:
     return name in INTERNAL_TOPICS
 
 
-def handle_metadata(ctx: RequestContext, request: Any) -> Any:
+async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     controller = broker.controller
     mod = response_module(3, ctx.version)
@@ -52,11 +61,10 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     want_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     requested = _requested(ctx, request)
 
-    node = broker.node_id
     topics = []
     for name, topic_id in requested:
         try:
-            info = _resolve(ctx, name, topic_id, allow_create)
+            info = await _resolve(ctx, name, topic_id, allow_create)
         except KafkaError as exc:
             broker.metrics_error("Metadata", exc.code)
             topics.append(
@@ -71,18 +79,19 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 )
             )
             continue
+        md = controller.metadata
         partitions = tuple(
             build(
                 mod.MetadataResponsePartition,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.none if reg.has_leader else ErrorCode.leader_not_available,
                 partition_index=p,
-                leader_id=node,
-                leader_epoch=broker.leader_epoch,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
-                offline_replicas=(),
+                leader_id=reg.leader,
+                leader_epoch=reg.leader_epoch,
+                replica_nodes=tuple(reg.replicas),
+                isr_nodes=tuple(reg.isr),
+                offline_replicas=tuple(r for r in reg.replicas if not md.is_active(r)),
             )
-            for p in range(info.partitions)
+            for p, reg in enumerate(md.partitions.get(info.topic_id, ()))
         )
         topics.append(
             build(
@@ -107,7 +116,10 @@ def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         brokers=brokers,
         cluster_id=controller.cluster_id,
-        controller_id=controller.controller_id,
+        # Any broker takes admin writes (it relays them to the active controller), so,
+        # as a KRaft broker names a live broker, this one names itself: a client is never
+        # sent to a controller that just died (docs/adr/0016-inter-broker-protocol.md).
+        controller_id=broker.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=cluster_ops,
     )
@@ -124,7 +136,7 @@ def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid
     return list(dict.fromkeys(pairs))
 
 
-def _resolve(
+async def _resolve(
     ctx: RequestContext, name: str | None, topic_id: uuid.UUID | None, allow_create: bool
 ) -> Any:
     controller = ctx.broker.controller
@@ -141,7 +153,13 @@ def _resolve(
     if info is not None:
         return info
     if allow_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
-        return ctx.broker.create_topic(name)
+        try:
+            return await ctx.broker.create_topic(name)
+        except TopicAlreadyExistsError:  # another client's request created it meanwhile
+            info = controller.topic(name)
+            if info is not None:
+                return info
+            raise LeaderNotAvailableError(f"topic {name!r} is being created") from None
     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
 
 

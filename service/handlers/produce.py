@@ -19,7 +19,9 @@ order it sent them.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -36,6 +38,7 @@ from local_tier.errors import (
 from local_tier.records import ValidatedRecords, validate_batches
 from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
+from service.protocol import timedelta_to_ms
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
 
@@ -62,6 +65,7 @@ class _Partition:
 
 def handle_produce(ctx: RequestContext, request: Any) -> Any:
     acks = int(request.acks)
+    timeout_ms = timedelta_to_ms(request.timeout)
     parts = [
         _check(ctx, request, acks, pos, topic.name, pdata)
         for pos, topic in enumerate(request.topic_data)
@@ -72,16 +76,16 @@ def handle_produce(ctx: RequestContext, request: Any) -> Any:
     if earlier is not None and earlier.done():
         earlier = None
     if earlier is None and not any(p.off_loop for p in parts):
-        return _append_and_answer(ctx, acks, parts)
+        return _append_and_answer(ctx, acks, parts, timeout_ms)
     mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     if conn is not None:
         _pending[conn] = mine
-    return _produce_later(ctx, acks, parts, earlier, mine)
+    return _produce_later(ctx, acks, parts, earlier, mine, timeout_ms)
 
 
 async def _produce_later(
     ctx: RequestContext, acks: int, parts: list[_Partition],
-    earlier: asyncio.Future[None] | None, mine: asyncio.Future[None],
+    earlier: asyncio.Future[None] | None, mine: asyncio.Future[None], timeout_ms: int,
 ) -> bytes | None:
     try:
         loop = asyncio.get_running_loop()
@@ -94,9 +98,10 @@ async def _produce_later(
                     p.error = exc
         if earlier is not None:
             await asyncio.shield(earlier)
-        return _append_and_answer(ctx, acks, parts)
+        answer = _append_and_answer(ctx, acks, parts, timeout_ms)
     finally:
-        mine.set_result(None)
+        mine.set_result(None)  # appended: the connection's next Produce may append (acks=all waits apart)
+    return await answer if inspect.isawaitable(answer) else answer
 
 
 def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: str, pdata: Any) -> _Partition:
@@ -128,9 +133,12 @@ def _refuse_control_batches(validated: ValidatedRecords) -> None:
             )
 
 
-def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) -> bytes | None:
+def _append_and_answer(
+    ctx: RequestContext, acks: int, parts: list[_Partition], timeout_ms: int
+) -> bytes | None | Awaitable[bytes]:
     broker = ctx.broker
     topics: dict[int, tuple[str, list[PartitionResult]]] = {}
+    waiting: list[tuple[str, list[PartitionResult], int, int]] = []  # acks=all, not on the ISR yet
     for p in parts:
         try:
             if p.error is not None:
@@ -140,6 +148,9 @@ def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) 
             info = broker.append(p.topic, p.index, p.records, validated=p.validated)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)
+            if acks == -1 and not broker.replicated(p.topic, p.index, info.last_offset + 1):
+                held = topics.setdefault(p.topic_pos, (p.topic, []))[1]
+                waiting.append((p.topic, held, len(held), info.last_offset + 1))
         except KafkaError as exc:
             broker.metrics_error("Produce", exc.code)
             record_errors = exc.record_errors if isinstance(exc, InvalidRecordError) else ()
@@ -148,4 +159,27 @@ def _append_and_answer(ctx: RequestContext, acks: int, parts: list[_Partition]) 
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
     if acks == 0:
         return None
+    if waiting:
+        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms)
     return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()))
+
+
+async def _after_replication(
+    ctx: RequestContext,
+    topics: list[tuple[str, list[PartitionResult]]],
+    waiting: list[tuple[str, list[PartitionResult], int, int]],
+    timeout_ms: int,
+) -> bytes:
+    """acks=all: answer once every replica in the ISR holds the appended records (Kafka's
+    delayed produce); REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER per partition else."""
+
+    async def wait(topic: str, partitions: list[PartitionResult], position: int, offset: int) -> None:
+        index = partitions[position].index
+        try:
+            await ctx.broker.wait_replicated(topic, index, offset, timeout_ms)
+        except KafkaError as exc:
+            ctx.broker.metrics_error("Produce", exc.code)
+            partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)
+
+    await asyncio.gather(*(wait(*w) for w in waiting))
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics)

@@ -15,8 +15,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from local_tier.errors import ErrorCode
+from controller.errors import NotControllerError
+from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
+from service.cluster.node import answering_locally
+from service.handlers import coordination
 from service.handlers.context import Handler, RequestContext
+from service.handlers.coordination import GROUP_APIS
 from service.protocol import (
     FrameError,
     RequestHeader,
@@ -38,6 +42,7 @@ __all__ = [
     "api_table",
     "hand_decoders",
     "handle_api_versions",
+    "handle_envelope",
 ]
 
 log = logging.getLogger("strata.server")
@@ -53,6 +58,9 @@ class ApiSpec:
     min_version: int
     max_version: int
     handler: Handler
+    #: a write only the active controller makes: any other broker relays the request
+    #: to it (Envelope) and its answer back (docs/adr/0016-inter-broker-protocol.md)
+    forwarded: bool = False
 
 
 @cache
@@ -60,6 +68,7 @@ def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
     from service.handlers import (
         admin,
+        cluster,
         consumer_groups,
         fetch,
         groups,
@@ -69,6 +78,7 @@ def api_table() -> dict[int, ApiSpec]:
         metadata,
         produce,
         producer_ids,
+        reassignments,
         transactions,
         txn_markers,
     )
@@ -79,16 +89,28 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(2, "ListOffsets", 0, 10, list_offsets.handle_list_offsets),
         ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
         ApiSpec(18, "ApiVersions", 0, 3, handle_api_versions),
-        ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics),
-        ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics),
+        ApiSpec(19, "CreateTopics", 2, 7, admin.handle_create_topics, forwarded=True),
+        ApiSpec(20, "DeleteTopics", 1, 6, admin.handle_delete_topics, forwarded=True),
         ApiSpec(21, "DeleteRecords", 0, 2, log_admin.handle_delete_records),
         ApiSpec(23, "OffsetForLeaderEpoch", 2, 4, leader_epoch.handle_offset_for_leader_epoch),
         ApiSpec(32, "DescribeConfigs", 1, 4, admin.handle_describe_configs),
-        ApiSpec(33, "AlterConfigs", 0, 2, admin.handle_alter_configs),
+        ApiSpec(33, "AlterConfigs", 0, 2, admin.handle_alter_configs, forwarded=True),
         ApiSpec(35, "DescribeLogDirs", 1, 4, log_admin.handle_describe_log_dirs),
-        ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions),
-        ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs),
+        ApiSpec(37, "CreatePartitions", 0, 3, admin.handle_create_partitions, forwarded=True),
+        ApiSpec(43, "ElectLeaders", 0, 2, reassignments.handle_elect_leaders, forwarded=True),
+        ApiSpec(44, "IncrementalAlterConfigs", 0, 1, admin.handle_incremental_alter_configs,
+                forwarded=True),
+        ApiSpec(45, "AlterPartitionReassignments", 0, 0,
+                reassignments.handle_alter_partition_reassignments, forwarded=True),
+        ApiSpec(46, "ListPartitionReassignments", 0, 0,
+                reassignments.handle_list_partition_reassignments),
         ApiSpec(60, "DescribeCluster", 0, 1, admin.handle_describe_cluster),
+        # between brokers: answered only by the active controller (NOT_CONTROLLER elsewhere)
+        ApiSpec(56, "AlterPartition", 2, 3, cluster.handle_alter_partition),
+        ApiSpec(58, "Envelope", 0, 0, handle_envelope),
+        ApiSpec(62, "BrokerRegistration", 0, 4, cluster.handle_broker_registration),
+        ApiSpec(63, "BrokerHeartbeat", 0, 1, cluster.handle_broker_heartbeat),
+        ApiSpec(67, "AllocateProducerIds", 0, 0, cluster.handle_allocate_producer_ids),
         ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit),
         ApiSpec(9, "OffsetFetch", 1, 9, groups.handle_offset_fetch),
         ApiSpec(10, "FindCoordinator", 0, 5, groups.handle_find_coordinator),
@@ -156,12 +178,37 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        return self._run(spec, RequestContext(header, self._broker, conn), body)
+        ctx = RequestContext(header, self._broker, conn)
+        if spec.forwarded and self._broker.forwards_controller_writes():
+            return self._forward(spec, ctx, body, frame)
+        return self._run(spec, ctx, body)
+
+    async def _forward(
+        self, spec: ApiSpec, ctx: RequestContext, body: Any, frame: bytes | memoryview
+    ) -> Response:
+        """Relay a controller write to the active controller and its answer back; when no
+        controller answers in time, the handler answers here (NOT_CONTROLLER)."""
+        broker = self._broker
+        cluster = broker.cluster
+        assert cluster is not None
+        peer = ctx.connection.peer if ctx.connection is not None else ""
+        try:
+            answer = await cluster.forward(bytes(frame), peer.rpartition(":")[0])
+        except KafkaError as exc:
+            log.warning("could not forward %s to the controller: %s", spec.name, exc)
+            answer = None
+        if answer is not None:
+            broker.metrics_request(spec.name)
+            return answer
+        with answering_locally():
+            return await self._run(spec, ctx, body)
 
     async def _run(self, spec: ApiSpec, ctx: RequestContext, body: Any) -> Response:
         broker = self._broker
         broker.metrics_request(spec.name)
         started = time.perf_counter()
+        if spec.key in GROUP_APIS:
+            await coordination.prepare(ctx, body)
         result = spec.handler(ctx, body)
         if inspect.isawaitable(result):
             result = await result
@@ -169,6 +216,36 @@ class Router:
             result = encode_response(ctx.header, result)
         broker.request_latency.observe(spec.name, time.perf_counter() - started)
         return result
+
+
+async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
+    """Envelope (58): a controller write another broker relays from its client. Only the
+    active controller opens it; the inner request runs here as if sent directly, and its
+    response frame goes back in the envelope (Kafka's KIP-590)."""
+    mod = response_module(58, ctx.version)
+    broker = ctx.broker
+    inner = bytes(request.request_data)
+    try:
+        if not broker.is_active_controller():
+            raise NotControllerError(f"broker {broker.node_id} is not the active controller")
+        api_key, version, _ = peek_api(inner)
+        spec = api_table().get(api_key)
+        if spec is None or not spec.forwarded or not spec.min_version <= version <= spec.max_version:
+            raise InvalidRequestError(f"api {api_key} v{version} cannot be forwarded")
+        header, body = decode_request(inner)
+        inner_ctx = RequestContext(header, broker, None)
+        result = spec.handler(inner_ctx, body)
+        if inspect.isawaitable(result):
+            result = await result
+        if not isinstance(result, bytes):
+            result = encode_response(header, result)
+        broker.metrics_request(spec.name)
+        return build(mod.EnvelopeResponse, response_data=result[4:], error_code=ErrorCode.none)
+    except FrameError:
+        return build(mod.EnvelopeResponse, response_data=None, error_code=ErrorCode.invalid_request)
+    except KafkaError as exc:
+        broker.metrics_error("Envelope", exc.code)
+        return build(mod.EnvelopeResponse, response_data=None, error_code=exc.code)
 
 
 async def _ready(value: Response) -> Response:

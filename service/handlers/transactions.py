@@ -26,6 +26,7 @@ from service.handlers.context import RequestContext
 from service.handlers.groups import codes_by_topic, offsets_to_commit
 from service.protocol import build, response_module
 from service.transactions.metadata import TopicPartition
+from service.transactions.verification import verify_in_transaction
 
 __all__ = [
     "handle_add_offsets_to_txn",
@@ -131,14 +132,19 @@ def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
 # --------------------------------------------------------------------------- TxnOffsetCommit
 
 
-def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
+async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(28, ctx.version)
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
     offsets = offsets_to_commit(request.topics)
     offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
-    # The producer must hold the transactional id and have added the group (AddOffsetsToTxn).
-    check = broker.transactions.transaction_includes(request.transactional_id, pid, epoch, offsets_tp)
+    # The producer must hold the transactional id and have added the group (AddOffsetsToTxn):
+    # its transaction coordinator says so, here or on the broker that leads its partition.
+    peers = broker.cluster.peers if broker.cluster is not None else None
+    check = await verify_in_transaction(
+        broker.transactions, broker.controller, peers, broker.node_id, request.transactional_id,
+        pid, epoch, offsets_tp, broker.config.get_int("controller.socket.timeout.ms") / 1000,
+    )
     if check == E.producer_fenced:
         check = E.invalid_producer_epoch
     results: dict[TopicPartition, ErrorCode]

@@ -151,7 +151,7 @@ class AdminRoutes:
             raise ApiError(400, "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
         replication = body_int(body.get("replication_factor"), "replication_factor", -1)
         configs = string_map(body.get("configs"), "configs")
-        info = self._broker.create_topic(name, num_partitions=partitions, replication_factor=replication,
+        info = await self._broker.create_topic(name, num_partitions=partitions, replication_factor=replication,
                                          configs=configs)
         return web.json_response(self._topic_json(info.name, with_partitions=False), status=201)
 
@@ -191,7 +191,7 @@ class AdminRoutes:
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = request.match_info["topic"]
         self._require(name)
-        self._broker.delete_topic(name)
+        await self._broker.delete_topic(name)
         return web.json_response({"deleted": name})
 
     async def alter_configs(self, request: web.Request) -> web.Response:
@@ -206,7 +206,7 @@ class AdminRoutes:
         self._require(name)
         ops: list[tuple[str, int, str | None]] = [(k, int(AlterConfigOp.SET), v) for k, v in sets.items()]
         ops += [(str(k), int(AlterConfigOp.DELETE), None) for k in deletes]
-        self._broker.alter_topic_configs(name, ops, False)
+        await self._broker.alter_topic_configs(name, ops, False)
         return web.json_response(self._topic_json(name, with_partitions=False))
 
     async def partitions(self, request: web.Request) -> web.Response:

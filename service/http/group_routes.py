@@ -59,6 +59,10 @@ def describe_group(broker: AdminView, groups: Any, group_id: str) -> dict[str, A
         return _consumer_group(broker, groups, group_id)
     code, summary = groups.describe_group(group_id)
     offsets = groups.committed_offsets().get(group_id, {})
+    if code in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available):
+        # a broker coordinates only the groups of the __consumer_offsets partitions it leads
+        raise ApiError(404, "GROUP_ID_NOT_FOUND",
+                       f"no group named {group_id!r} is coordinated by this broker")
     if code != ErrorCode.none:
         raise ApiError(400, code.name.upper(), f"cannot describe group {group_id!r}")
     if summary.state == "Dead" and not offsets:

@@ -72,6 +72,10 @@ def _static_file(name: str) -> bytes:
     return resources.files("service.http").joinpath("static").joinpath(name).read_bytes()
 
 
+_ANSWERED_WHILE_STARTING = frozenset({"/v1/health", "/v1/ready", "/v1/openapi.json"})
+_STARTUP_WAIT_S = 30.0
+
+
 class AdminHttpServer:
     """The HTTP listener of one broker, and the sampler of its counters' history.
 
@@ -89,10 +93,35 @@ class AdminHttpServer:
         self._sampler: asyncio.Task[None] | None = None
         self.history = History(broker, interval_s=history_interval_s)
         self.port = port
-        self.ready = False
+        self._ready_event = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        """True once the broker has joined the cluster and serves; until then only the
+        probes answer at once, and other requests wait for it (at most
+        ``_STARTUP_WAIT_S``, then 503)."""
+        return self._ready_event.is_set()
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        if value:
+            self._ready_event.set()
+        else:
+            self._ready_event.clear()
+
+    @web.middleware
+    async def _until_started(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not self.ready and request.path not in _ANSWERED_WHILE_STARTING:
+            try:
+                await asyncio.wait_for(self._ready_event.wait(), _STARTUP_WAIT_S)
+            except TimeoutError:
+                return error_response(503, "NOT_READY", "the broker has not joined its cluster yet")
+        return await handler(request)
 
     def _app(self) -> web.Application:
-        app = web.Application(middlewares=[_errors], client_max_size=1024 * 1024)
+        app = web.Application(
+            middlewares=[_errors, self._until_started], client_max_size=1024 * 1024
+        )
         r = app.router
         r.add_get("/", self._console)
         r.add_get("/static/{name:.+}", self._static)

@@ -44,8 +44,8 @@ class PartitionsView(Protocol):
     @property
     def tiering(self) -> TieringService: ...
 
-    def log_for(self, topic: str, partition: int) -> Log:
-        """The local log of a hosted partition, or UnknownTopicOrPartitionError."""
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        """The local log of a partition this broker leads, or the KafkaError saying why not."""
         ...
 
 
@@ -118,7 +118,7 @@ class AdminView(MetricsView, Protocol):
     @property
     def object_store(self) -> ObjectStore: ...
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         *,
@@ -127,8 +127,8 @@ class AdminView(MetricsView, Protocol):
         configs: Mapping[str, str] | None = None,
     ) -> TopicInfo: ...
 
-    def delete_topic(self, name: str) -> TopicInfo: ...
+    async def delete_topic(self, name: str) -> TopicInfo: ...
 
-    def alter_topic_configs(
+    async def alter_topic_configs(
         self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool
     ) -> TopicInfo: ...

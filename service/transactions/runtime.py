@@ -1,25 +1,41 @@
-"""The transaction coordinator's seams on the single-node broker.
+"""The transaction coordinator's seams on the broker.
 
-:func:`start_transaction_coordinator` is what :meth:`service.broker.Broker.open`
+:func:`start_transaction_coordinator` is what :meth:`service.broker.Broker.start`
 calls: it builds the coordinator over the broker's local log of
 ``__transaction_state`` (:class:`BrokerTxnStateLog`), its marker writer and
 producer-id source (:class:`BrokerMarkers`, :class:`BrokerProducerIds`: the
-partition side's :func:`service.txn_markers.write_txn_markers` and
-:class:`service.producer_ids.ProducerIdManager`) and asyncio timers, then
-loads every hosted partition, which finishes the transactions a crash left
-prepared.
+partition side's :func:`service.txn_markers.write_txn_markers` for the
+partitions this broker leads, WriteTxnMarkers to the leader of every other one;
+:class:`service.producer_ids.ProducerIdManager`) and asyncio timers. It
+coordinates no transactional id yet: :class:`TxnLeadership` loads a
+``__transaction_state`` partition when this broker becomes its leader (with the
+partition's leader epoch as the coordinator epoch, as Kafka does), which
+finishes the transactions a crash left prepared, and unloads it when the
+leadership moves on -- exactly as groups follow ``__consumer_offsets``. The topic
+is created through the controller by FindCoordinator
+(:func:`ensure_transaction_state_topic`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.configs import BrokerConfig
+from controller.records import TopicInfo
 from local_tier.errors import ErrorCode, KafkaError
 from local_tier.records import build_batch
-from service.groups.runtime import LoopTimer, OffsetsHost, ensure_internal_topic
+from service.cluster.wire import request_module
+from service.groups.runtime import (
+    LoopTimer,
+    OffsetsHost,
+    create_internal_topic,
+    ensure_internal_topic,
+)
 from service.log_replay import iter_log_records
 from service.producer_ids import ProducerIdManager
 from service.transactions.coordinator import TransactionCoordinator
@@ -27,9 +43,15 @@ from service.transactions.metadata import TopicPartition
 from service.transactions.records import TRANSACTION_STATE_TOPIC
 from service.transactions.seams import TxnConfig
 
+if TYPE_CHECKING:
+    from service.cluster.channel import PeerChannels
+    from service.replication.partition import Partition
+
 __all__ = [
     "BrokerTxnStateLog",
     "TxnHost",
+    "TxnLeadership",
+    "ensure_transaction_state_topic",
     "start_transaction_coordinator",
     "transaction_state_topic_configs",
     "txn_config",
@@ -39,6 +61,9 @@ __all__ = [
 class TxnHost(OffsetsHost, Protocol):
     """What the coordinator's runtime needs of the broker (:class:`service.broker.Broker` has it):
     what the group coordinator's does, and producer ids and the markers."""
+
+    @property
+    def node_id(self) -> int: ...
 
     @property
     def producer_ids(self) -> ProducerIdManager: ...
@@ -82,10 +107,7 @@ class BrokerTxnStateLog:
         self._broker = broker
 
     def ensure(self) -> int:
-        return ensure_internal_topic(
-            self._broker, TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions",
-            transaction_state_topic_configs(self._broker.config),
-        )
+        return ensure_internal_topic(self._broker, TRANSACTION_STATE_TOPIC)
 
     def append(self, partition: int, key: bytes, value: bytes | None) -> None:
         batch = build_batch([(key, value, (), int(time.time() * 1000))])
@@ -100,18 +122,24 @@ class BrokerTxnStateLog:
                 yield record.key, record.value
 
     def hosted_partitions(self) -> Sequence[int]:
-        return sorted(p for t, p in self._broker.logs.all_logs() if t == TRANSACTION_STATE_TOPIC)
+        """None to load up front: :class:`TxnLeadership` loads each partition as this broker
+        becomes its leader (a local log of a partition led elsewhere is not this broker's)."""
+        return ()
 
 
 class BrokerMarkers:
-    """:class:`~service.transactions.seams.MarkerWriter`: the broker's own ``write_txn_markers``.
-
-    Single node: every partition is local. A cluster phase routes each
-    partition's markers to its leader with WriteTxnMarkers instead.
+    """:class:`~service.transactions.seams.MarkerWriter`: markers of the partitions this broker
+    leads through its own ``write_txn_markers``, those of every other partition in one
+    WriteTxnMarkers (27) per leader over the inter-broker channels (Kafka's
+    TransactionMarkerChannelManager). A leader that cannot be reached, or answers an error,
+    leaves its partitions failed: the completion retries them and the metadata names the
+    leader again. Lives on the event loop.
     """
 
-    def __init__(self, broker: TxnHost) -> None:
+    def __init__(self, broker: TxnHost, peers: PeerChannels | None = None, timeout_s: float = 30.0) -> None:
         self._broker = broker
+        self._peers = peers
+        self._timeout_s = timeout_s
 
     async def write_markers(
         self,
@@ -121,10 +149,70 @@ class BrokerMarkers:
         commit: bool,
         partitions: Sequence[TopicPartition],
     ) -> Mapping[TopicPartition, ErrorCode]:
-        return self._broker.write_txn_markers(
-            producer_id=producer_id, producer_epoch=producer_epoch,
-            coordinator_epoch=coordinator_epoch, committed=commit, partitions=partitions,
-        )
+        local: list[TopicPartition] = []
+        remote: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in partitions:
+            registration = self._broker.controller.partition(*tp)
+            leader = -1 if registration is None else registration.leader
+            if self._peers is None or leader < 0 or leader == self._broker.node_id:
+                local.append(tp)  # a partition with no leader answers NOT_LEADER_OR_FOLLOWER
+            else:
+                remote[leader].append(tp)
+        results: dict[TopicPartition, ErrorCode] = {}
+        if local:
+            results.update(self._broker.write_txn_markers(
+                producer_id=producer_id, producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch, committed=commit, partitions=local,
+            ))
+        answers = await asyncio.gather(*(
+            self._send(node, tps, producer_id, producer_epoch, coordinator_epoch, commit)
+            for node, tps in remote.items()
+        ))
+        for answer in answers:
+            results.update(answer)
+        return results
+
+    async def _send(
+        self,
+        node: int,
+        partitions: Sequence[TopicPartition],
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for topic, index in partitions:
+            by_topic[topic].append(index)
+
+        def body(version: int) -> Any:
+            mod = request_module(_WRITE_TXN_MARKERS, version)
+            topics = tuple(
+                mod.WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items()
+            )
+            marker = mod.WritableTxnMarker(
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+                topics=topics, coordinator_epoch=coordinator_epoch,
+            )
+            return mod.WriteTxnMarkersRequest(markers=(marker,))
+
+        assert self._peers is not None
+        failed = dict.fromkeys(partitions, ErrorCode.not_leader_or_follower)
+        try:
+            _, answer = await self._peers.request(node, _WRITE_TXN_MARKERS, body, timeout_s=self._timeout_s)
+        except KafkaError as exc:
+            _log.info("WriteTxnMarkers to broker %d failed (%s); retrying later", node, exc)
+            return failed
+        results: dict[TopicPartition, ErrorCode] = {}
+        for marker in answer.markers:
+            for topic in marker.topics:
+                for part in topic.partitions:
+                    results[(str(topic.name), int(part.partition_index))] = ErrorCode(int(part.error_code))
+        return {tp: results.get(tp, ErrorCode.unknown_server_error) for tp in partitions}
+
+
+_WRITE_TXN_MARKERS = 27
+_log = logging.getLogger("strata.transactions")
 
 
 class CoordinatorNotAvailableError(KafkaError):
@@ -144,14 +232,45 @@ class BrokerProducerIds:
             raise CoordinatorNotAvailableError(f"no producer id block: {exc}") from exc
 
 
-def start_transaction_coordinator(broker: TxnHost) -> TransactionCoordinator:
-    """A coordinator loaded from the broker's logs, its timers on the running loop."""
+def start_transaction_coordinator(broker: TxnHost, peers: PeerChannels | None = None) -> TransactionCoordinator:
+    """A coordinator over the broker's logs, its timers on the running loop, coordinating
+    the ids of no partition until :class:`TxnLeadership` loads them; its markers for
+    partitions led elsewhere go over ``peers``."""
     coordinator = TransactionCoordinator(
         BrokerTxnStateLog(broker),
-        BrokerMarkers(broker),
+        BrokerMarkers(broker, peers, broker.config.get_int("controller.socket.timeout.ms") / 1000),
         BrokerProducerIds(broker),
         LoopTimer(),
         txn_config(broker.config),
     )
     coordinator.startup()
     return coordinator
+
+
+async def ensure_transaction_state_topic(broker: TxnHost) -> TopicInfo:
+    """``__transaction_state``, created through the controller when missing (FindCoordinator)."""
+    return await create_internal_topic(
+        broker, TRANSACTION_STATE_TOPIC, "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor", transaction_state_topic_configs(broker.config),
+    )
+
+
+class TxnLeadership:
+    """A leadership listener of the replica manager: the coordinator loads a
+    ``__transaction_state`` partition when this broker becomes its leader, its leader epoch
+    the coordinator epoch its markers carry (a deposed coordinator's markers are then
+    refused as TRANSACTION_COORDINATOR_FENCED), and unloads it when another broker leads it."""
+
+    def __init__(self, coordinator: TransactionCoordinator) -> None:
+        self._coordinator = coordinator
+
+    def on_leader(self, partition: Partition) -> None:
+        if partition.topic == TRANSACTION_STATE_TOPIC:
+            # a new leader epoch of a partition already led: its marker writes in flight stop
+            # and the load starts them again under the new coordinator epoch
+            self._coordinator.unload(partition.index)
+            self._coordinator.load(partition.index, max(partition.leader_epoch, 0))
+
+    def on_resign(self, topic: str, index: int, deleted: bool) -> None:
+        if topic == TRANSACTION_STATE_TOPIC:
+            self._coordinator.unload(index)

@@ -225,3 +225,35 @@ def test_random_schedules_of_three_nodes_never_have_two_holders(
         holders_seen.update(n.epoch for n in holding)
     assert epochs == sorted(epochs) and len(set(epochs)) == len(epochs)
     assert len(epochs) > 1  # the schedule did move the lease around
+
+
+def test_the_next_incarnation_of_a_crashed_holder_takes_its_lease_back_at_once(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    """ADR 0009's restart rule: the data dir names the previous incarnation; nobody renews
+    that lease any more, so it is taken now, at a higher epoch, not a lease later."""
+    old = lease(make_store, clock, 1)
+    assert old.step() is LeaseEvent.ACQUIRED  # then it is killed: no release
+    other = lease(make_store, clock, 2)
+    assert other.step() is LeaseEvent.NONE  # a plain candidate waits a lease out
+    restarted = ControllerLease(make_store(), 1, "incarnation-1-bis", TIMINGS, monotonic=clock,
+                                previous_incarnation_id="incarnation-1")
+    assert restarted.step() is LeaseEvent.ACQUIRED  # no time has passed
+    record = stored(make_store)
+    assert (record.holder, record.epoch, record.incarnation_id) == (1, 2, "incarnation-1-bis")
+    clock.advance(TIMINGS.renew_ms)
+    assert old.step() is LeaseEvent.LOST  # were the old one still alive, its renewal fails
+
+
+def test_a_previous_incarnation_that_no_longer_holds_the_lease_gives_no_shortcut(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    holder = lease(make_store, clock, 2)
+    holder.step()
+    restarted = ControllerLease(make_store(), 1, "incarnation-1-bis", TIMINGS, monotonic=clock,
+                                previous_incarnation_id="incarnation-1")
+    assert restarted.step() is LeaseEvent.NONE
+    twin = ControllerLease(make_store(), 2, "another-process", TIMINGS, monotonic=clock,
+                           previous_incarnation_id="not-the-holder")
+    assert twin.step() is LeaseEvent.NONE  # same node id, another data dir: it waits
+    assert stored(make_store).holder == 2 and stored(make_store).epoch == 1

@@ -193,3 +193,32 @@ def test_topics_are_placed_on_unfenced_brokers_only(ctl: ClusterController) -> N
     used = {r for p in ctl.partitions("t") for r in p.replicas}
     assert used == {1, 2, 3}
     assert all(p.isr == p.replicas and p.leader == p.replicas[0] for p in ctl.partitions("t"))
+
+
+def test_a_restart_of_the_same_broker_is_recognised_by_its_previous_broker_epoch(
+    ctl: ClusterController,
+) -> None:
+    """PreviousBrokerEpoch (kept in the broker's data dir) replaces the live-looking
+    registration at once; the same request without it is a duplicate."""
+    for node in (1, 2):
+        join(ctl, node)
+    ctl.create_topic("t", assignments={0: [2]})
+    before = ctl.metadata.brokers[2]
+    listener = (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    stranger = RegistrationRequest(2, ctl.cluster_id, uuid.uuid4(), listener)
+    with pytest.raises(DuplicateBrokerRegistrationError):
+        ctl.register_broker(stranger)
+    wrong = RegistrationRequest(2, ctl.cluster_id, uuid.uuid4(), listener,
+                                previous_broker_epoch=before.broker_epoch - 1)
+    with pytest.raises(DuplicateBrokerRegistrationError):
+        ctl.register_broker(wrong)
+    restart = RegistrationRequest(2, ctl.cluster_id, uuid.uuid4(), listener,
+                                  previous_broker_epoch=before.broker_epoch)
+    registration = ctl.register_broker(restart)
+    assert registration.broker_epoch > before.broker_epoch and registration.fenced
+    assert registration.incarnation_id == restart.incarnation_id
+    # the old incarnation's leadership went with it; the new one gets it back once unfenced
+    assert partition(ctl, "t").leader == NO_LEADER
+    ctl.broker_heartbeat(2, registration.broker_epoch, ctl.snapshot.revision)
+    assert partition(ctl, "t").leader == 2
+    assert partition(ctl, "t").leader_epoch > 0

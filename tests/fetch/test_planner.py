@@ -32,7 +32,7 @@ class _Logs:
         self.logs[(topic, partition)] = log
         return log
 
-    def log_for(self, topic: str, partition: int) -> Log:
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
         try:
             return self.logs[(topic, partition)]
         except KeyError:

@@ -437,6 +437,26 @@ CASES: list[Case] = [
     # -- ConsumerGroupDescribe
     Case(69, "valid", lambda env, v: {"group_ids": (env.consumer_group(),)}),
     Case(69, "unknown group", lambda env, v: {"group_ids": (env.unique("conf-group"),)}, E.group_id_not_found),
+    # -- ElectLeaders, AlterPartitionReassignments, ListPartitionReassignments (a cluster of one)
+    Case(43, "preferred leader already leads", _topic(partitions=(0,)), E.election_not_needed),
+    Case(43, "unknown topic", lambda env, v: {"topic": "no-such-topic", "partitions": (0,)},
+         E.unknown_topic_or_partition),
+    Case(43, "every partition", lambda env, v: {"topic_partitions": None}),
+    Case(45, "to the broker it is on", lambda env, v: {"name": env.new_topic(), "replicas": (1,)}),
+    Case(45, "unknown topic", lambda env, v: {"name": "no-such-topic", "replicas": (1,)},
+         E.unknown_topic_or_partition),
+    Case(45, "unregistered broker", lambda env, v: {"name": env.new_topic(), "replicas": (7,)},
+         E.invalid_replica_assignment),
+    Case(46, "every reassignment", lambda env, v: {"topics": None}),
+    # -- between brokers: the controller's APIs and the Envelope (ADR 0016)
+    Case(56, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
+    Case(58, "not from a broker", lambda env, v: {}, E.invalid_request),
+    Case(62, "listener without a port", lambda env, v: {}, E.invalid_request),
+    Case(62, "another cluster's id", lambda env, v: {"broker_id": 1, "name": "PLAINTEXT", "host": "127.0.0.1",
+                                                    "port": 9999, "security_protocol": 0},
+         E.inconsistent_cluster_id),
+    Case(63, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
+    Case(67, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
 ]
 
 
@@ -450,6 +470,10 @@ def env(module_start_broker: Any) -> Iterator[Env]:
     env = Env(broker.bootstrap)
     assert error_codes(env.call(example_request(19, 7, name=TOPIC, num_partitions=2))) == [E.none]
     assert error_codes(env.call(example_request(0, 9, name=TOPIC, index=0))) == [E.none]
+    # as a client does before its first transactional request: FindCoordinator creates
+    # __transaction_state (through the controller) and this broker loads what it leads
+    found = env.call(example_request(10, 4, key_type=1, coordinator_keys=("conf-setup",)))
+    assert [c.error_code for c in found.coordinators] == [E.none]
     yield env
     env.conn.close()
 

@@ -15,6 +15,7 @@ from local_tier.records import build_batch
 from service.broker import Broker
 from service.cli.main import UP_DEFAULTS
 from service.handlers.context import RequestContext
+from service.handlers.router import api_table
 from service.handlers.transactions import handle_describe_producers
 from service.protocol import RequestHeader
 
@@ -23,10 +24,11 @@ def test_producer_state_and_a_partition_not_hosted_here(tmp_path: Path) -> None:
     async def body() -> None:
         broker = Broker(data_dir=tmp_path, config=BrokerConfig(dict(UP_DEFAULTS)),
                         advertised_host="127.0.0.1", advertised_port=9092)
-        broker.open()
+        versions = {spec.key: spec.max_version for spec in api_table().values()}
+        await broker.start(versions, 10.0)  # a cluster of one, its lease in DATA_DIR/bucket
         try:
-            broker.create_topic("t", num_partitions=1)
-            broker.create_topic("moved", num_partitions=1)
+            await broker.create_topic("t", num_partitions=1)
+            await broker.create_topic("moved", num_partitions=1)
             batch = build_batch([(None, b"v", (), 1_700_000_000_000)] * 3,
                                 producer_id=7, producer_epoch=2, base_sequence=0, is_transactional=True)
             broker.append("t", 0, batch)
@@ -42,6 +44,7 @@ def test_producer_state_and_a_partition_not_hosted_here(tmp_path: Path) -> None:
             assert (state.current_txn_start_offset, state.coordinator_epoch) == (0, -1)
             assert state.last_timestamp == 1_700_000_000_000
         finally:
+            await broker.stop()
             broker.close()
 
     asyncio.run(body())

@@ -53,11 +53,14 @@ class FakeBroker:
         cfg = LogConfig.from_properties(self.controller.effective_topic_config(name))
         return [self.logs.get_or_create_log(name, p, cfg) for p in range(partitions)]
 
-    def log_for(self, topic: str, partition: int) -> Log:
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
         found = self.logs.get_log(topic, partition)
         if found is None:
             raise UnknownTopicOrPartitionError(f"no {topic}-{partition}")
         return found
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0  # this broker leads every partition
 
     def close(self) -> None:
         self.logs.shutdown()
@@ -166,7 +169,7 @@ def test_a_store_failing_every_third_request_still_gets_every_segment_through_on
     sealed = _sealed_bases(log)
     assert len(sealed) >= 8
     boundary = log.segments[-1].base_offset  # everything below is sealed and committed
-    service = TieringService(flaky, broker.controller.config, 0)
+    service = TieringService(flaky, broker.controller.config)
 
     async def scenario() -> list[tuple[int, bytes]]:
         task = asyncio.create_task(service.run(broker))  # the broker's periodic task
@@ -192,7 +195,7 @@ def test_a_store_failing_every_third_request_still_gets_every_segment_through_on
     state = service.state("orders", 0)
     assert state is not None and state.last_error is None
     # the committed manifest, read from the bucket without faults
-    manifest = TieringService(real, broker.controller.config, 0).rlm.manifest(state.topic_id, 0)
+    manifest = TieringService(real, broker.controller.config).rlm.manifest(state.topic_id, 0)
     assert manifest is not None
     bases = [s.base_offset for s in manifest.segments]
     assert bases == sealed  # every sealed segment, once, in order
@@ -244,7 +247,7 @@ def test_a_fetch_mixing_local_and_remote_partitions_answers_without_the_stuck_re
     now = int(time.time() * 1000)
     live.append_as_leader(build_batch([(b"k", b"live-%d" % i, [], now) for i in range(5)]), 0)
     live.update_high_watermark(live.log_end_offset)
-    service = TieringService(store, broker.controller.config, 0)
+    service = TieringService(store, broker.controller.config)
     broker.tiering = service
     wanted = [PartitionFetch("live", 0, 0, 1 << 20), PartitionFetch("history", 0, 0, 1 << 20)]
 
@@ -369,7 +372,7 @@ def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_r
     broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "0"}))
     (log,) = broker.create_topic("orders")
     total = _fill(log, batches=40)
-    service = TieringService(flaky, broker.controller.config, 0)
+    service = TieringService(flaky, broker.controller.config)
     try:
         asyncio.run(service.run_once(broker))
         state = service.state("orders", 0)
@@ -399,7 +402,7 @@ def test_the_log_start_is_the_oldest_record_left_in_either_tier_never_a_deleted_
     from remote_tier.manifest import PartitionManifest, RemoteSegment
     from service.tiering import PartitionTierState
 
-    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig(), 0)
+    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig())
     try:
         local: Any = SimpleNamespace(log_start_offset=50)
         topic_id = "00000000-0000-0000-0000-000000000001"
@@ -438,7 +441,7 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
     from remote_tier.manifest import PartitionManifest, RemoteSegment
     from service.tiering import PartitionTierState
 
-    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig(), 0)
+    service = TieringService(FileSystemObjectStore(tmp_path), BrokerConfig())
     try:
         topic_id = uuid.UUID(int=1)
         manifests = service.rlm.manifests
@@ -461,7 +464,7 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
             return committed
 
         service._move_log_start = move_then_upload  # type: ignore[method-assign]
-        asyncio.run(service.delete_records("t", topic_id, 0, 41))
+        asyncio.run(service.delete_records("t", topic_id, 0, 41, 0))
         assert state.manifest is not None and [s.base_offset for s in state.manifest.segments] == [39]
         assert service.log_start_offset("t", 0, local) == 41
         assert service.plan_remote_read("t", 0, 41, local).base_offset == 39

@@ -36,7 +36,7 @@ def _sealed(log: Log) -> list[tuple[int, int, int]]:
 def test_upload_lag_counts_sealed_segments_only_and_both_is_the_overlap(tmp_path: Path) -> None:
     config = _config()
     broker: Any = FakeBroker(tmp_path, config)
-    broker.tiering = TieringService(FileSystemObjectStore(tmp_path / "bucket"), config, 0)
+    broker.tiering = TieringService(FileSystemObjectStore(tmp_path / "bucket"), config)
     try:
         (log,) = broker.create_topic(TOPIC)
         _append(log, 40)

@@ -1,0 +1,335 @@
+"""One broker's connection to another: :class:`BrokerChannel`, and one per peer:
+:class:`PeerChannels`.
+
+A small asyncio Kafka client, the inter-broker half of Kafka's ``NetworkClient``:
+one TCP connection per peer, opened on first use, requests pipelined on it and
+answers matched by correlation id. On connect it asks ApiVersions and then
+sends each API at the highest version both sides implement. Everything is
+bounded: connecting (``connect_timeout_s``), each request (its timeout; the
+connection is dropped when one expires, as Kafka's client does), requests in
+flight (``max_in_flight``), and the size of a response frame. A connection that
+fails is closed, every request in flight on it fails with
+``BrokerNotAvailableError`` (retriable), and the next request reconnects after
+a backoff that doubles from 50 ms to 1 s (Kafka's ``reconnect.backoff.ms`` and
+``reconnect.backoff.max.ms``).
+
+Not thread-safe: every method runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import struct
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_request_schema
+
+from local_tier.errors import (
+    BrokerNotAvailableError,
+    KafkaError,
+    RequestTimedOutError,
+    UnsupportedVersionError,
+)
+from service.cluster.wire import ResponseError, decode_response, encode_request, request_module
+from service.protocol import build
+
+__all__ = ["BrokerChannel", "ChannelConfig", "PeerChannels"]
+
+_log = logging.getLogger("strata.cluster.channel")
+_I32 = struct.Struct(">i")
+_API_VERSIONS = 18
+_API_VERSIONS_VERSION = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelConfig:
+    """Bounds of every inter-broker connection (see the module docstring)."""
+
+    client_id: str
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 30.0
+    max_in_flight: int = 100
+    max_response_bytes: int = 128 * 1024 * 1024
+    backoff_s: float = 0.05
+    backoff_max_s: float = 1.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    api_key: int
+    version: int
+    future: asyncio.Future[Any]
+
+
+class BrokerChannel:
+    """The connection to one peer broker (see the module docstring).
+
+    ``versions`` is what this broker implements (api key -> highest version);
+    a request goes at ``min(ours, the peer's)``.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        config: ChannelConfig,
+        versions: Mapping[int, int],
+    ) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self._config = config
+        self._ours = dict(versions)
+        self._peer_versions: dict[int, tuple[int, int]] = {}
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._pending: dict[int, _Pending] = {}
+        self._correlation = itertools.count(1)
+        self._connect_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(config.max_in_flight)
+        self._failures = 0
+        self._retry_at = 0.0
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"BrokerChannel(node {self.node_id} at {self.host}:{self.port})"
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None and not self._writer.is_closing()
+
+    # -- requests ---------------------------------------------------------------------
+
+    def version_for(self, api_key: int) -> int:
+        """The version a request of ``api_key`` goes at on this connection (connect first)."""
+        ours = self._ours.get(api_key)
+        if ours is None or (self._peer_versions and api_key not in self._peer_versions):
+            raise UnsupportedVersionError(
+                f"api {api_key} is not implemented by {'this broker' if ours is None else f'broker {self.node_id}'}"
+            )
+        low, high = self._peer_versions.get(api_key, (0, ours))
+        version = min(ours, high)
+        if version < low:
+            raise KafkaError(
+                f"broker {self.node_id} implements api {api_key} v{low}-v{high}, this one up to "
+                f"v{ours}: upgrade the older broker"
+            )
+        return version
+
+    async def request(
+        self,
+        api_key: int,
+        fields: Mapping[str, Any] | Callable[[int], Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> tuple[int, Any]:
+        """Send one request and return ``(version, response body)``.
+
+        ``fields`` are the request's fields (built into the negotiated version's
+        entity; fields that version lacks are dropped), or a function of the version
+        returning the entity. Raises ``BrokerNotAvailableError`` (connection failed or
+        lost) or ``RequestTimedOutError``; both retriable.
+        """
+        timeout = self._config.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        async with self._slots:
+            await self._ensure_connected(deadline)
+            version = self.version_for(api_key)
+            if callable(fields):
+                body = fields(version)
+            else:
+                body = build(getattr(request_module(api_key, version), _entity_name(api_key, version)),
+                             **fields)
+            return version, await self._send(api_key, version, body, deadline)
+
+    async def _send(self, api_key: int, version: int, body: Any, deadline: float) -> Any:
+        writer = self._writer
+        if writer is None:
+            raise BrokerNotAvailableError(f"no connection to broker {self.node_id}")
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        frame = encode_request(api_key, version, correlation_id, self._config.client_id, body)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = _Pending(api_key, version, future)
+        try:
+            writer.write(frame)
+            await writer.drain()
+            return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            self._drop(f"request api {api_key} timed out")
+            raise RequestTimedOutError(
+                f"broker {self.node_id} did not answer api {api_key} in time"
+            ) from None
+        except (ConnectionError, OSError) as exc:
+            self._drop(str(exc))
+            raise BrokerNotAvailableError(f"connection to broker {self.node_id} failed: {exc}") from exc
+        finally:
+            self._pending.pop(correlation_id, None)
+            if not future.done():
+                future.cancel()
+
+    # -- connection ---------------------------------------------------------------------
+
+    async def _ensure_connected(self, deadline: float) -> None:
+        if self.connected:
+            return
+        async with self._connect_lock:
+            if self.connected:
+                return
+            if self._closed:
+                raise BrokerNotAvailableError(f"the channel to broker {self.node_id} is closed")
+            wait = self._retry_at - time.monotonic()
+            if wait > 0:
+                if time.monotonic() + wait > deadline:
+                    raise BrokerNotAvailableError(
+                        f"broker {self.node_id} at {self.host}:{self.port} is unreachable"
+                    )
+                await asyncio.sleep(wait)
+            try:
+                budget = min(self._config.connect_timeout_s, max(0.0, deadline - time.monotonic()))
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port), budget
+                )
+            except (OSError, TimeoutError) as exc:
+                self._note_failure()
+                raise BrokerNotAvailableError(
+                    f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
+                ) from exc
+            self._reader, self._writer = reader, writer
+            self._read_task = asyncio.create_task(self._read_loop(reader), name=f"peer-{self.node_id}")
+            try:
+                await self._negotiate(deadline)
+            except KafkaError:
+                self._drop("ApiVersions failed")
+                self._note_failure()
+                raise
+            self._failures = 0
+
+    async def _negotiate(self, deadline: float) -> None:
+        mod = request_module(_API_VERSIONS, _API_VERSIONS_VERSION)
+        body = build(
+            mod.ApiVersionsRequest,
+            client_software_name="strata-broker",
+            client_software_version="1",
+        )
+        answer = await self._send(_API_VERSIONS, _API_VERSIONS_VERSION, body, deadline)
+        if int(answer.error_code) != 0:
+            raise BrokerNotAvailableError(f"broker {self.node_id} refused ApiVersions")
+        self._peer_versions = {
+            int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys
+        }
+
+    def _note_failure(self) -> None:
+        self._failures += 1
+        backoff = min(self._config.backoff_max_s, self._config.backoff_s * 2 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + backoff
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        why = "connection closed by the peer"
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                (size,) = _I32.unpack(head)
+                if not 4 <= size <= self._config.max_response_bytes:
+                    why = f"response frame of {size} bytes is out of bounds"
+                    break
+                payload = await reader.readexactly(size)
+                (correlation_id,) = _I32.unpack_from(payload, 0)
+                pending = self._pending.pop(correlation_id, None)
+                if pending is None or pending.future.done():
+                    continue  # its request timed out meanwhile
+                try:
+                    pending.future.set_result(decode_response(pending.api_key, pending.version, payload))
+                except ResponseError as exc:
+                    pending.future.set_exception(BrokerNotAvailableError(str(exc)))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            why = f"connection lost: {exc}"
+        except asyncio.CancelledError:
+            why = "channel closed"
+            raise
+        finally:
+            self._drop(why, from_reader=True)
+
+    def _drop(self, why: str, *, from_reader: bool = False) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        task, self._read_task = self._read_task, None
+        if writer is not None:
+            _log.info("connection to broker %d dropped: %s", self.node_id, why)
+            writer.close()
+        if task is not None and not from_reader:
+            task.cancel()
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if not p.future.done():
+                p.future.set_exception(
+                    BrokerNotAvailableError(f"connection to broker {self.node_id} lost: {why}")
+                )
+
+    async def close(self) -> None:
+        self._closed = True
+        task = self._read_task
+        self._drop("channel closed")
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _entity_name(api_key: int, version: int) -> str:
+    return str(load_request_schema(api_key, version).__name__)
+
+
+class PeerChannels:
+    """One :class:`BrokerChannel` per peer, addressed by node id; endpoints come from
+    ``resolve(node_id) -> (host, port) | None`` (the metadata's registrations), and a
+    channel is replaced when its peer's endpoint changes."""
+
+    def __init__(
+        self,
+        config: ChannelConfig,
+        versions: Mapping[int, int],
+        resolve: Callable[[int], tuple[str, int] | None],
+    ) -> None:
+        self._config = config
+        self._versions = dict(versions)
+        self._resolve = resolve
+        self._channels: dict[int, BrokerChannel] = {}
+
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Where ``node_id`` is registered (None: nowhere)."""
+        return self._resolve(node_id)
+
+    def channel(self, node_id: int) -> BrokerChannel:
+        """The channel to ``node_id``; ``BrokerNotAvailableError`` if it has no endpoint."""
+        address = self._resolve(node_id)
+        if address is None:
+            raise BrokerNotAvailableError(f"broker {node_id} is not registered with an endpoint")
+        current = self._channels.get(node_id)
+        if current is not None and (current.host, current.port) == address:
+            return current
+        if current is not None:
+            asyncio.ensure_future(current.close())
+        fresh = BrokerChannel(node_id, address[0], address[1], self._config, self._versions)
+        self._channels[node_id] = fresh
+        return fresh
+
+    async def request(
+        self,
+        node_id: int,
+        api_key: int,
+        fields: Mapping[str, Any] | Callable[[int], Any],
+        *,
+        timeout_s: float | None = None,
+    ) -> tuple[int, Any]:
+        return await self.channel(node_id).request(api_key, fields, timeout_s=timeout_s)
+
+    async def close(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()

@@ -1,0 +1,278 @@
+"""Registration, heartbeats, unfencing and controlled shutdown: :class:`BrokerLifecycle`.
+
+Kafka's ``BrokerLifecycleManager``, over :class:`ControllerClient`:
+
+1. **Register** (BrokerRegistration, 62) with this process's incarnation id,
+   its listeners and rack, and the broker epoch of its previous incarnation
+   (``PreviousBrokerEpoch``, from ``meta.properties``). The answer's broker
+   epoch is written back to ``meta.properties`` at once. A node id held by a
+   live broker of another data dir is refused by the controller
+   (``DUPLICATE_BROKER_REGISTRATION``): :meth:`register` raises it and the
+   broker exits with a clear message.
+2. **Heartbeat** (BrokerHeartbeat, 63) every ``broker.heartbeat.interval.ms``,
+   carrying the metadata revision this broker has loaded. A new registration is
+   fenced; the controller unfences it once it has loaded the revision of its own
+   registration. :meth:`wait_unfenced` is what start-up waits on. A heartbeat
+   answered ``STALE_BROKER_EPOCH`` (the registration is gone, e.g. unregistered)
+   registers again.
+3. **Controlled shutdown**: heartbeats with ``want_shut_down`` until the
+   controller answers ``should_shut_down`` (it moved this broker's leaderships
+   away; with replication factor 1 they go offline) or a bound passes.
+
+Not thread-safe: coroutines on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpochError
+from controller.membership import HeartbeatReply, RegistrationRequest
+from controller.registrations import Endpoint
+from local_tier.errors import KafkaError
+from service.cluster.controller_client import ControllerClient
+from service.cluster.identity import NodeIdentity
+from service.cluster.wire import raise_for, request_module
+
+__all__ = ["BrokerLifecycle", "ControllerSide", "duplicate_node_message"]
+
+_log = logging.getLogger("strata.cluster.lifecycle")
+_API_REGISTRATION = 62
+_API_HEARTBEAT = 63
+
+
+def duplicate_node_message(node_id: int) -> str:
+    return (
+        f"node.id {node_id} is already held by a live broker of this cluster: two brokers "
+        "cannot share a node.id. Give this broker another --node-id (or stop the other one; "
+        "a broker restarted on its own --data-dir is recognised and rejoins at once)."
+    )
+
+
+class ControllerSide(Protocol):
+    """What the lifecycle calls on this broker's own controller when it is active."""
+
+    def register_broker(self, request: RegistrationRequest) -> Any: ...
+
+    def broker_heartbeat(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        current_metadata_offset: int,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+    ) -> HeartbeatReply: ...
+
+
+class BrokerLifecycle:
+    """This broker's membership of the cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        node_id: int,
+        cluster_id: str,
+        incarnation_id: uuid.UUID,
+        listeners: Sequence[Endpoint],
+        rack: str | None,
+        identity: NodeIdentity,
+        data_dir: Path,
+        client: ControllerClient,
+        local: ControllerSide,
+        metadata_revision: Callable[[], int],
+        heartbeat_interval_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
+        self.node_id = node_id
+        self._cluster_id = cluster_id
+        self._incarnation = incarnation_id
+        self._listeners = tuple(listeners)
+        self._rack = rack
+        self._identity = identity
+        self._data_dir = data_dir
+        self._client = client
+        self._local = local
+        self._revision = metadata_revision
+        self._interval_s = heartbeat_interval_ms / 1000
+        self._session_s = session_timeout_ms / 1000
+        self.broker_epoch = -1
+        self.fenced = True
+        self.caught_up = False
+        self._unfenced = asyncio.Event()
+        self._shutting_down = False
+        self._heartbeat_now = asyncio.Event()
+
+    # -- registration ---------------------------------------------------------------------
+
+    async def register(self, timeout_s: float) -> int:
+        """Register this incarnation; its broker epoch. Raises
+        ``DuplicateBrokerRegistrationError`` with a message for the operator."""
+        request = RegistrationRequest(
+            self.node_id,
+            self._cluster_id,
+            self._incarnation,
+            self._listeners,
+            self._rack,
+            previous_broker_epoch=self._identity.broker_epoch,
+        )
+
+        def fields(version: int) -> Any:
+            mod = request_module(_API_REGISTRATION, version)
+            from service.protocol import build
+
+            return build(
+                mod.BrokerRegistrationRequest,
+                broker_id=self.node_id,
+                cluster_id=self._cluster_id,
+                incarnation_id=self._incarnation,
+                listeners=tuple(
+                    build(mod.Listener, name=e.name, host=e.host, port=e.port,
+                          security_protocol=e.security_protocol)
+                    for e in self._listeners
+                ),
+                features=(),
+                rack=self._rack,
+                is_migrating_zk_broker=False,
+                log_dirs=(),
+                previous_broker_epoch=self._identity.broker_epoch,
+            )
+
+        def answer(version: int, response: Any) -> int:
+            raise_for(response.error_code)
+            return int(response.broker_epoch)
+
+        def local() -> int:
+            return int(self._local.register_broker(request).broker_epoch)
+
+        # A node id held by a live broker is refused as long as that broker heartbeats; one
+        # held by a dead incarnation this data dir does not know of (its epoch could not be
+        # written) frees up when that session expires: try until then.
+        give_up = time.monotonic() + self._session_s * 1.5
+        while True:
+            try:
+                epoch = await self._client.call(
+                    _API_REGISTRATION, fields, local=local, answer=answer, timeout_s=timeout_s
+                )
+                break
+            except DuplicateBrokerRegistrationError as exc:
+                if time.monotonic() >= give_up:
+                    raise DuplicateBrokerRegistrationError(duplicate_node_message(self.node_id)) from exc
+                await asyncio.sleep(0.5)
+        self.broker_epoch = epoch
+        self.fenced = True
+        self._unfenced.clear()
+        self._identity = replace(self._identity, broker_epoch=epoch)
+        await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
+        _log.info("broker %d registered at broker epoch %d", self.node_id, epoch)
+        return epoch
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
+        """One heartbeat; updates :attr:`fenced` and :attr:`caught_up`."""
+        epoch = self.broker_epoch
+        offset = self._revision()
+        fields = {
+            "broker_id": self.node_id,
+            "broker_epoch": epoch,
+            "current_metadata_offset": offset,
+            "want_fence": False,
+            "want_shut_down": want_shut_down,
+            "offline_log_dirs": (),
+        }
+
+        def answer(version: int, response: Any) -> HeartbeatReply:
+            raise_for(response.error_code)
+            return HeartbeatReply(
+                bool(response.is_caught_up), bool(response.is_fenced), bool(response.should_shut_down)
+            )
+
+        def local() -> HeartbeatReply:
+            return self._local.broker_heartbeat(
+                self.node_id, epoch, offset, want_fence=False, want_shut_down=want_shut_down
+            )
+
+        reply = await self._client.call(
+            _API_HEARTBEAT,
+            fields,
+            local=local,
+            answer=answer,
+            timeout_s=self._session_s / 2 if timeout_s is None else timeout_s,
+        )
+        self.caught_up = reply.is_caught_up
+        if reply.is_fenced != self.fenced:
+            _log.info("broker %d is %s", self.node_id,
+                      "inactive (the controller fenced it)" if reply.is_fenced else "active")
+        self.fenced = reply.is_fenced
+        if self.fenced:
+            self._unfenced.clear()
+        else:
+            self._unfenced.set()
+        return reply
+
+    def poke(self) -> None:
+        """Send the next heartbeat now (the metadata moved: maybe this broker caught up)."""
+        self._heartbeat_now.set()
+
+    async def wait_unfenced(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._unfenced.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Heartbeat every interval (sooner while fenced, or when poked) until cancelled."""
+        while True:
+            interval = self._interval_s if not self.fenced else min(self._interval_s, 0.1)
+            try:
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+            except TimeoutError:
+                pass
+            self._heartbeat_now.clear()
+            if self._shutting_down:
+                return
+            try:
+                await self.heartbeat()
+            except StaleBrokerEpochError:
+                _log.warning("broker %d: the controller no longer knows broker epoch %d; "
+                             "registering again", self.node_id, self.broker_epoch)
+                await self._register_again()
+            except KafkaError as exc:
+                _log.warning("broker %d: heartbeat failed: %s", self.node_id, exc)
+
+    async def _register_again(self) -> None:
+        try:
+            await self.register(self._session_s)
+        except KafkaError as exc:
+            _log.warning("broker %d could not register again: %s", self.node_id, exc)
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move this broker's leaderships away; True once it says
+        the broker may stop (False: it did not within ``timeout_s``)."""
+        self._shutting_down = True
+        self._heartbeat_now.set()
+        if self.broker_epoch < 0:
+            return True
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                reply = await self.heartbeat(want_shut_down=True, timeout_s=left)
+                if reply.should_shut_down:
+                    return True
+            except KafkaError as exc:
+                _log.info("controlled shutdown of broker %d: %s", self.node_id, exc)
+                return False
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))

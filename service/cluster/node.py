@@ -1,0 +1,270 @@
+"""This broker as a member of the cluster: :class:`ClusterNode`.
+
+It owns the pieces that make a broker one of several sharing a bucket:
+
+* the broker's :class:`controller.ClusterController` (the controller role: it
+  competes for the lease on its own thread, ``ClusterController.start``) and the
+  :class:`controller.MetadataView` every broker reads, fed by the controller's
+  own commits and by a :class:`~service.cluster.metadata_poller.MetadataPoller`;
+* the peer channels (one connection per other broker) and the
+  :class:`~service.cluster.controller_client.ControllerClient` over them;
+* the :class:`~service.cluster.lifecycle.BrokerLifecycle` (registration and
+  heartbeats) and this data dir's ``meta.properties``;
+* forwarding: :meth:`ClusterNode.forward` relays an admin request a client sent
+  here to the active controller in an Envelope (58), and waits until this
+  broker's view holds what the controller committed before answering
+  (docs/adr/0016-inter-broker-protocol.md).
+
+Start-up (:meth:`join` then :meth:`register`) and shutdown
+(:meth:`leave`) are driven by :class:`service.broker.Broker`.
+
+Not thread-safe: coroutines on the event loop (the controller and the poller
+run threads of their own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import struct
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from controller.broker_config import BrokerConfig
+from controller.cluster_controller import ClusterController
+from controller.commit import Snapshot
+from controller.errors import NotControllerError
+from controller.metadata_view import MetadataView
+from controller.registrations import Endpoint
+from local_tier.errors import KafkaError
+from remote_tier.store import ObjectStore
+from service.cluster.channel import ChannelConfig, PeerChannels
+from service.cluster.controller_client import ControllerClient
+from service.cluster.identity import NodeIdentity
+from service.cluster.lifecycle import BrokerLifecycle
+from service.cluster.metadata_poller import MetadataPoller
+from service.cluster.wire import raise_for
+
+__all__ = ["ClusterNode", "answering_locally", "must_answer_locally"]
+
+_log = logging.getLogger("strata.cluster")
+_I32 = struct.Struct(">i")
+_API_ENVELOPE = 58
+
+_LOCAL_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("strata_local_only", default=False)
+
+
+@contextlib.contextmanager
+def answering_locally() -> Iterator[None]:
+    """Within: controller writes are not sent to another broker (forwarding failed; the
+    handler answers NOT_CONTROLLER itself)."""
+    token = _LOCAL_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _LOCAL_ONLY.reset(token)
+
+
+def must_answer_locally() -> bool:
+    return _LOCAL_ONLY.get()
+
+
+class ClusterNode:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        config: BrokerConfig,
+        data_dir: Path,
+        view: MetadataView,
+        versions: Mapping[int, int],
+        apply: Callable[[Snapshot], None],
+    ) -> None:
+        self.node_id = config.node_id
+        self._store = store
+        self._config = config
+        self._data_dir = data_dir
+        self.view = view
+        self._versions = dict(versions)
+        self._apply = apply
+        self.incarnation_id = uuid.uuid4()
+        self.controller: ClusterController | None = None
+        self.poller: MetadataPoller | None = None
+        self.lifecycle: BrokerLifecycle | None = None
+        self._lifecycle_task: asyncio.Task[None] | None = None
+        self._identity = NodeIdentity(self.node_id)
+        timeout_s = config.get_int("controller.socket.timeout.ms") / 1000
+        self.peers = PeerChannels(
+            ChannelConfig(client_id=f"strata-broker-{self.node_id}", request_timeout_s=timeout_s),
+            versions,
+            self._endpoint_of,
+        )
+        self.client: ControllerClient | None = None
+        self._timeout_s = timeout_s
+
+    # -- start-up -----------------------------------------------------------------------
+
+    async def join(self) -> ClusterController:
+        """Read this data dir's identity, start the controller role and the metadata poll."""
+        previous = NodeIdentity.read(self._data_dir)
+        if previous is not None:
+            previous.check(self.node_id, self._data_dir)
+            self._identity = previous
+        # the new incarnation is on disk before it may hold the lease; the broker epoch of
+        # the previous one stays until this one registers (a restart is recognised by it)
+        self._identity = NodeIdentity(
+            self.node_id,
+            self._identity.cluster_id,
+            self.incarnation_id,
+            self._identity.broker_epoch,
+        )
+        await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
+        controller = await asyncio.to_thread(
+            ClusterController,
+            self._store,
+            self._config,
+            incarnation_id=self.incarnation_id,
+            previous_incarnation_id=None if previous is None else previous.incarnation_id,
+        )
+        self._identity.check_cluster(controller.cluster_id, self._data_dir)
+        if self._identity.cluster_id is None:
+            self._identity = NodeIdentity(
+                self.node_id, controller.cluster_id, self.incarnation_id, self._identity.broker_epoch
+            )
+            await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
+        self.controller = controller
+        self.client = ControllerClient(self.node_id, controller, self.peers, timeout_s=self._timeout_s)
+        controller.add_snapshot_listener(self.view.offer)
+        self.view.offer(controller.snapshot)
+        self.poller = MetadataPoller(
+            self.view,
+            self._config.get_int("metadata.poll.interval.ms"),
+            self._apply,
+            asyncio.get_running_loop(),
+            name=f"strata-metadata-{self.node_id}",
+        )
+        controller.start()
+        self.poller.start()
+        return controller
+
+    async def register(self, listeners: tuple[Endpoint, ...], timeout_s: float) -> bool:
+        """Register, heartbeat until unfenced and this broker's view holds it; True when it
+        is ready to serve (False: the controller did not unfence it in time)."""
+        assert self.controller is not None and self.client is not None
+        self.lifecycle = BrokerLifecycle(
+            node_id=self.node_id,
+            cluster_id=self.controller.cluster_id,
+            incarnation_id=self.incarnation_id,
+            listeners=listeners,
+            rack=self._config.get("broker.rack") or None,
+            identity=self._identity,
+            data_dir=self._data_dir,
+            client=self.client,
+            local=self.controller,
+            metadata_revision=lambda: self.view.revision,
+            heartbeat_interval_ms=self._config.get_int("broker.heartbeat.interval.ms"),
+            session_timeout_ms=self._config.get_int("broker.session.timeout.ms"),
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        if listeners:
+            self.client.own_address = (listeners[0].host, listeners[0].port)
+        epoch = await self.lifecycle.register(timeout_s)
+        await asyncio.to_thread(self.view.poll_for_revision, epoch, max(0.1, deadline - loop.time()), 0.05)
+        self._lifecycle_task = asyncio.create_task(self.lifecycle.run(), name="broker-heartbeats")
+        self.lifecycle.poke()
+        if not await self.lifecycle.wait_unfenced(max(0.1, deadline - loop.time())):
+            return False
+        await asyncio.to_thread(self.view.refresh)
+        assert self.poller is not None
+        self.poller.apply_latest()
+        return True
+
+    def metadata_applied(self) -> None:
+        """The broker applied a snapshot: a fenced broker may now be caught up."""
+        if self.lifecycle is not None and self.lifecycle.fenced:
+            self.lifecycle.poke()
+
+    # -- the controller -----------------------------------------------------------------
+
+    @property
+    def is_active_controller(self) -> bool:
+        return self.controller is not None and self.controller.is_active
+
+    def controller_id(self) -> int:
+        if self.client is None:
+            return -1
+        return self.client.controller_id()
+
+    @property
+    def broker_epoch(self) -> int:
+        return -1 if self.lifecycle is None else self.lifecycle.broker_epoch
+
+    async def forward(self, frame: bytes, client_host: str) -> bytes | None:
+        """Relay a client's request frame (no size prefix) to the active controller in an
+        Envelope; the response frame (size-prefixed) once this broker's view holds what
+        the controller committed. None when this broker became the controller meanwhile
+        (the caller answers itself). Raises ``NotControllerError`` (no controller in
+        time) and the other retriable connection errors."""
+        assert self.client is not None
+        fields = {
+            "request_data": frame,
+            "request_principal": None,
+            "client_host_address": client_host.encode(),
+        }
+
+        def answer(version: int, response: Any) -> bytes | None:
+            raise_for(response.error_code)
+            data = response.response_data
+            if data is None:
+                raise NotControllerError("the controller answered an Envelope without a response")
+            return _I32.pack(len(data)) + bytes(data)
+
+        def local() -> bytes | None:
+            return None
+
+        result = await self.client.call(_API_ENVELOPE, fields, local=local, answer=answer)
+        if result is not None:
+            await asyncio.to_thread(self.view.refresh)
+        return result
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    async def leave(self, controlled: bool) -> None:
+        """Controlled shutdown (when asked and registered), stop heartbeats, hand the lease
+        back (a clean stop: another broker takes over at once), close connections."""
+        lifecycle = self.lifecycle
+        if controlled and lifecycle is not None and lifecycle.broker_epoch >= 0:
+            timeout = self._config.get_int("controlled.shutdown.timeout.ms") / 1000
+            try:
+                done = await lifecycle.controlled_shutdown(timeout)
+                if not done:
+                    _log.info("broker %d: controlled shutdown did not complete in %.1f s",
+                              self.node_id, timeout)
+            except KafkaError as exc:
+                _log.info("broker %d: controlled shutdown failed: %s", self.node_id, exc)
+        if self._lifecycle_task is not None:
+            self._lifecycle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lifecycle_task
+        if self.poller is not None:
+            await asyncio.to_thread(self.poller.close)
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.close, True)
+        await self.peers.close()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _endpoint_of(self, node_id: int) -> tuple[str, int] | None:
+        snapshot = self.view.snapshot()
+        if snapshot is None:
+            return None
+        registration = snapshot.metadata.brokers.get(node_id)
+        endpoint = None if registration is None else registration.endpoint()
+        return None if endpoint is None else (endpoint.host, endpoint.port)

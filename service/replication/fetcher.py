@@ -1,0 +1,412 @@
+"""Followers copying from leaders: :class:`ReplicaFetcher` and :class:`ReplicaFetcherManager`.
+
+Shaped as Kafka's ``AbstractFetcherManager`` / ``ReplicaFetcherThread``: one
+fetcher per source broker (``num.replica.fetchers`` = 1), an asyncio task that
+serves every partition this broker follows on that leader. Each partition goes
+through three states (``PartitionFetchState``):
+
+1. **bootstrapping** -- a new, empty replica of a tiered topic starts after what
+   the bucket holds: the log is started empty at the manifest's next offset
+   (KIP-405's follower from remote storage), so only the leader's untiered tail is
+   copied, never the history;
+2. **truncating** -- before fetching under a new leader epoch, the follower asks
+   the leader where its own last epoch ends (OffsetForLeaderEpoch, KIP-101/279)
+   and truncates its log there, so a diverging suffix of a deposed leader goes;
+3. **fetching** -- Fetch requests with this broker's ``replica_id`` from the log
+   end offset; the leader answers up to its log end and long-polls like for a
+   consumer (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``); the
+   batches are appended as they are (:meth:`local_tier.log.Log.append_as_follower`)
+   and the follower's high watermark follows the leader's.
+
+Errors: FENCED_LEADER_EPOCH parks the partition until the metadata names its
+new leadership (the replica manager then re-adds it); OFFSET_OUT_OF_RANGE and
+OFFSET_MOVED_TO_TIERED_STORAGE (the leader no longer holds the offset locally)
+bootstrap it again from the bucket; anything else -- NOT_LEADER_OR_FOLLOWER from a
+leader that has not applied the same metadata yet, UNKNOWN_LEADER_EPOCH, a failed
+request -- backs off ``replica.fetch.backoff.ms`` and tries again.
+
+What issue #17 adds on this: the ISR shrinking when a follower lags
+(``replica.lag.time.max.ms``), followers sending their broker epoch (Fetch v15
+``ReplicaState``), fetch sessions between brokers, and the follower's own
+leader-epoch/producer-state checks on append.
+
+Not thread-safe: the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from local_tier.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
+from service.cluster.channel import PeerChannels
+from service.cluster.wire import request_module
+from service.protocol import build
+from service.replication.partition import Partition
+
+__all__ = ["FetcherConfig", "PartitionFetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
+
+_log = logging.getLogger("strata.replication.fetcher")
+_API_FETCH = 1
+_API_OFFSET_FOR_LEADER_EPOCH = 23
+TopicPartition = tuple[str, int]
+# this follower's leader epoch is older than the leader's: the metadata will name a newer
+# leadership, and the replica manager adds the partition again then (Kafka's onPartitionFenced)
+_PARKING_ERRORS = {ErrorCode.fenced_leader_epoch}
+_RESTART_ERRORS = {ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage}
+_RETRY_QUIETLY = {  # the leader's metadata is behind or ahead of this broker's for a moment
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_topic_or_partition,
+}
+
+
+class State(enum.Enum):
+    BOOTSTRAPPING = "bootstrapping"
+    TRUNCATING = "truncating"
+    FETCHING = "fetching"
+    PARKED = "parked"  # waiting for the metadata to name a new leader
+
+
+@dataclass(slots=True)
+class PartitionFetchState:
+    """One followed partition in a fetcher (Kafka's ``PartitionFetchState``)."""
+
+    partition: Partition
+    leader_epoch: int
+    state: State
+    delayed_until: float = 0.0
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.partition.topic, self.partition.index)
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    node_id: int
+    max_wait_ms: int = 500  # replica.fetch.wait.max.ms
+    min_bytes: int = 1  # replica.fetch.min.bytes
+    max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
+    partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
+    backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    request_timeout_ms: int = 30_000
+
+
+class Bootstrap(Protocol):
+    """Where a new replica of a tiered topic starts: the offset after what the bucket
+    holds (None: nothing there, start at 0). Blocking work runs off the loop."""
+
+    def __call__(self, partition: Partition) -> Awaitable[int | None]: ...
+
+
+class ReplicaFetcher:
+    """Copies every partition it is given from one source broker (see module docstring)."""
+
+    def __init__(
+        self,
+        source_id: int,
+        config: FetcherConfig,
+        peers: PeerChannels,
+        bootstrap: Bootstrap,
+        on_appended: Callable[[Partition], None],
+    ) -> None:
+        self.source_id = source_id
+        self._config = config
+        self._peers = peers
+        self._bootstrap = bootstrap
+        self._on_appended = on_appended
+        self.partitions: dict[TopicPartition, PartitionFetchState] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.fetched_bytes = 0
+        self.fetch_requests = 0
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        log = partition.log
+        empty = log.log_end_offset == log.log_start_offset and not any(s.size for s in log.segments)
+        state = State.BOOTSTRAPPING if empty else State.TRUNCATING
+        self.partitions[key] = PartitionFetchState(partition, partition.leader_epoch, state)
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
+
+    def remove(self, keys: Iterable[TopicPartition]) -> None:
+        for key in keys:
+            self.partitions.pop(key, None)
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._do_work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad round must not end replication
+                _log.exception("replica fetcher for broker %d failed a round", self.source_id)
+                await asyncio.sleep(self._config.backoff_ms / 1000)
+
+    async def _do_work(self) -> None:
+        now = time.monotonic()
+        ready = [s for s in self.partitions.values() if s.delayed_until <= now and s.state is not State.PARKED]
+        if not ready:
+            self._wake.clear()
+            delays = [s.delayed_until - now for s in self.partitions.values()
+                      if s.state is not State.PARKED and s.delayed_until > now]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
+            return
+        for state in [s for s in ready if s.state is State.BOOTSTRAPPING]:
+            await self._start_from_bucket(state)
+        truncating = [s for s in ready if s.state is State.TRUNCATING]
+        if truncating:
+            await self._truncate(truncating)
+        fetching = [s for s in ready if s.state is State.FETCHING and s.key in self.partitions]
+        if fetching:
+            await self._fetch(fetching)
+
+    def _delay(self, states: Iterable[PartitionFetchState]) -> None:
+        until = time.monotonic() + self._config.backoff_ms / 1000
+        for state in states:
+            state.delayed_until = until
+
+    # -- bootstrapping --------------------------------------------------------------------
+
+    async def _start_from_bucket(self, state: PartitionFetchState) -> None:
+        partition = state.partition
+        try:
+            start = await self._bootstrap(partition)
+        except Exception as exc:  # noqa: BLE001 - retried after the backoff
+            _log.warning("%s: cannot read the bucket to start the replica: %s", partition.name, exc)
+            self._delay([state])
+            return
+        if state.key not in self.partitions:
+            return
+        log = partition.log
+        if start is not None and start > log.log_end_offset:
+            log.truncate_fully_and_start_at(start)
+            _log.info("%s: new replica starts at offset %d, after the tiered part", partition.name,
+                      start)
+        state.state = State.TRUNCATING
+
+    # -- truncation (KIP-101/279) --------------------------------------------------------------
+
+    async def _truncate(self, states: list[PartitionFetchState]) -> None:
+        need = [s for s in states if s.partition.log.leader_epoch_cache.latest_epoch >= 0]
+        for s in states:
+            if s not in need:
+                s.state = State.FETCHING  # an empty log has nothing to truncate
+        if not need:
+            return
+        try:
+            channel = self._peers.channel(self.source_id)
+            _, answer = await channel.request(
+                _API_OFFSET_FOR_LEADER_EPOCH,
+                lambda v: self._epoch_request(v, need),
+                timeout_s=self._config.request_timeout_ms / 1000,
+            )
+        except UnsupportedVersionError:  # a broker without OffsetForLeaderEpoch
+            for s in need:
+                s.state = State.FETCHING
+            return
+        except KafkaError as exc:
+            _log.info("OffsetForLeaderEpoch to broker %d failed: %s", self.source_id, exc)
+            self._delay(need)
+            return
+        by_key = {s.key: s for s in need}
+        for topic in answer.topics:
+            for p in topic.partitions:
+                state = by_key.get((topic.topic, int(p.partition)))
+                if state is None or state.key not in self.partitions:
+                    continue
+                code = ErrorCode(p.error_code)
+                if code != ErrorCode.none:
+                    self._on_error(state, code)
+                    continue
+                log = state.partition.log
+                end = int(p.end_offset)
+                if int(p.leader_epoch) >= 0 and end >= 0 and end < log.log_end_offset:
+                    # truncate to where the leader's copy of our last epoch ends
+                    log.truncate_to(end)
+                state.state = State.FETCHING
+
+    def _epoch_request(self, version: int, states: list[PartitionFetchState]) -> Any:
+        mod = request_module(_API_OFFSET_FOR_LEADER_EPOCH, version)
+        topics: dict[str, list[Any]] = {}
+        for s in states:
+            topics.setdefault(s.partition.topic, []).append(
+                build(
+                    mod.OffsetForLeaderPartition,
+                    partition=s.partition.index,
+                    current_leader_epoch=s.leader_epoch,
+                    leader_epoch=s.partition.log.leader_epoch_cache.latest_epoch,
+                )
+            )
+        return build(
+            mod.OffsetForLeaderEpochRequest,
+            replica_id=self._config.node_id,
+            topics=tuple(
+                build(mod.OffsetForLeaderTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+            ),
+        )
+
+    # -- fetching ---------------------------------------------------------------------------
+
+    async def _fetch(self, states: list[PartitionFetchState]) -> None:
+        config = self._config
+        try:
+            _, answer = await self._peers.request(
+                self.source_id,
+                _API_FETCH,
+                lambda v: self._fetch_request(v, states),
+                timeout_s=(config.max_wait_ms + config.request_timeout_ms) / 1000,
+            )
+        except KafkaError as exc:
+            _log.info("fetch from broker %d failed: %s", self.source_id, exc)
+            self._delay(states)
+            return
+        self.fetch_requests += 1
+        if int(answer.error_code) != 0:
+            self._delay(states)
+            return
+        by_key = {s.key: s for s in states}
+        for topic in answer.responses:
+            for p in topic.partitions:
+                state = by_key.get((topic.topic, int(p.partition_index)))
+                if state is None or self.partitions.get(state.key) is not state:
+                    continue  # removed while the fetch was in flight
+                self._process(state, p)
+
+    def _fetch_request(self, version: int, states: list[PartitionFetchState]) -> Any:
+        mod = request_module(_API_FETCH, version)
+        config = self._config
+        topics: dict[str, list[Any]] = {}
+        for s in states:
+            log = s.partition.log
+            topics.setdefault(s.partition.topic, []).append(
+                build(
+                    mod.FetchPartition,
+                    partition=s.partition.index,
+                    current_leader_epoch=s.leader_epoch,
+                    fetch_offset=log.log_end_offset,
+                    last_fetched_epoch=log.leader_epoch_cache.latest_epoch,
+                    log_start_offset=log.log_start_offset,
+                    partition_max_bytes=config.partition_max_bytes,
+                )
+            )
+        return build(
+            mod.FetchRequest,
+            replica_id=config.node_id,
+            max_wait=config.max_wait_ms,
+            min_bytes=config.min_bytes,
+            max_bytes=config.max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(build(mod.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+
+    def _process(self, state: PartitionFetchState, data: Any) -> None:
+        code = ErrorCode(data.error_code)
+        if code != ErrorCode.none:
+            self._on_error(state, code)
+            return
+        partition = state.partition
+        log = partition.log
+        records = data.records
+        if records:
+            try:
+                info = log.append_as_follower(bytes(records))
+            except OffsetOutOfRangeError as exc:
+                _log.warning("%s: %s; truncating again", partition.name, exc)
+                state.state = State.TRUNCATING
+                return
+            except KafkaError as exc:
+                _log.warning("%s: cannot append fetched records: %s", partition.name, exc)
+                self._delay([state])
+                return
+            if info is not None:
+                self.fetched_bytes += info.size
+        log.update_high_watermark(min(int(data.high_watermark), log.log_end_offset))
+        self._on_appended(partition)
+
+    def _on_error(self, state: PartitionFetchState, code: ErrorCode) -> None:
+        name = state.partition.name
+        if code in _PARKING_ERRORS:
+            _log.info("%s: broker %d answered %s; waiting for new metadata", name, self.source_id,
+                      code.name.upper())
+            state.state = State.PARKED
+        elif code in _RETRY_QUIETLY:
+            _log.debug("%s: broker %d answered %s; retrying", name, self.source_id, code.name.upper())
+            self._delay([state])
+        elif code in _RESTART_ERRORS:
+            _log.warning("%s: broker %d answered %s; starting the replica again from the bucket",
+                         name, self.source_id, code.name.upper())
+            state.state = State.BOOTSTRAPPING
+            state.partition.log.truncate_fully_and_start_at(state.partition.log.log_end_offset)
+        else:
+            _log.warning("%s: broker %d answered %s", name, self.source_id, code.name.upper())
+            self._delay([state])
+
+
+class ReplicaFetcherManager:
+    """One :class:`ReplicaFetcher` per leader this broker follows (Kafka's
+    ``ReplicaFetcherManager``); the replica manager adds and removes partitions."""
+
+    def __init__(
+        self,
+        config: FetcherConfig,
+        peers: PeerChannels,
+        bootstrap: Bootstrap,
+        on_appended: Callable[[Partition], None],
+    ) -> None:
+        self._config = config
+        self._peers = peers
+        self._bootstrap = bootstrap
+        self._on_appended = on_appended
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        self.remove([key])
+        fetcher = self.fetchers.get(partition.leader_id)
+        if fetcher is None:
+            fetcher = ReplicaFetcher(
+                partition.leader_id, self._config, self._peers, self._bootstrap, self._on_appended
+            )
+            self.fetchers[partition.leader_id] = fetcher
+        fetcher.add(partition)
+
+    def remove(self, keys: Iterable[TopicPartition]) -> None:
+        keys = list(keys)
+        for fetcher in self.fetchers.values():
+            fetcher.remove(keys)
+
+    def state(self, topic: str, index: int) -> PartitionFetchState | None:
+        for fetcher in self.fetchers.values():
+            found = fetcher.partitions.get((topic, index))
+            if found is not None:
+                return found
+        return None
+
+    async def close(self) -> None:
+        fetchers, self.fetchers = self.fetchers, {}
+        for fetcher in fetchers.values():
+            await fetcher.close()

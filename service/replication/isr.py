@@ -1,0 +1,171 @@
+"""ISR changes proposed by a leader, sent to the controller: :class:`AlterPartitionManager`.
+
+Kafka's ``AlterPartitionManager``: a leader that wants a replica added to (or,
+in issue #17, removed from) a partition's ISR submits the new ISR; the manager
+sends AlterPartition (56) to the active controller, at most one request in
+flight, with every partition submitted meanwhile in the next one. The
+partition counts the proposed ISR as its *maximal* ISR until the answer
+(:mod:`service.replication.partition`).
+
+Answers: the committed ISR and partition epoch are applied at once (the
+metadata follows within a poll); ``INVALID_UPDATE_VERSION`` and other errors
+drop the proposal -- the next follower
+fetch proposes again if it still holds; a request that fails outright is
+retried after a pause. ``NEW_LEADER_ELECTED`` (the change completed a
+reassignment that moved the leadership away) and ``FENCED_LEADER_EPOCH`` keep
+the proposal counted until the metadata arrives, so the deposed leader
+acknowledges nothing the new leader may not have.
+
+Not thread-safe: the event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from controller.registrations import LeaderRecoveryState
+from controller.replication_control import AlterPartitionResult, BrokerState, PartitionStateChange
+from local_tier.errors import ErrorCode, KafkaError
+from service.cluster.controller_client import ControllerClient
+from service.cluster.wire import raise_for, request_module
+from service.protocol import build
+from service.replication.partition import Partition
+
+__all__ = ["AlterPartitionManager"]
+
+_log = logging.getLogger("strata.replication.isr")
+_API_ALTER_PARTITION = 56
+_RETRY_S = 0.5
+
+
+class AlterPartitionManager:
+    """Batches ISR changes into AlterPartition requests (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        client: ControllerClient,
+        broker_epoch: Callable[[], int],
+        local_alter: Callable[[int, int, list[PartitionStateChange]], list[AlterPartitionResult]],
+    ) -> None:
+        self._node_id = node_id
+        self._client = client
+        self._broker_epoch = broker_epoch
+        self._local_alter = local_alter
+        self._pending: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+
+    def submit(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        self._pending[(partition.topic, partition.index)] = (partition, new_isr)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._send_all(), name="alter-partition")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def _send_all(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                results = await self._send(list(batch.values()))
+            except KafkaError as exc:
+                _log.warning("AlterPartition failed (%s); retrying", exc)
+                for key, item in batch.items():
+                    self._pending.setdefault(key, item)
+                await asyncio.sleep(_RETRY_S)
+                continue
+            self.sent += 1
+            for partition, _ in batch.values():
+                result = results.get(partition.topic_id, {}).get(partition.index)
+                self._apply(partition, result)
+
+    def _apply(self, partition: Partition, result: tuple[ErrorCode, Any] | None) -> None:
+        if result is None:
+            partition.pending_isr = None
+            return
+        code, fields = result
+        if code == ErrorCode.none and fields is not None:
+            isr, leader_epoch, partition_epoch = fields
+            partition.apply_isr(tuple(isr), leader_epoch, partition_epoch)
+            _log.info("%s: ISR is now %s (partition epoch %d)", partition.name, list(isr),
+                      partition_epoch)
+        elif code in (ErrorCode.new_leader_elected, ErrorCode.fenced_leader_epoch):
+            # the leadership moved (the change completed a reassignment, or another one
+            # did): keep counting the proposed ISR, so nothing more is acknowledged here
+            # that the new leader may lack, until the metadata says this broker no
+            # longer leads (Kafka keeps its pending state the same way)
+            _log.info("%s: ISR change answered %s; waiting for the new metadata",
+                      partition.name, code.name.upper())
+        else:
+            _log.info("%s: ISR change answered %s", partition.name, code.name.upper())
+            partition.pending_isr = None
+
+    async def _send(
+        self, items: list[tuple[Partition, tuple[int, ...]]]
+    ) -> dict[Any, dict[int, tuple[ErrorCode, Any]]]:
+        broker_epoch = self._broker_epoch()
+        changes = [
+            PartitionStateChange(
+                p.topic_id,
+                p.index,
+                p.leader_epoch,
+                tuple(BrokerState(r, -1) for r in isr),
+                p.partition_epoch,
+                LeaderRecoveryState.RECOVERED,
+            )
+            for p, isr in items
+        ]
+
+        def local() -> dict[Any, dict[int, tuple[ErrorCode, Any]]]:
+            out: dict[Any, dict[int, tuple[ErrorCode, Any]]] = {}
+            for r in self._local_alter(self._node_id, broker_epoch, changes):
+                reg = r.registration
+                fields = None if reg is None else (reg.isr, reg.leader_epoch, reg.partition_epoch)
+                code = ErrorCode.none if r.error is None else r.error.code
+                out.setdefault(r.topic_id, {})[r.partition] = (code, fields)
+            return out
+
+        def request(version: int) -> Any:
+            mod = request_module(_API_ALTER_PARTITION, version)
+            by_topic: dict[Any, list[Any]] = {}
+            for c in changes:
+                by_topic.setdefault(c.topic_id, []).append(
+                    build(
+                        mod.PartitionData,
+                        partition_index=c.partition,
+                        leader_epoch=c.leader_epoch,
+                        new_isr_with_epochs=tuple(
+                            build(mod.BrokerState, broker_id=s.broker_id, broker_epoch=s.broker_epoch)
+                            for s in c.new_isr
+                        ),
+                        leader_recovery_state=int(c.leader_recovery_state),
+                        partition_epoch=c.partition_epoch,
+                    )
+                )
+            return build(
+                mod.AlterPartitionRequest,
+                broker_id=self._node_id,
+                broker_epoch=broker_epoch,
+                topics=tuple(build(mod.TopicData, topic_id=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+            )
+
+        def answer(version: int, response: Any) -> dict[Any, dict[int, tuple[ErrorCode, Any]]]:
+            raise_for(response.error_code)
+            out: dict[Any, dict[int, tuple[ErrorCode, Any]]] = {}
+            for topic in response.topics:
+                for p in topic.partitions:
+                    code = ErrorCode(p.error_code)
+                    fields = (
+                        (tuple(int(r) for r in p.isr), int(p.leader_epoch), int(p.partition_epoch))
+                        if code == ErrorCode.none
+                        else None
+                    )
+                    out.setdefault(topic.topic_id, {})[int(p.partition_index)] = (code, fields)
+            return out
+
+        return await self._client.call(_API_ALTER_PARTITION, request, local=local, answer=answer)

@@ -1,0 +1,105 @@
+"""The leader's side of a follower's Fetch: :func:`read_for_follower`.
+
+A Fetch with ``replica_id`` >= 0 comes from a follower (Kafka's replica fetch):
+
+* each partition's fetch offset is the follower's log end offset: the replica
+  manager records it first (the high watermark may move, producers waiting for
+  ``acks=all`` wake, a caught-up replica may be proposed for the ISR);
+* records are read up to the leader's *log end offset*, not the high watermark
+  (a consumer's limit), from local segments only: an offset below the leader's
+  local log start answers ``OFFSET_MOVED_TO_TIERED_STORAGE`` (the follower starts
+  after what the bucket holds instead, KIP-405), never a read from the bucket;
+* like a consumer's, the fetch long-polls until ``min_bytes`` or ``max_wait``.
+
+The response is encoded by the same code as a consumer's (sendfile of file
+regions). Not thread-safe: the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from fetch.planner import PartitionData
+from fetch.waiter import AppendWaiters
+from local_tier.errors import ErrorCode, KafkaError
+from service.replication.replica_manager import ReplicaManager
+
+__all__ = ["LeaderHost", "read_for_follower"]
+
+
+class LeaderHost(Protocol):
+    """What the leader's side of a follower fetch needs of the broker."""
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def waiters(self) -> AppendWaiters: ...
+
+    @property
+    def fetch_max_bytes(self) -> int: ...
+
+
+async def read_for_follower(
+    broker: LeaderHost, request: Any, replica_id: int, max_wait_ms: int
+) -> list[PartitionData]:
+    """The partitions of a follower's Fetch (see the module docstring)."""
+    replicas = broker.replicas
+    wanted = [
+        (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes),
+         int(getattr(p, "current_leader_epoch", -1)))
+        for t in request.topics
+        for p in t.partitions
+    ]
+    errors: dict[tuple[str, int], KafkaError] = {}
+    for topic, index, offset, _, epoch in wanted:
+        try:
+            replicas.record_follower_fetch(topic, index, replica_id, offset, -1, epoch)
+        except KafkaError as exc:
+            errors[(topic, index)] = exc
+    max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
+
+    def read() -> tuple[list[PartitionData], int]:
+        out: list[PartitionData] = []
+        total = 0
+        for topic, index, offset, partition_max, epoch in wanted:
+            data = PartitionData(topic, index)
+            out.append(data)
+            error = errors.get((topic, index))
+            try:
+                if error is not None:
+                    raise error
+                log = replicas.get_partition(topic, index).check_leader(epoch)
+                data.high_watermark = log.high_watermark
+                data.last_stable_offset = log.high_watermark
+                data.log_start_offset = log.log_start_offset
+                if offset < log.log_start_offset and log.config.remote_storage_enable:
+                    data.error_code = ErrorCode.offset_moved_to_tiered_storage
+                    continue
+                budget = min(partition_max, max_bytes - total)
+                if budget <= 0 and total > 0:
+                    continue
+                info = log.read(offset, max(budget, 0), max_offset=log.log_end_offset,
+                                min_one_message=total == 0)
+            except KafkaError as exc:
+                data.error_code, data.error_message = exc.code, exc.message
+                continue
+            data.regions = list(info.regions)
+            data.size = info.size
+            total += info.size
+        return out, total
+
+    data, total = read()
+    min_bytes = int(request.min_bytes)
+    if not errors and total < min_bytes and max_wait_ms > 0:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait_ms / 1000
+        keys = [(w[0], w[1]) for w in wanted]
+        while True:
+            await broker.waiters.wait(keys, deadline - loop.time())
+            data, total = read()
+            failed = any(d.error_code != ErrorCode.none for d in data)
+            if failed or total >= min_bytes or loop.time() >= deadline:
+                break
+    return data

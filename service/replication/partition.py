@@ -1,0 +1,221 @@
+"""One partition this broker hosts, as leader or follower: :class:`Partition`.
+
+Kafka's ``Partition``: the local log plus what the metadata says of the
+partition (replicas, ISR, leader, leader epoch, partition epoch) and, while this
+broker leads it, what it knows of each follower (the offset it fetches from,
+i.e. its log end offset).
+
+* **Leader epoch checks** (:meth:`Partition.check_leader`): a request naming an
+  older leader epoch than the partition's gets ``FENCED_LEADER_EPOCH``, a newer
+  one ``UNKNOWN_LEADER_EPOCH``; a request that needs the leader reaching a
+  follower gets ``NOT_LEADER_OR_FOLLOWER`` (Kafka's ``getLocalLog``).
+* **Becoming leader** records ``(leader epoch, log end offset)`` in the
+  leader-epoch cache (so OffsetForLeaderEpoch answers for the new epoch at once)
+  and forgets what it knew of followers.
+* **High watermark**: the lowest log end offset in the *maximal* ISR -- the
+  committed ISR plus replicas this leader has asked the controller to add
+  (AlterPartition in flight), as Kafka's KIP-497 leader counts them, so a record
+  acknowledged with ``acks=all`` is on every replica that may become leader. With
+  the ISR just this broker (replication factor 1), it is the log end offset.
+* **ISR expansion** (:meth:`Partition.expansion_candidates`): a replica outside
+  the ISR whose log end offset has reached the high watermark and the start of
+  the current leader epoch. The ISR never shrinks here: that, the lag time and
+  ``min.insync.replicas`` are issue #17's.
+
+Not thread-safe: lives on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import uuid
+from dataclasses import dataclass
+
+from controller.errors import FencedLeaderEpochError
+from controller.registrations import NO_LEADER, PartitionRegistration
+from local_tier.errors import NotLeaderOrFollowerError, UnknownLeaderEpochError
+from local_tier.log import Log
+
+__all__ = ["FollowerState", "Partition", "Transition"]
+
+NO_EPOCH = -1
+_log = logging.getLogger("strata.replication")
+
+
+class Transition(enum.Enum):
+    """What applying a registration did to this broker's role for the partition."""
+
+    NONE = "none"
+    LEADER = "leader"  # became leader, or stays leader at a new leader epoch
+    FOLLOWER = "follower"  # became follower, or follows a new leader / leader epoch
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's ``Replica`` state)."""
+
+    log_end_offset: int = -1  # -1: has not fetched under this leadership yet
+    last_fetch_ms: int = 0
+    broker_epoch: int = -1
+
+
+class Partition:
+    """See the module docstring. ``local_id`` is this broker's node id."""
+
+    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, local_id: int) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log
+        self.local_id = local_id
+        self.leader_id = NO_LEADER
+        self.leader_epoch = NO_EPOCH
+        self.partition_epoch = NO_EPOCH
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()
+        self.adding: tuple[int, ...] = ()
+        self.removing: tuple[int, ...] = ()
+        self.followers: dict[int, FollowerState] = {}
+        self.pending_isr: tuple[int, ...] | None = None
+        self.leader_epoch_start_offset = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_id
+
+    def __repr__(self) -> str:
+        role = "leader" if self.is_leader else f"follower of {self.leader_id}"
+        return f"Partition({self.name}, {role}, epoch {self.leader_epoch}, isr {list(self.isr)})"
+
+    # -- metadata ---------------------------------------------------------------------
+
+    def update(self, reg: PartitionRegistration) -> Transition:
+        """Take the registration from the metadata; what changed for this broker."""
+        was_leader, old_leader, old_epoch = self.is_leader, self.leader_id, self.leader_epoch
+        if reg.partition_epoch < self.partition_epoch and reg.leader_epoch <= self.leader_epoch:
+            return Transition.NONE  # older than what an AlterPartition answer already gave
+        self.replicas, self.isr = reg.replicas, reg.isr
+        self.adding, self.removing = reg.adding_replicas, reg.removing_replicas
+        self.leader_id, self.leader_epoch = reg.leader, reg.leader_epoch
+        self.partition_epoch = reg.partition_epoch
+        if self.pending_isr is not None and (
+            set(self.pending_isr) <= set(reg.isr) or reg.leader_epoch != old_epoch
+        ):
+            self.pending_isr = None
+        if self.is_leader:
+            if was_leader and old_epoch == reg.leader_epoch:
+                self._keep_followers()
+                return Transition.NONE
+            self._become_leader()
+            return Transition.LEADER
+        self.followers.clear()
+        self.pending_isr = None
+        if not was_leader and old_leader == reg.leader and old_epoch == reg.leader_epoch:
+            return Transition.NONE
+        return Transition.FOLLOWER
+
+    def _become_leader(self) -> None:
+        log = self.log
+        self.leader_epoch_start_offset = log.log_end_offset
+        if self.leader_epoch > log.leader_epoch_cache.latest_epoch:
+            try:
+                log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
+            except OSError as exc:  # a full disk: the next append records the epoch
+                _log.warning("%s: cannot record leader epoch %d (%s)", self.name,
+                             self.leader_epoch, exc)
+        self.followers = {r: FollowerState() for r in self.replicas if r != self.local_id}
+        self.pending_isr = None
+        self.maybe_increment_high_watermark()
+
+    def _keep_followers(self) -> None:
+        kept = {r: self.followers.get(r, FollowerState()) for r in self.replicas if r != self.local_id}
+        self.followers = kept
+
+    def apply_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
+        """An AlterPartition answer: the ISR the controller committed."""
+        if leader_epoch != self.leader_epoch or partition_epoch < self.partition_epoch:
+            return
+        self.isr, self.partition_epoch = isr, partition_epoch
+        self.pending_isr = None
+
+    # -- requests ---------------------------------------------------------------------
+
+    def check_leader(self, current_leader_epoch: int = NO_EPOCH, require_leader: bool = True) -> Log:
+        """The log, if a request naming ``current_leader_epoch`` may use it (module docstring)."""
+        if current_leader_epoch != NO_EPOCH and current_leader_epoch != self.leader_epoch:
+            if current_leader_epoch < self.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{self.name}: the request's leader epoch {current_leader_epoch} is older "
+                    f"than the current {self.leader_epoch}"
+                )
+            raise UnknownLeaderEpochError(
+                f"{self.name}: the request's leader epoch {current_leader_epoch} is newer than "
+                f"the current {self.leader_epoch}"
+            )
+        if require_leader and not self.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"this broker ({self.local_id}) is not the leader of {self.name}; "
+                f"broker {self.leader_id} is"
+                if self.leader_id != NO_LEADER
+                else f"{self.name} has no leader right now"
+            )
+        return self.log
+
+    # -- the leader's view of its followers -------------------------------------------
+
+    def maximal_isr(self) -> set[int]:
+        return set(self.isr) | set(self.pending_isr or ())
+
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int, broker_epoch: int, now_ms: int
+    ) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end offset); True if the high
+        watermark moved. ``NotLeaderOrFollowerError`` for a broker that is no replica."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            raise NotLeaderOrFollowerError(
+                f"broker {replica_id} is not a replica of {self.name} (replicas {list(self.replicas)})"
+            )
+        state.log_end_offset = min(fetch_offset, self.log.log_end_offset)
+        state.last_fetch_ms = now_ms
+        state.broker_epoch = broker_epoch
+        return self.maybe_increment_high_watermark()
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Move the high watermark up to the lowest log end offset in the maximal ISR."""
+        if not self.is_leader:
+            return False
+        log = self.log
+        candidate = log.log_end_offset
+        if self.pending_isr is None and len(self.isr) <= 1:  # the ISR is this broker alone
+            if candidate > log.high_watermark:
+                log.update_high_watermark(candidate)
+                return True
+            return False
+        for replica in self.maximal_isr():
+            if replica == self.local_id:
+                continue
+            state = self.followers.get(replica)
+            candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        if candidate > log.high_watermark:
+            log.update_high_watermark(candidate)
+            return True
+        return False
+
+    def expansion_candidates(self) -> list[int]:
+        """Replicas outside the maximal ISR that caught up (module docstring)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return []
+        hw = self.log.high_watermark
+        out = []
+        for replica, state in self.followers.items():
+            if replica in self.isr:
+                continue
+            if state.log_end_offset >= hw and state.log_end_offset >= self.leader_epoch_start_offset:
+                out.append(replica)
+        return sorted(out)

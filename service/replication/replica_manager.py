@@ -1,0 +1,303 @@
+"""Every partition this broker hosts, kept in line with the cluster metadata: :class:`ReplicaManager`.
+
+Kafka's ``ReplicaManager`` (its ``applyDelta``): :meth:`ReplicaManager.apply`
+takes a metadata snapshot and reconciles the broker with it, so applying the
+same snapshot twice, or skipping one, ends in the same state:
+
+* a partition whose replicas include this broker gets its local log (created
+  empty when new) and becomes leader or follower as the registration says:
+  leaders stamp their leader epoch into every batch they append; followers are
+  handed to the :class:`~service.replication.fetcher.ReplicaFetcherManager`,
+  which copies from the leader;
+* a partition of a topic that no longer exists, or whose replicas no longer
+  include this broker (a reassignment moved it), is stopped and its local log
+  deleted ("stray" logs found at start-up go the same way);
+* listeners hear when this broker starts and stops leading a partition: the
+  group and transaction coordinators load and unload the state of their
+  internal topics' partitions, tiering starts and stops uploading.
+
+Each partition directory holds Kafka's ``partition.metadata`` file (the topic
+id), so a log left from a deleted topic is never taken for a new topic of the
+same name.
+
+Requests reach logs through :meth:`ReplicaManager.leader_log` (the leadership
+and leader-epoch checks of :meth:`Partition.check_leader`); followers' fetches
+through :meth:`ReplicaManager.record_follower_fetch`, which moves the high
+watermark and asks the controller (AlterPartition) to add caught-up replicas
+to the ISR.
+
+Not thread-safe: everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from controller.document import ClusterMetadata
+from controller.registrations import PartitionRegistration
+from fetch.waiter import AppendWaiters
+from local_tier.config import LogConfig
+from local_tier.errors import (
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from local_tier.log import Log
+from local_tier.manager import LogManager
+from service.replication.partition import Partition, Transition
+
+__all__ = [
+    "PARTITION_METADATA",
+    "LeadershipListener",
+    "ReplicaManager",
+    "read_topic_id",
+]
+
+_log = logging.getLogger("strata.replication")
+PARTITION_METADATA = "partition.metadata"
+TopicPartition = tuple[str, int]
+
+
+class LeadershipListener(Protocol):
+    """Hears this broker start and stop leading partitions (on the event loop)."""
+
+    def on_leader(self, partition: Partition) -> None: ...
+
+    def on_resign(self, topic: str, index: int, deleted: bool) -> None: ...
+
+
+class Followers(Protocol):
+    """The replica fetchers, as the replica manager drives them."""
+
+    def add(self, partition: Partition) -> None: ...
+
+    def remove(self, keys: Iterable[TopicPartition]) -> None: ...
+
+
+class IsrChanges(Protocol):
+    """Where proposed ISR changes go (AlterPartition to the controller)."""
+
+    def submit(self, partition: Partition, new_isr: tuple[int, ...]) -> None: ...
+
+
+def _encode_topic_id(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
+
+
+def read_topic_id(log_dir: Path) -> uuid.UUID | None:
+    """The topic id in a partition dir's ``partition.metadata`` (None: none or unreadable)."""
+    try:
+        text = (log_dir / PARTITION_METADATA).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            raw = value.strip()
+            try:
+                return uuid.UUID(bytes=base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+            except ValueError:
+                return None
+    return None
+
+
+def _write_topic_id(log_dir: Path, topic_id: uuid.UUID) -> None:
+    """Kafka's ``partition.metadata``: ``version: 0`` and the topic id (written once)."""
+    path = log_dir / PARTITION_METADATA
+    if read_topic_id(log_dir) == topic_id:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"version: 0\ntopic_id: {_encode_topic_id(topic_id)}\n")
+    tmp.replace(path)
+
+
+class ReplicaManager:
+    """The partitions of this broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        node_id: int,
+        logs: LogManager,
+        config_for: Callable[[str], LogConfig],
+        waiters: AppendWaiters,
+    ) -> None:
+        self.node_id = node_id
+        self._logs = logs
+        self._config_for = config_for
+        self._waiters = waiters
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.metadata: ClusterMetadata | None = None
+        self._listeners: list[LeadershipListener] = []
+        self.followers: Followers | None = None
+        self.isr_changes: IsrChanges | None = None
+        self.on_log_deleted: Callable[[str, int, uuid.UUID, bool], None] | None = None
+
+    def add_listener(self, listener: LeadershipListener) -> None:
+        self._listeners.append(listener)
+
+    # -- applying the metadata -------------------------------------------------------------
+
+    def apply(self, md: ClusterMetadata) -> None:
+        """Reconcile the hosted partitions with ``md`` (module docstring)."""
+        previous, self.metadata = self.metadata, md
+        wanted: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
+        for topic, index, reg in md.iter_partitions():
+            if self.node_id in reg.replicas:
+                wanted[(topic.name, index)] = (topic.topic_id, reg)
+        for key in [k for k in self.partitions if k not in wanted]:
+            partition = self.partitions[key]
+            info = md.topics.get(key[0])
+            deleted = info is None or info.topic_id != partition.topic_id
+            self._stop(key, deleted=deleted, reason="topic deleted" if deleted else "reassigned away")
+        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
+            if key in self.partitions:
+                continue
+            topic_id = read_topic_id(log.dir)
+            info = md.topics.get(key[0])
+            if key not in wanted or (topic_id is not None and info is not None
+                                     and topic_id != info.topic_id):
+                deleted = info is None or (topic_id is not None and topic_id != info.topic_id)
+                _log.warning("deleting local log %s: %s", log.name,
+                             "its topic no longer exists" if deleted else "not a replica here")
+                self._delete_log(key, topic_id, deleted)
+        if previous is not None:
+            for name, info in md.topics.items():
+                old = previous.topics.get(name)
+                if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
+                    self._logs.update_config(name, self._config_for(name))
+        became_followers: list[Partition] = []
+        for key, (topic_id, reg) in wanted.items():
+            found = self.partitions.get(key)
+            partition = self._open(key, topic_id) if found is None else found
+            transition = partition.update(reg)
+            if transition is Transition.LEADER:
+                _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
+                if self.followers is not None:
+                    self.followers.remove([key])
+                for listener in self._listeners:
+                    listener.on_leader(partition)
+                self._waiters.notify(*key)
+            elif transition is Transition.FOLLOWER:
+                _log.debug("%s: follower of broker %d at epoch %d", partition.name,
+                          partition.leader_id, partition.leader_epoch)
+                for listener in self._listeners:
+                    listener.on_resign(key[0], key[1], False)
+                self._waiters.notify(*key)
+                became_followers.append(partition)
+            if partition.is_leader:
+                self._maybe_expand_isr(partition)
+        if self.followers is not None:
+            for partition in became_followers:
+                if partition.leader_id >= 0 and md.is_active(partition.leader_id):
+                    self.followers.add(partition)
+                else:
+                    self.followers.remove([(partition.topic, partition.index)])
+
+    def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition:
+        log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
+        _write_topic_id(log.dir, topic_id)
+        partition = Partition(key[0], key[1], topic_id, log, self.node_id)
+        self.partitions[key] = partition
+        return partition
+
+    def _stop(self, key: TopicPartition, *, deleted: bool, reason: str) -> None:
+        partition = self.partitions.pop(key)
+        _log.info("%s: stops (%s); deleting its local log", partition.name, reason)
+        if self.followers is not None:
+            self.followers.remove([key])
+        for listener in self._listeners:
+            listener.on_resign(key[0], key[1], deleted)
+        self._delete_log(key, partition.topic_id, deleted, was_leader=partition.is_leader)
+        self._waiters.notify(*key)
+
+    def _delete_log(
+        self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool, was_leader: bool = False
+    ) -> None:
+        self._logs.delete_log(*key)
+        if self.on_log_deleted is not None and topic_id is not None:
+            self.on_log_deleted(key[0], key[1], topic_id, deleted and was_leader)
+
+    def shutdown(self) -> None:
+        if self.followers is not None:
+            self.followers.remove(list(self.partitions))
+
+    async def close(self) -> None:
+        """Stop the fetchers' and the ISR manager's tasks."""
+        for part in (self.followers, self.isr_changes):
+            closer = getattr(part, "close", None)
+            if closer is not None:
+                await closer()
+
+    # -- reads for requests ---------------------------------------------------------------------
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def get_partition(self, topic: str, index: int) -> Partition:
+        """The hosted partition; ``NOT_LEADER_OR_FOLLOWER`` when the metadata has it
+        elsewhere, ``UNKNOWN_TOPIC_OR_PARTITION`` when it does not exist at all."""
+        partition = self.partitions.get((topic, index))
+        if partition is not None:
+            return partition
+        md = self.metadata
+        info = md.topics.get(topic) if md is not None else None
+        if info is not None and 0 <= index < info.partitions:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.node_id} does not host partition {index} of topic {topic!r}"
+            )
+        raise UnknownTopicOrPartitionError(
+            f"this server does not host partition {index} of topic {topic!r}"
+        )
+
+    def leader_log(self, topic: str, index: int, current_leader_epoch: int = -1) -> Log:
+        """The log of a partition this broker leads (leader epoch checked); see module docstring."""
+        return self.get_partition(topic, index).check_leader(current_leader_epoch)
+
+    def leader_epoch(self, topic: str, index: int) -> int:
+        partition = self.partitions.get((topic, index))
+        return partition.leader_epoch if partition is not None else -1
+
+    def led(self) -> list[Partition]:
+        return [p for p in self.partitions.values() if p.is_leader]
+
+    # -- the leader side of replication ---------------------------------------------------------
+
+    def after_append(self, partition: Partition) -> None:
+        """A leader appended: move the high watermark and wake fetches (followers' too)."""
+        partition.maybe_increment_high_watermark()
+        self._waiters.notify(partition.topic, partition.index)
+
+    def after_follower_append(self, partition: Partition) -> None:
+        """A follower appended what it fetched (its high watermark may have moved)."""
+        self._waiters.notify(partition.topic, partition.index)
+
+    def record_follower_fetch(
+        self, topic: str, index: int, replica_id: int, fetch_offset: int, broker_epoch: int,
+        current_leader_epoch: int,
+    ) -> Partition:
+        """A follower's fetch reached this leader: note its position, move the high
+        watermark (waking producers waiting for acks=all), maybe widen the ISR."""
+        partition = self.get_partition(topic, index)
+        partition.check_leader(current_leader_epoch)
+        now = int(time.time() * 1000)
+        if partition.record_follower_fetch(replica_id, fetch_offset, broker_epoch, now):
+            self._waiters.notify(topic, index)
+        self._maybe_expand_isr(partition)
+        return partition
+
+    def _maybe_expand_isr(self, partition: Partition) -> None:
+        if self.isr_changes is None:
+            return
+        candidates = partition.expansion_candidates()
+        if candidates:
+            new_isr = tuple(sorted(set(partition.isr) | set(candidates), key=partition.replicas.index))
+            partition.pending_isr = new_isr
+            partition.maybe_increment_high_watermark()
+            _log.info("%s: asking to add %s to the ISR %s", partition.name, candidates,
+                      list(partition.isr))
+            self.isr_changes.submit(partition, new_isr)

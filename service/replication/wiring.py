@@ -1,0 +1,106 @@
+"""Plugging the replica manager into the rest of the broker: :func:`wire_replication`.
+
+* followers: a :class:`~service.replication.fetcher.ReplicaFetcherManager` over
+  the cluster's peer channels, starting new replicas of tiered topics after
+  what the bucket holds (the tiering service reads the manifest);
+* ISR changes: an :class:`~service.replication.isr.AlterPartitionManager` over
+  the controller client (this broker's own controller when it is active);
+* leadership listeners: the group coordinator loads and unloads the
+  ``__consumer_offsets`` partitions this broker leads, the transaction
+  coordinator the ``__transaction_state`` ones, tiering starts and stops
+  uploading;
+* deleted logs: a deleted topic's remote data is removed by the broker that led
+  the partition.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable
+from typing import Any, Protocol
+
+from controller.broker_config import BrokerConfig
+from service.cluster.node import ClusterNode
+from service.groups import GroupCoordinator
+from service.groups.runtime import OffsetsHost, OffsetsLeadership
+from service.replication.fetcher import FetcherConfig, ReplicaFetcherManager
+from service.replication.isr import AlterPartitionManager
+from service.replication.partition import Partition
+from service.replication.replica_manager import ReplicaManager
+from service.tiering import TieringService
+from service.transactions import TransactionCoordinator
+from service.transactions.runtime import TxnLeadership
+
+__all__ = ["GroupLeadership", "ReplicationHost", "wire_replication"]
+
+
+class ReplicationHost(OffsetsHost, Protocol):
+    """What the wiring needs of the broker (:class:`service.broker.Broker` has it)."""
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def tiering(self) -> TieringService: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def transactions(self) -> TransactionCoordinator: ...
+
+    def restore_reserve(self) -> None: ...
+
+    def spawn(self, coro: Awaitable[Any]) -> None: ...
+
+
+class GroupLeadership:
+    """The group coordinator follows the leadership of ``__consumer_offsets``'s partitions."""
+
+    def __init__(self, broker: ReplicationHost) -> None:
+        self._offsets = OffsetsLeadership(broker, broker.groups)
+
+    def on_leader(self, partition: Partition) -> None:
+        self._offsets.on_leader(partition.topic, partition.index)
+
+    def on_resign(self, topic: str, index: int, deleted: bool) -> None:
+        self._offsets.on_resign(topic, index)
+
+
+def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
+    """See the module docstring."""
+    config = broker.config
+    replicas = broker.replicas
+    fetcher_config = FetcherConfig(
+        node_id=broker.node_id,
+        max_wait_ms=config.get_int("replica.fetch.wait.max.ms"),
+        min_bytes=config.get_int("replica.fetch.min.bytes"),
+        max_bytes=config.get_int("replica.fetch.response.max.bytes"),
+        partition_max_bytes=config.get_int("replica.fetch.max.bytes"),
+        backoff_ms=config.get_int("replica.fetch.backoff.ms"),
+        request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
+    )
+    replicas.followers = ReplicaFetcherManager(
+        fetcher_config, cluster.peers, broker.tiering.bootstrap_replica, replicas.after_follower_append
+    )
+    controller = cluster.controller
+    assert controller is not None and cluster.client is not None
+    replicas.isr_changes = AlterPartitionManager(
+        broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition
+    )
+    replicas.add_listener(GroupLeadership(broker))
+    replicas.add_listener(TxnLeadership(broker.transactions))
+    replicas.add_listener(broker.tiering)
+
+    def log_deleted(topic: str, index: int, topic_id: uuid.UUID, delete_remote: bool) -> None:
+        broker.restore_reserve()
+        if delete_remote and broker.tiering.enabled:
+            broker.spawn(broker.tiering.delete_partition(topic, topic_id, index))
+
+    replicas.on_log_deleted = log_deleted
