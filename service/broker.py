@@ -13,8 +13,7 @@ lease and leads every partition.
 * Writes (topics, configs) go to the active controller: this broker's own
   :class:`controller.ClusterController` when it holds the lease, else over the
   wire (:mod:`service.cluster.node`).
-* Appends go to partitions this broker leads, stamped with the partition's
-  leader epoch from the metadata.
+* Appends go to partitions this broker leads, stamped with their leader epoch.
 
 Not thread-safe: everything runs on the event loop thread (the controller, the
 metadata poll and blocking object store calls run on threads of their own).

@@ -70,8 +70,9 @@ def producer(bootstrap: str, **overrides: Any) -> Producer:
 
 
 def produce_values(bootstrap: str, topic: str, values: Iterable[bytes], partition: int = 0,
-                   **overrides: Any) -> list[int]:
-    """Produce to one partition, wait for every ack; the offsets, in produce order."""
+                   key: bytes | None = None, **overrides: Any) -> list[int]:
+    """Produce to one partition (every record with ``key``: compacted topics refuse keyless
+    records), wait for every ack; the offsets, in produce order."""
     p = producer(bootstrap, **overrides)
     results: list[Any] = []
 
@@ -82,7 +83,7 @@ def produce_values(bootstrap: str, topic: str, values: Iterable[bytes], partitio
     for value in values:
         while True:
             try:
-                p.produce(topic, value=value, partition=partition, on_delivery=on_delivery)
+                p.produce(topic, key=key, value=value, partition=partition, on_delivery=on_delivery)
                 break
             except BufferError:
                 p.poll(0.1)

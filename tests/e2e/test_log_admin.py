@@ -107,7 +107,7 @@ def test_delete_records_on_a_compacted_topic_is_a_policy_violation(broker: Any) 
     topic = helpers.topic_name("compacted")
     helpers.create_topic(broker.bootstrap, topic,
                          config={"cleanup.policy": "compact", "remote.storage.enable": "false"})
-    helpers.produce_values(broker.bootstrap, topic, [b"x"] * 3)
+    helpers.produce_values(broker.bootstrap, topic, [b"x"] * 3, key=b"k")
     with pytest.raises(KafkaException) as refused:
         _delete_records(broker.bootstrap, topic, 2)
     assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
