@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local_tier.cleaning.cleaner import CleanerIO, CleaningAborted
-from local_tier.cleaning.manager import CleanerConfig, Throttler, pause_for_tests
+from local_tier.cleaning.manager import CleanerConfig, LogCleanerProgress, Throttler, pause_for_tests
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.view import LogCleaningView
 from remote_tier.compaction import RemoteCompactionTask, compact_remote, expire_replaced
@@ -48,18 +48,12 @@ log = logging.getLogger("strata.remote_cleaner")
 
 
 @dataclass(slots=True)
-class RemoteCleanerProgress:
-    cleaner_offset: int | None = None
-    dirty_ratio: float = 0.0
-    dirty_bytes: int = 0
-    state: str = "idle"  # idle | cleaning | failing
-    passes: int = 0
-    last_run_ms: int = 0
-    last_duration_ms: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
+class RemoteCleanerProgress(LogCleanerProgress):
+    """The local cleaner's progress, of the bucket's part: ``checkpoint`` is the manifest's
+    cleaner offset, ``cleanable_bytes`` the dirty bytes across both tiers; ``state`` may also be
+    "failing" (retried at the next round)."""
+
     replaced_objects_deleted: int = 0
-    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +177,8 @@ class RemoteCleaner:
                 self._busy.discard(key)
         view = local.cleaning_view()
         section = remote_dirty_section(manifest, view, now)
-        progress.cleaner_offset = manifest.cleaner_offset
-        progress.dirty_ratio, progress.dirty_bytes = section.dirty_ratio, section.dirty_bytes
+        progress.checkpoint = manifest.cleaner_offset
+        progress.dirty_ratio, progress.cleanable_bytes = section.dirty_ratio, section.dirty_bytes
         max_lag = max(view.config.max_compaction_lag_ms, 0)
         due = section.dirty_ratio > view.config.min_cleanable_dirty_ratio or (
             section.dirty_bytes > 0 and max_lag < 2**62 and section.oldest_dirty_ms < now - max_lag
@@ -220,7 +214,7 @@ class RemoteCleaner:
         progress.last_run_ms, progress.last_duration_ms = now, int((time.monotonic() - started) * 1000)
         progress.bytes_read += outcome.bytes_read
         progress.bytes_written += outcome.bytes_written
-        progress.cleaner_offset = outcome.manifest.cleaner_offset if outcome.manifest else None
+        progress.checkpoint = outcome.manifest.cleaner_offset if outcome.manifest else None
         log.info("compacted %s-%d in the bucket: %d group(s) up to offset %d, %.1f MB read, %.1f MB written",
                  topic, partition, outcome.groups, outcome.end_offset, outcome.bytes_read / 1e6,
                  outcome.bytes_written / 1e6)

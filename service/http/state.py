@@ -84,14 +84,13 @@ def cleaner_state(broker: PartitionsView, topic: str, partition: int) -> dict[st
     topic the remote cleaner's (it compacts the bucket); None until a cleaner looked at it."""
     remote = getattr(broker, "remote_cleaner", None)
     if remote is not None and remote.enabled and (topic, partition) in remote.progress:
-        r = remote.progress[(topic, partition)]
-        return {"tier": "remote", "dirty_ratio": round(r.dirty_ratio, 4), "cleaned_up_to": r.cleaner_offset,
-                "state": r.state, "passes": r.passes, "error": r.error}
-    cleaner = broker.logs.cleaner
-    found = cleaner.progress(topic, partition) if cleaner is not None else None
+        tier, found = "remote", remote.progress[(topic, partition)]
+    else:
+        cleaner = broker.logs.cleaner
+        tier, found = "local", cleaner.progress(topic, partition) if cleaner is not None else None
     if found is None:
         return None
-    return {"tier": "local", "dirty_ratio": round(found.dirty_ratio, 4), "cleaned_up_to": found.checkpoint,
+    return {"tier": tier, "dirty_ratio": round(found.dirty_ratio, 4), "cleaned_up_to": found.checkpoint,
             "state": found.state, "passes": found.passes, "error": found.error}
 
 
