@@ -64,7 +64,7 @@ class LoopOwner:
                 return
             try:
                 future.set_result(fn())
-            except BaseException as exc:  # handed to the waiting thread
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 future.set_exception(exc)
 
         try:

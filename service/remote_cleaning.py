@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local_tier.cleaning.cleaner import CleanerIO, CleaningAborted
-from local_tier.cleaning.manager import CleanerConfig, LogCleanerProgress, Throttler, pause_for_tests
+from local_tier.cleaning.manager import (
+    CleanerConfig,
+    LogCleanerProgress,
+    Throttler,
+    pause_for_tests,
+)
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.view import LogCleaningView
 from remote_tier.compaction import RemoteCompactionTask, compact_remote, expire_replaced

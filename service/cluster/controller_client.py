@@ -63,11 +63,15 @@ class ControllerClient:
         peers: PeerChannels,
         *,
         timeout_s: float = 30.0,
+        refresh_metadata: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._node_id = node_id
         self._local = local
         self._peers = peers
         self._timeout_s = timeout_s
+        #: read the store's metadata now: the controller's endpoint (or the controller
+        #: itself) may be newer than this broker's last poll
+        self._refresh_metadata = refresh_metadata
         #: this broker's own (host, port), set once it registers
         self.own_address: tuple[str, int] | None = None
 
@@ -107,6 +111,8 @@ class ControllerClient:
                 _log.warning("no controller answered api %d in time: %s", api_key, last)
                 raise last
             await asyncio.sleep(min(_RETRY_PAUSE_S, left))
+            if self._refresh_metadata is not None and not isinstance(last, RequestTimedOutError):
+                await self._refresh_metadata()
 
     async def _attempt(
         self,

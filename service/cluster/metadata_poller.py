@@ -10,8 +10,12 @@ coalesced: applying is idempotent, it reconciles the broker with the snapshot).
 
 So a change committed by the controller reaches every broker within one poll
 interval plus a GET (500 ms by default), and the controller's own broker at once.
+A request that would otherwise be answered "unknown" (a topic created a moment ago
+through another broker) calls :meth:`MetadataPoller.refresh` first: one read of the
+store, shared by every request waiting at that moment, at most one every
+:data:`MIN_REFRESH_INTERVAL_S`, so clients never act on a view older than that.
 
-Thread-safety: :meth:`MetadataPoller.start` and :meth:`close` from the loop;
+Thread-safety: :meth:`MetadataPoller.start`, :meth:`refresh` and :meth:`close` from the loop;
 the poll runs on its own daemon thread; ``apply`` always on the loop.
 """
 
@@ -20,12 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from controller.commit import Snapshot
 from controller.metadata_view import MetadataView
 
-__all__ = ["MetadataPoller"]
+__all__ = ["MIN_REFRESH_INTERVAL_S", "MetadataPoller"]
+
+#: a read-through :meth:`MetadataPoller.refresh` starts at most this often (a client
+#: asking again and again for a topic that does not exist costs one HEAD per interval)
+MIN_REFRESH_INTERVAL_S = 0.05
 
 _log = logging.getLogger("strata.cluster.metadata")
 
@@ -52,6 +61,10 @@ class MetadataPoller:
         self._scheduled = False
         self._lock = threading.Lock()
         self.applied_revision = -1
+        #: the read-through refresh callers wait for that has not started yet, and whether one runs
+        self._next_refresh: asyncio.Future[None] | None = None
+        self._refreshing = False
+        self._last_refresh_start = float("-inf")
         view.add_snapshot_listener(self._installed)
 
     def start(self) -> None:
@@ -62,6 +75,37 @@ class MetadataPoller:
     def poll_now(self) -> None:
         """Refresh at once instead of at the next interval."""
         self._wake.set()
+
+    async def refresh(self) -> None:
+        """Read the store's newest metadata and apply it, before returning.
+
+        The read starts after this call (unless one started less than
+        :data:`MIN_REFRESH_INTERVAL_S` ago), so a change the controller committed
+        before the call is applied when it returns; callers arriving while a read is
+        in flight share the next one. A failed read is logged, not raised: the caller
+        answers from the view it has.
+        """
+        if self._next_refresh is None:
+            self._next_refresh = self._loop.create_future()
+            if not self._refreshing:
+                self._refreshing = True
+                self._loop.create_task(self._refresh_rounds(), name=f"{self._name}-refresh")
+        await asyncio.shield(self._next_refresh)
+
+    async def _refresh_rounds(self) -> None:
+        try:
+            while self._next_refresh is not None:
+                waiting, self._next_refresh = self._next_refresh, None
+                if time.monotonic() - self._last_refresh_start >= MIN_REFRESH_INTERVAL_S:
+                    self._last_refresh_start = time.monotonic()
+                    try:
+                        await asyncio.to_thread(self._view.refresh)
+                    except Exception as exc:  # noqa: BLE001 - answered from the view it has
+                        _log.warning("cannot read the cluster metadata: %s", exc)
+                    self._apply_latest()
+                waiting.set_result(None)
+        finally:
+            self._refreshing = False
 
     def close(self) -> None:
         self._stop.set()

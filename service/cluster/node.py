@@ -139,7 +139,10 @@ class ClusterNode:
             )
             await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
         self.controller = controller
-        self.client = ControllerClient(self.node_id, controller, self.peers, timeout_s=self._timeout_s)
+        self.client = ControllerClient(
+            self.node_id, controller, self.peers, timeout_s=self._timeout_s,
+            refresh_metadata=self.refresh_metadata,
+        )
         controller.add_snapshot_listener(self.view.offer)
         self.view.offer(controller.snapshot)
         self.poller = MetadataPoller(
@@ -185,6 +188,12 @@ class ClusterNode:
         assert self.poller is not None
         self.poller.apply_latest()
         return True
+
+    async def refresh_metadata(self) -> None:
+        """Apply the store's newest metadata now, before answering "unknown" (a topic
+        created a moment ago through another broker): :meth:`MetadataPoller.refresh`."""
+        if self.poller is not None:
+            await self.poller.refresh()
 
     def metadata_applied(self) -> None:
         """The broker applied a snapshot: a fenced broker may now be caught up."""

@@ -6,6 +6,11 @@ leader epoch, replicas, ISR and the replicas whose broker is down. The
 ``controller_id`` is the answering broker itself (DescribeCluster names the
 active controller).
 
+A topic this broker does not know is looked up again after a read of the stored
+metadata (:meth:`~service.cluster.metadata_poller.MetadataPoller.refresh`): a topic
+created through another broker a moment ago is not answered "unknown", which would
+make a consumer group's leader assign nothing until its next metadata refresh.
+
 Topics are looked up by id whenever the request carries a non-zero topic id (v12+;
 the names of that request are then ignored, as in Kafka), else by name. Unknown
 topics named in the request are created here (through the controller) when it
@@ -145,11 +150,17 @@ async def _resolve(
             raise InvalidRequestError(f"topic ids are not supported in Metadata v{ctx.version}")
         info = controller.topic_by_id(topic_id)
         if info is None:
+            await _refresh(ctx)
+            info = controller.topic_by_id(topic_id)
+        if info is None:
             raise UnknownTopicIdError(f"unknown topic id {topic_id}")
         return info
     if name is None:
         raise InvalidRequestError("a topic needs a name or a topic id")
     info = controller.topic(name)
+    if info is None:
+        await _refresh(ctx)
+        info = controller.topic(name)
     if info is not None:
         return info
     if allow_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
@@ -161,6 +172,13 @@ async def _resolve(
                 return info
             raise LeaderNotAvailableError(f"topic {name!r} is being created") from None
     raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+
+
+async def _refresh(ctx: RequestContext) -> None:
+    """The store's newest metadata applied: a topic created a moment ago through another
+    broker is found (see the module docstring)."""
+    if ctx.broker.cluster is not None:
+        await ctx.broker.cluster.refresh_metadata()
 
 
 def _topic_ops(ctx: RequestContext, wanted: bool, name: str | None) -> int:

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -493,8 +494,10 @@ def test_the_active_controller_killed_hands_over_within_the_lease(start_cluster:
 
     cluster.restart(old)  # rejoins as a plain broker
     assert cluster.controller_id() == new
-    # its partition is back, at a new leader epoch: the old one is fenced (FENCED_LEADER_EPOCH)
-    assert _leaders(bootstrap, "before")[led_by_old] == old
+    # its partition is back (once the metadata naming it leader reaches the answering broker),
+    # at a new leader epoch: the old one is fenced (FENCED_LEADER_EPOCH)
+    cluster.wait_for(f"broker {old} leading its partition again",
+                     lambda: _leaders(bootstrap, "before")[led_by_old] == old)
     assert _partition_epoch(cluster, "before", led_by_old) > epoch_before
     assert _list_offsets_partition(cluster.brokers[old], "before", led_by_old, epoch_before) == 74
     assert {_controller_named(b) for b in cluster.brokers.values()} == {new}
@@ -510,6 +513,31 @@ def test_the_active_controller_killed_hands_over_within_the_lease(start_cluster:
     with pytest.raises(ControllerFencedError):
         committer.commit(snapshot, stale, controller_epoch=old_epoch, controller_id=old)
     assert "after" in _admin(bootstrap).list_topics(timeout=TIMEOUT_S).topics
+
+
+def test_a_topic_created_through_one_broker_is_known_at_once_to_the_others(
+    start_cluster: Any,
+) -> None:
+    """No broker answers "unknown" for a topic committed before the request, though its
+    poll of the metadata has not come round: a consumer group's leader that heard
+    "unknown" from the coordinator would assign nothing until its next metadata refresh
+    (minutes). The polls are made to never come round here."""
+    cluster = start_cluster(3, sets={"metadata.poll.interval.ms": "600000"})
+    controller = cluster.controller_id()
+    via, asked = (n for n in cluster.brokers if n != controller)
+    _create(cluster.brokers[via].bootstrap, NewTopic("fresh", num_partitions=2, replication_factor=1))
+
+    def metadata(version: int) -> Any:
+        mod = request_module(3, version)
+        wanted = build(mod.MetadataRequestTopic, topic_id=uuid.UUID(int=0), name="fresh")
+        return build(mod.MetadataRequest, topics=(wanted,), allow_auto_topic_creation=False,
+                     include_cluster_authorized_operations=False,
+                     include_topic_authorized_operations=False)
+
+    answer = _raw(cluster.brokers[asked], 3, metadata).topics[0]
+    assert (answer.name, int(answer.error_code)) == ("fresh", 0)
+    assert sorted(p.partition_index for p in answer.partitions) == [0, 1]
+    assert all(p.leader_id in cluster.brokers for p in answer.partitions)
 
 
 def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_killed(
@@ -538,7 +566,8 @@ def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_k
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe(["work"])
     first: list[tuple[int, int]] = []
-    while len(first) < 100:
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(first) < 100 and time.monotonic() < deadline:
         msg = consumer.poll(0.5)
         if msg is not None and msg.error() is None:
             first.append((msg.partition(), msg.offset()))

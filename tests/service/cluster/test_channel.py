@@ -84,7 +84,7 @@ def test_pipelined_answers_are_matched_by_correlation_id() -> None:
         # one connection: the slow answer is overtaken by the fast one
         first = asyncio.ensure_future(describe(ch))
         await asyncio.sleep(0.05)
-        ch._config = ChannelConfig("x-0", backoff_s=0.01)  # noqa: SLF001 - next request's client id
+        ch._config = ChannelConfig("x-0", backoff_s=0.01)
         second = await describe(ch)
         assert second == "after-0.0" and not first.done()
         assert await first == "after-0.3"
@@ -102,7 +102,7 @@ def test_a_request_timeout_drops_the_connection_and_the_next_request_reconnects(
         with pytest.raises(RequestTimedOutError):
             await describe(ch, timeout_s=0.2)
         assert not ch.connected
-        ch._config = ChannelConfig("x-0", backoff_s=0.01)  # noqa: SLF001
+        ch._config = ChannelConfig("x-0", backoff_s=0.01)
         assert await describe(ch) == "after-0.0"
         assert fake.connections == 2
         await ch.close()

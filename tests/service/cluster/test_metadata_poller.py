@@ -1,0 +1,84 @@
+"""MetadataPoller.refresh: a read of the store that starts after the call, shared by
+the callers waiting at that moment, and at most one per MIN_REFRESH_INTERVAL_S."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from service.cluster import metadata_poller
+from service.cluster.metadata_poller import MetadataPoller
+
+
+class _View:
+    """A stand-in MetadataView: each refresh installs the next revision."""
+
+    def __init__(self) -> None:
+        self.refreshes = 0
+        self.revision = 0
+        self.release = threading.Event()
+        self._listeners: list[Any] = []
+
+    def add_snapshot_listener(self, listener: Any) -> None:
+        self._listeners.append(listener)
+
+    def refresh(self) -> bool:
+        self.release.wait(5)
+        self.refreshes += 1
+        self.revision += 1
+        for hear in self._listeners:
+            hear(self.snapshot())
+        return True
+
+    def snapshot(self) -> Any:
+        return type("Snap", (), {"revision": self.revision})()
+
+
+def _poller(view: _View, applied: list[int]) -> MetadataPoller:
+    return MetadataPoller(view, 60_000, lambda s: applied.append(s.revision),  # type: ignore[arg-type]
+                          asyncio.get_running_loop())
+
+
+def test_callers_waiting_together_share_one_read_and_see_it_applied() -> None:
+    async def run() -> tuple[int, list[int]]:
+        view, applied = _View(), []
+        poller = _poller(view, applied)
+        view.release.set()
+        await asyncio.gather(*(poller.refresh() for _ in range(5)))
+        return view.refreshes, applied
+
+    refreshes, applied = asyncio.run(run())
+    assert refreshes == 1 and applied == [1]
+
+
+def test_a_caller_arriving_during_a_read_waits_for_the_next_one(monkeypatch: Any) -> None:
+    monkeypatch.setattr(metadata_poller, "MIN_REFRESH_INTERVAL_S", 0.0)
+
+    async def run() -> tuple[int, list[int]]:
+        view, applied = _View(), []
+        poller = _poller(view, applied)
+        first = asyncio.ensure_future(poller.refresh())
+        await asyncio.sleep(0.05)  # the first read is in flight (held by view.release)
+        second = asyncio.ensure_future(poller.refresh())
+        await asyncio.sleep(0.05)
+        view.release.set()
+        await asyncio.gather(first, second)
+        return view.refreshes, applied
+
+    refreshes, applied = asyncio.run(run())
+    assert refreshes == 2 and applied == [1, 2]
+
+
+def test_reads_come_at_most_once_per_interval(monkeypatch: Any) -> None:
+    monkeypatch.setattr(metadata_poller, "MIN_REFRESH_INTERVAL_S", 60.0)
+
+    async def run() -> int:
+        view = _View()
+        poller = _poller(view, [])
+        view.release.set()
+        for _ in range(10):
+            await poller.refresh()
+        return view.refreshes
+
+    assert asyncio.run(run()) == 1
