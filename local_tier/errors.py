@@ -48,7 +48,6 @@ only, never a dead broker.
     ├── NotLeaderOrFollowerError       NOT_LEADER_OR_FOLLOWER (6)
     ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
     ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
-    ├── ReplicaNotAvailableError       REPLICA_NOT_AVAILABLE (9)
     ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
     └── NotCoordinatorError            NOT_COORDINATOR (16)
 
@@ -90,7 +89,6 @@ __all__ = [
     "PolicyViolationError",
     "ProducerFencedError",
     "RecordBatchTooLargeError",
-    "ReplicaNotAvailableError",
     "RecordTooLargeError",
     "ReplicaNotAvailableError",
     "RequestTimedOutError",
@@ -139,7 +137,8 @@ class UnknownTopicOrPartitionError(KafkaError):
 
 class ReplicaNotAvailableError(KafkaError):
     """Retriable: the partition is here but cannot answer yet (its remote tier's
-    manifest is not read since start, as Kafka's uninitialised remote log metadata)."""
+    manifest is not read since start, as Kafka's uninitialised remote log metadata, or
+    its bucket part is still being read after a change of leader: RemoteStorageNotReady)."""
 
     code = ErrorCode.replica_not_available
 
@@ -284,13 +283,6 @@ class NotLeaderOrFollowerError(KafkaError):
 
 class RequestTimedOutError(KafkaError):
     code = ErrorCode.request_timed_out
-
-
-class ReplicaNotAvailableError(KafkaError):
-    """The partition's data is not ready here yet (its bucket part is still being read
-    after a change of leader: Kafka's RemoteStorageNotReady); retriable."""
-
-    code = ErrorCode.replica_not_available
 
 
 class BrokerNotAvailableError(KafkaError):
