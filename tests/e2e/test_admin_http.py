@@ -5,6 +5,7 @@ record browser and the kafka_exporter-named series: tests/e2e/test_console.py.""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -50,7 +51,8 @@ def test_metrics_count_what_was_produced_and_consumed(broker: Any) -> None:
     try:
         c.assign([TopicPartition(topic, 0, 0)])
         got = []
-        while len(got) < RECORDS:
+        deadline = time.monotonic() + 60
+        while len(got) < RECORDS and time.monotonic() < deadline:
             got += [m for m in c.consume(num_messages=RECORDS, timeout=5) if m.error() is None]
         c.commit(offsets=[TopicPartition(topic, 0, RECORDS - 100)], asynchronous=False)
     finally:
