@@ -144,6 +144,10 @@ class ClusterController(MetadataWriter):
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._auto_rebalance = config.get_bool("auto.leader.rebalance.enable")
+        self._rebalance_interval_ms = config.get_int("leader.imbalance.check.interval.seconds") * 1000
+        self._imbalance_pct = config.get_int("leader.imbalance.per.broker.percentage")
+        self._next_rebalance_ms = monotonic() + self._rebalance_interval_ms
         super().__init__(
             ObjectStoreMetadataStore(store, metadata_key),
             config,
@@ -207,7 +211,43 @@ class ClusterController(MetadataWriter):
                 self._fence_expired_brokers()
             except KafkaError as err:
                 _log.warning("could not fence expired brokers: %s", err)
+            try:
+                self._maybe_rebalance_leaders()
+            except KafkaError as err:
+                _log.warning("could not move leaders back to their preferred replicas: %s", err)
         return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms))
+
+    def _maybe_rebalance_leaders(self) -> None:
+        """``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds``,
+        a broker that leads fewer than its share of the partitions it is the preferred
+        (first) replica of -- more than ``leader.imbalance.per.broker.percentage`` of them
+        led elsewhere -- gets those back where it is in the ISR (a preferred election)."""
+        if not self._auto_rebalance:
+            return
+        now = self._monotonic()
+        if now < self._next_rebalance_ms:
+            return
+        self._next_rebalance_ms = now + self._rebalance_interval_ms
+        md = self.metadata
+        preferred: dict[int, list[TopicPartition]] = {}
+        elsewhere: dict[int, list[TopicPartition]] = {}
+        for topic, index, p in md.iter_partitions():
+            if not p.replicas or p.is_reassigning:
+                continue
+            first = p.replicas[0]
+            preferred.setdefault(first, []).append((topic.name, index))
+            if p.leader != first and first in p.isr and md.is_active(first):
+                elsewhere.setdefault(first, []).append((topic.name, index))
+        moves = [
+            tp
+            for broker, moved in elsewhere.items()
+            if len(moved) * 100 > self._imbalance_pct * len(preferred[broker])
+            for tp in moved
+        ]
+        if moves:
+            _log.info("moving the leadership of %d partition(s) back to their preferred replicas",
+                      len(moves))
+            self.elect_leaders(Election.PREFERRED, moves)
 
     def start(self) -> None:
         """Run :meth:`tick` on a daemon thread until :meth:`close`."""

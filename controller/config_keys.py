@@ -159,8 +159,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("log.dir", "string", "/tmp/kafka-logs", "Directory of the local tier."),
     ConfigDef("num.partitions", "int", "1", "Default partition count of new topics.",
             validator=at_least(1)),
-    ConfigDef("default.replication.factor", "int", "1", "Default replication factor of new topics.",
-            validator=at_least(1)),
+    ConfigDef("default.replication.factor", "int", "3",
+            "Default replication factor of new topics; when not set, 3, or the number of "
+            "registered brokers when there are fewer.", validator=at_least(1)),
     ConfigDef("auto.create.topics.enable", "boolean", "true",
             "Create a topic when a client asks for metadata of an unknown one."),
     ConfigDef("delete.topic.enable", "boolean", "true", "Allow topics to be deleted."),
@@ -368,12 +369,12 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "How often a broker checks the bucket for a newer cluster metadata (Strata).",
             validator=at_least(1)),
     # Brokers talking to each other (docs/adr/0016-inter-broker-protocol.md).
-    ConfigDef("offsets.topic.replication.factor", "int", "1",
-            "Replication factor of __consumer_offsets when it is created.",
-            validator=at_least(1)),
-    ConfigDef("transaction.state.log.replication.factor", "int", "1",
-            "Replication factor of __transaction_state when it is created.",
-            validator=at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", "int", "3",
+            "Replication factor of __consumer_offsets when it is created; when not set, 3, or "
+            "the number of registered brokers when there are fewer.", validator=at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "int", "3",
+            "Replication factor of __transaction_state when it is created; when not set, 3, or "
+            "the number of registered brokers when there are fewer.", validator=at_least(1)),
     ConfigDef("controller.socket.timeout.ms", "int", "30000",
             "How long a broker waits for the controller to answer (registration, heartbeats, "
             "forwarded admin requests, AlterPartition), looking for a new one meanwhile.",
@@ -393,6 +394,26 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Pause of a follower after a failed fetch.", validator=at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", "30000",
             "Timeout of a follower's requests to its leader.", validator=at_least(1)),
+    # Replication (docs/adr/0020-replication.md).
+    ConfigDef("offsets.commit.timeout.ms", "int", "5000",
+            "How long a coordinator's write (offsets, group and transaction state, markers) waits "
+            "for the in-sync replicas before the request fails.", validator=at_least(1)),
+    ConfigDef("replica.lag.time.max.ms", "long", "30000",
+            "A follower that has not caught up with the leader's log end for this long leaves "
+            "the ISR.", validator=at_least(1)),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", "5000",
+            "How often the high watermarks are written to disk.", validator=at_least(1)),
+    ConfigDef("auto.leader.rebalance.enable", "boolean", "true",
+            "The controller moves leadership back to each partition's preferred replica when "
+            "the leaders are out of balance."),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", "300",
+            "How often the controller checks the leaders' balance.", validator=at_least(1)),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", "10",
+            "Share of a broker's preferred partitions led elsewhere that triggers a rebalance.",
+            validator=between(0, 100)),
+    ConfigDef("replica.selector.class", "string", None,
+            "Lets consumers fetch from a replica in their rack (client.rack) when set to "
+            "org.apache.kafka.common.replica.RackAwareReplicaSelector (KIP-392)."),
 )
 # fmt: on
 

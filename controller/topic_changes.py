@@ -45,7 +45,8 @@ from local_tier.errors import (
 )
 
 __all__ = [
-    "AlterConfigOp", "Placement", "TopicChanges", "check_topic_name", "new_cluster_id", "random_uuid", "require",
+    "AlterConfigOp", "Placement", "TopicChanges", "check_topic_name", "default_replication_factor",
+    "new_cluster_id", "random_uuid", "require",
 ]
 
 _MAX_TOPIC_NAME = 249
@@ -132,7 +133,7 @@ class TopicChanges:
         else:
             count = self._partition_count(num_partitions)
             registrations = self._placed(
-                placement, count, self._replication_factor(replication_factor)
+                placement, count, self._replication_factor(replication_factor, len(md.brokers))
             )
         overrides = {k: validate_topic_config(k, v) for k, v in (configs or {}).items()}
         self._check_combination(overrides, None)
@@ -210,9 +211,11 @@ class TopicChanges:
             raise InvalidPartitionsError("Number of partitions must be larger than 0.")
         return requested
 
-    def _replication_factor(self, requested: int) -> int:
+    def _replication_factor(self, requested: int, registered_brokers: int) -> int:
         factor = (
-            self._config.get_int("default.replication.factor") if requested == -1 else requested
+            default_replication_factor(self._config, "default.replication.factor", registered_brokers)
+            if requested == -1
+            else requested
         )
         if factor <= 0:
             raise InvalidReplicationFactorError(
@@ -314,3 +317,13 @@ def _check_collision(name: str, md: ClusterMetadata) -> None:
     for existing in md.topics:
         if existing.replace(".", "_") == folded:
             raise InvalidTopicError(f"Topic '{name}' collides with existing topic: {existing}")
+
+
+def default_replication_factor(config: BrokerConfig, key: str, registered_brokers: int) -> int:
+    """``key`` (``default.replication.factor``, ``offsets.topic.replication.factor``,
+    ``transaction.state.log.replication.factor``) when it is set; when it is not, its
+    default (3), or the number of registered brokers when there are fewer: a single
+    broker's topics have one replica, a cluster's of three or more have three."""
+    if key in config.overrides:
+        return config.get_int(key)
+    return max(1, min(config.get_int(key), registered_brokers))

@@ -93,6 +93,10 @@ class PartitionData:
     #: read_committed: ``(producer id, first offset)`` of the aborted transactions
     #: overlapping the records returned
     aborted: list[tuple[int, int]] = field(default_factory=list)
+    #: a follower whose log diverged: ``(epoch, end offset)`` to truncate to (Fetch v12+)
+    diverging_epoch: tuple[int, int] | None = None
+    #: KIP-392: the replica a consumer should fetch this partition from (-1: this broker)
+    preferred_read_replica: int = -1
 
 
 def read_partitions(

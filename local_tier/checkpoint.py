@@ -1,7 +1,7 @@
 """Kafka's small text checkpoint files, written atomically.
 
 Format (``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
-``leader-epoch-checkpoint``)::
+``replication-offset-checkpoint`` (the high watermarks), ``leader-epoch-checkpoint``)::
 
     0            <- version
     2            <- number of entries
@@ -23,6 +23,7 @@ from pathlib import Path
 __all__ = [
     "LOG_START_OFFSET_CHECKPOINT",
     "RECOVERY_POINT_CHECKPOINT",
+    "REPLICATION_OFFSET_CHECKPOINT",
     "CheckpointError",
     "fsync_dir",
     "read_checkpoint",
@@ -33,6 +34,8 @@ __all__ = [
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+#: the high watermark of every log (Kafka's file of the same name)
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 _VERSION = 0
 
 

@@ -35,6 +35,7 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
+    min_insync_replicas: int = 1  # acks=all needs this many replicas in the ISR
 
     @property
     def compact(self) -> bool:
@@ -86,6 +87,7 @@ _FIELDS: dict[str, tuple[str, type]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
+    "min.insync.replicas": ("min_insync_replicas", int),
 }
 
 

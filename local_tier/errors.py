@@ -17,6 +17,8 @@ only, never a dead broker.
     ├── RecordTooLargeError            MESSAGE_TOO_LARGE (10)
     ├── InvalidTopicError              INVALID_TOPIC_EXCEPTION (17)
     ├── RecordBatchTooLargeError       RECORD_LIST_TOO_LARGE (18)
+    ├── NotEnoughReplicasError         NOT_ENOUGH_REPLICAS (19)
+    ├── NotEnoughReplicasAfterAppendError NOT_ENOUGH_REPLICAS_AFTER_APPEND (20)
     ├── InvalidRequiredAcksError       INVALID_REQUIRED_ACKS (21)
     ├── InvalidTimestampError          INVALID_TIMESTAMP (32)
     ├── UnsupportedVersionError        UNSUPPORTED_VERSION (35)
@@ -83,6 +85,8 @@ __all__ = [
     "KafkaStorageError",
     "LeaderNotAvailableError",
     "NotCoordinatorError",
+    "NotEnoughReplicasAfterAppendError",
+    "NotEnoughReplicasError",
     "NotLeaderOrFollowerError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
@@ -279,6 +283,18 @@ class NotLeaderOrFollowerError(KafkaError):
     """This broker does not lead the partition (or host it, for a follower's fetch)."""
 
     code = ErrorCode.not_leader_or_follower
+
+
+class NotEnoughReplicasError(KafkaError):
+    """acks=all with fewer in-sync replicas than ``min.insync.replicas``: nothing appended."""
+
+    code = ErrorCode.not_enough_replicas
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError):
+    """acks=all: appended and replicated, but the ISR shrank below ``min.insync.replicas``."""
+
+    code = ErrorCode.not_enough_replicas_after_append
 
 
 class RequestTimedOutError(KafkaError):

@@ -122,6 +122,7 @@ class Log:
         recovery_point: int = 0,
         needs_recovery: bool,
         log_start_offset: int | None = None,
+        high_watermark: int | None = None,
         scheduler: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
@@ -144,7 +145,10 @@ class Log:
         self._load(recovery_point, needs_recovery)
         leo = self.log_end_offset
         self._log_start_offset = min(max(log_start_offset or 0, self._bases[0]), leo)
-        self._high_watermark = leo
+        # the checkpointed high watermark (None: none kept, the log end); a leader whose
+        # ISR is itself raises it to the log end, a follower takes its leader's
+        hw = leo if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self._log_start_offset), leo)
         self._leader_epoch_cache = LeaderEpochCache(
             dir / LEADER_EPOCH_CHECKPOINT, lambda: self.log_end_offset
         )
@@ -723,6 +727,8 @@ class Log:
         its leader's, KIP-101); True if anything was removed. Never below the log start."""
         target = max(offset, self._log_start_offset)
         if target >= self.log_end_offset:
+            # no record goes, but an epoch that starts at the cut (with no records yet) does
+            self._leader_epoch_cache.truncate_from_end(target)
             return False
         self.wait_for_flushes()
         while len(self._segments) > 1 and self._bases[-1] >= target:
@@ -757,6 +763,22 @@ class Log:
         self._producer_state.clear(offset)
         self._producer_state.delete_snapshots_below(2**63 - 1)
         _log.info("%s: starts empty at offset %d", self.name, offset)
+
+    def start_from_remote(
+        self, offset: int, epochs: list[tuple[int, int]], producer_snapshot: bytes | None
+    ) -> None:
+        """Start empty at ``offset`` after what the bucket holds, with the state a leader of
+        it needs (KIP-405's auxiliary state): the leader-epoch history of the remote
+        segments, cut at ``offset``, and the producer snapshot taken at ``offset`` (the
+        idempotent and transactional producers' state, so duplicates are still recognised
+        and open transactions still known if this replica comes to lead)."""
+        self.truncate_fully_and_start_at(offset)
+        for epoch, start in epochs:
+            self._leader_epoch_cache.assign(epoch, min(start, offset))
+        self._leader_epoch_cache.truncate_from_start(offset)
+        if producer_snapshot:
+            write_snapshot(self.dir, offset, producer_snapshot)
+            self._load_producer_state(self._producer_id_expiration_ms)
 
     # ------------------------------------------------------------------ retention
 
@@ -796,6 +818,17 @@ class Log:
             self.maybe_increment_log_start_offset(self._bases[0])
             self._delete_stale_snapshots()
         return deleted
+
+    def local_retention_waits_for_remote(self, now_ms: int, remote_boundary: int | None) -> bool:
+        """Whether local retention would delete the oldest segment of this tiered log but
+        the bucket does not hold it yet, as far as ``remote_boundary`` says (a follower's
+        cue to read the manifest again)."""
+        if not self._config.remote_storage_enable or len(self._segments) < 2:
+            return False
+        upper = self._bases[1]
+        if upper > self._high_watermark or (remote_boundary is not None and upper <= remote_boundary):
+            return False
+        return self._retention_reason(self._segments[0], now_ms, local=True) is not None
 
     def _delete_stale_snapshots(self) -> None:
         """Producer snapshots below the first segment go with it; the newest always stays."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from local_tier.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
     fsync_dir,
     read_offset_checkpoint,
     write_offset_checkpoint,
@@ -82,6 +83,10 @@ class LogManager:
         clean = marker.exists()
         recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        hw_path = self.log_dir / REPLICATION_OFFSET_CHECKPOINT
+        # a data dir written before high watermarks were checkpointed: every log's
+        # high watermark is its log end, as it was then
+        high_watermarks = read_offset_checkpoint(hw_path) if hw_path.exists() else None
         has_logs = any(p.is_dir() for p in self.log_dir.iterdir())
         if not clean and has_logs:
             _log.warning(
@@ -107,6 +112,7 @@ class LogManager:
                 recovery_point=recovery_points.get(parsed, 0),
                 needs_recovery=not clean,
                 log_start_offset=start_offsets.get(parsed),
+                high_watermark=None if high_watermarks is None else high_watermarks.get(parsed, 0),
                 scheduler=self._executor,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
@@ -176,6 +182,7 @@ class LogManager:
                 self.log_dir / LOG_START_OFFSET_CHECKPOINT,
                 {key: log.log_start_offset for key, log in self._logs.items()},
             )
+            self._write_high_watermarks()
         except OSError as exc:
             if not self._checkpoint_failing:  # once per episode, not every interval
                 self._checkpoint_failing = True
@@ -186,6 +193,23 @@ class LogManager:
             self._checkpoint_failing = False
             _log.info("%s: checkpoints written again", self.log_dir)
         return True
+
+    def checkpoint_high_watermarks(self) -> bool:
+        """Write every log's high watermark (``replica.high.watermark.checkpoint.interval.ms``):
+        a restarted replica exposes nothing its leader had not committed. False, having
+        logged why, when the file could not be written."""
+        try:
+            self._write_high_watermarks()
+        except OSError as exc:
+            _log.warning("%s: cannot write the high watermarks (%s)", self.log_dir, exc)
+            return False
+        return True
+
+    def _write_high_watermarks(self) -> None:
+        write_offset_checkpoint(
+            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            {key: log.high_watermark for key, log in self._logs.items()},
+        )
 
     def run_retention(
         self, now_ms: int, remote_boundary: Callable[[str, int], int | None] | None = None

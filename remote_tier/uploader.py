@@ -428,6 +428,16 @@ class RemoteLogManager:
         )
         return self._store.get(key)
 
+    def read_producer_snapshot(self, segment: RemoteSegment, topic_id: TopicId, partition: int) -> bytes | None:
+        """The producer snapshot uploaded with the segment (the state at its end), None if
+        none was (KIP-405's auxiliary state of a replica that starts from the bucket)."""
+        if not segment.producer_snapshot_bytes:
+            return None
+        key = self.layout(topic_id, partition).segment_key(
+            segment.base_offset, segment.upload_id, SegmentFile.PRODUCER_SNAPSHOT
+        )
+        return self._store.get(key)
+
     def read_index(
         self,
         segment: RemoteSegment,

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import resource
-import time
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -67,8 +66,10 @@ from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.latency import LatencyHistograms
 from service.log_cleaning import LoopOwner, cleaner_config
+from service.maintenance import run_maintenance
 from service.producer_ids import ProducerIdManager
 from service.remote_cleaning import RemoteCleaner
+from service.replication.barrier import note_append
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
 from service.tiering import TieringService
@@ -96,6 +97,7 @@ class Broker:
         self.config = config
         self.node_id = config.get_int("node.id")
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
+        self.coordinator_write_timeout_ms = config.get_int("offsets.commit.timeout.ms")
         self.auto_create_topics = config.get_bool("auto.create.topics.enable")
         self.advertised_host = advertised_host
         self.advertised_port = advertised_port
@@ -140,7 +142,8 @@ class Broker:
 
     async def start(self, versions: Mapping[int, int], ready_timeout_s: float) -> None:
         """Join the cluster, load the local logs, register, and wait until this broker is
-        unfenced and has applied the metadata that says so (then it may serve)."""
+        unfenced and has applied the metadata that says so (then it may serve). Its
+        partitions are opened, led and followed only from the metadata that registered it."""
         self.cluster = ClusterNode(
             store=self.object_store,
             config=self.config,
@@ -162,12 +165,19 @@ class Broker:
         endpoint = Endpoint("PLAINTEXT", self.advertised_host, self.advertised_port)
         if not await self.cluster.register((endpoint,), ready_timeout_s):
             log.warning("broker %d is not unfenced yet; serving anyway", self.node_id)
+        snapshot = self.view.snapshot()
+        if snapshot is not None:  # partitions from the metadata that registered this incarnation
+            self.replicas.apply(snapshot.metadata)
         await self.tiering.loaded()  # the manifests of the partitions it leads
 
     def apply_metadata(self, snapshot: Snapshot) -> None:
         """A newer metadata snapshot, on the loop: partitions, then listeners of topic events."""
         md = snapshot.metadata
-        self.replicas.apply(md)
+        registered = None if self.cluster is None else self.cluster.registered_revision
+        if registered is not None and snapshot.revision >= registered:
+            # never before: a restarted broker would act on leaderships of its previous
+            # incarnation, which its registration fences (a KRaft broker waits the same way)
+            self.replicas.apply(md)
         self.controller.publish(md)
         if self.cluster is not None:
             self.cluster.metadata_applied()
@@ -203,37 +213,10 @@ class Broker:
         self.logs.shutdown()
 
     async def run_background(self) -> None:
-        """Retention, flush and checkpoint schedules, like Kafka's log manager."""
-        retention_s = self.config.get_int("log.retention.check.interval.ms") / 1000
-        flush_s = self.config.get_int("log.flush.scheduler.interval.ms") / 1000
-        checkpoint_s = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        expiry_s = self.config.get_int("producer.id.expiration.check.interval.ms") / 1000
-        tick = max(0.05, min(retention_s, flush_s, checkpoint_s, expiry_s, 1.0))
+        """The log cleaners, then the periodic work (:mod:`service.maintenance`)."""
         self.start_log_cleaner()
         self.spawn(self.remote_cleaner.run(self))
-        next_retention = next_flush = next_checkpoint = next_expiry = time.monotonic()
-        while True:
-            await asyncio.sleep(tick)
-            now = time.monotonic()
-            now_ms = int(time.time() * 1000)
-            try:
-                if now >= next_retention:
-                    next_retention = now + retention_s
-                    if deleted := self.logs.run_retention(now_ms, self.tiering.remote_boundary):
-                        log.info("retention deleted %d segment(s)", deleted)
-                        self._restore_reserve()
-                if now >= next_flush:
-                    next_flush = now + flush_s
-                    self.logs.run_flush(now_ms)
-                if now >= next_checkpoint:
-                    next_checkpoint = now + checkpoint_s
-                    self.logs.checkpoint()
-                if now >= next_expiry:
-                    next_expiry = now + expiry_s
-                    if expired := self.logs.remove_expired_producers(now_ms):
-                        log.info("forgot %d expired producer id(s)", expired)
-            except Exception:  # a failing schedule must not stop the others
-                log.exception("background log maintenance failed")
+        await run_maintenance(self)
 
     def spawn(self, coro: Awaitable[Any]) -> None:
         """Run a coroutine in the background, keeping a reference until it ends."""
@@ -422,16 +405,22 @@ class Broker:
         records: bytes | memoryview,
         origin: AppendOrigin = AppendOrigin.CLIENT,
         validated: ValidatedRecords | None = None,
+        required_acks: int = 1,
     ) -> LogAppendInfo:
         """Append to a partition this broker leads, stamped with its leader epoch; a
-        duplicate idempotent batch writes nothing.
+        duplicate idempotent batch writes nothing. ``required_acks`` -1 (acks=all) first
+        needs ``min.insync.replicas`` replicas in the ISR (NOT_ENOUGH_REPLICAS else).
 
         ``validated``: what ``validate_batches`` made of ``records``, when the caller did it.
         """
         target = self.replicas.get_partition(topic, partition)
-        info = target.check_leader().append_as_leader(
+        log_ = target.check_leader()
+        if required_acks == -1:
+            target.check_min_isr()
+        info = log_.append_as_leader(
             records, target.leader_epoch, validated=validated, origin=origin
         )
+        note_append(topic, partition, info.last_offset + 1)  # a coordinator's write waits for the ISR
         if info.duplicate:
             return info
         self.replicas.after_append(target)
@@ -441,10 +430,8 @@ class Broker:
 
     def replicated(self, topic: str, partition: int, offset: int) -> bool:
         """Whether every replica in the (maximal) ISR holds offsets below ``offset``
-        (acks=all); ``NotLeaderOrFollowerError`` when this broker stopped leading."""
-        target = self.replicas.get_partition(topic, partition)
-        target.check_leader()
-        return target.log.high_watermark >= offset
+        (acks=all): :meth:`service.replication.partition.Partition.replicated`."""
+        return self.replicas.get_partition(topic, partition).replicated(offset)
 
     async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None:
         """Wait until :meth:`replicated`; REQUEST_TIMED_OUT after ``timeout_ms``."""

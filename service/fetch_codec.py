@@ -24,6 +24,10 @@ _I32_I16 = struct.Struct(">ih")
 _PART_FIXED = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")  # producer id, first offset
+# one tagged field (count 1, tag 0, size 13): DivergingEpoch {epoch int32, end offset
+# int64, no tagged fields}
+_DIVERGING = struct.Struct(">BBBiqB")
+_DIVERGING_SIZE = 13
 
 
 def _uvarint(value: int) -> bytes:
@@ -105,15 +109,18 @@ def encode_fetch_response(
             else:
                 buf += b"\0" if flexible else _I32.pack(-1)
             if version >= 11:
-                buf += _I32.pack(-1)  # preferred read replica: none
+                buf += _I32.pack(p.preferred_read_replica)
             size = sum(r.length if isinstance(r, FileRegion) else len(r) for r in p.regions)
             buf += _uvarint(size + 1) if flexible else _I32.pack(size)
             if size:
                 parts.append(bytes(buf))
                 parts.extend(p.regions)
                 buf = bytearray()
-            if flexible:
-                buf += b"\0"  # partition tagged fields
+            if flexible:  # partition tagged fields: DivergingEpoch is tag 0
+                if p.diverging_epoch is None:
+                    buf += b"\0"
+                else:
+                    buf += _DIVERGING.pack(1, 0, _DIVERGING_SIZE, *p.diverging_epoch, 0)
         if flexible:
             buf += b"\0"  # topic tagged fields
     if flexible:

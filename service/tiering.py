@@ -57,9 +57,18 @@ if TYPE_CHECKING:
     from local_tier.manager import LogManager
     from service.replication.partition import Partition
 
-__all__ = ["PartitionTierState", "RemoteFetch", "TieredLogs", "TieringService"]
+__all__ = ["PartitionTierState", "RemoteFetch", "RemoteStart", "TieredLogs", "TieringService"]
 
 log = logging.getLogger("strata.tiering")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteStart:
+    """Where a replica starts after what the bucket holds, with its auxiliary state."""
+
+    offset: int
+    epochs: list[tuple[int, int]]  # the remote segments' leader-epoch history
+    producer_snapshot: bytes | None  # the producer state at ``offset``
 
 
 class TieredLogs(Protocol):
@@ -147,6 +156,7 @@ class TieringService:
         self.uploaded_segments = 0
         self.uploaded_bytes = 0
         self.upload_failures = 0
+        self.follower_manifest_reads = 0  # manifests a follower re-read for local retention
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
         self.txn_indexes = RemoteTxnIndexes(self.rlm)
         #: set once the start-up manifest reads are over (read or failed)
@@ -345,28 +355,50 @@ class TieringService:
             await asyncio.sleep(self.interval_s)
 
     @staticmethod
-    def _tiered_logs(broker: TieredLogs) -> list[tuple[str, int, Log, uuid.UUID, int]]:
+    def _tiered_logs(broker: TieredLogs, led: bool = True) -> list[tuple[str, int, Log, uuid.UUID, int]]:
         """(topic, partition, log, topic id, leader epoch) of every local log with tiered
-        storage on that this broker leads."""
+        storage on that this broker leads (``led``), or follows."""
         out = []
         for (topic, partition), local in list(broker.logs.all_logs().items()):
             info = broker.controller.topic(topic)
             if not local.config.remote_storage_enable or info is None:
                 continue
             epoch = broker.leader_epoch(topic, partition)
-            if epoch >= 0:
+            if (epoch >= 0) == led:
                 out.append((topic, partition, local, info.topic_id, epoch))
         return out
 
     async def run_once(self, broker: TieredLogs) -> None:
         loop = asyncio.get_running_loop()
         tasks = []
-        for topic, partition, local, topic_id, epoch in self._tiered_logs(broker):
+        for topic, partition, local, topic_id, epoch in self._tiered_logs(broker, led=True):
             state = self._state(topic, partition, topic_id)
             if not state.uploading:
                 tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
+        for topic, partition, local, topic_id, _ in self._tiered_logs(broker, led=False):
+            tasks.append(self._follower_round(loop, topic, partition, local, topic_id))
         if tasks:
             await asyncio.gather(*tasks)
+
+    async def _follower_round(
+        self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log,
+        topic_id: uuid.UUID,
+    ) -> None:
+        """A tiered partition this broker follows: only its leader uploads, but its local
+        segments go once the manifest lists them (local retention). The manifest is
+        re-read only when local retention is waiting for it, so an idle follower costs
+        the bucket nothing; the local log start follows the manifest's."""
+        state = self._state(topic, partition, topic_id)
+        if not local.local_retention_waits_for_remote(_now_ms(), state.remote_next_offset):
+            return
+        try:
+            state.adopt(await self._run_in_copier(loop, self.rlm.manifest, topic_id, partition))
+        except (ObjectStoreError, RemoteStorageError) as exc:
+            log.warning("reading the manifest of %s-%d (followed) failed: %s", topic, partition, exc)
+            return
+        state.known = True
+        self.follower_manifest_reads += 1
+        follow_remote_start(local, state)
 
     # -- leadership (a listener of the replica manager) -----------------------
 
@@ -409,9 +441,11 @@ class TieringService:
         if deleted:
             self.partitions.pop((topic, index), None)
 
-    async def bootstrap_replica(self, partition: Partition) -> int | None:
-        """Where a new replica of a tiered topic starts: the first offset the bucket does not
-        hold (None: nothing tiered, or tiering is off for it). Reads the manifest."""
+    async def bootstrap_replica(self, partition: Partition) -> RemoteStart | None:
+        """Where a new (or far-behind) replica of a tiered topic starts: the first offset the
+        bucket does not hold, with the leader-epoch history of the remote segments and the
+        producer snapshot uploaded with the last one (None: nothing tiered, or tiering is
+        off for it). Reads the manifest and that snapshot."""
         if not self.enabled or not partition.log.config.remote_storage_enable:
             return None
         loop = asyncio.get_running_loop()
@@ -421,7 +455,14 @@ class TieringService:
             next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms,
         )
         self.partitions[(partition.topic, partition.index)] = state
-        return state.remote_next_offset
+        if manifest is None or not manifest.segments:
+            return None
+        last = manifest.segments[-1]
+        snapshot = await self._run_in_copier(
+            loop, self.rlm.read_producer_snapshot, last, partition.topic_id, partition.index
+        )
+        epochs = [e for segment in manifest.segments for e in segment.epochs]
+        return RemoteStart(manifest.next_offset, epochs, snapshot)
 
     async def _claim(
         self, loop: asyncio.AbstractEventLoop, topic_id: uuid.UUID, partition: int, epoch: int

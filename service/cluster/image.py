@@ -78,6 +78,11 @@ class MetadataImage(MetadataReads):
         """The live brokers (registered and unfenced), by node id, as Metadata lists them."""
         return [b.as_broker_info() for b in self.metadata.active_brokers()]
 
+    def registered_brokers(self) -> int:
+        """How many brokers are registered (fenced ones too): the default replication
+        factor's bound (:func:`controller.topic_changes.default_replication_factor`)."""
+        return len(self.metadata.brokers)
+
     def broker(self, node_id: int) -> BrokerInfo | None:
         registration = self.metadata.brokers.get(node_id)
         return None if registration is None else registration.as_broker_info()

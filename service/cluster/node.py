@@ -97,6 +97,9 @@ class ClusterNode:
         self.controller: ClusterController | None = None
         self.poller: MetadataPoller | None = None
         self.lifecycle: BrokerLifecycle | None = None
+        #: the metadata revision that registered this incarnation (None: not registered
+        #: yet); partitions are led or followed only from metadata at least this new
+        self.registered_revision: int | None = None
         self._lifecycle_task: asyncio.Task[None] | None = None
         self._identity = NodeIdentity(self.node_id)
         timeout_s = config.get_int("controller.socket.timeout.ms") / 1000
@@ -179,6 +182,7 @@ class ClusterNode:
         if listeners:
             self.client.own_address = (listeners[0].host, listeners[0].port)
         epoch = await self.lifecycle.register(timeout_s)
+        self.registered_revision = epoch
         await asyncio.to_thread(self.view.poll_for_revision, epoch, max(0.1, deadline - loop.time()), 0.05)
         self._lifecycle_task = asyncio.create_task(self.lifecycle.run(), name="broker-heartbeats")
         self.lifecycle.poke()

@@ -24,6 +24,7 @@ from controller.configs import BrokerConfig
 from controller.events import MetadataListener, PartitionsCreated, TopicCreated, TopicDeleted
 from controller.records import TopicInfo
 from controller.registrations import PartitionRegistration
+from controller.topic_changes import default_replication_factor
 from local_tier.control import marker_from
 from local_tier.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
@@ -73,6 +74,8 @@ class TopicsReader(Protocol):
     def topics(self) -> list[TopicInfo]: ...
 
     def partition(self, name: str, index: int) -> PartitionRegistration | None: ...
+
+    def registered_brokers(self) -> int: ...
 
     def add_listener(self, listener: MetadataListener) -> None: ...
 
@@ -134,7 +137,9 @@ async def create_internal_topic(
         return await broker.create_topic(
             name,
             num_partitions=broker.config.get_int(partitions_key),
-            replication_factor=broker.config.get_int(replication_key),
+            replication_factor=default_replication_factor(
+                broker.config, replication_key, broker.controller.registered_brokers()
+            ),
             configs=configs,
         )
     except TopicAlreadyExistsError:

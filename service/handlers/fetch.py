@@ -19,6 +19,7 @@ from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
 from service.replication.leader import read_for_follower
+from service.replication.read_replicas import RACK_AWARE_SELECTOR, ConsumerLogs, select_read_replicas
 from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
@@ -69,12 +70,24 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     max_wait_ms = timedelta_to_ms(request.max_wait)
 
     tiering = broker.tiering if broker.tiering.enabled else None
+    # v11+: a consumer may read from a follower, and be sent to one in its rack (KIP-392)
+    source: Any = broker
+    rack = ""
+    if ctx.version >= 11:
+        source = ConsumerLogs(broker.replicas, {(w.topic, w.partition): w.fetch_offset for w in wanted})
+        if broker.config.get("replica.selector.class") == RACK_AWARE_SELECTOR:
+            rack = str(getattr(request, "rack_id", "") or "")
 
     def read() -> tuple[list[Any], int, bool]:
         data, total = read_partitions(
-            broker, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering
+            source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering
         )
-        errors = any(d.error_code != ErrorCode.none or d.remote is not None for d in data)
+        if rack:
+            select_read_replicas(broker.replicas, wanted, data, rack, _rack_of(broker))
+        errors = any(
+            d.error_code != ErrorCode.none or d.remote is not None or d.preferred_read_replica >= 0
+            for d in data
+        )
         return data, total, errors
 
     data, total, errors = read()
@@ -101,6 +114,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
     )
+
+
+def _rack_of(broker: Any) -> Any:
+    def rack(node_id: int) -> str | None:
+        info = broker.controller.broker(node_id)
+        return None if info is None else info.rack
+
+    return rack
 
 
 async def _read_remote(broker: Any, data: list[Any], committed: bool = False) -> None:

@@ -145,7 +145,7 @@ def _append_and_answer(
                 raise p.error
             assert p.validated is not None
             _refuse_control_batches(p.validated)
-            info = broker.append(p.topic, p.index, p.records, validated=p.validated)
+            info = broker.append(p.topic, p.index, p.records, validated=p.validated, required_acks=acks)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)
             if acks == -1 and not broker.replicated(p.topic, p.index, info.last_offset + 1):

@@ -30,6 +30,7 @@ from service.protocol import (
     peek_api,
     response_module,
 )
+from service.replication import barrier
 
 if TYPE_CHECKING:
     from service.broker import Broker
@@ -61,6 +62,9 @@ class ApiSpec:
     #: a write only the active controller makes: any other broker relays the request
     #: to it (Envelope) and its answer back (docs/adr/0016-inter-broker-protocol.md)
     forwarded: bool = False
+    #: a coordinator's write (or a broker's markers): answered once the in-sync replicas
+    #: hold what the handler appended (:mod:`service.replication.barrier`)
+    replicated: bool = False
 
 
 @cache
@@ -111,27 +115,27 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(62, "BrokerRegistration", 0, 4, cluster.handle_broker_registration),
         ApiSpec(63, "BrokerHeartbeat", 0, 1, cluster.handle_broker_heartbeat),
         ApiSpec(67, "AllocateProducerIds", 0, 0, cluster.handle_allocate_producer_ids),
-        ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit),
+        ApiSpec(8, "OffsetCommit", 2, 9, groups.handle_offset_commit, replicated=True),
         ApiSpec(9, "OffsetFetch", 1, 9, groups.handle_offset_fetch),
         ApiSpec(10, "FindCoordinator", 0, 5, groups.handle_find_coordinator),
-        ApiSpec(11, "JoinGroup", 0, 9, groups.handle_join_group),
+        ApiSpec(11, "JoinGroup", 0, 9, groups.handle_join_group, replicated=True),
         ApiSpec(12, "Heartbeat", 0, 4, groups.handle_heartbeat),
-        ApiSpec(13, "LeaveGroup", 0, 5, groups.handle_leave_group),
-        ApiSpec(14, "SyncGroup", 0, 5, groups.handle_sync_group),
+        ApiSpec(13, "LeaveGroup", 0, 5, groups.handle_leave_group, replicated=True),
+        ApiSpec(14, "SyncGroup", 0, 5, groups.handle_sync_group, replicated=True),
         ApiSpec(15, "DescribeGroups", 0, 6, groups.handle_describe_groups),
         ApiSpec(16, "ListGroups", 0, 5, groups.handle_list_groups),
-        ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups),
-        ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete),
-        ApiSpec(24, "AddPartitionsToTxn", 0, 4, transactions.handle_add_partitions_to_txn),
-        ApiSpec(25, "AddOffsetsToTxn", 0, 4, transactions.handle_add_offsets_to_txn),
-        ApiSpec(26, "EndTxn", 0, 4, transactions.handle_end_txn),
-        ApiSpec(28, "TxnOffsetCommit", 0, 4, transactions.handle_txn_offset_commit),
+        ApiSpec(42, "DeleteGroups", 0, 2, groups.handle_delete_groups, replicated=True),
+        ApiSpec(47, "OffsetDelete", 0, 0, groups.handle_offset_delete, replicated=True),
+        ApiSpec(24, "AddPartitionsToTxn", 0, 4, transactions.handle_add_partitions_to_txn, replicated=True),
+        ApiSpec(25, "AddOffsetsToTxn", 0, 4, transactions.handle_add_offsets_to_txn, replicated=True),
+        ApiSpec(26, "EndTxn", 0, 4, transactions.handle_end_txn, replicated=True),
+        ApiSpec(28, "TxnOffsetCommit", 0, 4, transactions.handle_txn_offset_commit, replicated=True),
         ApiSpec(65, "DescribeTransactions", 0, 0, transactions.handle_describe_transactions),
         ApiSpec(66, "ListTransactions", 0, 2, transactions.handle_list_transactions),
         ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
-        ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
-        ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
-        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
+        ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id, replicated=True),
+        ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers, replicated=True),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat, replicated=True),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
     return {s.key: s for s in specs}
@@ -209,13 +213,41 @@ class Router:
         started = time.perf_counter()
         if spec.key in GROUP_APIS:
             await coordination.prepare(ctx, body)
-        result = spec.handler(ctx, body)
-        if inspect.isawaitable(result):
-            result = await result
+        if spec.replicated:
+            result = await self._replicated(spec, ctx, body)
+        else:
+            result = spec.handler(ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
         if not (result is None or isinstance(result, (list, bytes))):
             result = encode_response(ctx.header, result)
         broker.request_latency.observe(spec.name, time.perf_counter() - started)
         return result
+
+
+    async def _replicated(self, spec: ApiSpec, ctx: RequestContext, body: Any) -> Any:
+        """Run a coordinator's handler; answer once its appends are on the ISR, or with the
+        error Kafka gives when they are not (:mod:`service.replication.barrier`)."""
+        with barrier.recording() as writes:
+            result = spec.handler(ctx, body)
+            if inspect.isawaitable(result):
+                result = await result
+        if not writes:
+            return result
+        broker = self._broker
+        failed = await barrier.wait_replicated(broker, writes, broker.coordinator_write_timeout_ms)
+        if not failed:
+            return result
+        cause = next(iter(failed.values()))
+        log.warning("%s: its write did not reach the in-sync replicas: %s", spec.name, cause)
+        code = cause.code if spec.key == _WRITE_TXN_MARKERS else barrier.coordinator_error(cause)
+        broker.metrics_error(spec.name, code)
+        if isinstance(result, bytes | list) or result is None:
+            raise KafkaError(f"{spec.name}: {cause}")  # not rewritable: the connection closes
+        return barrier.with_error(result, code)
+
+
+_WRITE_TXN_MARKERS = 27
 
 
 async def handle_envelope(ctx: RequestContext, request: Any) -> Any:

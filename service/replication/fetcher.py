@@ -18,17 +18,24 @@ through three states (``PartitionFetchState``):
    batches are appended as they are (:meth:`local_tier.log.Log.append_as_follower`)
    and the follower's high watermark follows the leader's.
 
-Errors: FENCED_LEADER_EPOCH parks the partition until the metadata names its
-new leadership (the replica manager then re-adds it); OFFSET_OUT_OF_RANGE and
-OFFSET_MOVED_TO_TIERED_STORAGE (the leader no longer holds the offset locally)
-bootstrap it again from the bucket; anything else -- NOT_LEADER_OR_FOLLOWER from a
-leader that has not applied the same metadata yet, UNKNOWN_LEADER_EPOCH, a failed
-request -- backs off ``replica.fetch.backoff.ms`` and tries again.
+Truncation follows Kafka's rules (KIP-101/279): the leader answers where its copy
+of the follower's last epoch ends; the follower cuts its log at the smaller of
+that and where its own copy of the epoch the leader named ends, and asks again
+when the two epochs differ (its remaining history may still diverge). A leader
+that knows no epoch up to the follower's leaves the follower its high
+watermark. A fetch the leader finds diverging (Fetch v12 ``diverging_epoch``)
+is truncated the same way.
 
-What issue #17 adds on this: the ISR shrinking when a follower lags
-(``replica.lag.time.max.ms``), followers sending their broker epoch (Fetch v15
-``ReplicaState``), fetch sessions between brokers, and the follower's own
-leader-epoch/producer-state checks on append.
+Errors: FENCED_LEADER_EPOCH parks the partition until the metadata names its
+new leadership (the replica manager then re-adds it); OFFSET_MOVED_TO_TIERED_STORAGE
+(the leader no longer holds the offset locally) bootstraps it again from the
+bucket; OFFSET_OUT_OF_RANGE starts it at the leader's log start when that is
+beyond its log end, else cuts it to the leader's high watermark (a follower
+ahead of its leader without epochs to compare); anything else --
+NOT_LEADER_OR_FOLLOWER from a leader that has not applied the same metadata yet,
+UNKNOWN_LEADER_EPOCH, a failed request -- backs off ``replica.fetch.backoff.ms``
+and tries again. The follower's log start follows the leader's (DeleteRecords,
+retention) on topics that are not tiered; a tiered one's follows the manifest.
 
 Not thread-safe: the event loop only.
 """
@@ -50,7 +57,13 @@ from service.cluster.wire import request_module
 from service.protocol import build
 from service.replication.partition import Partition
 
-__all__ = ["FetcherConfig", "PartitionFetchState", "ReplicaFetcher", "ReplicaFetcherManager"]
+__all__ = [
+    "FetcherConfig",
+    "PartitionFetchState",
+    "ReplicaFetcher",
+    "ReplicaFetcherManager",
+    "truncate_to_leader",
+]
 
 _log = logging.getLogger("strata.replication.fetcher")
 _API_FETCH = 1
@@ -59,7 +72,6 @@ TopicPartition = tuple[str, int]
 # this follower's leader epoch is older than the leader's: the metadata will name a newer
 # leadership, and the replica manager adds the partition again then (Kafka's onPartitionFenced)
 _PARKING_ERRORS = {ErrorCode.fenced_leader_epoch}
-_RESTART_ERRORS = {ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage}
 _RETRY_QUIETLY = {  # the leader's metadata is behind or ahead of this broker's for a moment
     ErrorCode.not_leader_or_follower,
     ErrorCode.unknown_leader_epoch,
@@ -99,11 +111,25 @@ class FetcherConfig:
     request_timeout_ms: int = 30_000
 
 
-class Bootstrap(Protocol):
-    """Where a new replica of a tiered topic starts: the offset after what the bucket
-    holds (None: nothing there, start at 0). Blocking work runs off the loop."""
+class RemoteStart(Protocol):
+    """Where a replica starts after what the bucket holds (``service.tiering.RemoteStart``)."""
 
-    def __call__(self, partition: Partition) -> Awaitable[int | None]: ...
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def epochs(self) -> list[tuple[int, int]]: ...
+
+    @property
+    def producer_snapshot(self) -> bytes | None: ...
+
+
+class Bootstrap(Protocol):
+    """Where a new replica of a tiered topic starts: after what the bucket holds, with
+    that part's leader epochs and producer state (None: nothing there, start at 0).
+    Blocking work runs off the loop."""
+
+    def __call__(self, partition: Partition) -> Awaitable[RemoteStart | None]: ...
 
 
 class ReplicaFetcher:
@@ -198,10 +224,10 @@ class ReplicaFetcher:
         if state.key not in self.partitions:
             return
         log = partition.log
-        if start is not None and start > log.log_end_offset:
-            log.truncate_fully_and_start_at(start)
-            _log.info("%s: new replica starts at offset %d, after the tiered part", partition.name,
-                      start)
+        if start is not None and start.offset > log.log_end_offset:
+            log.start_from_remote(start.offset, start.epochs, start.producer_snapshot)
+            _log.info("%s: the replica starts at offset %d, after the tiered part", partition.name,
+                      start.offset)
         state.state = State.TRUNCATING
 
     # -- truncation (KIP-101/279) --------------------------------------------------------------
@@ -238,12 +264,8 @@ class ReplicaFetcher:
                 if code != ErrorCode.none:
                     self._on_error(state, code)
                     continue
-                log = state.partition.log
-                end = int(p.end_offset)
-                if int(p.leader_epoch) >= 0 and end >= 0 and end < log.log_end_offset:
-                    # truncate to where the leader's copy of our last epoch ends
-                    log.truncate_to(end)
-                state.state = State.FETCHING
+                complete = truncate_to_leader(state.partition, int(p.leader_epoch), int(p.end_offset))
+                state.state = State.FETCHING if complete else State.TRUNCATING
 
     def _epoch_request(self, version: int, states: list[PartitionFetchState]) -> Any:
         mod = request_module(_API_OFFSET_FOR_LEADER_EPOCH, version)
@@ -325,11 +347,21 @@ class ReplicaFetcher:
 
     def _process(self, state: PartitionFetchState, data: Any) -> None:
         code = ErrorCode(data.error_code)
+        partition = state.partition
+        log = partition.log
+        if code == ErrorCode.offset_out_of_range:
+            self._out_of_range(state, int(data.log_start_offset), int(data.high_watermark))
+            return
         if code != ErrorCode.none:
             self._on_error(state, code)
             return
-        partition = state.partition
-        log = partition.log
+        diverging = getattr(data, "diverging_epoch", None)
+        if diverging is not None and (int(diverging.epoch) >= 0 or int(diverging.end_offset) >= 0):
+            _log.info("%s: the leader finds this log diverging at epoch %d (ends at %d); truncating",
+                      partition.name, int(diverging.epoch), int(diverging.end_offset))
+            complete = truncate_to_leader(partition, int(diverging.epoch), int(diverging.end_offset))
+            state.state = State.FETCHING if complete else State.TRUNCATING
+            return
         records = data.records
         if records:
             try:
@@ -345,7 +377,34 @@ class ReplicaFetcher:
             if info is not None:
                 self.fetched_bytes += info.size
         log.update_high_watermark(min(int(data.high_watermark), log.log_end_offset))
+        leader_start = int(data.log_start_offset)
+        if not log.config.remote_storage_enable and leader_start > log.log_start_offset:
+            # DeleteRecords or retention moved the leader's log start: records below it
+            # are gone from the partition (a tiered log follows its manifest instead)
+            log.maybe_increment_log_start_offset(min(leader_start, log.high_watermark))
         self._on_appended(partition)
+
+    def _out_of_range(self, state: PartitionFetchState, leader_start: int, leader_hw: int) -> None:
+        """OFFSET_OUT_OF_RANGE (Kafka's ``handleOutOfRangeError``): below the leader's log
+        start, start there (a tiered topic from the bucket); else this log is ahead of the
+        leader's and had no epochs to compare: keep what the leader committed."""
+        partition = state.partition
+        log = partition.log
+        if leader_start > log.log_end_offset:
+            if log.config.remote_storage_enable:
+                state.state = State.BOOTSTRAPPING
+                return
+            _log.warning("%s: the leader's log starts at %d, after this log's end %d; starting "
+                         "there", partition.name, leader_start, log.log_end_offset)
+            log.truncate_fully_and_start_at(leader_start)
+        elif 0 <= leader_hw < log.log_end_offset:
+            _log.warning("%s: this log ends after the leader's (high watermark %d); truncating",
+                         partition.name, leader_hw)
+            log.truncate_to(leader_hw)
+        else:
+            self._delay([state])
+            return
+        state.state = State.FETCHING
 
     def _on_error(self, state: PartitionFetchState, code: ErrorCode) -> None:
         name = state.partition.name
@@ -356,11 +415,10 @@ class ReplicaFetcher:
         elif code in _RETRY_QUIETLY:
             _log.debug("%s: broker %d answered %s; retrying", name, self.source_id, code.name.upper())
             self._delay([state])
-        elif code in _RESTART_ERRORS:
+        elif code == ErrorCode.offset_moved_to_tiered_storage:
             _log.warning("%s: broker %d answered %s; starting the replica again from the bucket",
                          name, self.source_id, code.name.upper())
             state.state = State.BOOTSTRAPPING
-            state.partition.log.truncate_fully_and_start_at(state.partition.log.log_end_offset)
         else:
             _log.warning("%s: broker %d answered %s", name, self.source_id, code.name.upper())
             self._delay([state])
@@ -410,3 +468,20 @@ class ReplicaFetcherManager:
         fetchers, self.fetchers = self.fetchers, {}
         for fetcher in fetchers.values():
             await fetcher.close()
+
+
+def truncate_to_leader(partition: Partition, leader_epoch: int, leader_end: int) -> bool:
+    """Cut the follower's log where the leader says its history ends (see the module
+    docstring); True when the truncation is complete, False when another
+    OffsetForLeaderEpoch round must follow."""
+    log = partition.log
+    if leader_epoch < 0 or leader_end < 0:
+        # the leader knows no epoch up to this follower's: keep what was committed
+        log.truncate_to(log.high_watermark)
+        return True
+    own_epoch, own_end = log.leader_epoch_cache.end_offset_for(leader_epoch)
+    if own_epoch < 0:  # no epoch of its own up to the leader's: the leader's end bounds it
+        log.truncate_to(min(leader_end, log.log_end_offset))
+        return True
+    log.truncate_to(min(leader_end, own_end))
+    return own_epoch == leader_epoch

@@ -1,14 +1,15 @@
 """ISR changes proposed by a leader, sent to the controller: :class:`AlterPartitionManager`.
 
-Kafka's ``AlterPartitionManager``: a leader that wants a replica added to (or,
-in issue #17, removed from) a partition's ISR submits the new ISR; the manager
+Kafka's ``AlterPartitionManager``: a leader that wants a replica added to or
+removed from a partition's ISR submits the new ISR; the manager
 sends AlterPartition (56) to the active controller, at most one request in
 flight, with every partition submitted meanwhile in the next one. The
 partition counts the proposed ISR as its *maximal* ISR until the answer
 (:mod:`service.replication.partition`).
 
 Answers: the committed ISR and partition epoch are applied at once (the
-metadata follows within a poll); ``INVALID_UPDATE_VERSION`` and other errors
+metadata follows within a poll), and the high watermark recomputed (a shrink
+may let it move, waking producers waiting for acks=all); ``INVALID_UPDATE_VERSION`` and other errors
 drop the proposal -- the next follower
 fetch proposes again if it still holds; a request that fails outright is
 retried after a pause. ``NEW_LEADER_ELECTED`` (the change completed a
@@ -50,8 +51,10 @@ class AlterPartitionManager:
         client: ControllerClient,
         broker_epoch: Callable[[], int],
         local_alter: Callable[[int, int, list[PartitionStateChange]], list[AlterPartitionResult]],
+        on_applied: Callable[[Partition, bool], None] = lambda partition, moved: None,
     ) -> None:
         self._node_id = node_id
+        self._on_applied = on_applied  # (partition, high watermark moved) after a committed change
         self._client = client
         self._broker_epoch = broker_epoch
         self._local_alter = local_alter
@@ -91,7 +94,8 @@ class AlterPartitionManager:
         code, fields = result
         if code == ErrorCode.none and fields is not None:
             isr, leader_epoch, partition_epoch = fields
-            partition.apply_isr(tuple(isr), leader_epoch, partition_epoch)
+            moved = partition.apply_isr(tuple(isr), leader_epoch, partition_epoch)
+            self._on_applied(partition, moved)
             _log.info("%s: ISR is now %s (partition epoch %d)", partition.name, list(isr),
                       partition_epoch)
         elif code in (ErrorCode.new_leader_elected, ErrorCode.fenced_leader_epoch):

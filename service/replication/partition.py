@@ -19,8 +19,18 @@ i.e. its log end offset).
   the ISR just this broker (replication factor 1), it is the log end offset.
 * **ISR expansion** (:meth:`Partition.expansion_candidates`): a replica outside
   the ISR whose log end offset has reached the high watermark and the start of
-  the current leader epoch. The ISR never shrinks here: that, the lag time and
-  ``min.insync.replicas`` are issue #17's.
+  the current leader epoch.
+* **ISR shrink** (:meth:`Partition.out_of_sync`): an ISR member that has not
+  caught up with the leader's log end for ``replica.lag.time.max.ms`` (Kafka's
+  ``lastCaughtUpTimeMs``: a fetch at the leader's log end catches up now; a
+  fetch at least at the log end the previous fetch saw catches up as of that
+  previous fetch), unless its log end already equals the leader's. While a
+  shrink is pending the larger, committed ISR still counts for the high
+  watermark.
+* **min.insync.replicas**: an ``acks=all`` append needs that many replicas in
+  the committed ISR (:meth:`Partition.check_min_isr`); an append that reached
+  the high watermark while the maximal ISR is below it is answered
+  ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` (:meth:`Partition.replicated`).
 
 Not thread-safe: lives on the broker's event loop.
 """
@@ -29,12 +39,18 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
 from controller.errors import FencedLeaderEpochError
 from controller.registrations import NO_LEADER, PartitionRegistration
-from local_tier.errors import NotLeaderOrFollowerError, UnknownLeaderEpochError
+from local_tier.errors import (
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
 from local_tier.log import Log
 
 __all__ = ["FollowerState", "Partition", "Transition"]
@@ -55,8 +71,13 @@ class Transition(enum.Enum):
 class FollowerState:
     """What the leader knows of one follower (Kafka's ``Replica`` state)."""
 
+    #: when it last held the leader's log end (monotonic ms); set to "now" for ISR
+    #: members when this broker becomes leader, so each gets a full lag window
+    last_caught_up_ms: float
     log_end_offset: int = -1  # -1: has not fetched under this leadership yet
-    last_fetch_ms: int = 0
+    log_start_offset: int = -1
+    last_fetch_ms: float = 0.0
+    last_fetch_leader_leo: int = -1  # the leader's log end at its previous fetch
     broker_epoch: int = -1
 
 
@@ -128,20 +149,29 @@ class Partition:
             except OSError as exc:  # a full disk: the next append records the epoch
                 _log.warning("%s: cannot record leader epoch %d (%s)", self.name,
                              self.leader_epoch, exc)
-        self.followers = {r: FollowerState() for r in self.replicas if r != self.local_id}
+        now = monotonic_ms()
+        self.followers = {
+            r: FollowerState(now if r in self.isr else 0.0) for r in self.replicas if r != self.local_id
+        }
         self.pending_isr = None
         self.maybe_increment_high_watermark()
 
     def _keep_followers(self) -> None:
-        kept = {r: self.followers.get(r, FollowerState()) for r in self.replicas if r != self.local_id}
-        self.followers = kept
+        now = monotonic_ms()
+        self.followers = {
+            r: self.followers.get(r) or FollowerState(now if r in self.isr else 0.0)
+            for r in self.replicas
+            if r != self.local_id
+        }
 
-    def apply_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> None:
-        """An AlterPartition answer: the ISR the controller committed."""
+    def apply_isr(self, isr: tuple[int, ...], leader_epoch: int, partition_epoch: int) -> bool:
+        """An AlterPartition answer: the ISR the controller committed. True if the high
+        watermark moved (a shrink may let it)."""
         if leader_epoch != self.leader_epoch or partition_epoch < self.partition_epoch:
-            return
+            return False
         self.isr, self.partition_epoch = isr, partition_epoch
         self.pending_isr = None
+        return self.maybe_increment_high_watermark()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -171,17 +201,31 @@ class Partition:
     def maximal_isr(self) -> set[int]:
         return set(self.isr) | set(self.pending_isr or ())
 
-    def record_follower_fetch(
-        self, replica_id: int, fetch_offset: int, broker_epoch: int, now_ms: int
-    ) -> bool:
-        """A follower fetched from ``fetch_offset`` (its log end offset); True if the high
-        watermark moved. ``NotLeaderOrFollowerError`` for a broker that is no replica."""
+    def follower(self, replica_id: int) -> FollowerState:
+        """What this leader knows of a follower; ``NotLeaderOrFollowerError`` for a broker
+        that is no replica."""
         state = self.followers.get(replica_id)
         if state is None:
             raise NotLeaderOrFollowerError(
                 f"broker {replica_id} is not a replica of {self.name} (replicas {list(self.replicas)})"
             )
-        state.log_end_offset = min(fetch_offset, self.log.log_end_offset)
+        return state
+
+    def record_follower_fetch(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, broker_epoch: int,
+        now_ms: float,
+    ) -> bool:
+        """A follower fetched from ``fetch_offset`` (its log end offset, validated: at most
+        this leader's, on the same history); True if the high watermark moved."""
+        state = self.follower(replica_id)
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif fetch_offset >= state.last_fetch_leader_leo >= 0:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = min(fetch_offset, leo)
+        state.log_start_offset = log_start_offset
+        state.last_fetch_leader_leo = leo
         state.last_fetch_ms = now_ms
         state.broker_epoch = broker_epoch
         return self.maybe_increment_high_watermark()
@@ -219,3 +263,50 @@ class Partition:
             if state.log_end_offset >= hw and state.log_end_offset >= self.leader_epoch_start_offset:
                 out.append(replica)
         return sorted(out)
+
+    def out_of_sync(self, now_ms: float, max_lag_ms: int) -> list[int]:
+        """ISR members that have not caught up for ``max_lag_ms`` (module docstring)."""
+        if not self.is_leader or self.pending_isr is not None:
+            return []
+        leo = self.log.log_end_offset
+        out = []
+        for replica in self.isr:
+            state = self.followers.get(replica)
+            if replica == self.local_id or state is None:
+                continue
+            if state.log_end_offset != leo and now_ms - state.last_caught_up_ms > max_lag_ms:
+                out.append(replica)
+        return out
+
+    # -- min.insync.replicas ----------------------------------------------------------
+
+    def check_min_isr(self) -> None:
+        """Before an ``acks=all`` append: ``NotEnoughReplicasError`` when the committed ISR
+        is smaller than ``min.insync.replicas``."""
+        need = self.log.config.min_insync_replicas
+        if len(self.isr) < need:
+            raise NotEnoughReplicasError(
+                f"{self.name}: the in-sync replicas {list(self.isr)} are fewer than "
+                f"min.insync.replicas ({need})"
+            )
+
+    def replicated(self, offset: int) -> bool:
+        """Whether the ISR holds every offset below ``offset`` (acks=all): the leader's
+        high watermark reached it. ``NotEnoughReplicasAfterAppendError`` when it did but
+        the maximal ISR is below ``min.insync.replicas`` (Kafka's
+        ``checkEnoughReplicasReachOffset``); ``NotLeaderOrFollowerError`` when this broker
+        no longer leads."""
+        self.check_leader()
+        if self.log.high_watermark < offset:
+            return False
+        need = self.log.config.min_insync_replicas
+        if len(self.maximal_isr()) < need:
+            raise NotEnoughReplicasAfterAppendError(
+                f"{self.name}: offset {offset - 1} is replicated, but the in-sync replicas "
+                f"{sorted(self.maximal_isr())} are fewer than min.insync.replicas ({need})"
+            )
+        return True
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000

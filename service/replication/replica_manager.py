@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -45,14 +45,16 @@ from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.errors import (
     NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
 from local_tier.log import Log
 from local_tier.manager import LogManager
-from service.replication.partition import Partition, Transition
+from service.replication.partition import Partition, Transition, monotonic_ms
 
 __all__ = [
     "PARTITION_METADATA",
+    "FollowerFetch",
     "LeadershipListener",
     "ReplicaManager",
     "read_topic_id",
@@ -61,6 +63,20 @@ __all__ = [
 _log = logging.getLogger("strata.replication")
 PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerFetch:
+    """One partition of a follower's Fetch, as the leader checks it."""
+
+    topic: str
+    partition: int
+    replica_id: int
+    fetch_offset: int
+    current_leader_epoch: int = -1
+    last_fetched_epoch: int = -1  # Fetch v12+; -1: not sent
+    log_start_offset: int = -1
+    broker_epoch: int = -1
 
 
 class LeadershipListener(Protocol):
@@ -136,6 +152,9 @@ class ReplicaManager:
         self.followers: Followers | None = None
         self.isr_changes: IsrChanges | None = None
         self.on_log_deleted: Callable[[str, int, uuid.UUID, bool], None] | None = None
+        #: ISR changes this broker asked for, as a leader (the metrics' counters)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
@@ -190,6 +209,8 @@ class ReplicaManager:
                 self._waiters.notify(*key)
                 became_followers.append(partition)
             if partition.is_leader:
+                if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
+                    self._waiters.notify(*key)
                 self._maybe_expand_isr(partition)
         if self.followers is not None:
             for partition in became_followers:
@@ -276,19 +297,60 @@ class ReplicaManager:
         """A follower appended what it fetched (its high watermark may have moved)."""
         self._waiters.notify(partition.topic, partition.index)
 
-    def record_follower_fetch(
-        self, topic: str, index: int, replica_id: int, fetch_offset: int, broker_epoch: int,
-        current_leader_epoch: int,
-    ) -> Partition:
-        """A follower's fetch reached this leader: note its position, move the high
-        watermark (waking producers waiting for acks=all), maybe widen the ISR."""
-        partition = self.get_partition(topic, index)
-        partition.check_leader(current_leader_epoch)
-        now = int(time.time() * 1000)
-        if partition.record_follower_fetch(replica_id, fetch_offset, broker_epoch, now):
-            self._waiters.notify(topic, index)
+    def record_follower_fetch(self, fetch: FollowerFetch) -> tuple[int, int] | None:
+        """A follower's fetch reached this leader. Checked first, as Kafka's
+        ``fetchRecords`` does: its leader epoch; its last fetched epoch against this
+        leader's history (a diverging follower gets ``(epoch, end offset)`` back to
+        truncate to, and is not counted); a fetch offset beyond this leader's log end
+        is ``OFFSET_OUT_OF_RANGE``. Then its position is noted: the high watermark may
+        move (waking producers waiting for acks=all) and the ISR widen."""
+        partition = self.get_partition(fetch.topic, fetch.partition)
+        log = partition.check_leader(fetch.current_leader_epoch)
+        partition.follower(fetch.replica_id)
+        if fetch.last_fetched_epoch >= 0:
+            epoch, end = log.leader_epoch_cache.end_offset_for(fetch.last_fetched_epoch)
+            if epoch != fetch.last_fetched_epoch or end < fetch.fetch_offset:
+                return epoch, end
+        if fetch.fetch_offset > log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{partition.name}: broker {fetch.replica_id} fetches from offset "
+                f"{fetch.fetch_offset}, beyond this leader's log end {log.log_end_offset}"
+            )
+        moved = partition.record_follower_fetch(
+            fetch.replica_id, fetch.fetch_offset, fetch.log_start_offset, fetch.broker_epoch,
+            monotonic_ms(),
+        )
+        if moved:
+            self._waiters.notify(fetch.topic, fetch.partition)
         self._maybe_expand_isr(partition)
-        return partition
+        return None
+
+    def after_isr_change(self, partition: Partition, high_watermark_moved: bool) -> None:
+        """The controller committed an ISR change this leader asked for."""
+        if high_watermark_moved:
+            self._waiters.notify(partition.topic, partition.index)
+
+    def shrink_isrs(self, max_lag_ms: int) -> int:
+        """Ask the controller to drop, from the ISR of every partition this broker leads,
+        the followers that have lagged for ``max_lag_ms`` (``replica.lag.time.max.ms``;
+        Kafka's ``maybeShrinkIsr``). Returns how many partitions it asked for."""
+        if self.isr_changes is None:
+            return 0
+        now = monotonic_ms()
+        asked = 0
+        for partition in self.led():
+            lagging = partition.out_of_sync(now, max_lag_ms)
+            if not lagging:
+                continue
+            new_isr = tuple(r for r in partition.isr if r not in lagging)
+            # pending: the maximal ISR stays the committed one until the answer
+            partition.pending_isr = new_isr
+            _log.info("%s: asking to drop %s from the ISR %s (no catch-up for %d ms)",
+                      partition.name, lagging, list(partition.isr), max_lag_ms)
+            self.isr_changes.submit(partition, new_isr)
+            self.isr_shrinks += 1
+            asked += 1
+        return asked
 
     def _maybe_expand_isr(self, partition: Partition) -> None:
         if self.isr_changes is None:
@@ -301,3 +363,4 @@ class ReplicaManager:
             _log.info("%s: asking to add %s to the ISR %s", partition.name, candidates,
                       list(partition.isr))
             self.isr_changes.submit(partition, new_isr)
+            self.isr_expands += 1

@@ -92,7 +92,8 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
     controller = cluster.controller
     assert controller is not None and cluster.client is not None
     replicas.isr_changes = AlterPartitionManager(
-        broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition
+        broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition,
+        on_applied=replicas.after_isr_change,
     )
     replicas.add_listener(GroupLeadership(broker))
     replicas.add_listener(TxnLeadership(broker.transactions))

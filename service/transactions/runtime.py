@@ -38,6 +38,7 @@ from service.groups.runtime import (
 )
 from service.log_replay import iter_log_records
 from service.producer_ids import ProducerIdManager
+from service.replication import barrier
 from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition
 from service.transactions.records import TRANSACTION_STATE_TOPIC
@@ -77,6 +78,8 @@ class TxnHost(OffsetsHost, Protocol):
         committed: bool,
         partitions: Sequence[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]: ...
+
+    async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None: ...
 
 
 def transaction_state_topic_configs(config: BrokerConfig) -> dict[str, str]:
@@ -136,10 +139,14 @@ class BrokerMarkers:
     leader again. Lives on the event loop.
     """
 
-    def __init__(self, broker: TxnHost, peers: PeerChannels | None = None, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, broker: TxnHost, peers: PeerChannels | None = None, timeout_s: float = 30.0,
+        replication_timeout_ms: int = 5000,
+    ) -> None:
         self._broker = broker
         self._peers = peers
         self._timeout_s = timeout_s
+        self._timeout_ms = replication_timeout_ms
 
     async def write_markers(
         self,
@@ -160,10 +167,16 @@ class BrokerMarkers:
                 remote[leader].append(tp)
         results: dict[TopicPartition, ErrorCode] = {}
         if local:
-            results.update(self._broker.write_txn_markers(
-                producer_id=producer_id, producer_epoch=producer_epoch,
-                coordinator_epoch=coordinator_epoch, committed=commit, partitions=local,
-            ))
+            with barrier.recording() as writes:
+                results.update(self._broker.write_txn_markers(
+                    producer_id=producer_id, producer_epoch=producer_epoch,
+                    coordinator_epoch=coordinator_epoch, committed=commit, partitions=local,
+                ))
+            # a marker counts once the partition's in-sync replicas hold it (as Kafka's
+            # acks=all marker append): else a failover could lose it, leaving the
+            # transaction open on the new leader
+            failed = await barrier.wait_replicated(self._broker, writes, self._timeout_ms)
+            results.update((tp, exc.code) for tp, exc in failed.items())
         answers = await asyncio.gather(*(
             self._send(node, tps, producer_id, producer_epoch, coordinator_epoch, commit)
             for node, tps in remote.items()
@@ -238,7 +251,8 @@ def start_transaction_coordinator(broker: TxnHost, peers: PeerChannels | None = 
     partitions led elsewhere go over ``peers``."""
     coordinator = TransactionCoordinator(
         BrokerTxnStateLog(broker),
-        BrokerMarkers(broker, peers, broker.config.get_int("controller.socket.timeout.ms") / 1000),
+        BrokerMarkers(broker, peers, broker.config.get_int("controller.socket.timeout.ms") / 1000,
+                      broker.config.get_int("offsets.commit.timeout.ms")),
         BrokerProducerIds(broker),
         LoopTimer(),
         txn_config(broker.config),

@@ -38,6 +38,7 @@ def _populate(tmp_path: Path) -> None:
         log = manager.get_or_create_log(topic, partition, _config(topic))
         for _ in range(5):
             log.append_as_leader(make_batch(), 0)
+        log.update_high_watermark(12)  # a leader whose followers hold up to 12
     manager.shutdown()
 
 
@@ -64,7 +65,8 @@ def test_clean_shutdown_skips_recovery_and_reloads_everything(
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert set(manager.all_logs()) == {("orders", 0), ("my-topic.v2", 11)}
     log = manager.get_log("my-topic.v2", 11)
-    assert log is not None and log.log_end_offset == log.high_watermark == 15
+    # the high watermark is the checkpointed one: a restarted replica exposes nothing more
+    assert log is not None and (log.log_end_offset, log.high_watermark) == (15, 12)
 
 
 def test_crash_recovers_only_from_the_recovery_point(
@@ -128,3 +130,14 @@ def test_run_flush_honours_flush_ms(tmp_path: Path, managers: list[LogManager]) 
     manager.run_flush(now_ms=log.last_flush_ms + 1_000)
     log.wait_for_flushes()
     assert log.recovery_point == 3
+
+
+def test_a_data_dir_without_high_watermarks_takes_the_log_ends(
+    tmp_path: Path, managers: list[LogManager]
+) -> None:
+    """Written before high watermarks were checkpointed: every log's is its end, as then."""
+    _populate(tmp_path)
+    (tmp_path / "replication-offset-checkpoint").unlink()
+    manager = _manager(tmp_path, managers)
+    log = manager.get_log("orders", 0)
+    assert log is not None and log.high_watermark == log.log_end_offset == 15
