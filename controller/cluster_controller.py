@@ -143,7 +143,9 @@ class ClusterController(MetadataWriter):
             config.get_int("broker.session.timeout.ms"), monotonic
         )
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a tick is due now (or the role stops)
         self._thread: threading.Thread | None = None
+        self._connection_loss_ms = config.get_int("broker.session.connection.loss.ms")
         self._auto_rebalance = config.get_bool("auto.leader.rebalance.enable")
         self._rebalance_interval_ms = config.get_int("leader.imbalance.check.interval.seconds") * 1000
         self._imbalance_pct = config.get_int("leader.imbalance.per.broker.percentage")
@@ -264,6 +266,7 @@ class ClusterController(MetadataWriter):
         another broker takes over at once (a clean shutdown). ``release=False`` leaves
         the lease to expire, like a crash."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -279,7 +282,23 @@ class ClusterController(MetadataWriter):
             except Exception:  # noqa: BLE001 - the role must outlive a failed step
                 _log.exception("controller tick failed")
                 delay_ms = float(self._lease.timings.poll_ms)
-            self._stop.wait(max(delay_ms, 1.0) / 1000)
+            self._wake.wait(max(delay_ms, 1.0) / 1000)
+            self._wake.clear()
+
+    def connection_lost(self, broker_id: int) -> None:
+        """The connection ``broker_id`` heartbeats on closed: its process has likely died
+        (a killed process's sockets are closed by its kernel at once). Its session then
+        ends ``broker.session.connection.loss.ms`` from now unless it heartbeats again
+        (a live broker reconnects), so its partitions move without waiting out
+        ``broker.session.timeout.ms``; a broker cut off by the network, whose connection
+        stays open, still waits the session out."""
+        if self._connection_loss_ms < 0 or not self.is_active:
+            return
+        with self._lock:
+            self._sessions.cut_short(broker_id, self._connection_loss_ms)
+        timer = threading.Timer(self._connection_loss_ms / 1000 + 0.01, self._wake.set)
+        timer.daemon = True
+        timer.start()
 
     def _activate(self) -> None:
         epoch = self._epoch

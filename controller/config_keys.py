@@ -350,6 +350,10 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             validator=at_least(1)),
     ConfigDef("broker.heartbeat.interval.ms", "int", "2000",
             "How often a broker heartbeats the active controller.", validator=at_least(1)),
+    ConfigDef("broker.session.connection.loss.ms", "int", "500",
+            "A broker whose heartbeat connection to the active controller closes (its process "
+            "died) is fenced this long after, unless it heartbeats again; -1 waits for "
+            "broker.session.timeout.ms (Strata).", validator=at_least(-1)),
     ConfigDef("controller.lease.ms", "long", "10000",
             "How long the controller lease lasts without renewal (Strata).",
             validator=at_least(1)),

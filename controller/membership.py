@@ -91,6 +91,14 @@ class BrokerHeartbeatTracker:
         age = self.age_ms(node_id)
         return age is not None and age < self._timeout_ms
 
+    def cut_short(self, node_id: int, remaining_ms: float) -> None:
+        """Let ``node_id``'s session run out ``remaining_ms`` from now, unless it heartbeats
+        again meanwhile (its heartbeat connection closed: the process is likely gone)."""
+        last = self._last_contact.get(node_id)
+        if last is None:
+            return
+        self._last_contact[node_id] = min(last, self._monotonic() + remaining_ms - self._timeout_ms)
+
     def expired(self) -> list[int]:
         """Brokers with a session that ran out, by node id."""
         return sorted(n for n in self._last_contact if not self.has_valid_session(n))

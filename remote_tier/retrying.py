@@ -18,7 +18,9 @@ its backoff sleeps block too: never call it on the event loop.
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -47,6 +49,11 @@ class RetryingObjectStore:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.inner = inner
+        #: requests made (each once, however often retried) and bytes moved, by operation
+        #: (``get``, ``put``, ``head``, ``list``, ``delete``): the broker's ``/metrics``
+        self.requests: Counter[str] = Counter()
+        self.bytes: Counter[str] = Counter()
+        self._counting = threading.Lock()  # the store is called from many threads
         self._max_attempts = max_attempts
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
@@ -75,29 +82,45 @@ class RetryingObjectStore:
                 delay = min(delay * 2, self._max_backoff_s)
         raise AssertionError("unreachable")
 
+    def _count(self, op: str, size: int = 0) -> None:
+        with self._counting:
+            self.requests[op] += 1
+            self.bytes[op] += size
+
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
-        return self._call(f"get {key!r}", lambda: self.inner.get(key, start, end))
+        data = self._call(f"get {key!r}", lambda: self.inner.get(key, start, end))
+        self._count("get", len(data))
+        return data
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        return self._call(f"get {key!r}", lambda: get_with_etag(self.inner, key))
+        data, etag = self._call(f"get {key!r}", lambda: get_with_etag(self.inner, key))
+        self._count("get", len(data))
+        return data, etag
 
     def head(self, key: str) -> ObjectInfo:
+        self._count("head")
         return self._call(f"head {key!r}", lambda: self.inner.head(key))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self._count("list")
         return iter(self._call(f"list {prefix!r}", lambda: list(self.inner.list(prefix))))
 
     def put(self, key: str, data: bytes) -> str:
+        self._count("put", len(data))
         return self._call(f"put {key!r}", lambda: self.inner.put(key, data))
 
     def put_file(self, key: str, path: Path) -> str:
+        self._count("put", path.stat().st_size)
         return self._call(f"put {key!r}", lambda: self.inner.put_file(key, path))
 
     def put_if_absent(self, key: str, data: bytes) -> str:
+        self._count("put", len(data))
         return self._call(f"put {key!r}", lambda: self.inner.put_if_absent(key, data))
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        self._count("put", len(data))
         return self._call(f"put {key!r}", lambda: self.inner.put_if_match(key, data, etag))
 
     def delete(self, key: str) -> None:
+        self._count("delete")
         self._call(f"delete {key!r}", lambda: self.inner.delete(key))

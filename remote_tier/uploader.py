@@ -129,7 +129,7 @@ class RemoteLogManager:
         max_backoff_s: float = 5.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._store: ObjectStore = RetryingObjectStore(
+        self._store = RetryingObjectStore(
             store,
             max_attempts=max_attempts,
             backoff_s=backoff_s,
@@ -137,6 +137,11 @@ class RemoteLogManager:
             sleep=sleep,
         )
         self._manifests = ManifestStore(self._store, prefix)
+
+    @property
+    def store(self) -> RetryingObjectStore:
+        """The store every call of this manager goes through (its request counters)."""
+        return self._store
 
     @property
     def manifests(self) -> ManifestStore:

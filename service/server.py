@@ -28,6 +28,7 @@ import contextlib
 import logging
 import socket
 import struct
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -178,6 +179,13 @@ class Connection:
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
         self._history_send: Future[tuple[int, int] | None] | None = None
+        #: brokers that heartbeat the controller on this connection
+        self.heartbeat_brokers: set[int] = set()
+        self._close_callbacks: list[Callable[[], None]] = []
+
+    def add_close_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the loop, errors logged) when this connection closes."""
+        self._close_callbacks.append(callback)
 
     def start(self) -> None:
         self._tasks = [
@@ -203,6 +211,11 @@ class Connection:
         else:
             self._close_socket()
         self.server._connections.discard(self)
+        for callback in self._close_callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one callback must not stop the others
+                log.exception("a close callback of connection %s failed", self.peer)
 
     @property
     def idle(self) -> bool:

@@ -385,9 +385,9 @@ class TieringService:
         topic_id: uuid.UUID,
     ) -> None:
         """A tiered partition this broker follows: only its leader uploads, but its local
-        segments go once the manifest lists them (local retention). The manifest is
-        re-read only when local retention is waiting for it, so an idle follower costs
-        the bucket nothing; the local log start follows the manifest's."""
+        segments go once the manifest lists them (local retention, applied at once). The
+        manifest is re-read only when local retention is waiting for it, so an idle
+        follower costs the bucket nothing; the local log start follows the manifest's."""
         state = self._state(topic, partition, topic_id)
         if not local.local_retention_waits_for_remote(_now_ms(), state.remote_next_offset):
             return
@@ -399,6 +399,10 @@ class TieringService:
         state.known = True
         self.follower_manifest_reads += 1
         follow_remote_start(local, state)
+        # what waited for the manifest goes now, not at the next retention check
+        if deleted := local.delete_retention_segments(_now_ms(), remote_boundary=state.remote_next_offset):
+            log.info("%s-%d: %d local segment(s) the bucket holds deleted (follower)", topic, partition,
+                     deleted)
 
     # -- leadership (a listener of the replica manager) -----------------------
 

@@ -6,6 +6,7 @@ are factories::
     def test_x(start_cluster):
         cluster = start_cluster(3)                      # file:// store under tmp
         cluster = start_cluster(3, s3=s3_bucket)        # a moto S3 bucket (tests/s3_fixtures.py)
+        cluster = start_cluster(3, racks={1: "a", 2: "b", 3: "c"})  # broker.rack of each
         cluster.bootstrap                               # "127.0.0.1:p1,127.0.0.1:p2,..."
         cluster.controller_id()                         # the lease holder, read from the bucket
         cluster.kill(2); cluster.restart(2)
@@ -64,6 +65,7 @@ class Cluster:
         *,
         s3: S3Bucket | None = None,
         sets: Mapping[str, str] | None = None,
+        racks: Mapping[int, str] | None = None,
     ) -> None:
         self.base = base
         if s3 is not None:
@@ -79,7 +81,7 @@ class Cluster:
             n: BrokerProcess(
                 base / f"broker-{n}" / "data",
                 free_port(),
-                sets=merged,
+                sets={**merged, **({"broker.rack": racks[n]} if racks and n in racks else {})},
                 log_path=base / f"broker-{n}.log",
                 args=["--node-id", str(n), *store_args],
             )

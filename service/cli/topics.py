@@ -64,6 +64,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.add_argument("--admin-url", default=os.environ.get("STRATA_ADMIN_URL"), metavar="URL",
                    help="the broker's admin HTTP API, for tiering state "
                    "(default: $STRATA_ADMIN_URL or http://BOOTSTRAP_HOST:9644)")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--under-replicated-partitions", "--under-replicated", action="store_true",
+                      dest="under_replicated",
+                      help="only partitions whose in-sync replicas are fewer than their replicas")
+    only.add_argument("--under-min-isr-partitions", action="store_true", dest="under_min_isr",
+                      help="only partitions with fewer in-sync replicas than min.insync.replicas")
+    only.add_argument("--unavailable-partitions", action="store_true", dest="unavailable",
+                      help="only partitions with no leader")
     p.set_defaults(func=guarded(_topics_describe))
 
     p = topic_cmds.add_parser("delete", parents=[common], help="delete topics")
@@ -148,6 +156,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
     topics = [topic_metadata(md, name, args) for name in names]
 
     configs: dict[str, dict[str, str | None]] = {}
+    min_isr: dict[str, int] = {}
     if topics:
         resources = [ConfigResource(ConfigResource.Type.TOPIC, t.topic) for t in topics]
         futures = admin.describe_configs(resources, request_timeout=CLIENT_TIMEOUT_S)
@@ -163,15 +172,26 @@ def _topics_describe(args: argparse.Namespace) -> int:
                 # like kafka-topics --describe: only what was set on the topic itself
                 if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
             }
+            min_isr[resource.name] = int(entries["min.insync.replicas"].value or 1) \
+                if "min.insync.replicas" in entries else 1
 
     consumer = Consumer({**base_config(args.bootstrap_server),
                          "group.id": f"{CLIENT_ID}-describe",
                          "enable.auto.commit": False})
     unanswered = False
     try:
+        filtering = args.under_replicated or args.under_min_isr or args.unavailable
         for topic in topics:
             partitions = sorted(topic.partitions.values(), key=lambda p: p.id)
             replication = len(partitions[0].replicas) if partitions else 0
+            if filtering:  # like kafka-topics.sh: only the matching partitions, no topic line
+                for part in partitions:
+                    if _matches(args, part, min_isr.get(topic.topic, 1)):
+                        print(f"\tTopic: {topic.topic}\tPartition: {part.id}\tLeader: "
+                              f"{part.leader if part.leader >= 0 else 'none'}\t"
+                              f"Replicas: {','.join(map(str, part.replicas))}\t"
+                              f"Isr: {','.join(map(str, part.isrs))}")
+                continue
             config_text = ",".join(
                 f"{k}={'<sensitive>' if v is None else v}"
                 for k, v in configs.get(topic.topic, {}).items())
@@ -189,7 +209,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
             unanswered |= tiering is None
     finally:
         consumer.close()
-    if unanswered:
+    if unanswered and not filtering:
         url = _admin_url(args)
         how = ("the --admin-url given" if args.admin_url else
                "the default: the bootstrap host on port 9644")
@@ -198,6 +218,16 @@ def _topics_describe(args: argparse.Namespace) -> int:
               "`strata up --http HOST:PORT`, pass --admin-url http://HOST:PORT or set "
               "STRATA_ADMIN_URL=http://HOST:PORT.", file=sys.stderr)
     return 0
+
+
+def _matches(args: argparse.Namespace, part: Any, min_isr: int) -> bool:
+    """Whether a partition passes ``--under-replicated-partitions``,
+    ``--under-min-isr-partitions`` or ``--unavailable-partitions``."""
+    if args.unavailable:
+        return bool(part.leader < 0)
+    if args.under_min_isr:
+        return len(part.isrs) < min_isr
+    return len(part.isrs) < len(part.replicas)
 
 
 def _admin_url(args: argparse.Namespace) -> str:

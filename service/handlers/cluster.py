@@ -73,6 +73,7 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(63, ctx.version)
+    _watch_connection(ctx, int(request.broker_id))
     try:
         reply = await _on_controller(
             ctx,
@@ -92,6 +93,18 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
         return build(mod.BrokerHeartbeatResponse, throttle_time=0,
                      error_code=_error(ctx, "BrokerHeartbeat", exc),
                      is_caught_up=False, is_fenced=True, should_shut_down=False)
+
+
+def _watch_connection(ctx: RequestContext, broker_id: int) -> None:
+    """Tell the controller when the connection a broker heartbeats on closes (once per
+    connection): :meth:`controller.cluster_controller.ClusterController.connection_lost`."""
+    conn = ctx.connection
+    cluster = ctx.broker.cluster
+    controller = None if cluster is None else cluster.controller
+    if conn is None or controller is None or broker_id in conn.heartbeat_brokers:
+        return
+    conn.heartbeat_brokers.add(broker_id)
+    conn.add_close_callback(lambda: controller.connection_lost(broker_id))
 
 
 def _new_isr(p: Any) -> tuple[BrokerState, ...]:

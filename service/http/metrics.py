@@ -128,6 +128,7 @@ class BrokerCollector(Collector):
             yield family
 
         yield from self._partitions()
+        yield from self._replication()
         yield from self._tiering()
         yield from self._groups()
         yield from kafka_exporter_families(b)
@@ -172,8 +173,54 @@ class BrokerCollector(Collector):
             family.add_metric([], value)
             yield family
 
+    def _replication(self) -> Iterator[Any]:
+        b = self._broker
+        led = b.replicas.led()
+        under = sum(1 for p in led if len(p.isr) < len(p.replicas))
+        under_min = sum(1 for p in led if len(p.isr) < p.log.config.min_insync_replicas)
+        yield _gauge("strata_under_replicated_partitions",
+                     "Partitions this broker leads with fewer in-sync replicas than replicas.", [],
+                     [((), under)])
+        yield _gauge("strata_under_min_isr_partitions",
+                     "Partitions this broker leads with fewer in-sync replicas than "
+                     "min.insync.replicas (acks=all produce fails).", [], [((), under_min)])
+        offline = 0
+        if b.is_active_controller():  # as Kafka's OfflinePartitionsCount: the controller's alone
+            offline = sum(1 for _, _, p in b.controller.metadata.iter_partitions() if not p.has_leader)
+        yield _gauge("strata_offline_partitions",
+                     "Partitions with no leader (reported by the active controller; 0 elsewhere).",
+                     [], [((), offline)])
+        yield _gauge("strata_leader_partitions", "Partitions this broker leads.", [], [((), len(led))])
+        followers = b.replicas.followers
+        fetched = sum(f.fetched_bytes for f in getattr(followers, "fetchers", {}).values())
+        fetches = sum(f.fetch_requests for f in getattr(followers, "fetchers", {}).values())
+        for name, doc, value in (
+            ("strata_isr_shrinks", "ISR shrinks this broker asked for as a leader.", b.replicas.isr_shrinks),
+            ("strata_isr_expands", "ISR expansions this broker asked for as a leader.",
+             b.replicas.isr_expands),
+            ("strata_replica_fetched_bytes", "Record bytes this broker copied from leaders as a follower.",
+             fetched),
+            ("strata_replica_fetch_requests", "Fetch requests this broker sent to leaders as a follower.",
+             fetches),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering
+        store = t.rlm.store
+        requests = CounterMetricFamily("strata_object_store_requests",
+                                       "Requests to the object store for segments and manifests, by "
+                                       "operation (retries not counted).", labels=["op"])
+        moved = CounterMetricFamily("strata_object_store_bytes",
+                                    "Bytes read (get) and written (put) in those requests.", labels=["op"])
+        for op in ("get", "put", "head", "list", "delete"):
+            requests.add_metric([op], store.requests[op])
+            if op in ("get", "put"):
+                moved.add_metric([op], store.bytes[op])
+        yield requests
+        yield moved
         for name, doc, value in (
             ("strata_tiering_uploaded_segments", "Segments uploaded and published.", t.uploaded_segments),
             ("strata_tiering_uploaded_bytes", "Segment bytes uploaded and published.", t.uploaded_bytes),

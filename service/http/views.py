@@ -32,6 +32,7 @@ from local_tier.manager import LogManager
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator
 from service.latency import LatencyHistograms
+from service.replication.replica_manager import ReplicaManager
 from service.tiering import TieringService
 
 __all__ = ["AdminView", "ClusterView", "MetricsView", "PartitionsView"]
@@ -78,6 +79,11 @@ class MetricsView(PartitionsView, Protocol):
 
     @property
     def fetch_sessions(self) -> FetchSessionCache: ...
+
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    def is_active_controller(self) -> bool: ...
 
 
 class ClusterView(Protocol):

@@ -1,0 +1,391 @@
+"""Replication across broker processes (issue #17): acks=all with min.insync.replicas,
+leader failover with nothing acknowledged lost, the ISR, rack-aware reads.
+
+Every test runs its own 3-broker cluster (``tests/cluster_fixtures.py``) on a
+``file://`` store, with the short timings there plus a 2 s replica lag, so a
+failover takes about a second: a killed broker's heartbeat connection closes,
+the controller fences it ``broker.session.connection.loss.ms`` later and
+elects a new leader from the ISR.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster_fixtures import Cluster
+from tests.e2e.rawkafka import (
+    API_PRODUCE,
+    Connection,
+    parse_produce_v3,
+    produce_v3_body,
+    record_batch,
+)
+
+TIMEOUT_S = 30.0
+NOT_ENOUGH_REPLICAS = 19
+#: the cluster fixture's timings, plus a short replica lag and a lease short enough that
+#: killing a leader that also holds the controller lease costs seconds, not tens of them
+REPLICATION = {
+    "replica.lag.time.max.ms": "2000",
+    "replica.fetch.wait.max.ms": "100",
+    "controller.lease.ms": "2000",
+    "controller.lease.renew.ms": "300",
+    "controller.lease.safety.margin.ms": "400",
+    "controller.lease.clock.skew.ms": "200",
+    "controller.lease.poll.ms": "100",
+    "metadata.poll.interval.ms": "100",
+}
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _create(bootstrap: str, topic: NewTopic) -> None:
+    client = _admin(bootstrap)  # kept until the answer: a destroyed client fails its futures
+    client.create_topics([topic], request_timeout=TIMEOUT_S)[topic.topic].result(timeout=TIMEOUT_S)
+
+
+def _partition(cluster: Cluster, topic: str, index: int = 0) -> Any:
+    """The partition's metadata (leader, replicas, isrs) as a live broker answers it."""
+    md = _admin(cluster.live_bootstrap()).list_topics(topic, timeout=TIMEOUT_S)
+    return md.topics[topic].partitions[index]
+
+
+def _wait(cluster: Cluster, what: str, check: Callable[[], Any], timeout_s: float = TIMEOUT_S) -> Any:
+    def safe() -> Any:
+        try:
+            return check()
+        except Exception:  # noqa: BLE001 - a broker mid-failover may not answer
+            return None
+
+    return cluster.wait_for(what, safe, timeout_s, 0.1)
+
+
+def _read_all(bootstrap: str, topic: str, partitions: int = 1) -> list[tuple[int, int, bytes]]:
+    """Every record of ``topic`` as (partition, offset, value), up to the end offsets."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-check",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": False})
+    try:
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1]
+                for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        out: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + 60
+        while sum(1 for _ in out) < sum(ends.values()):
+            assert time.monotonic() < deadline, f"read {len(out)} of {sum(ends.values())}"
+            for msg in consumer.consume(1000, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                out.append((msg.partition(), msg.offset(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+class _Producing:
+    """An idempotent acks=all producer writing "0", "1", ... in a thread; what was acked."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 5, "message.timeout.ms": 120_000, "retry.backoff.ms": 50,
+            "retry.backoff.max.ms": 200, "topic.metadata.refresh.interval.ms": 1000,
+        })
+        self._topic = topic
+        self.acked: set[bytes] = set()
+        self.failed: list[Any] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Producing:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked.add(msg.value())
+        else:
+            self.failed.append(err)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._producer.produce(self._topic, b"%d" % self.sent, partition=0,
+                                       on_delivery=self._on_delivery)
+                self.sent += 1
+            except BufferError:
+                pass
+            self._producer.poll(0.001 if self.sent % 50 else 0.01)
+
+    def acked_since(self, count: int, timeout_s: float = TIMEOUT_S) -> None:
+        """Wait until ``count`` more records than now are acknowledged."""
+        target = len(self.acked) + count
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < target:
+            assert time.monotonic() < deadline, f"only {len(self.acked)} of {target} acked"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            assert self._producer.flush(120) == 0
+
+
+def test_acks_all_records_survive_the_leader_killed_at_20_random_points(start_cluster: Any) -> None:
+    """Replication factor 3, min.insync.replicas 2, an idempotent acks=all producer: kill -9
+    the partition's leader at 20 random points while producing (restarting it each time);
+    every acknowledged record is read back once, at dense offsets."""
+    cluster = start_cluster(3, sets=REPLICATION)
+    _create(cluster.bootstrap, NewTopic("durable", 1, 3, config={"min.insync.replicas": "2"}))
+    rng = random.Random(17)
+    leaders_killed: list[int] = []
+    with _Producing(cluster.bootstrap, "durable") as producing:
+        producing.acked_since(200)
+        for _ in range(20):
+            time.sleep(rng.uniform(0.05, 0.6))
+            leader = _wait(cluster, "a leader", lambda: (p := _partition(cluster, "durable")).leader > 0
+                           and p.leader)
+            cluster.kill(leader)
+            leaders_killed.append(leader)
+            _wait(cluster, "a new leader", lambda l=leader: _partition(cluster, "durable").leader
+                  not in (l, -1))
+            producing.acked_since(50)  # writes go on under the new leader
+            cluster.restart(leader)
+            _wait(cluster, "the restarted broker back in the ISR",
+                  lambda l=leader: l in _partition(cluster, "durable").isrs)
+        producing.acked_since(100)
+    assert not producing.failed, producing.failed[:3]
+    assert len(set(leaders_killed)) > 1  # the leadership really moved around
+    records = _read_all(cluster.bootstrap, "durable")
+    values = [v for _, _, v in records]
+    assert [o for _, o, _ in records] == list(range(len(records)))  # dense offsets
+    assert len(values) == len(set(values)), "a record was written twice"
+    assert producing.acked <= set(values), f"{len(producing.acked - set(values))} acked records lost"
+
+
+def _produce_raw(bootstrap: str, topic: str, values: list[bytes], acks: int) -> int:
+    with Connection.to(bootstrap) as conn:
+        payload = conn.call(API_PRODUCE, 3, produce_v3_body(topic, 0, record_batch(values), acks=acks))
+    _, results = parse_produce_v3(payload)
+    return int(results[0].error_code)
+
+
+def test_acks_all_fails_with_two_of_three_brokers_down_and_resumes_when_one_returns(
+    start_cluster: Any,
+) -> None:
+    cluster = start_cluster(3, sets=REPLICATION)
+    survivor = cluster.controller_id()
+    others = [n for n in cluster.brokers if n != survivor]
+    # the survivor leads: it stays the controller, so the ISR can shrink to it alone
+    _create(cluster.bootstrap, NewTopic("quorum", num_partitions=1, replica_assignment=[[survivor, *others]],
+                                        config={"min.insync.replicas": "2"}))
+    leader_bootstrap = cluster.brokers[survivor].bootstrap
+    _wait(cluster, "a full ISR", lambda: len(_partition(cluster, "quorum").isrs) == 3)
+    acked = [b"before-%d" % i for i in range(50)]
+    assert _produce_raw(leader_bootstrap, "quorum", acked, acks=-1) == 0
+    for node in others:
+        cluster.kill(node)
+    _wait(cluster, "the ISR down to the survivor",
+          lambda: list(_partition(cluster, "quorum").isrs) == [survivor])
+    # acks=all: refused before anything is appended; acks=1 still takes writes
+    assert _produce_raw(leader_bootstrap, "quorum", [b"refused"], acks=-1) == NOT_ENOUGH_REPLICAS
+    one = [b"acks1-%d" % i for i in range(10)]
+    assert _produce_raw(leader_bootstrap, "quorum", one, acks=1) == 0
+    acked += one
+    cluster.restart(others[0])
+    _wait(cluster, "the returned broker in the ISR",
+          lambda: others[0] in _partition(cluster, "quorum").isrs)
+    after = [b"after-%d" % i for i in range(50)]
+    assert _produce_raw(leader_bootstrap, "quorum", after, acks=-1) == 0
+    acked += after
+    values = [v for _, _, v in _read_all(cluster.live_bootstrap(), "quorum")]
+    assert values == acked  # nothing lost, and the refused record was never written
+
+
+def test_a_consumer_reads_from_the_replica_in_its_rack(start_cluster: Any) -> None:
+    """KIP-392: with client.rack set, the leader sends the consumer to an in-sync replica
+    in its rack, which serves the records."""
+    racks = {1: "rack-a", 2: "rack-b", 3: "rack-c"}
+    cluster = start_cluster(3, racks=racks, sets={
+        **REPLICATION,
+        "replica.selector.class": "org.apache.kafka.common.replica.RackAwareReplicaSelector",
+    })
+    _create(cluster.bootstrap, NewTopic("racked", 1, 3))
+    _wait(cluster, "a full ISR", lambda: len(_partition(cluster, "racked").isrs) == 3)
+    leader = _partition(cluster, "racked").leader
+    follower = next(n for n in racks if n != leader)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(500):
+        producer.produce("racked", b"r%d" % i, partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    _wait(cluster, "the follower caught up", lambda: _out_bytes(cluster, follower, "replica") > 0)
+    before = {n: _out_bytes(cluster, n, "racked") for n in racks}
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "racked",
+                         "client.rack": racks[follower], "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition("racked", 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(got) < 500 and time.monotonic() < deadline:
+        for msg in consumer.consume(500, timeout=0.5):
+            if msg.error() is None:
+                got.append(msg.value())
+            else:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+    consumer.close()
+    assert got == [b"r%d" % i for i in range(500)]
+    served = {n: _out_bytes(cluster, n, "racked") - before[n] for n in racks}
+    assert served[follower] > 0 and served[leader] == 0, served
+
+
+def _out_bytes(cluster: Cluster, node: int, topic: str) -> float:
+    """A broker's ``strata_topic_bytes_out_total`` for ``topic`` (``"replica"``: the bytes it
+    fetched as a follower)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{cluster.brokers[node].admin_url}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    if topic == "replica":
+        name, label = "strata_replica_fetched_bytes_total", ""
+    else:
+        name, label = "strata_topic_bytes_out_total", f'{{topic="{topic}"}}'
+    for line in text.splitlines():
+        if line.startswith(name + label + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _metric(cluster: Cluster, node: int, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{cluster.brokers[node].admin_url}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} not in the metrics of broker {node}")
+
+
+def test_sigterm_hands_leadership_away_and_the_preferred_leader_gets_it_back(start_cluster: Any) -> None:
+    """Controlled shutdown moves a broker's leaderships before it exits; meanwhile its
+    partitions are under-replicated (metrics, ``strata topics describe
+    --under-replicated-partitions``); once it returns and catches up, the controller moves
+    the leaderships back to their preferred replicas (auto.leader.rebalance.enable)."""
+    from tests.service.cli.helpers import ok, strata
+
+    cluster = start_cluster(3, sets={**REPLICATION, "leader.imbalance.check.interval.seconds": "1"})
+    _create(cluster.bootstrap, NewTopic("handover", 3, 3))
+    _wait(cluster, "full ISRs", lambda: all(
+        len(_partition(cluster, "handover", p).isrs) == 3 for p in range(3)))
+    preferred = {p: list(_partition(cluster, "handover", p).replicas)[0] for p in range(3)}
+    leaving = next(n for n in cluster.brokers if n != cluster.controller_id())
+    with _Producing(cluster.bootstrap, "handover") as producing:
+        producing.acked_since(200)
+        cluster.stop(leaving)  # SIGTERM: returns once the broker has exited
+        leaders = {p: _partition(cluster, "handover", p).leader for p in range(3)}
+        assert leaving not in leaders.values() and -1 not in leaders.values(), leaders
+        producing.acked_since(200)  # writes go on
+        _wait(cluster, "the ISRs without the stopped broker", lambda: all(
+            leaving not in _partition(cluster, "handover", p).isrs for p in range(3)))
+        under = ok(strata("topics", "describe", "handover", "--under-replicated-partitions",
+                          bootstrap=cluster.live_bootstrap())).stdout
+        assert sorted(line.split("Partition: ")[1].split("\t")[0] for line in under.splitlines()) \
+            == ["0", "1", "2"], under
+        live = [n for n in cluster.brokers if n != leaving]
+        assert sum(_metric(cluster, n, "strata_under_replicated_partitions") for n in live) == 3
+        cluster.restart(leaving)
+        _wait(cluster, "leaderships back on the preferred replicas", lambda: all(
+            _partition(cluster, "handover", p).leader == preferred[p] for p in range(3)))
+        assert not ok(strata("topics", "describe", "handover", "--under-replicated-partitions",
+                             bootstrap=cluster.bootstrap)).stdout.strip()
+        producing.acked_since(200)
+    assert not producing.failed, producing.failed[:3]
+    values = {v for _, _, v in _read_all(cluster.bootstrap, "handover", 1)}
+    assert producing.acked <= values
+
+
+def _http_json(cluster: Cluster, node: int, path: str) -> Any:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(cluster.brokers[node].admin_url + path, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _labelled(cluster: Cluster, node: int, name: str, labels: str) -> float:
+    return _metric(cluster, node, f"{name}{{{labels}}}")
+
+
+def test_a_new_replica_starts_from_the_bucket_and_copies_only_the_leaders_tail(
+    start_cluster: Any,
+) -> None:
+    """A third replica added to a tiered partition starts after what the bucket holds: it
+    GETs the manifest and the producer snapshot, never a segment, and fetches from the
+    leader only the untiered tail. Made the leader, it serves the whole log (history from
+    the bucket), and the idempotent producer carries on with it (its state came along)."""
+    cluster = start_cluster(3, sets={**REPLICATION, "remote.log.manager.task.interval.ms": "200",
+                                     "log.retention.check.interval.ms": "500",
+                                     "leader.imbalance.check.interval.seconds": "1"})
+    _create(cluster.bootstrap, NewTopic(
+        "backfill", num_partitions=1, replica_assignment=[[1, 2]],
+        config={"remote.storage.enable": "true", "segment.bytes": "32768",
+                "local.retention.bytes": "65536"}))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5, "batch.size": 16384})  # batches within segment.bytes
+    errors: list[Any] = []
+
+    def produce(values: list[bytes]) -> None:
+        for value in values:
+            producer.produce("backfill", value, partition=0,
+                             on_delivery=lambda err, _: err is None or errors.append(err))
+            producer.poll(0)
+        assert producer.flush(TIMEOUT_S) == 0
+        assert not errors, errors[:3]
+
+    sent = [b"b-%05d-" % i + b"x" * 200 for i in range(3000)]  # ~670 KB: ~20 segments
+    produce(sent[:2500])
+
+    def tiered() -> Any:
+        part = _http_json(cluster, 1, "/v1/topics/backfill/partitions")["partitions"][0]
+        return part["remote_segments"] >= 10 and part["local_log_start_offset"] > 0 and part
+
+    leader_state = _wait(cluster, "the history tiered and gone from the leader's disk", tiered)
+    # the follower drops local segments once the manifest lists them, as the leader does
+    follower_dir = cluster.brokers[2].data_dir / "logs" / "backfill-0"
+    _wait(cluster, "broker 2's local copies of tiered segments gone",
+          lambda: min(int(p.stem) for p in follower_dir.glob("*.log")) > 0)
+    gets_before = _labelled(cluster, 3, "strata_object_store_requests_total", 'op="get"')
+    bytes_before = _labelled(cluster, 3, "strata_object_store_bytes_total", 'op="get"')
+    from tests.service.cli.helpers import ok, strata
+
+    ok(strata("topics", "reassign", "backfill", "--partition", "0", "--replicas", "3,1,2",
+              bootstrap=cluster.bootstrap))
+    _wait(cluster, "broker 3 in the ISR", lambda: 3 in _partition(cluster, "backfill").isrs)
+    gets = _labelled(cluster, 3, "strata_object_store_requests_total", 'op="get"') - gets_before
+    got_bytes = _labelled(cluster, 3, "strata_object_store_bytes_total", 'op="get"') - bytes_before
+    fetched = _metric(cluster, 3, "strata_replica_fetched_bytes_total")
+    log_bytes = sum(len(v) + 70 for v in sent[:2500])  # values plus record overhead, roughly
+    print(f"broker 3 caught up with {gets:.0f} GETs ({got_bytes:.0f} bytes) and {fetched:.0f} "
+          f"bytes fetched from the leader (the log is ~{log_bytes} bytes)")
+    assert 1 <= gets <= 4 and got_bytes < 32768  # the manifest and a snapshot: no segment
+    assert 0 < fetched < log_bytes / 3  # the leader's untiered tail only
+    # preferred replica 3 takes the leadership (auto rebalance), and serves everything
+    _wait(cluster, "broker 3 leading", lambda: _partition(cluster, "backfill").leader == 3)
+    state = _http_json(cluster, 3, "/v1/topics/backfill/partitions")["partitions"][0]
+    assert state["local_log_start_offset"] >= leader_state["local_log_start_offset"]
+    assert state["log_start_offset"] == 0  # the history is in the bucket
+    produce(sent[2500:])
+    records = _read_all(cluster.bootstrap, "backfill")
+    assert [v for _, _, v in records] == sent
+    assert [o for _, o, _ in records] == list(range(len(sent)))
