@@ -27,6 +27,7 @@ from controller.configdef import (
     at_least,
     between,
 )
+from controller.security_config_keys import SECURITY_CONFIGS
 from fetch.affinity import parse_cpu_list
 from local_tier.errors import InvalidConfigError
 
@@ -393,6 +394,7 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Pause of a follower after a failed fetch.", validator=at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", "30000",
             "Timeout of a follower's requests to its leader.", validator=at_least(1)),
+    *SECURITY_CONFIGS,  # listeners, TLS, SASL, ACLs, quotas: controller/security_config_keys.py
 )
 # fmt: on
 
