@@ -121,7 +121,9 @@ async def _serve(
         background = asyncio.create_task(broker.run_background(), name="log-maintenance")
         tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
         controller = broker.controller
-        where = ", ".join(f"{spec}" for spec in settings.listeners)
+        where = ", ".join(f"{spec.host or '0.0.0.0'}:{spec.port}" + (
+            "" if settings.listeners == (spec,) and spec.name == "PLAINTEXT" else f" ({spec.name})")
+            for spec in settings.listeners)
         print(
             f"strata: broker {broker.node_id} of cluster {controller.cluster_id} "
             f"listening on {where} (Kafka protocol), data in {data_dir}; "

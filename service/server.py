@@ -57,6 +57,8 @@ _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 #: a body being received grows by at most this much beyond what has arrived
 _BODY_STEP = 1024 * 1024
+#: what a growing body is extended with (no fresh zero-filled allocation per step)
+_ZEROS = memoryview(bytes(_BODY_STEP))
 #: a half-received request that made no progress for this long is closed when
 #: other requests wait for memory (its reservation is what they wait for)
 STALLED_BODY_SECONDS = 10.0
@@ -322,7 +324,10 @@ class Connection:
         try:
             while have < size:
                 if have == len(body):
-                    body.extend(bytes(min(size - have, max(_BODY_STEP, have))))
+                    grow = min(size - have, max(_BODY_STEP, have))
+                    while grow > 0:
+                        body += _ZEROS[: min(grow, _BODY_STEP)]
+                        grow -= _BODY_STEP
                 with memoryview(body) as view, view[have:] as free:
                     got = await self.transport.recv_into(free)
                 if not got:

@@ -297,3 +297,6 @@ from tests.s3_fixtures import (  # noqa: F401
 
 # A small tmpfs that fills up, for the full-disk tests (skips where mount is not permitted).
 from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401
+
+# Certificates made at test time for the TLS tests (tests/security_fixtures.py).
+from tests.security_fixtures import pki  # noqa: E402, F401

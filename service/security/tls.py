@@ -103,6 +103,8 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
         _load_truststore(ctx, settings, ssl.Purpose.CLIENT_AUTH)
     # no session tickets: a resumed session would carry no client certificate to map
     ctx.options |= ssl.OP_NO_TICKET
+    # no renegotiation: a write never has to read (service.security.tls_transport)
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
     return ctx
 
 
