@@ -305,6 +305,28 @@ class Profiler:
             log(f"    profile written to {self.path}")
 
 
+def stop_and_clean(broker: BrokerProcess, data: dict, work: Path) -> None:
+    """Stop the broker, note its exit code in ``data["broker"]``, and remove ``work`` if it
+    exited cleanly (kept for a look otherwise)."""
+    rc = broker.stop()
+    data.setdefault("broker", {"command": shlex.join(broker.cmd)})["exit_code"] = rc
+    if rc == 0:
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+    else:
+        log(f"WARNING: broker exited with {rc}; kept {work}")
+
+
+def finish_report(data: dict, started: float, quick_note: str | None, out: str, write) -> int:
+    """Stamp the duration (and the ``--quick`` note), write the report to ``out``; exit code 0."""
+    data["total_seconds"] = time.monotonic() - started
+    if quick_note:
+        data["notes"].append(quick_note)
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write(data, path)
+    return 0
+
+
 def sync_disks() -> None:
     """Flush dirty pages so each measured write starts from the same state."""
     os.sync()
@@ -377,10 +399,14 @@ def delete_topic(bootstrap: str, name: str) -> None:
 
 
 def run_produce(b: BrokerProcess, topic: str, records: Path, size: int, count: int,
-                profile: Path | None, profile_name: str) -> dict:
+                profile: Path | None, profile_name: str, *, bootstrap: str | None = None,
+                extra_x: dict | None = None) -> dict:
+    """kcat produces ``records``; ``bootstrap``/``extra_x``: another listener and its
+    client settings (bench/tls.py: TLS)."""
     create_topic(b.bootstrap, topic)
     sync_disks()
-    cmd = [KCAT, "-b", b.bootstrap, "-P", "-t", topic, "-p", "0", "-l", *xargs(KCAT_PRODUCE_X), str(records)]
+    cmd = [KCAT, "-b", bootstrap or b.bootstrap, "-P", "-t", topic, "-p", "0", "-l",
+           *xargs({**KCAT_PRODUCE_X, **(extra_x or {})}), str(records)]
     log(f"  produce {count:,} x {size} B -> {topic}: {shlex.join(cmd)}")
     cpu0 = b.cpu_seconds()
     with Profiler(b.proc.pid, profile, profile_name), Watch(b.bootstrap, topic, count, "produced"):
@@ -405,9 +431,10 @@ def run_produce(b: BrokerProcess, topic: str, records: Path, size: int, count: i
 
 
 def run_consume_kcat(b: BrokerProcess, topic: str, size: int, count: int,
-                     profile: Path | None = None, profile_name: str = "") -> dict:
-    cmd = [KCAT, "-b", b.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
-           "-f", "", *xargs(CONSUME_X)]
+                     profile: Path | None = None, profile_name: str = "", *,
+                     bootstrap: str | None = None, extra_x: dict | None = None) -> dict:
+    cmd = [KCAT, "-b", bootstrap or b.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+           "-f", "", *xargs({**CONSUME_X, **(extra_x or {})})]
     log(f"  consume {count:,} x {size} B <- {topic} with kcat: {shlex.join(cmd)}")
     cpu0 = b.cpu_seconds()
     with Profiler(b.proc.pid, profile, profile_name):

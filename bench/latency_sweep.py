@@ -19,7 +19,6 @@ import argparse
 import datetime as _dt
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +28,8 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
-import foundation  # noqa: E402
-from foundation import BrokerProcess, log, machine_info  # noqa: E402
+import foundation
+from foundation import BrokerProcess, log, machine_info
 
 MARK = "latency-sweep"
 RATES = [1000, 5000, 20000, 50000]
@@ -108,7 +107,6 @@ def main() -> int:
         work, args.prewarm_gib if args.prewarm_gib is not None else cfg["prewarm_gib"])
     broker = BrokerProcess(work / "data", work / "broker.log")
     started = time.monotonic()
-    rc = None
     try:
         broker.start()
         data["broker"] = {"command": shlex.join(broker.cmd)}
@@ -127,19 +125,9 @@ def main() -> int:
             data["runs"].append(res)
         data["broker"]["rss_mib_at_end"] = round(broker.rss_mib(), 1)
     finally:
-        rc = broker.stop()
-        data.setdefault("broker", {"command": shlex.join(broker.cmd)})["exit_code"] = rc
-        if rc == 0:
-            subprocess.run(["rm", "-rf", str(work)], check=False)
-        else:
-            log(f"WARNING: broker exited with {rc}; kept {work}")
-    data["total_seconds"] = time.monotonic() - started
-    if args.quick:
-        data["notes"].append("`--quick` run: 3 s per rate; use the full run for figures.")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_report(data, out)
-    return 0
+        foundation.stop_and_clean(broker, data, work)
+    quick = "`--quick` run: 3 s per rate; use the full run for figures."
+    return foundation.finish_report(data, started, quick if args.quick else None, args.out, write_report)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from controller.configdef import (
     at_least,
     between,
 )
+from controller.security_config_keys import SECURITY_CONFIGS
 from fetch.affinity import parse_cpu_list
 from local_tier.errors import InvalidConfigError
 
@@ -418,6 +419,7 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("replica.selector.class", "string", None,
             "Lets consumers fetch from a replica in their rack (client.rack) when set to "
             "org.apache.kafka.common.replica.RackAwareReplicaSelector (KIP-392)."),
+    *SECURITY_CONFIGS,  # listeners, TLS, SASL, ACLs, quotas: controller/security_config_keys.py
 )
 # fmt: on
 

@@ -92,6 +92,14 @@ class BrokerRegistration:
             return BrokerInfo(self.node_id, "", 0, self.rack)
         return BrokerInfo(self.node_id, first.host, first.port, self.rack)
 
+    def listener_info(self, listener: str) -> BrokerInfo | None:
+        """The endpoint of ``listener`` as a :class:`BrokerInfo` (``""``: the first one);
+        None when the broker has no such listener."""
+        if not listener:
+            return self.as_broker_info()
+        found = self.endpoint(listener)
+        return None if found is None else BrokerInfo(self.node_id, found.host, found.port, self.rack)
+
 
 class LeaderRecoveryState(IntEnum):
     """Kafka's leader recovery state: RECOVERING after an unclean election until the

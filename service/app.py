@@ -6,13 +6,13 @@ import asyncio
 import errno
 import logging
 import signal
-import socket
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from controller.configs import BrokerConfig
+from fetch.affinity import parse_cpu_list
 from local_tier.errors import KafkaError
 from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
@@ -21,6 +21,8 @@ from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.http.server import AdminHttpServer
+from service.security.listeners import ListenerSettings, listener_settings
+from service.security.setup import inter_broker_security, listener_securities
 from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]
@@ -47,9 +49,7 @@ def parse_hostport(value: str, default_port: int) -> tuple[str, int]:
 async def _serve(
     data_dir: Path,
     config: BrokerConfig,
-    host: str,
-    port: int,
-    advertise: str | None,
+    settings: ListenerSettings,
     object_store: ObjectStore | None,
     http: str | None,
     on_serving: Callable[[], None],
@@ -62,58 +62,71 @@ async def _serve(
     if not RECORD_WALK_IN_C:
         log.warning("local_tier._recordscan is not built: produced records are checked in Python, "
                     "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
-    probe_port = port
-    if advertise:
-        adv_host, adv_port = parse_hostport(advertise, port)
-    else:
-        adv_host = host if host not in ("0.0.0.0", "::", "") else socket.gethostname()
-        adv_port = port
-    broker = Broker(
-        data_dir=data_dir,
-        config=config,
-        advertised_host=adv_host,
-        advertised_port=adv_port,
-        object_store=object_store,
-    )
+    securities = listener_securities(config, settings)
     history = HistorySender(
         threads=config.get_int("remote.log.reader.threads"),
-        cpus=broker.tiering.reader.cpus,  # the tiered-fetch threads' CPUs, parsed once
+        cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),  # the tiered-fetch threads' CPUs
     )
-    server = KafkaServer(
-        Router(broker),
-        host,
-        probe_port,
-        max_request_bytes=config.get_int("socket.request.max.bytes"),
-        max_inflight_per_connection=config.get_int("queued.max.requests"),
-        queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
-        connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
-        history=history,
-    )
-    await server.start(serve=False)  # bound: the port is known; served once joined
-    if port == 0:  # ephemeral port: advertise the one we got
-        broker.advertised_port = server.port
+    servers: dict[str, KafkaServer] = {}
+    broker: Broker | None = None
     admin = None
-    if http:
-        http_host, http_port = parse_hostport(http, 9644)
-        admin = AdminHttpServer(broker, http_host, http_port, connections=lambda: server.connection_count)
-        await admin.start()
     background = tiering = None
     try:
+        router_slot: list[Router] = []
+
+        class _Dispatch:  # the router exists once the broker does; servers bind first
+            def dispatch(self, frame: Any, conn: Any) -> Any:
+                return router_slot[0].dispatch(frame, conn)
+
+        for spec in settings.listeners:
+            server = KafkaServer(
+                _Dispatch(),
+                spec.host or "0.0.0.0",
+                spec.port,
+                max_request_bytes=config.get_int("socket.request.max.bytes"),
+                max_inflight_per_connection=config.get_int("queued.max.requests"),
+                queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
+                connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
+                history=history,
+                security=securities[spec.name],
+            )
+            await server.start(serve=False)  # bound: the port is known; served once joined
+            servers[spec.name] = server
+        settings = settings.with_bound_ports({name: s.port for name, s in servers.items()})
+        broker = Broker(
+            data_dir=data_dir,
+            config=config,
+            advertised_listeners=settings.advertised_endpoints(),
+            object_store=object_store,
+            inter_broker=inter_broker_security(config, settings),
+        )
+        router_slot.append(Router(broker))
+        if http:
+            http_host, http_port = parse_hostport(http, 9644)
+            admin = AdminHttpServer(
+                broker, http_host, http_port,
+                connections=lambda: sum(s.connection_count for s in servers.values()),
+            )
+            await admin.start()
         versions = {spec.key: spec.max_version for spec in api_table().values()}
         if not await _until_stopped(
             broker.start(versions, config.get_int("controller.socket.timeout.ms") / 1000), stop
         ):
             return
-        server.serve()
+        for server in servers.values():
+            server.serve()
         if admin is not None:
             admin.ready = True
         on_serving()
         background = asyncio.create_task(broker.run_background(), name="log-maintenance")
         tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
         controller = broker.controller
+        where = ", ".join(f"{spec.host or '0.0.0.0'}:{spec.port}" + (
+            "" if settings.listeners == (spec,) and spec.name == "PLAINTEXT" else f" ({spec.name})")
+            for spec in settings.listeners)
         print(
             f"strata: broker {broker.node_id} of cluster {controller.cluster_id} "
-            f"listening on {host}:{server.port} (Kafka protocol), data in {data_dir}; "
+            f"listening on {where} (Kafka protocol), data in {data_dir}; "
             f"controller: broker {controller.controller_id}",
             flush=True,
         )
@@ -124,15 +137,18 @@ async def _serve(
         await stop.wait()
     finally:
         print("strata: shutting down", flush=True)
-        await broker.stop()
-        await server.close()
+        if broker is not None:
+            await broker.stop()
+        for server in servers.values():
+            await server.close()
         history.close()
         if admin is not None:
             await admin.close()
         for task in (background, tiering):
             if task is not None:
                 await cancel_and_wait(task)
-        broker.close()
+        if broker is not None:
+            broker.close()
         print("strata: stopped cleanly", flush=True)
 
 
@@ -162,19 +178,30 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
 def run_broker(
     data_dir: Path,
     config: BrokerConfig,
-    listen: str,
+    listen: str | None,
     advertise: str | None,
     object_store: ObjectStore | None = None,
     http: str | None = None,
     on_serving: Callable[[], None] = lambda: None,
 ) -> int:
     """Run the broker until a signal; ``on_serving`` is called once it serves clients
-    (a start that fails before then has acknowledged nothing)."""
-    host, port = parse_hostport(listen, 9092)
-    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    (a start that fails before then has acknowledged nothing). ``listen``/``advertise``:
+    ``strata up --listen/--advertise``, the PLAINTEXT shorthand of ``listeners`` and
+    ``advertised.listeners`` (refused beside them)."""
     try:
-        _run(_serve(data_dir, config, host, port, advertise, object_store, http, on_serving))
+        settings = listener_settings(config, shorthand=listen, advertise=advertise)
+    except ValueError as exc:
+        print(f"strata up: {exc}", file=sys.stderr, flush=True)
+        return 2
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    listen = ",".join(str(spec) for spec in settings.listeners)
+    try:
+        _run(_serve(data_dir, config, settings, object_store, http, on_serving))
     except (KafkaError, DataDirOwnerError) as exc:  # refused by the cluster, or not its data dir
+        log.error("broker %d cannot start: %s", config.node_id, exc)
+        print(f"strata: cannot start broker {config.node_id}: {exc}", flush=True)
+        return 1
+    except ValueError as exc:  # a TLS key, a certificate, a mapping rule, credentials
         log.error("broker %d cannot start: %s", config.node_id, exc)
         print(f"strata: cannot start broker {config.node_id}: {exc}", flush=True)
         return 1

@@ -72,6 +72,7 @@ from service.remote_cleaning import RemoteCleaner
 from service.replication.barrier import note_append
 from service.replication.replica_manager import ReplicaManager
 from service.replication.wiring import wire_replication
+from service.security.setup import InterBrokerSecurity
 from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
@@ -89,18 +90,18 @@ class Broker:
         *,
         data_dir: Path,
         config: BrokerConfig,
-        advertised_host: str,
-        advertised_port: int,
+        advertised_listeners: Sequence[Endpoint],
         object_store: ObjectStore | None = None,
-    ) -> None:
+        inter_broker: InterBrokerSecurity | None = None,
+    ) -> None:  # advertised_listeners: registered, the inter-broker one (inter_broker) first
         self.data_dir = data_dir
         self.config = config
         self.node_id = config.get_int("node.id")
         self.fetch_max_bytes = config.get_int("fetch.max.bytes")
         self.coordinator_write_timeout_ms = config.get_int("offsets.commit.timeout.ms")
         self.auto_create_topics = config.get_bool("auto.create.topics.enable")
-        self.advertised_host = advertised_host
-        self.advertised_port = advertised_port
+        self.advertised_listeners = tuple(advertised_listeners)
+        self.inter_broker = inter_broker or InterBrokerSecurity(self.advertised_listeners[0].name)
         self.waiters = AppendWaiters()
         self.fetch_sessions = FetchSessionCache(
             config.get_int("max.incremental.fetch.session.cache.slots")
@@ -151,6 +152,7 @@ class Broker:
             view=self.view,
             versions=versions,
             apply=self.apply_metadata,
+            inter_broker=self.inter_broker,
         )
         await self.cluster.join()
         self.logs.load(self._log_config)
@@ -162,8 +164,7 @@ class Broker:
         wire_replication(self, self.cluster)
         assert self.cluster.poller is not None
         self.cluster.poller.apply_latest()
-        endpoint = Endpoint("PLAINTEXT", self.advertised_host, self.advertised_port)
-        if not await self.cluster.register((endpoint,), ready_timeout_s):
+        if not await self.cluster.register(self.advertised_listeners, ready_timeout_s):
             log.warning("broker %d is not unfenced yet; serving anyway", self.node_id)
         snapshot = self.view.snapshot()
         if snapshot is not None:  # partitions from the metadata that registered this incarnation
@@ -302,11 +303,9 @@ class Broker:
         return await allocate_producer_ids(cluster)
 
     def _check_descriptors(self, new_partitions: int) -> None:
-        """Refuse partitions this process could not open files for (each holds about three).
-
-        Past the descriptor limit every later file open fails (EMFILE), metadata writes
-        included; refusing the request up front keeps the broker working.
-        """
+        """Refuse partitions this process could not open files for (each holds about three):
+        past the descriptor limit every later file open fails (EMFILE), metadata writes
+        included; refusing the request up front keeps the broker working."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return

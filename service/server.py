@@ -19,6 +19,16 @@ received in steps as their bytes arrive, never allocated whole up front.
 Connections with no traffic and no request in progress for
 ``connections.max.idle.ms`` are closed, as are half-received requests that stall
 while others wait for their memory.
+
+Security: each server is one listener (``listeners``); its
+:class:`~service.security.session.ListenerSecurity` says whether connections speak
+TLS (a :class:`~service.security.tls_transport.TlsTransport` under the same loop,
+the handshake first) and SASL. Each connection has a
+:class:`~service.security.session.Session` (principal, authentication state) that
+the dispatcher reads; before SASL authentication a frame is bounded by
+``sasl.server.max.receive.size``, and after a failed authentication the connection
+closes once its answer is sent and ``connection.failed.authentication.delay.ms`` has
+passed.
 """
 
 from __future__ import annotations
@@ -35,7 +45,10 @@ from typing import Any
 from local_tier.segment import FileRegion
 from service.protocol import FrameError
 from service.request_memory import RequestMemoryPool
-from service.sending import HistorySender, carries_history, send_parts
+from service.security.session import ListenerSecurity, Session
+from service.security.tls_transport import TlsHandshakeError, TlsTransport
+from service.sending import HistorySender
+from service.transport import PlainTransport, Transport
 
 __all__ = ["HistorySender", "KafkaServer", "Response"]  # HistorySender: see service.sending
 
@@ -45,6 +58,8 @@ _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
 #: a body being received grows by at most this much beyond what has arrived
 _BODY_STEP = 1024 * 1024
+#: what a growing body is extended with (no fresh zero-filled allocation per step)
+_ZEROS = memoryview(bytes(_BODY_STEP))
 #: a half-received request that made no progress for this long is closed when
 #: other requests wait for memory (its reservation is what they wait for)
 STALLED_BODY_SECONDS = 10.0
@@ -67,9 +82,11 @@ class KafkaServer:
         queued_max_request_bytes: int = -1,
         connections_max_idle_ms: int = -1,
         history: HistorySender | None = None,
+        security: ListenerSecurity | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self._history = history
+        self.security = security or ListenerSecurity()
         self._host = host
         self._port = port
         self._max_request_bytes = max_request_bytes
@@ -165,6 +182,14 @@ class Connection:
         self.server = server
         self.sock = sock
         self.peer = peer
+        self.session: Session = server.security.new_session(peer)
+        loop = asyncio.get_running_loop()
+        self.transport: Transport
+        if server.security.tls is not None:
+            self.transport = TlsTransport(loop, sock, server.security.tls,
+                                          timeout_s=server.security.tls_handshake_timeout_s)
+        else:
+            self.transport = PlainTransport(loop, sock, server._history, self._track_history_send)
         self._queue: asyncio.Queue[asyncio.Future[Response] | None] = asyncio.Queue(
             server._max_inflight
         )
@@ -233,10 +258,13 @@ class Connection:
         loop = asyncio.get_running_loop()
         server = self.server
         buf = bytearray()
+        transport = self.transport
         try:
+            await transport.handshake()
+            self.session.tls_established(transport.peer_certificate())
             while True:
                 while len(buf) < 4:
-                    chunk = await loop.sock_recv(self.sock, _READ_CHUNK)
+                    chunk = await transport.recv(_READ_CHUNK)
                     if not chunk:
                         if buf:
                             log.info("connection %s closed mid-frame", self.peer)
@@ -245,12 +273,14 @@ class Connection:
                     self.last_active = loop.time()
                     buf += chunk
                 (size,) = _I32.unpack_from(buf, 0)
-                if size < 8 or size > server._max_request_bytes:
+                limit = self.session.max_frame_bytes(server._max_request_bytes)
+                if size < 8 or size > limit:
                     log.warning(
-                        "closing connection %s: request size %d outside [8, %d]",
+                        "closing connection %s: request size %d outside [8, %d]%s",
                         self.peer,
                         size,
-                        server._max_request_bytes,
+                        limit,
+                        "" if self.session.authenticated else " (sasl.server.max.receive.size)",
                     )
                     await self.close()
                     return
@@ -273,6 +303,12 @@ class Connection:
         except FrameError as exc:
             log.warning("closing connection %s: %s", self.peer, exc)
             await self._finish_reading()
+        except TlsHandshakeError as exc:
+            log.info("closing connection %s: %s", self.peer, exc)
+            await self.close()
+        except ValueError as exc:  # a client certificate no principal mapping rule applies to
+            log.warning("closing connection %s: %s", self.peer, exc)
+            await self.close()
         except (ConnectionError, OSError) as exc:
             log.debug("connection %s: %s", self.peer, exc)
             await self.close()
@@ -301,9 +337,12 @@ class Connection:
         try:
             while have < size:
                 if have == len(body):
-                    body.extend(bytes(min(size - have, max(_BODY_STEP, have))))
+                    grow = min(size - have, max(_BODY_STEP, have))
+                    while grow > 0:
+                        body += _ZEROS[: min(grow, _BODY_STEP)]
+                        grow -= _BODY_STEP
                 with memoryview(body) as view, view[have:] as free:
-                    got = await loop.sock_recv_into(self.sock, free)
+                    got = await self.transport.recv_into(free)
                 if not got:
                     return None
                 have += got
@@ -333,15 +372,19 @@ class Connection:
                     break
                 if response is None:
                     self.inflight -= 1
+                    if self.session.close_after_s is not None:
+                        await asyncio.sleep(self.session.close_after_s)
+                        break
                     continue
                 if isinstance(response, bytes):
-                    await loop.sock_sendall(self.sock, response)
-                elif self.server._history is not None and carries_history(response):
-                    await self.server._history.send(loop, self.sock, response, self._track_history_send)
+                    await self.transport.send(response)
                 else:
-                    await send_parts(loop, self.sock, response)
+                    await self.transport.send_parts(response)
                 self.inflight -= 1
                 self.last_active = loop.time()
+                if self.session.close_after_s is not None:  # a failed authentication
+                    await asyncio.sleep(self.session.close_after_s)
+                    break
                 # release the response now, not when the next one (maybe a long
                 # poll) is ready: memory per connection stays one response
                 response = fut = None

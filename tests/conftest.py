@@ -88,13 +88,16 @@ class BrokerProcess:
     """
 
     def __init__(self, data_dir: Path, port: int, sets: Mapping[str, str] | None = None,
-                 log_path: Path | None = None, args: list[str] | None = None) -> None:
+                 log_path: Path | None = None, args: list[str] | None = None,
+                 listeners: str | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.host = "127.0.0.1"
         self.bootstrap = f"{self.host}:{port}"
         self.sets = dict(sets or {})
         self.args = list(args or [])  # more `strata up` options, e.g. --object-store URL
+        #: `--listeners` instead of `--listen` ("{port}" is ``port``, the one waited for)
+        self.listeners = None if listeners is None else listeners.format(port=port)
         self.http_port = free_port()
         self.admin_url = f"http://127.0.0.1:{self.http_port}"
         self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
@@ -108,9 +111,9 @@ class BrokerProcess:
         extra: list[str] = []
         for key, value in self.sets.items():
             extra += ["--set", f"{key}={value}"]
+        where = ["--listen", self.bootstrap] if self.listeners is None else ["--listeners", self.listeners]
         return [sys.executable, "-m", "service", "up", "--data-dir", str(self.data_dir),
-                "--listen", self.bootstrap, "--http", f"127.0.0.1:{self.http_port}",
-                *self.args, *extra]
+                *where, "--http", f"127.0.0.1:{self.http_port}", *self.args, *extra]
 
     def start(self) -> BrokerProcess:
         if self.running:
@@ -283,7 +286,9 @@ def kcat() -> str:
 
 # S3 endpoints (moto server over HTTP; MinIO where Docker exists) for every test directory.
 # Imported last: the module uses free_port from here.
-from tests.s3_fixtures import (  # noqa: E402, F401
+# A cluster of broker processes sharing one object store (tests/cluster_fixtures.py).
+from tests.cluster_fixtures import module_start_cluster, start_cluster  # noqa: F401
+from tests.s3_fixtures import (  # noqa: F401
     minio,
     moto_server,
     s3_bucket,
@@ -293,5 +298,5 @@ from tests.s3_fixtures import (  # noqa: E402, F401
 # A small tmpfs that fills up, for the full-disk tests (skips where mount is not permitted).
 from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401
 
-# A cluster of broker processes sharing one object store (tests/cluster_fixtures.py).
-from tests.cluster_fixtures import module_start_cluster, start_cluster  # noqa: E402, F401
+# Certificates made at test time for the TLS tests (tests/security_fixtures.py).
+from tests.security_fixtures import pki  # noqa: E402, F401

@@ -24,6 +24,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from service.cli.up_options import shift_ports
+
 __all__ = ["run_local_cluster"]
 
 _STOP_TIMEOUT_S = 30.0
@@ -39,7 +41,7 @@ def _hostport(value: str, default_port: int) -> tuple[str, int]:
 def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str | None]]:
     """(node id, command, Kafka address, HTTP address) of each broker."""
     data_dir = Path(args.data_dir).resolve()
-    host, port = _hostport(args.listen, 9092)
+    host, port = _hostport(args.listen or "127.0.0.1:9092", 9092)
     http_off = args.http.lower() in ("off", "none", "")
     http_host, http_port = (None, 0) if http_off else _hostport(args.http, 9644)
     store = args.object_store or (data_dir / "bucket").as_uri()
@@ -47,9 +49,16 @@ def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str |
     for k in range(1, args.brokers + 1):
         listen = f"{host}:{port + k - 1}"
         http = None if http_off else f"{http_host}:{http_port + k - 1}"
-        cmd = [sys.executable, "-m", "service", "up", "--node-id", str(k),
-               "--listen", listen, "--data-dir", str(data_dir / f"broker-{k}"),
-               "--http", http or "off", "--object-store", store]
+        if args.listeners:  # every listener's port plus K-1
+            listen = shift_ports(args.listeners, k - 1)
+            where = ["--listeners", listen]
+            if args.advertised_listeners:
+                where += ["--advertised-listeners", shift_ports(args.advertised_listeners, k - 1)]
+        else:
+            where = ["--listen", listen]
+        cmd = [sys.executable, "-m", "service", "up", "--node-id", str(k), *where,
+               "--data-dir", str(data_dir / f"broker-{k}"),
+               "--http", http or "off", "--object-store", store, *_security_flags(args)]
         if args.s3_endpoint:
             cmd += ["--s3-endpoint", args.s3_endpoint]
         if args.s3_region:
@@ -59,6 +68,19 @@ def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str |
         if args.verbose:
             cmd.insert(4, "-v")
         out.append((k, cmd, listen, http))
+    return out
+
+
+def _security_flags(args: argparse.Namespace) -> list[str]:
+    """The security options of ``strata up``, the same for every broker."""
+    out: list[str] = []
+    for flag in ("config", "ssl_cert", "ssl_key", "ssl_ca", "ssl_client_auth", "sasl_mechanisms",
+                 "super_users"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", value]
+    if getattr(args, "acls", False):
+        out.append("--acls")
     return out
 
 

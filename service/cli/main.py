@@ -17,26 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.cli.up_options import UP_DEFAULTS, add_security_options, up_configs
 from service.version import strata_version
 
 __all__ = ["main"]
-
-
-def _parse_sets(pairs: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
-#: What ``strata up`` turns on unless told otherwise: tiered storage for every topic.
-UP_DEFAULTS = {
-    "remote.log.storage.system.enable": "true",
-    "log.remote.storage.enable": "true",
-}
 
 
 def _check_hostport(value: str, option: str) -> str | None:
@@ -87,11 +71,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
             print(f"strata up: {problem}", file=sys.stderr)
             return 2
     try:
-        sets = _parse_sets(args.set)
+        sets = up_configs(args)
         if args.node_id is not None:
             sets["node.id"] = str(args.node_id)
         config = BrokerConfig({**UP_DEFAULTS, **sets})
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
     created = _new_paths(data_dir)
@@ -148,12 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="run a broker (or, with --brokers N, a local cluster) in the foreground")
     up.add_argument("--data-dir", default=os.environ.get("STRATA_DATA_DIR", "./strata-data"),
                     help="where logs and the embedded object store live (default ./strata-data)")
-    up.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
-                    help="Kafka listener (default 127.0.0.1:9092)")
+    up.add_argument("--listen", default=None, metavar="HOST:PORT",
+                    help="the PLAINTEXT Kafka listener (default 127.0.0.1:9092); --listeners for others")
     up.add_argument("--advertise", default=None, metavar="HOST:PORT",
                     help="address clients are told to connect to (default: the listener)")
     up.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a broker config, e.g. --set log.segment.bytes=1048576")
+    add_security_options(up)
     up.add_argument("--http", default="127.0.0.1:9644", metavar="HOST:PORT",
                     help="admin HTTP listener (default 127.0.0.1:9644; 'off' to disable)")
     up.add_argument("--object-store", default=os.environ.get("STRATA_OBJECT_STORE"), metavar="URL",

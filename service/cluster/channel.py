@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Callable, Mapping
@@ -38,6 +39,7 @@ from local_tier.errors import (
 )
 from service.cluster.wire import ResponseError, decode_response, encode_request, request_module
 from service.protocol import build
+from service.security.setup import InterBrokerSecurity
 
 __all__ = ["BrokerChannel", "ChannelConfig", "PeerChannels"]
 
@@ -58,6 +60,8 @@ class ChannelConfig:
     max_response_bytes: int = 128 * 1024 * 1024
     backoff_s: float = 0.05
     backoff_max_s: float = 1.0
+    #: the inter-broker listener's TLS and SASL (None: plaintext)
+    security: InterBrokerSecurity | None = None
 
 
 @dataclass(slots=True)
@@ -194,10 +198,13 @@ class BrokerChannel:
                 await asyncio.sleep(wait)
             try:
                 budget = min(self._config.connect_timeout_s, max(0.0, deadline - time.monotonic()))
+                tls = None if self._config.security is None else self._config.security.ssl_context
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port), budget
+                    asyncio.open_connection(self.host, self.port, ssl=tls,
+                                            server_hostname=self.host if tls else None),
+                    budget,
                 )
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, ssl.SSLError) as exc:
                 self._note_failure()
                 raise BrokerNotAvailableError(
                     f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"

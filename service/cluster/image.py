@@ -74,18 +74,21 @@ class MetadataImage(MetadataReads):
 
     # -- brokers ----------------------------------------------------------------------
 
-    def brokers(self) -> list[BrokerInfo]:
-        """The live brokers (registered and unfenced), by node id, as Metadata lists them."""
-        return [b.as_broker_info() for b in self.metadata.active_brokers()]
+    def brokers(self, listener: str = "") -> list[BrokerInfo]:
+        """The live brokers (registered and unfenced), by node id, as Metadata lists them:
+        at their endpoint of ``listener`` (the one the client connected on; brokers without
+        it are left out, as Kafka does), or their first endpoint for ``""``."""
+        found = (b.listener_info(listener) for b in self.metadata.active_brokers())
+        return [info for info in found if info is not None]
 
     def registered_brokers(self) -> int:
         """How many brokers are registered (fenced ones too): the default replication
         factor's bound (:func:`controller.topic_changes.default_replication_factor`)."""
         return len(self.metadata.brokers)
 
-    def broker(self, node_id: int) -> BrokerInfo | None:
+    def broker(self, node_id: int, listener: str = "") -> BrokerInfo | None:
         registration = self.metadata.brokers.get(node_id)
-        return None if registration is None else registration.as_broker_info()
+        return None if registration is None else registration.listener_info(listener)
 
     def is_live(self, node_id: int) -> bool:
         return self.metadata.is_active(node_id)

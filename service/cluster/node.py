@@ -48,6 +48,7 @@ from service.cluster.identity import NodeIdentity
 from service.cluster.lifecycle import BrokerLifecycle
 from service.cluster.metadata_poller import MetadataPoller
 from service.cluster.wire import raise_for
+from service.security.setup import InterBrokerSecurity
 
 __all__ = ["ClusterNode", "answering_locally", "must_answer_locally"]
 
@@ -85,8 +86,11 @@ class ClusterNode:
         view: MetadataView,
         versions: Mapping[int, int],
         apply: Callable[[Snapshot], None],
+        inter_broker: InterBrokerSecurity | None = None,
     ) -> None:
         self.node_id = config.node_id
+        #: the listener (and its TLS/SASL) this broker reaches its peers on
+        self.inter_broker = inter_broker or InterBrokerSecurity("PLAINTEXT")
         self._store = store
         self._config = config
         self._data_dir = data_dir
@@ -104,7 +108,8 @@ class ClusterNode:
         self._identity = NodeIdentity(self.node_id)
         timeout_s = config.get_int("controller.socket.timeout.ms") / 1000
         self.peers = PeerChannels(
-            ChannelConfig(client_id=f"strata-broker-{self.node_id}", request_timeout_s=timeout_s),
+            ChannelConfig(client_id=f"strata-broker-{self.node_id}", request_timeout_s=timeout_s,
+                          security=self.inter_broker),
             versions,
             self._endpoint_of,
         )
@@ -279,5 +284,5 @@ class ClusterNode:
         if snapshot is None:
             return None
         registration = snapshot.metadata.brokers.get(node_id)
-        endpoint = None if registration is None else registration.endpoint()
+        endpoint = None if registration is None else registration.endpoint(self.inter_broker.listener)
         return None if endpoint is None else (endpoint.host, endpoint.port)

@@ -273,7 +273,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(60, ctx.version)
     brokers = tuple(
         build(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in controller.brokers()
+        for b in controller.brokers(ctx.listener_name)
     )
     return build(
         mod.DescribeClusterResponse,

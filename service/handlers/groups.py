@@ -128,7 +128,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
                     info = await ensure_offsets_topic(broker)
                 registration = broker.controller.partition(info.name, partition_for(key, info.partitions))
                 leader = -1 if registration is None else registration.leader
-                node = broker.controller.broker(leader) if leader >= 0 else None
+                node = broker.controller.broker(leader, ctx.listener_name) if leader >= 0 else None
                 if node is None or not broker.controller.is_live(leader):
                     error, message = E.coordinator_not_available, "its partition has no leader right now"
                     node = None

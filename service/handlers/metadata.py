@@ -111,7 +111,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         )
     brokers = tuple(
         build(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-        for b in controller.brokers()
+        for b in controller.brokers(ctx.listener_name)
     )
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):  # v8-v10

@@ -170,6 +170,8 @@ class Router:
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
         api_key, version, correlation_id = peek_api(frame)
+        if conn is not None and (refused := conn.session.admits(api_key)) is not None:
+            raise FrameError(refused)
         spec = api_table().get(api_key)
         if spec is None:
             raise FrameError(f"unknown API key {api_key}")
@@ -182,7 +184,7 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        ctx = RequestContext(header, self._broker, conn)
+        ctx = RequestContext.of(header, self._broker, conn)
         if spec.forwarded and self._broker.forwards_controller_writes():
             return self._forward(spec, ctx, body, frame)
         return self._run(spec, ctx, body)

@@ -13,6 +13,7 @@ from controller.configs import BrokerConfig
 from local_tier.errors import ErrorCode
 from local_tier.records import build_batch
 from service.broker import Broker
+from controller.registrations import Endpoint
 from service.cli.main import UP_DEFAULTS
 from service.handlers.context import RequestContext
 from service.handlers.router import api_table
@@ -23,7 +24,7 @@ from service.protocol import RequestHeader
 def test_producer_state_and_a_partition_not_hosted_here(tmp_path: Path) -> None:
     async def body() -> None:
         broker = Broker(data_dir=tmp_path, config=BrokerConfig(dict(UP_DEFAULTS)),
-                        advertised_host="127.0.0.1", advertised_port=9092)
+                        advertised_listeners=(Endpoint("PLAINTEXT", "127.0.0.1", 9092),))
         versions = {spec.key: spec.max_version for spec in api_table().values()}
         await broker.start(versions, 10.0)  # a cluster of one, its lease in DATA_DIR/bucket
         try:

@@ -1,0 +1,215 @@
+"""TLS settings from Kafka's ``ssl.*`` configs (PEM only): the server and client
+:class:`ssl.SSLContext`, and a certificate subject as Kafka writes it.
+
+Keys and certificates come from files (``ssl.keystore.location``: one PEM file
+holding the private key and its certificate chain; ``ssl.truststore.location``)
+or from the configs' values (``ssl.keystore.certificate.chain`` +
+``ssl.keystore.key``; ``ssl.truststore.certificates``). Values are handed to
+OpenSSL through anonymous memory files (``memfd``), never written to disk.
+``ssl.key.password`` decrypts an encrypted key. ``ssl.client.auth``: ``none``,
+``requested`` (a certificate is verified when the client sends one) or
+``required``. ``ssl.enabled.protocols`` bounds the TLS versions; ``ssl.cipher.suites``
+(OpenSSL or IANA names) restricts TLS 1.2's suites (TLS 1.3's are OpenSSL's; the
+``ssl`` module cannot restrict them). A bad setting is a ``ValueError`` at start.
+
+Contexts are built once at start; an ``SSLContext`` is safe to share between
+connections and threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from controller.broker_config import BrokerConfig
+
+__all__ = ["TlsSettings", "client_context", "rfc2253_subject", "server_context", "tls_settings"]
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """The ``ssl.*`` configs one context is built from (secrets stay out of ``repr``)."""
+
+    keystore_location: str | None
+    certificate_chain: str | None
+    private_key: str | None
+    key_password: str | None
+    truststore_location: str | None
+    truststore_certificates: str | None
+    client_auth: str
+    enabled_protocols: tuple[str, ...]
+    cipher_suites: tuple[str, ...]
+    endpoint_identification: bool
+
+    def __repr__(self) -> str:
+        return (f"TlsSettings(keystore={self.keystore_location or ('<inline>' if self.certificate_chain else None)}, "
+                f"truststore={self.truststore_location or ('<inline>' if self.truststore_certificates else None)}, "
+                f"client_auth={self.client_auth}, protocols={self.enabled_protocols})")
+
+    @property
+    def has_keystore(self) -> bool:
+        return bool(self.keystore_location or (self.certificate_chain and self.private_key))
+
+    @property
+    def has_truststore(self) -> bool:
+        return bool(self.truststore_location or self.truststore_certificates)
+
+
+def tls_settings(config: BrokerConfig, client_auth: str | None = None) -> TlsSettings:
+    """The TLS settings of ``config`` (``client_auth`` overrides ``ssl.client.auth``)."""
+    chain, key = config.get("ssl.keystore.certificate.chain"), config.get("ssl.keystore.key")
+    if bool(chain) != bool(key):
+        raise ValueError("ssl.keystore.certificate.chain and ssl.keystore.key go together")
+    location = config.get("ssl.keystore.location")
+    if location and chain:
+        raise ValueError("give ssl.keystore.location or ssl.keystore.certificate.chain + "
+                         "ssl.keystore.key, not both")
+    trust_location, trust_certs = config.get("ssl.truststore.location"), config.get("ssl.truststore.certificates")
+    if trust_location and trust_certs:
+        raise ValueError("give ssl.truststore.location or ssl.truststore.certificates, not both")
+    return TlsSettings(
+        keystore_location=location,
+        certificate_chain=chain,
+        private_key=key,
+        key_password=config.get("ssl.key.password"),
+        truststore_location=trust_location,
+        truststore_certificates=trust_certs,
+        client_auth=client_auth or config.get_str("ssl.client.auth"),
+        enabled_protocols=tuple(config.get_str("ssl.enabled.protocols").split(",")),
+        cipher_suites=tuple(s for s in config.get_str("ssl.cipher.suites").split(",") if s),
+        endpoint_identification=config.get_str("ssl.endpoint.identification.algorithm").lower() == "https",
+    )
+
+
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_VERIFY = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+def server_context(settings: TlsSettings) -> ssl.SSLContext:
+    """The context of a TLS listener; ``ValueError`` naming what is missing or wrong."""
+    if not settings.has_keystore:
+        raise ValueError("a TLS listener needs a key and certificate: ssl.keystore.location, or "
+                         "ssl.keystore.certificate.chain and ssl.keystore.key (strata up --ssl-cert "
+                         "FILE --ssl-key FILE)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    _common(ctx, settings)
+    _load_keystore(ctx, settings)
+    ctx.verify_mode = _VERIFY[settings.client_auth]
+    if settings.client_auth != "none":
+        _load_truststore(ctx, settings, ssl.Purpose.CLIENT_AUTH)
+    # no session tickets: a resumed session would carry no client certificate to map
+    ctx.options |= ssl.OP_NO_TICKET
+    # no renegotiation: a write never has to read (service.security.tls_transport)
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
+    return ctx
+
+
+def client_context(settings: TlsSettings) -> ssl.SSLContext:
+    """The context a broker connects to another with (its keystore, if any, as client
+    certificate; the truststore, or the system's CAs, to verify the peer)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _common(ctx, settings)
+    ctx.check_hostname = settings.endpoint_identification
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    _load_truststore(ctx, settings, ssl.Purpose.SERVER_AUTH)
+    if settings.has_keystore:
+        _load_keystore(ctx, settings)
+    return ctx
+
+
+def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
+    versions = sorted(_VERSIONS[p] for p in settings.enabled_protocols)
+    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    tls12 = [_openssl_name(s) for s in settings.cipher_suites if not _is_tls13_suite(s)]
+    if tls12:
+        try:
+            ctx.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise ValueError(f"ssl.cipher.suites: OpenSSL knows none of {', '.join(settings.cipher_suites)}") from None
+
+
+def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
+    password = settings.key_password
+    try:
+        if settings.keystore_location:
+            ctx.load_cert_chain(settings.keystore_location, password=password)
+        else:
+            assert settings.certificate_chain and settings.private_key
+            with _memory_file(settings.certificate_chain) as chain, _memory_file(settings.private_key) as key:
+                ctx.load_cert_chain(chain, key, password=password)
+    except (ssl.SSLError, OSError) as exc:
+        where = settings.keystore_location or "ssl.keystore.certificate.chain / ssl.keystore.key"
+        raise ValueError(f"cannot load the TLS key and certificate from {where}: "
+                         f"{getattr(exc, 'reason', None) or exc.strerror or exc}") from None
+
+
+def _load_truststore(ctx: ssl.SSLContext, settings: TlsSettings, purpose: ssl.Purpose) -> None:
+    try:
+        if settings.truststore_location:
+            ctx.load_verify_locations(cafile=settings.truststore_location)
+        elif settings.truststore_certificates:
+            ctx.load_verify_locations(cadata=settings.truststore_certificates)
+        else:
+            ctx.load_default_certs(purpose)
+    except (ssl.SSLError, OSError) as exc:
+        where = settings.truststore_location or "ssl.truststore.certificates"
+        raise ValueError(f"cannot load the trusted certificates from {where}: "
+                         f"{getattr(exc, 'reason', None) or exc}") from None
+
+
+@contextlib.contextmanager
+def _memory_file(text: str) -> Iterator[str]:
+    """A path OpenSSL can read ``text`` from, backed by memory only."""
+    fd = os.memfd_create("strata-tls", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _is_tls13_suite(name: str) -> bool:
+    return name.upper() in ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                            "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_CCM_SHA256")
+
+
+def _openssl_name(name: str) -> str:
+    """An IANA/JSSE suite name (``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256``) as OpenSSL's
+    (``ECDHE-RSA-AES128-GCM-SHA256``); OpenSSL names pass through."""
+    if not name.upper().startswith("TLS_") or "_WITH_" not in name.upper():
+        return name
+    kx, _, cipher = name.upper()[4:].partition("_WITH_")
+    cipher = cipher.replace("AES_128", "AES128").replace("AES_256", "AES256")
+    cipher = cipher.replace("CHACHA20_POLY1305_SHA256", "CHACHA20_POLY1305")
+    parts = ([] if kx == "RSA" else kx.split("_")) + cipher.split("_")
+    return "-".join(parts)
+
+
+_SHORT = {
+    "commonName": "CN", "organizationalUnitName": "OU", "organizationName": "O",
+    "localityName": "L", "stateOrProvinceName": "ST", "countryName": "C",
+    "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID",
+}
+
+
+def rfc2253_subject(cert: dict[str, Any]) -> str:
+    """The subject of ``SSLSocket.getpeercert()`` as RFC 2253 (``CN=a,OU=b,O=c,C=d``,
+    most specific first, as Java's ``X500Principal.getName()``)."""
+    rdns = []
+    for rdn in reversed(cert.get("subject", ())):
+        rdns.append("+".join(f"{_SHORT.get(key, key)}={_escape(value)}" for key, value in rdn))
+    return ",".join(rdns)
+
+
+def _escape(value: str) -> str:
+    out = []
+    for i, ch in enumerate(value):
+        if ch in ',+"\\<>;' or (ch == "#" and i == 0) or (ch == " " and i in (0, len(value) - 1)):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)

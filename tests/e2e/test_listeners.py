@@ -1,0 +1,65 @@
+"""Several listeners on one broker: each client is answered with the endpoints of the
+listener it connected on (Metadata, DescribeCluster, FindCoordinator), as Kafka does."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from kafka.admin import KafkaAdminClient
+
+from tests.conftest import REPO_ROOT, BrokerProcess, free_port, subprocess_env
+from tests.e2e.helpers import CLIENT_TIMEOUT_S
+
+
+@pytest.fixture(scope="module")
+def two_listeners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, int]]:
+    other = free_port()
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("listeners") / "data", free_port(),
+        listeners=f"PLAINTEXT://127.0.0.1:{{port}},EXTERNAL://127.0.0.1:{other}",
+        sets={"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+              "advertised.listeners": f"PLAINTEXT://127.0.0.1:{{port}},EXTERNAL://localhost:{other}",
+              "group.initial.rebalance.delay.ms": "0"},
+    )
+    broker.sets["advertised.listeners"] = broker.sets["advertised.listeners"].format(port=broker.port)
+    broker.start()
+    try:
+        yield broker, other
+    finally:
+        broker.kill()
+
+
+def test_metadata_names_the_brokers_at_the_listener_the_client_came_in_on(two_listeners) -> None:  # type: ignore[no-untyped-def]
+    broker, other = two_listeners
+    inside = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=CLIENT_TIMEOUT_S)
+    outside = AdminClient({"bootstrap.servers": f"127.0.0.1:{other}"}).list_topics(timeout=CLIENT_TIMEOUT_S)
+    assert [(b.host, b.port) for b in inside.brokers.values()] == [("127.0.0.1", broker.port)]
+    assert [(b.host, b.port) for b in outside.brokers.values()] == [("localhost", other)]
+
+
+def test_describe_cluster_and_find_coordinator_answer_the_clients_listener(two_listeners) -> None:  # type: ignore[no-untyped-def]
+    _, other = two_listeners
+    admin = KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{other}", request_timeout_ms=15_000)
+    try:
+        cluster = admin.describe_cluster()
+        assert [(b["host"], b["port"]) for b in cluster["brokers"]] == [("localhost", other)]
+    finally:
+        admin.close()
+    client = AdminClient({"bootstrap.servers": f"127.0.0.1:{other}"})
+    group = client.describe_consumer_groups(["g-listeners"])["g-listeners"].result(timeout=30)
+    assert (group.coordinator.host, group.coordinator.port) == ("localhost", other)
+
+
+def test_listen_beside_listeners_is_refused_before_anything_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "up", "--data-dir", str(tmp_path / "d"), "--listen",
+         "127.0.0.1:9092", "--listeners", "PLAINTEXT://127.0.0.1:9093", "--http", "off"],
+        cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done
+    assert "--listen and listeners" in done.stderr
+    assert not (tmp_path / "d").exists()

@@ -1,0 +1,86 @@
+"""Certificates made at test time (``cryptography``): a CA, the broker's certificate
+(for ``localhost`` and ``127.0.0.1``) and client certificates, as PEM files.
+
+``pki`` (session scope) gives a :class:`Pki`::
+
+    pki.ca                      # CA certificate file (the clients' and brokers' trust store)
+    pki.server_cert, pki.server_key
+    pki.client("alice")         # (cert, key) files of a client certificate, CN=alice,OU=eng,O=Strata
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = ["Pki", "pki"]
+
+
+class Pki:
+    def __init__(self, root: Path) -> None:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        self._x509, self._hashes, self._ec, self._oid = x509, hashes, ec, NameOID
+        self.root = root
+        self._ca_key = ec.generate_private_key(ec.SECP256R1())
+        self._ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Strata test CA")])
+        ca = self._builder(self._ca_name, self._ca_key.public_key()).add_extension(
+            x509.BasicConstraints(ca=True, path_length=None), critical=True
+        ).sign(self._ca_key, hashes.SHA256())
+        self.ca = self._write("ca.pem", ca)
+        self.server_cert, self.server_key = self._issue(
+            "server", x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        )
+        self.keystore = root / "server-keystore.pem"  # key and chain in one file (ssl.keystore.location)
+        self.keystore.write_text(self.server_key.read_text() + self.server_cert.read_text())
+
+    def client(self, name: str, unit: str = "eng") -> tuple[Path, Path]:
+        x509, oid = self._x509, self._oid
+        subject = x509.Name([
+            x509.NameAttribute(oid.COUNTRY_NAME, "NL"),
+            x509.NameAttribute(oid.ORGANIZATION_NAME, "Strata"),
+            x509.NameAttribute(oid.ORGANIZATIONAL_UNIT_NAME, unit),
+            x509.NameAttribute(oid.COMMON_NAME, name),
+        ])
+        return self._issue(f"client-{name}", subject, [x509.DNSName(name)])
+
+    def _builder(self, subject, public_key):  # type: ignore[no-untyped-def]
+        now = datetime.datetime.now(datetime.UTC)
+        return (self._x509.CertificateBuilder().subject_name(subject).issuer_name(self._ca_name)
+                .public_key(public_key).serial_number(self._x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=2)))
+
+    def _issue(self, stem: str, subject, names) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+        from cryptography.hazmat.primitives import serialization
+
+        key = self._ec.generate_private_key(self._ec.SECP256R1())
+        cert = self._builder(subject, key.public_key()).add_extension(
+            self._x509.SubjectAlternativeName(names), critical=False
+        ).sign(self._ca_key, self._hashes.SHA256())
+        key_path = self.root / f"{stem}-key.pem"
+        key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        return self._write(f"{stem}.pem", cert), key_path
+
+    def _write(self, name: str, cert) -> Path:  # type: ignore[no-untyped-def]
+        from cryptography.hazmat.primitives import serialization
+
+        path = self.root / name
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
+    pytest.importorskip("cryptography", reason="certificates are made with cryptography (test extra)")
+    yield Pki(tmp_path_factory.mktemp("pki"))
