@@ -7,6 +7,7 @@ are factories::
         cluster = start_cluster(3)                      # file:// store under tmp
         cluster = start_cluster(3, s3=s3_bucket)        # a moto S3 bucket (tests/s3_fixtures.py)
         cluster = start_cluster(3, racks={1: "a", 2: "b", 3: "c"})  # broker.rack of each
+        cluster = start_cluster(3, proxied=True)        # traffic between brokers via cluster.proxies
         cluster.bootstrap                               # "127.0.0.1:p1,127.0.0.1:p2,..."
         cluster.controller_id()                         # the lease holder, read from the bucket
         cluster.kill(2); cluster.restart(2)
@@ -33,6 +34,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BrokerProcess, free_port
+from tests.e2e.tcp_proxy import CuttingProxy
 from tests.s3_fixtures import S3Bucket
 
 __all__ = ["FAST", "Cluster", "module_start_cluster", "start_cluster"]
@@ -66,8 +68,13 @@ class Cluster:
         s3: S3Bucket | None = None,
         sets: Mapping[str, str] | None = None,
         racks: Mapping[int, str] | None = None,
+        proxied: bool = False,
+        s3_endpoints: Mapping[int, str] | None = None,
     ) -> None:
         self.base = base
+        #: with ``proxied``: broker N's REPLICATION listener (the one brokers use between
+        #: themselves) is advertised behind ``proxies[N]``, which a test can partition
+        self.proxies: dict[int, CuttingProxy] = {}
         if s3 is not None:
             self.store_url = f"s3://{s3.bucket}/cluster"
             store_args = ["--object-store", self.store_url, "--s3-endpoint", s3.endpoint_url]
@@ -77,16 +84,30 @@ class Cluster:
             store_args = ["--object-store", self.store_url]
         self.s3 = s3
         merged = {**FAST, **(sets or {})}
-        self.brokers: dict[int, BrokerProcess] = {
-            n: BrokerProcess(
-                base / f"broker-{n}" / "data",
-                free_port(),
-                sets={**merged, **({"broker.rack": racks[n]} if racks and n in racks else {})},
-                log_path=base / f"broker-{n}.log",
-                args=["--node-id", str(n), *store_args],
+        self.brokers: dict[int, BrokerProcess] = {}
+        for n in range(1, size + 1):
+            port = free_port()
+            own = dict(merged)
+            if racks and n in racks:
+                own["broker.rack"] = racks[n]
+            listeners = None
+            if proxied:
+                replication = free_port()
+                proxy = self.proxies[n] = CuttingProxy(replication)
+                listeners = f"PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{replication}"
+                own.update({
+                    "advertised.listeners":
+                        f"PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{proxy.port}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+                    "inter.broker.listener.name": "REPLICATION",
+                })
+            args = ["--node-id", str(n), *store_args]
+            if s3_endpoints and n in s3_endpoints:
+                args[args.index("--s3-endpoint") + 1] = s3_endpoints[n]
+            self.brokers[n] = BrokerProcess(
+                base / f"broker-{n}" / "data", port, sets=own, log_path=base / f"broker-{n}.log",
+                args=args, listeners=listeners,
             )
-            for n in range(1, size + 1)
-        }
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -159,6 +180,8 @@ class Cluster:
                 broker.kill()
             except Exception as exc:  # noqa: BLE001 - teardown must reach every broker
                 print(f"could not kill {broker}: {exc}", file=sys.stderr)
+        for proxy in self.proxies.values():
+            proxy.close()
 
     # -- the bucket -----------------------------------------------------------------------
 
@@ -206,10 +229,11 @@ class _ClusterPool:
         self.tmp = tmp
         self.clusters: list[Cluster] = []
 
-    def __call__(self, size: int = 3, **kw: Any) -> Cluster:
+    def __call__(self, size: int = 3, *, start: bool = True, **kw: Any) -> Cluster:
+        """A cluster, started (``start=False``: the test starts its brokers, in its order)."""
         cluster = Cluster(self.tmp / f"cluster{len(self.clusters)}", size, **kw)
         self.clusters.append(cluster)
-        return cluster.start()
+        return cluster.start() if start else cluster
 
     def close(self) -> None:
         for cluster in self.clusters:

@@ -1,9 +1,14 @@
-"""A loopback TCP proxy whose connections a test can cut at any moment.
+"""A loopback TCP proxy whose connections a test can cut at any moment, or partition.
 
 Cutting first swallows the broker's responses for a moment (requests still go
 through and are written), then closes both sides of every open connection: the
-client never hears of requests the broker took, and retries them. Threads only;
-listens on 127.0.0.1.
+client never hears of requests the broker took, and retries them.
+
+Partitioning is a network partition as the two ends see it: nothing more gets
+through in either direction, and nothing closes; new connections are accepted
+and go nowhere. Healing closes every connection held meanwhile (their streams
+lost bytes; in a real partition their TCP timers would end them) and lets new
+ones through. Threads only; listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ class CuttingProxy:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._swallow = threading.Event()
+        self._partitioned = threading.Event()
         self.cuts = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -38,6 +44,11 @@ class CuttingProxy:
                 continue
             except OSError:
                 return
+            if self._partitioned.is_set():  # held, going nowhere, until healed
+                with self._lock:
+                    self._open.add(client)
+                threading.Thread(target=self._pipe, args=(client, None, False), daemon=True).start()
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=2)
             except OSError:
@@ -48,16 +59,18 @@ class CuttingProxy:
             for src, dst, answers in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(target=self._pipe, args=(src, dst, answers), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, answers: bool) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket | None, answers: bool) -> None:
         try:
             while chunk := src.recv(65536):
+                if dst is None or self._partitioned.is_set():
+                    continue  # partitioned: the bytes never arrive
                 if answers and self._swallow.is_set():
                     continue  # the response is lost
                 dst.sendall(chunk)
         except OSError:
             pass
         finally:
-            self._close(src, dst)
+            self._close(src, *(() if dst is None else (dst,)))
 
     def _close(self, *socks: socket.socket) -> None:
         for s in socks:
@@ -76,6 +89,17 @@ class CuttingProxy:
         self._close(*doomed)
         self._swallow.clear()
         self.cuts += 1
+
+    def partition(self) -> None:
+        """Let nothing more through, in either direction, closing nothing."""
+        self._partitioned.set()
+
+    def heal(self) -> None:
+        """End the partition: close what it held, let new connections through."""
+        with self._lock:
+            doomed = list(self._open)
+        self._close(*doomed)
+        self._partitioned.clear()
 
     def close(self) -> None:
         self._stop.set()

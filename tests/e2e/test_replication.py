@@ -69,11 +69,12 @@ def _wait(cluster: Cluster, what: str, check: Callable[[], Any], timeout_s: floa
     return cluster.wait_for(what, safe, timeout_s, 0.1)
 
 
-def _read_all(bootstrap: str, topic: str, partitions: int = 1) -> list[tuple[int, int, bytes]]:
+def _read_all(bootstrap: str, topic: str, partitions: int = 1,
+              isolation: str = "read_committed") -> list[tuple[int, int, bytes]]:
     """Every record of ``topic`` as (partition, offset, value), up to the end offsets."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-check",
                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                         "enable.partition.eof": False})
+                         "enable.partition.eof": False, "isolation.level": isolation})
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT_S)[1]
                 for p in range(partitions)}
@@ -389,3 +390,94 @@ def test_a_new_replica_starts_from_the_bucket_and_copies_only_the_leaders_tail(
     records = _read_all(cluster.bootstrap, "backfill")
     assert [v for _, _, v in records] == sent
     assert [o for _, o, _ in records] == list(range(len(sent)))
+
+
+def test_a_follower_cut_off_from_its_leader_leaves_the_isr_and_rejoins(start_cluster: Any) -> None:
+    """A TCP proxy between the brokers stops the follower's fetches: the leader drops it
+    from the ISR after replica.lag.time.max.ms (acks=all goes on with the leader alone),
+    and takes it back once it has caught up after the partition heals."""
+    cluster = start_cluster(3, proxied=True, sets=REPLICATION)
+    controller = cluster.controller_id()
+    leader, follower = (n for n in cluster.brokers if n != controller)
+    # only the follower talks to the leader: its heartbeats go to the controller, unproxied
+    _create(cluster.bootstrap, NewTopic("cutoff", num_partitions=1, replica_assignment=[[leader, follower]]))
+    _wait(cluster, "a full ISR", lambda: len(_partition(cluster, "cutoff").isrs) == 2)
+    with _Producing(cluster.bootstrap, "cutoff") as producing:
+        producing.acked_since(200)
+        cluster.proxies[leader].partition()
+        _wait(cluster, "the follower out of the ISR",
+              lambda: list(_partition(cluster, "cutoff").isrs) == [leader])
+        producing.acked_since(300)  # acks=all: the ISR is the leader alone now
+        cluster.proxies[leader].heal()
+        _wait(cluster, "the follower back in the ISR",
+              lambda: sorted(_partition(cluster, "cutoff").isrs) == sorted([leader, follower]))
+        producing.acked_since(200)
+    assert not producing.failed, producing.failed[:3]
+    assert _metric(cluster, leader, "strata_isr_shrinks_total") >= 1
+    assert _metric(cluster, leader, "strata_isr_expands_total") >= 1
+    records = _read_all(cluster.bootstrap, "cutoff")
+    values = [v for _, _, v in records]
+    assert [o for _, o, _ in records] == list(range(len(records)))
+    assert len(values) == len(set(values)) and producing.acked <= set(values)
+
+
+def test_a_leader_partitioned_away_loses_the_acks1_writes_it_took_meanwhile(
+    start_cluster: Any, moto_server: Any
+) -> None:
+    """The leader is cut off from the other broker (the controller) and from the bucket,
+    but not from a client, which goes on writing to it with acks=1. The controller fences
+    it and the other replica leads; after healing, the old leader truncates those writes
+    (OffsetForLeaderEpoch) and no consumer ever read them: they stayed above its high
+    watermark. acks=all to it meanwhile is never acknowledged."""
+    import os
+
+    from tests.e2e.rawkafka import API_FETCH, fetch_v4_body, parse_fetch_v4
+    from tests.e2e.tcp_proxy import CuttingProxy
+
+    moto_server.start()
+    bucket = moto_server.create_bucket()
+    bucket_link = CuttingProxy(moto_server.port)  # the leader's way to the bucket
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(key, value)
+    cluster = start_cluster(2, start=False, s3=bucket, proxied=True, sets=REPLICATION,
+                            s3_endpoints={2: f"http://127.0.0.1:{bucket_link.port}"})
+    try:
+        cluster.start(1)  # broker 1 takes the controller lease
+        cluster.start(2)
+        assert cluster.controller_id() == 1
+        _create(cluster.bootstrap, NewTopic("split", num_partitions=1, replica_assignment=[[2, 1]]))
+        _wait(cluster, "a full ISR", lambda: len(_partition(cluster, "split").isrs) == 2)
+        old_leader = cluster.brokers[2].bootstrap
+        committed = [b"c-%d" % i for i in range(100)]
+        assert _produce_raw(old_leader, "split", committed, acks=-1) == 0
+        for link in (cluster.proxies[1], cluster.proxies[2], bucket_link):
+            link.partition()
+        stranded = [b"stranded-%d" % i for i in range(20)]
+        assert _produce_raw(old_leader, "split", stranded, acks=1) == 0  # it still thinks it leads
+        with Connection.to(old_leader) as conn:  # acks=all: never acknowledged (times out)
+            body = produce_v3_body("split", 0, record_batch([b"never"]), acks=-1, timeout_ms=1000)
+            _, results = parse_produce_v3(conn.call(API_PRODUCE, 3, body))
+        assert results[0].error_code != 0
+        with Connection.to(old_leader) as conn:  # consumers see nothing beyond the high watermark
+            _, fetched = parse_fetch_v4(conn.call(API_FETCH, 4, fetch_v4_body("split", 0, 100)))
+        assert fetched[0].high_watermark == 100 and not fetched[0].records, fetched
+        # the controller fences the silent broker (its session) and broker 1 leads
+        _wait(cluster, "broker 1 leading", lambda: _partition(cluster, "split").leader == 1)
+        after = [b"after-%d" % i for i in range(50)]
+        assert _produce_raw(cluster.brokers[1].bootstrap, "split", after, acks=-1) == 0
+        for link in (cluster.proxies[1], cluster.proxies[2], bucket_link):
+            link.heal()
+        _wait(cluster, "the old leader back in the ISR, truncated",
+              lambda: sorted(_partition(cluster, "split").isrs) == [1, 2], timeout_s=60)
+        for isolation in ("read_uncommitted", "read_committed"):
+            values = [v for _, _, v in _read_all(cluster.bootstrap, "split", isolation=isolation)]
+            assert values == committed + after, isolation
+        # broker 2's own log holds exactly the same (its divergent tail is gone): read it as
+        # the leader once broker 1 is gone
+        cluster.kill(1)
+        _wait(cluster, "broker 2 leading", lambda: _partition(cluster, "split").leader == 2, 60)
+        values = [v for _, _, v in _read_all(cluster.live_bootstrap(), "split", isolation="read_uncommitted")]
+        assert values == committed + after
+    finally:
+        bucket_link.close()
