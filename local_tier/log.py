@@ -37,6 +37,7 @@ from local_tier.producer_snapshot import write_snapshot
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
 from local_tier.records import (
     ValidatedRecords,
+    check_replicated_batches,
     decode_batch,
     iter_batches,
     stamp_batch,
@@ -665,10 +666,12 @@ class Log:
         were assigned by the leader (Kafka's ``appendAsFollower``).
 
         Only whole batches are taken (a trailing partial batch is ignored); every batch
-        is CRC-checked and must follow the one before, the first at the log end
-        offset (``OffsetOutOfRangeError`` otherwise: the follower must truncate or
-        start again). New leader epochs go into the leader-epoch cache. Returns None
-        when ``records`` holds no whole batch. Does not move the high watermark.
+        is CRC-checked (its records were checked by the leader) and must start at or
+        after the end of the one before, the first at or after the log end offset, as
+        in Kafka (a compacted log has gaps; ``OffsetOutOfRangeError`` otherwise: the
+        follower must truncate or start again). New leader epochs go into the
+        leader-epoch cache. Returns None when ``records`` holds no whole batch. Does not
+        move the high watermark.
         """
         view = records if isinstance(records, memoryview) else memoryview(records)
         whole = 0
@@ -677,14 +680,14 @@ class Log:
         if whole == 0:
             return None
         view = view[:whole]
-        validated = validate_batches(view, max_message_bytes=max(whole, self._config.max_message_bytes))
+        validated = check_replicated_batches(view, max_message_bytes=max(whole, self._config.max_message_bytes))
         expected = first_offset = self.log_end_offset
         producers = analyze_append(
             self._producer_state, view, validated, first_offset, AppendOrigin.REPLICATION
         )
         max_timestamp, offset_of_max = -1, first_offset
         for _, header in validated.headers:
-            if header.base_offset != expected:
+            if header.base_offset < expected:  # a compacted log has gaps between batches
                 raise OffsetOutOfRangeError(
                     f"{self.name}: fetched batch at offset {header.base_offset}, the log ends at "
                     f"{expected}"

@@ -49,17 +49,18 @@ from local_tier.record_scan import RECORD_WALK_IN_C, scan_records
 
 __all__ = [
     "BATCH_OVERHEAD",
+    "BatchHeader",
+    "Compression",
     "LOG_OVERHEAD",
     "MAX_INFLATED_BATCH_BYTES",
     "RECORD_WALK_IN_C",
-    "BatchHeader",
-    "Compression",
     "Record",
     "RecordTuple",
     "ValidatedRecords",
     "build_batch",
     "check_batch",
     "check_records",
+    "check_replicated_batches",
     "compress",
     "decode_all",
     "decode_batch",
@@ -303,6 +304,35 @@ def validate_batches(
             max_timestamp = header.max_timestamp
             offset_of_max = record_count + header.last_offset_delta
         record_count += header.last_offset_delta + 1
+        headers.append((pos, header))
+        pos += header.size
+    return ValidatedRecords(
+        headers=tuple(headers),
+        record_count=record_count,
+        max_timestamp=max_timestamp,
+        shallow_offset_of_max_timestamp=offset_of_max,
+        size=end,
+    )
+
+
+def check_replicated_batches(buf: Buffer, *, max_message_bytes: int) -> ValidatedRecords:
+    """Whole v2 batches copied from a leader's log (a follower's fetch): each one's framing
+    and CRC, as Kafka's follower checks them (``ensureValid``). Their records were walked
+    when the leader took them; and a batch the leader's cleaner compacted may hold fewer
+    records than its offset range (``stored`` in :func:`check_batch`)."""
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    end = len(view)
+    headers: list[tuple[int, BatchHeader]] = []
+    record_count = 0
+    max_timestamp = -1
+    offset_of_max = 0
+    pos = 0
+    while pos < end:
+        header = check_batch(view, pos, max_message_bytes=max_message_bytes, stored=True)
+        if header.max_timestamp > max_timestamp:
+            max_timestamp = header.max_timestamp
+            offset_of_max = record_count + header.last_offset_delta
+        record_count += header.records_count
         headers.append((pos, header))
         pos += header.size
     return ValidatedRecords(

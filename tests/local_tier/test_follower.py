@@ -63,18 +63,21 @@ def test_a_follower_stores_the_leaders_batches_with_their_offsets_and_epochs(
     assert [r.offset for r in decode_all(_leader_bytes(follower))] == list(range(24))
 
 
-def test_a_follower_refuses_a_gap_and_a_corrupt_batch(tmp_path: Path, logs: list[Log]) -> None:
+def test_a_follower_refuses_batches_it_has_and_a_corrupt_batch(tmp_path: Path, logs: list[Log]) -> None:
     leader = _log(tmp_path, logs, "leader")
     for _ in range(3):
         leader.append_as_leader(make_batch(2), 0)
     follower = _log(tmp_path, logs, "follower")
-    with pytest.raises(OffsetOutOfRangeError):
-        follower.append_as_follower(_leader_bytes(leader, 2))  # starts at 2, the log at 0
     bad = bytearray(_leader_bytes(leader))
     bad[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError):
         follower.append_as_follower(bytes(bad))
     assert follower.log_end_offset == 0
+    follower.append_as_follower(_leader_bytes(leader)[: len(bad) // 3 * 2])  # offsets 0-3
+    assert follower.log_end_offset == 4
+    with pytest.raises(OffsetOutOfRangeError):  # starts at 2, before the log end: overlaps
+        follower.append_as_follower(_leader_bytes(leader, 2))
+    assert follower.log_end_offset == 4
 
 
 def test_truncation_removes_a_diverging_suffix_and_the_epochs_that_started_in_it(
@@ -124,3 +127,26 @@ def test_the_tail_of_a_segment_is_copied_from_a_batch_boundary(tmp_path: Path, l
     assert len(list(iter_batches(data))) == 5
     with pytest.raises(ValueError):
         copy_segment_tail(segment, 17, tmp_path / "scratch2", log.config)  # not a batch start
+
+
+def test_a_follower_copies_the_batches_the_leaders_cleaner_compacted(
+    tmp_path: Path, logs: list[Log]
+) -> None:
+    """A compacted batch keeps its offset range with fewer records in it (Kafka's format):
+    the follower takes it as it is (framing and CRC checked, as Kafka's follower does)."""
+    from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
+
+    leader = Log(tmp_path / "leader", "t", 0, compact_config(), needs_recovery=False)
+    logs.append(leader)
+    for round_ in range(6):
+        write(leader, [(b"k%d" % (i % 3), b"v%d-%d" % (round_, i)) for i in range(6)])
+    leader.roll()
+    make_cleaner(leader, Clock()).clean_filthiest()
+    compacted = [h for h in read_log(leader).batches if h.records_count < h.last_offset_delta + 1]
+    assert compacted, "the cleaner left every batch whole"
+    follower = _log(tmp_path, logs, "follower")
+    follower.append_as_follower(_leader_bytes(leader))
+    follower.update_high_watermark(follower.log_end_offset)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert [(r.offset, r.key, r.value) for r in read_log(follower).records] == [
+        (r.offset, r.key, r.value) for r in read_log(leader).records]
