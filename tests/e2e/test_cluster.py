@@ -173,7 +173,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
         assert {p: m.leader for p, m in one.topics["spread"].partitions.items()} == leaders
 
     sent: set[bytes] = set()
-    confluent = Producer({"bootstrap.servers": bootstrap})  # defaults: idempotent, acks=all
+    confluent = Producer({"bootstrap.servers": bootstrap})  # librdkafka's defaults: acks=all, not idempotent
     for i in range(300):
         value = b"confluent-%d" % i
         confluent.produce("spread", key=b"k%d" % i, value=value)

@@ -35,7 +35,7 @@ Model = dict[bytes, bytes | None]
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-    """Produce (on the client's defaults: idempotent) and wait for every acknowledgement."""
+    """Produce (acks=all; librdkafka's default producer is not idempotent) and wait for every acknowledgement."""
     p = producer(bootstrap, **{"batch.size": 1500})  # batches well below segment.bytes
     failed: list[KafkaError] = []
     for key, value in records:
