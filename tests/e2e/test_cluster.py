@@ -1,7 +1,7 @@
 """A cluster of broker processes sharing one bucket (issue #16).
 
 One 3-broker cluster on a moto S3 bucket is shared by the tests that kill
-nothing (partitions spread, four clients, forwarding, the controller-only APIs
+nothing (partitions spread, four clients (also run once on a ``file://`` store), forwarding, the controller-only APIs
 and leadership errors, a reassignment under load, a duplicate node.id); the
 tests that kill brokers get 3-broker clusters of their own on a ``file://``
 store. Timings are short (``tests/cluster_fixtures.py``: a 3 s lease, 3 s broker
@@ -158,59 +158,71 @@ def _dense(offsets: list[tuple[int, int]]) -> bool:
 def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     s3_cluster: Cluster, kcat: str
 ) -> None:
-    bootstrap = s3_cluster.bootstrap
-    _create(bootstrap, NewTopic("spread", num_partitions=6, replication_factor=1))
-    leaders = _leaders(bootstrap, "spread")
+    _four_clients_use_partitions_led_by_every_broker(s3_cluster, kcat, "spread", per_client=300)
+
+
+def test_four_clients_use_partitions_led_by_every_broker_on_a_file_store(start_cluster: Any, kcat: str) -> None:
+    """The same on a ``file://`` store (a lean run: fewer records)."""
+    _four_clients_use_partitions_led_by_every_broker(start_cluster(3), kcat, "spread-file", per_client=40)
+
+
+def _four_clients_use_partitions_led_by_every_broker(cluster: Cluster, kcat: str, topic: str,
+                                                     per_client: int) -> None:
+    """6 partitions, 2 led by each broker; confluent-kafka, kafka-python (bootstrapped at broker
+    2, read back at broker 3), aiokafka and kcat each produce, and each reads back every record."""
+    bootstrap = cluster.bootstrap
+    _create(bootstrap, NewTopic(topic, num_partitions=6, replication_factor=1))
+    leaders = _leaders(bootstrap, topic)
     assert sorted(Counter(leaders.values()).values()) == [2, 2, 2], leaders  # 2 per broker
     md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
     assert sorted(md.brokers) == [1, 2, 3]
-    for broker in s3_cluster.brokers.values():  # every broker names the lease holder
-        assert _controller_named(broker) == s3_cluster.controller_id() != -1
-    _known_everywhere(s3_cluster, "spread")
-    for broker in s3_cluster.brokers.values():  # bootstrapping from any one broker: the same picture
-        one = _admin(broker.bootstrap).list_topics("spread", timeout=TIMEOUT_S)
+    for broker in cluster.brokers.values():  # every broker names the lease holder
+        assert _controller_named(broker) == cluster.controller_id() != -1
+    _known_everywhere(cluster, topic)
+    for broker in cluster.brokers.values():  # bootstrapping from any one broker: the same picture
+        one = _admin(broker.bootstrap).list_topics(topic, timeout=TIMEOUT_S)
         assert sorted(one.brokers) == [1, 2, 3]
-        assert {p: m.leader for p, m in one.topics["spread"].partitions.items()} == leaders
+        assert {p: m.leader for p, m in one.topics[topic].partitions.items()} == leaders
 
     sent: set[bytes] = set()
     confluent = Producer({"bootstrap.servers": bootstrap})  # librdkafka's defaults: acks=all, not idempotent
-    for i in range(300):
+    for i in range(per_client):
         value = b"confluent-%d" % i
-        confluent.produce("spread", key=b"k%d" % i, value=value)
+        confluent.produce(topic, key=b"k%d" % i, value=value)
         sent.add(value)
     assert confluent.flush(TIMEOUT_S) == 0
 
-    kp = KafkaProducer(bootstrap_servers=s3_cluster.brokers[2].bootstrap)  # kafka-python's defaults
-    futures = [kp.send("spread", key=b"k%d" % i, value=b"kafka-python-%d" % i) for i in range(300)]
+    kp = KafkaProducer(bootstrap_servers=cluster.brokers[2].bootstrap)  # kafka-python's defaults
+    futures = [kp.send(topic, key=b"k%d" % i, value=b"kafka-python-%d" % i) for i in range(per_client)]
     for f in futures:
         f.get(timeout=TIMEOUT_S)
     kp.close()
-    sent |= {b"kafka-python-%d" % i for i in range(300)}
+    sent |= {b"kafka-python-%d" % i for i in range(per_client)}
 
     async def aio_produce() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
         try:
-            for i in range(300):
-                await producer.send_and_wait("spread", b"aiokafka-%d" % i, key=b"k%d" % i)
+            for i in range(per_client):
+                await producer.send_and_wait(topic, b"aiokafka-%d" % i, key=b"k%d" % i)
         finally:
             await producer.stop()
 
     asyncio.run(aio_produce())
-    sent |= {b"aiokafka-%d" % i for i in range(300)}
+    sent |= {b"aiokafka-%d" % i for i in range(per_client)}
 
-    lines = "".join(f"kcat-{i}\n" for i in range(100))
-    subprocess.run([kcat, "-b", bootstrap, "-P", "-t", "spread"], input=lines, text=True,
+    lines = "".join(f"kcat-{i}\n" for i in range(per_client))
+    subprocess.run([kcat, "-b", bootstrap, "-P", "-t", topic], input=lines, text=True,
                    check=True, timeout=TIMEOUT_S)
-    sent |= {b"kcat-%d" % i for i in range(100)}
+    sent |= {b"kcat-%d" % i for i in range(per_client)}
     total = len(sent)
 
-    got = _consume_all(bootstrap, "spread", total, "spread-confluent")
+    got = _consume_all(bootstrap, topic, total, f"{topic}-confluent")
     assert sorted(got.values()) == sorted(sent)  # every record once
     assert _dense(list(got))
     assert {p for p, _ in got} == set(range(6))
 
-    kc = KafkaConsumer("spread", bootstrap_servers=s3_cluster.brokers[3].bootstrap, group_id="spread-kp",
+    kc = KafkaConsumer(topic, bootstrap_servers=cluster.brokers[3].bootstrap, group_id=f"{topic}-kp",
                        auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000))
     kp_read = []
     for record in kc:
@@ -221,7 +233,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     assert sorted(kp_read) == sorted(sent)
 
     async def aio_consume() -> list[bytes]:
-        consumer = AIOKafkaConsumer("spread", bootstrap_servers=bootstrap, group_id="spread-aio",
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}-aio",
                                     auto_offset_reset="earliest")
         await consumer.start()
         out: list[bytes] = []
@@ -236,7 +248,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
 
     assert sorted(asyncio.run(aio_consume())) == sorted(sent)
 
-    read = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", "spread", "-e", "-q", "-f", "%s\n"],
+    read = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", topic, "-e", "-q", "-f", "%s\n"],
                           capture_output=True, text=True, check=True, timeout=TIMEOUT_S)
     assert sorted(read.stdout.split()) == sorted(v.decode() for v in sent)
 
