@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -552,13 +551,19 @@ def test_a_topic_created_through_one_broker_is_known_at_once_to_the_others(
     assert all(p.leader_id in cluster.brokers for p in answer.partitions)
 
 
-def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_killed(
+def test_a_group_member_lives_through_the_kill_of_its_coordinator_and_continues_from_its_commits(
     start_cluster: Any,
 ) -> None:
+    """A member commits, the broker leading its ``__consumer_offsets`` partition is killed -9
+    and stays down until that partition is offline, then comes back: the same member (never
+    closed, polling throughout) finds the coordinator again, which has reloaded its commits; a
+    second member joins, and each goes on from the commits made before the kill. Every record
+    is read once, and the last commits are where the log ends."""
     cluster = start_cluster(3)
     bootstrap = cluster.bootstrap
     client = _admin(bootstrap)
     group = "survivors"
+
     def find_coordinator() -> int | None:
         try:
             found = client.describe_consumer_groups([group])[group].result(TIMEOUT_S).coordinator
@@ -568,47 +573,75 @@ def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_k
 
     coordinator = cluster.wait_for("a coordinator", find_coordinator)
     elsewhere = [n for n in cluster.brokers if n != coordinator]
+    survivors = ",".join(cluster.brokers[n].bootstrap for n in elsewhere)
     _create(bootstrap, NewTopic("work", num_partitions=2, replica_assignment=[[n] for n in elsewhere]))
     producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(200):
-        producer.produce("work", key=b"%d" % i, value=b"job-%d" % i)
-    assert producer.flush(TIMEOUT_S) == 0
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe(["work"])
-    first: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(first) < 100 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            first.append((msg.partition(), msg.offset()))
-    consumer.commit(asynchronous=False)
-    committed = {tp.partition: tp.offset for tp in consumer.committed(
-        [TopicPartition("work", p) for p in range(2)], timeout=TIMEOUT_S)}
-    consumer.close()
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce("work", key=b"%d" % i, value=b"job-%d" % i, partition=i % 2)
+        assert producer.flush(TIMEOUT_S) == 0
 
+    work = [TopicPartition("work", p) for p in range(2)]
+    members: list[Consumer] = []
+    assigned: dict[int, list[list[int]]] = {}
+    read: list[tuple[int, int, int, bytes]] = []  # (member, partition, offset, value)
+
+    def join() -> Consumer:
+        n = len(members)
+        member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        member.subscribe(["work"], on_assign=lambda c, ps: assigned.setdefault(n, []).append(
+            sorted(p.partition for p in ps)))
+        members.append(member)
+        return member
+
+    def poll_all() -> None:
+        for n, member in enumerate(members):
+            msg = member.poll(0.1)
+            if msg is not None and msg.error() is None:
+                read.append((n, msg.partition(), msg.offset(), msg.value()))
+
+    def committed(member: Consumer) -> dict[int, int] | None:
+        try:
+            return {tp.partition: tp.offset for tp in member.committed(work, timeout=5)}
+        except Exception:  # noqa: BLE001 - no coordinator yet, or it is still loading
+            return None
+
+    first = join()
+    produce(0, 100)
+    cluster.wait_for("the first 100 read", lambda: poll_all() or len(read) == 100, TIMEOUT_S, 0)
+    first.commit(asynchronous=False)
+    assert committed(first) == {0: 50, 1: 50}
+
+    coordinated = [p for p, leader in _leaders(survivors, "__consumer_offsets").items() if leader == coordinator]
     cluster.kill(coordinator)
-    cluster.restart(coordinator)  # replication factor 1: the partition returns with its broker
 
-    survivors = ",".join(cluster.brokers[n].bootstrap for n in elsewhere)
-    again = Consumer({"bootstrap.servers": survivors, "group.id": group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    again.subscribe(["work"])
-    rest: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(rest) < 100 and time.monotonic() < deadline:
-        msg = again.poll(0.5)
-        if msg is not None and msg.error() is None:
-            rest.append((msg.partition(), msg.offset()))
-    again.close()
-    assert len(rest) == 100
-    for partition in range(2):  # it resumed exactly where it had committed
-        offsets = sorted(o for p, o in rest if p == partition)
-        if offsets:
-            assert offsets[0] == max(committed[partition], 0)
-    assert sorted(first + rest) == sorted(set(first + rest))  # nothing read twice
-    assert os.path.exists(cluster.brokers[coordinator].data_dir / "meta.properties")
+    def offline() -> bool:
+        poll_all()  # the member stays in its poll loop through the outage
+        leaders = _leaders(survivors, "__consumer_offsets")
+        return all(leaders[p] == -1 for p in coordinated)
+
+    cluster.wait_for("the coordinator's partitions offline", offline, TIMEOUT_S)
+    cluster.restart(coordinator)  # replication factor 1: the partition returns with its broker
+    # the commits made before the kill, from the coordinator's reloaded log
+    assert cluster.wait_for("the commits read back", lambda: poll_all() or committed(first)) == {0: 50, 1: 50}
+
+    second = join()  # a rebalance on the reloaded coordinator: the members split the partitions
+    cluster.wait_for("one partition each", lambda: poll_all() or (
+        len(assigned.get(1, [])) >= 1 and assigned[0][-1] != [0, 1]), TIMEOUT_S, 0)
+    produce(100, 100)
+    cluster.wait_for("all 200 read", lambda: poll_all() or len(read) >= 200, TIMEOUT_S, 0)
+    for member in members:
+        member.commit(asynchronous=False)
+    assert committed(second) == {0: 100, 1: 100}
+    for member in members:
+        member.close()
+    assert assigned[0][0] == [0, 1] and sorted(assigned[0][-1] + assigned[1][-1]) == [0, 1]
+    assert sorted(v for *_, v in read) == sorted(b"job-%d" % i for i in range(200))  # each once, none lost
+    after_kill = [(p, o) for n, p, o, _ in read[100:]]
+    for partition in range(2):  # each partition resumed exactly at the commit made before the kill
+        assert min(o for p, o in after_kill if p == partition) == 50
 
 
 def _coordinator(broker: BrokerProcess, key: str, key_type: int) -> int:

@@ -212,7 +212,8 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
             h.ends[topic] = {0: txn.end}
             h.txn_values[topic] = {"read_committed": txn.committed, "read_uncommitted": txn.everything}
             _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
-            helpers.wait_until(lambda: _local_bases(b, topic)[0] >= txn.end, "tiered segments deleted locally")
+            helpers.wait_until(lambda topic=topic, end=txn.end: _local_bases(b, topic)[0] >= end,
+                               "tiered segments deleted locally")
             h.txn_reads[topic] = {level: _kafka_read(b.bootstrap, topic, level, txn.end)
                                   for level in ("read_committed", "read_uncommitted")}
         b.stop()  # from here on, no broker: Spark reads the bucket alone
