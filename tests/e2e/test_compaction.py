@@ -1,5 +1,5 @@
-"""Log compaction through a real broker: the latest value per key, tombstones, keyless records,
-kill -9 in the middle of a clean, and compacted topics created on the defaults."""
+"""Log compaction through a real broker: the latest value per key, tombstones, compact,delete,
+keyless records, kill -9 in the middle of a clean, and compacted topics created on the defaults."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from tests.e2e.helpers import (
     producer,
     topic_name,
     wait_until,
+    watermarks,
 )
 
 FAST_CLEANER = {"log.cleaner.backoff.ms": "100"}
@@ -34,12 +35,14 @@ COMPACTED = {
 Model = dict[bytes, bytes | None]
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-    """Produce (acks=all; librdkafka's default producer is not idempotent) and wait for every acknowledgement."""
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
+            timestamp_ms: int = 0) -> None:
+    """Produce (acks=all; librdkafka's default producer is not idempotent) and wait for every
+    acknowledgement; ``timestamp_ms``: every record's CreateTime (0: now)."""
     p = producer(bootstrap, **{"batch.size": 1500})  # batches well below segment.bytes
     failed: list[KafkaError] = []
     for key, value in records:
-        p.produce(topic, key=key, value=value, partition=0,
+        p.produce(topic, key=key, value=value, partition=0, timestamp=timestamp_ms,
                   on_delivery=lambda err, msg: failed.append(err) if err else None)
         p.poll(0)
     assert p.flush(30) == 0
@@ -91,6 +94,28 @@ def compacted_view(rows: list[tuple[int, bytes | None, bytes | None]]) -> list[t
     return sorted((k, v) for _, k, v in rows)
 
 
+def clean_twice(bootstrap: str, topic: str, model: Model, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """After ``model``'s records: seal them, wait for the first clean (the latest value per key,
+    tombstones kept), then past delete.retention.ms seal again and wait for the tombstones to
+    go; the rows then read (``model`` gains the sealing records)."""
+    produce(bootstrap, topic, fillers(f"{tag}-a"))
+    model.update(fillers(f"{tag}-a"))
+    with_tombstones = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
+    wait_until(lambda: compacted_view(read_all(bootstrap, topic)) == with_tombstones,
+               "the first clean (latest value per key, tombstones kept)", timeout=30, interval=0.5)
+    time.sleep(1.2)  # past delete.retention.ms: the next pass drops the tombstones
+    produce(bootstrap, topic, fillers(f"{tag}-b"))
+    model.update(fillers(f"{tag}-b"))
+    rows: list[tuple[int, bytes | None, bytes | None]] = []
+
+    def second_pass() -> bool:
+        rows[:] = read_all(bootstrap, topic)
+        return compacted_view(rows) == expected(model)
+
+    wait_until(second_pass, "tombstones gone after delete.retention.ms", timeout=30, interval=0.5)
+    return rows
+
+
 def test_a_compacted_topic_reads_as_the_latest_value_per_key(start_broker: BrokerFactory) -> None:
     broker = start_broker(sets=FAST_CLEANER)
     topic = topic_name("compacted")
@@ -100,27 +125,37 @@ def test_a_compacted_topic_reads_as_the_latest_value_per_key(start_broker: Broke
     history = random_history(rnd, 40, 600, b"v")
     produce(broker.bootstrap, topic, history)
     model.update(history)
-    produce(broker.bootstrap, topic, fillers("seal-a"))
-    model.update(fillers("seal-a"))
-    with_tombstones = sorted(model.items(), key=lambda kv: kv[0])
-
-    def first_pass() -> bool:
-        rows = read_all(broker.bootstrap, topic)
-        return compacted_view(rows) == sorted(with_tombstones, key=lambda kv: (kv[0], kv[1] or b""))
-
-    wait_until(first_pass, "the first clean (latest value per key, tombstones kept)", timeout=30, interval=0.5)
-    time.sleep(1.2)  # past delete.retention.ms: the next pass drops the tombstones
-    produce(broker.bootstrap, topic, fillers("seal-b"))
-    model.update(fillers("seal-b"))
-    rows: list[tuple[int, bytes | None, bytes | None]] = []
-
-    def second_pass() -> bool:
-        rows[:] = read_all(broker.bootstrap, topic)
-        return compacted_view(rows) == expected(model)
-
-    wait_until(second_pass, "tombstones gone after delete.retention.ms", timeout=30, interval=0.5)
+    rows = clean_twice(broker.bootstrap, topic, model, "seal")
     offsets = [o for o, _, _ in rows]
     assert offsets[-1] - offsets[0] + 1 > len(offsets)  # offsets kept, with gaps
+
+
+def test_compact_delete_topic_is_both_compacted_and_held_to_its_retention(start_broker: BrokerFactory) -> None:
+    """cleanup.policy=compact,delete: records older than retention.ms go with their segments
+    (a compact-only topic given the same records keeps them), and what is left reads as the
+    latest value per key."""
+    broker = start_broker(sets={**FAST_CLEANER, "log.retention.check.interval.ms": "200"})
+    both, compact_only = topic_name("compact-delete"), topic_name("compact-only")
+    create_topic(broker.bootstrap, both, config={**COMPACTED, "cleanup.policy": "compact,delete",
+                                                 "retention.ms": str(30 * 60_000)})
+    create_topic(broker.bootstrap, compact_only, config={**COMPACTED, "retention.ms": str(30 * 60_000)})
+    rnd = random.Random(7)
+    old = random_history(rnd, 30, 300, b"old") + fillers("old")
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    for topic in (both, compact_only):
+        produce(broker.bootstrap, topic, old, timestamp_ms=an_hour_ago)
+    old_end = len(old)
+    # retention: every segment of the hour-old records goes (the active one is rolled first)
+    wait_until(lambda: watermarks(broker.bootstrap, both) == (old_end, old_end),
+               "retention.ms to delete the old records", timeout=30, interval=0.3)
+    kept = {key: value for _, key, value in read_all(broker.bootstrap, compact_only)}  # later offsets win
+    assert expected(kept) == expected(dict(old))  # compact only: no retention by time
+    assert watermarks(broker.bootstrap, compact_only)[0] == 0
+
+    new = random_history(rnd, 30, 300, b"new")
+    produce(broker.bootstrap, both, new)
+    rows = clean_twice(broker.bootstrap, both, dict(new), "new")
+    assert rows[0][0] >= old_end and len(rows) < len(new)
 
 
 def test_a_record_without_a_key_is_refused_by_a_compacted_topic(start_broker: BrokerFactory) -> None:
