@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import ConfigResource
 
+from service.handlers.router import api_table
 from tests.conftest import BrokerFactory, BrokerProcess
 from tests.e2e.helpers import (
     CLIENT_TIMEOUT_S,
@@ -22,6 +23,9 @@ from tests.e2e.helpers import (
     wait_until,
     watermarks,
 )
+from tests.service.kafka_wire import WireConnection, example_request, records
+
+INVALID_RECORD = 87
 
 FAST_CLEANER = {"log.cleaner.backoff.ms": "100"}
 COMPACTED = {
@@ -170,6 +174,32 @@ def test_a_record_without_a_key_is_refused_by_a_compacted_topic(start_broker: Br
     errors = [e for e in results if e is not None]
     assert errors and errors[0].code() == KafkaError.INVALID_RECORD, results
     assert read_all(broker.bootstrap, topic) in ([], [(0, b"k", b"keyed")], [(1, b"k", b"keyed")])
+
+
+def test_keyless_records_get_invalid_record_with_per_record_errors_in_the_produce_answer(
+    start_broker: BrokerFactory,
+) -> None:
+    """Over the raw protocol, Kafka's answer: INVALID_RECORD at every Produce version, and from
+    v8 ``record_errors`` naming each keyless record by its index in the batch; nothing of the
+    refused batch is appended."""
+    broker = start_broker()
+    topic = topic_name("keyless-wire")
+    create_topic(broker.bootstrap, topic, config={"cleanup.policy": "compact"})
+    low, high = api_table()[0].min_version, api_table()[0].max_version
+    with WireConnection(broker.bootstrap) as conn:
+        for version in range(low, high + 1):
+            answer = conn.call(example_request(0, version, name=topic, index=0,
+                                               records=records(4, b"v", keyless=(1, 3))))
+            result = answer.responses[0].partition_responses[0]
+            assert int(result.error_code) == INVALID_RECORD, (version, result)
+            if version >= 8:
+                assert [e.batch_index for e in result.record_errors] == [1, 3], (version, result)
+                assert all("without key" in e.batch_index_error_message for e in result.record_errors)
+                assert "without a key" in result.error_message
+        answer = conn.call(example_request(0, high, name=topic, index=0, records=records(2, b"keyed")))
+        assert (int(answer.responses[0].partition_responses[0].error_code),
+                answer.responses[0].partition_responses[0].base_offset) == (0, 0)
+    assert [(o, v) for o, _, v in read_all(broker.bootstrap, topic)] == [(0, b"keyed"), (1, b"keyed")]
 
 
 def test_a_compacted_topic_on_the_defaults_is_created_tiered(start_broker: BrokerFactory) -> None:
