@@ -3,8 +3,10 @@ keyless records, kill -9 in the middle of a clean, and compacted topics created 
 
 from __future__ import annotations
 
+import json
 import random
 import time
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from tests.e2e.helpers import (
     wait_until,
     watermarks,
 )
+from tests.service.cli.helpers import describe_partitions, ok, strata
 from tests.service.kafka_wire import WireConnection, example_request, records
 
 INVALID_RECORD = 87
@@ -160,6 +163,43 @@ def test_compact_delete_topic_is_both_compacted_and_held_to_its_retention(start_
     produce(broker.bootstrap, both, new)
     rows = clean_twice(broker.bootstrap, both, dict(new), "new")
     assert rows[0][0] >= old_end and len(rows) < len(new)
+
+
+def _partitions(broker: BrokerProcess, topic: str) -> dict[int, dict]:
+    with urllib.request.urlopen(f"{broker.admin_url}/v1/topics/{topic}/partitions", timeout=10) as resp:
+        return {p["partition"]: p for p in json.load(resp)["partitions"]}
+
+
+def test_topics_describe_shows_the_cleaners_progress(start_broker: BrokerFactory) -> None:
+    """`strata topics describe` of compacted topics: one cleaned (dirty ratio 0, cleaned up to
+    the active segment), one the cleaner holds back (min.cleanable.dirty.ratio 1: all dirty,
+    never cleaned), as the admin API has them."""
+    broker = start_broker(sets=FAST_CLEANER)
+    cleaned, held = topic_name("described"), topic_name("held")
+    create_topic(broker.bootstrap, cleaned, config=COMPACTED)
+    create_topic(broker.bootstrap, held, config={**COMPACTED, "min.cleanable.dirty.ratio": "1"})
+    history = random_history(random.Random(10), 20, 200, b"v") + fillers("seal")
+    for topic in (cleaned, held):
+        produce(broker.bootstrap, topic, history)
+
+    def active_base(topic: str) -> int:
+        return max(int(p.stem) for p in (broker.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+    def settled() -> bool:
+        state = _partitions(broker, cleaned)[0].get("cleaner") or {}
+        return state.get("cleaned_up_to") == active_base(cleaned) and state.get("dirty_ratio") == 0
+    wait_until(settled, "the cleaner to clean up to the active segment", timeout=30, interval=0.3)
+    wait_until(lambda: _partitions(broker, held)[0].get("cleaner"), "the cleaner to look at the held topic")
+
+    rows = {}
+    for topic in (cleaned, held):
+        out = ok(strata("topics", "describe", topic, "--admin-url", broker.admin_url, bootstrap=broker.bootstrap))
+        rows[topic] = describe_partitions(out.stdout)[0]
+    assert (rows[cleaned]["Cleaner"], rows[cleaned]["DirtyRatio"]) == ("local idle", "0.00")
+    assert rows[cleaned]["CleanedUpTo"] == str(active_base(cleaned)) != "0"
+    assert (rows[held]["Cleaner"], rows[held]["DirtyRatio"], rows[held]["CleanedUpTo"]) == ("local idle", "1.00", "-")
+    assert _partitions(broker, held)[0]["cleaner"]["passes"] == 0
+    assert _partitions(broker, cleaned)[0]["cleaner"]["passes"] >= 1
 
 
 def test_a_record_without_a_key_is_refused_by_a_compacted_topic(start_broker: BrokerFactory) -> None:
