@@ -180,14 +180,13 @@ class Broker:
         await self.replicas.close()
 
     def start_log_cleaner(self) -> None:
-        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
-
-        Tiered compacted logs are compacted in the bucket instead (the remote cleaner)."""
-        loop = asyncio.get_running_loop()
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019); tiered compacted
+        logs are compacted in the bucket instead (the remote cleaner), and both draw on one I/O budget."""
         self.logs.start_cleaner(
-            LoopOwner(loop, lambda: self._closing),
+            LoopOwner(asyncio.get_running_loop(), lambda: self._closing),
             cleaner_config(self.config),
             eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+            throttler=self.remote_cleaner.throttler,
         )
 
     def close(self) -> None:
