@@ -384,16 +384,16 @@ class Broker:
         """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
 
         ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
-        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        on a topic compacted and not also deleted: POLICY_VIOLATION, as in Kafka. On a tiered partition
         the manifest moves first (its remote segments wholly below are deleted),
         then the local log; the log start offsets are checkpointed before this
         returns, so an answered DeleteRecords survives a crash. Local segments wholly
         below the new start go at the next retention pass.
         """
         log_ = self.log_for(topic, partition)
-        if "compact" in log_.config.cleanup_policy.split(","):
+        if log_.config.compact and not log_.config.delete:
             raise PolicyViolationError(
-                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+                f"records of {topic} can be deleted only if its cleanup.policy includes delete"
             )
         target = log_.high_watermark if offset == -1 else offset
         if not 0 <= target <= log_.high_watermark:
