@@ -4,9 +4,13 @@ transactions, one partition, in the same run (issue #15: target ratio >= 70%).
     python bench/transactions.py [--transactions 100] [--rounds 7] [--profile DIR] [--out FILE.json]
 
 Starts its own single-node broker (bench/foundation.py's BrokerProcess) and
-drives it with confluent-kafka on its defaults (idempotent) from this process:
-one producer without and one with a ``transactional.id``, both created and
-warmed up before timing. Each round times the same number of records through
+drives it with confluent-kafka from this process: one producer without and one
+with a ``transactional.id``, both created and warmed up before timing. The plain
+producer is on librdkafka's defaults: acks=all but *not* idempotent
+(``enable.idempotence=false``) and up to 1,000,000 requests in flight per
+connection; the transactional one is idempotent, as a ``transactional.id``
+forces, with at most 5 in flight. So the baseline differs in idempotence as well
+as in transactions (idempotence alone costs ~1%, ``bench/idempotence.py``). Each round times the same number of records through
 each (alternating which goes first, so a busy machine weighs on both alike);
 the figure is the median records/s of each and their ratio. Also reported, from
 the broker: its CPU per 1,000 records in each mode, how often it answered

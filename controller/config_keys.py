@@ -277,8 +277,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Server-side assignors of consumer-protocol groups; the first is the default.",
             valid_values=("uniform", "range")),
     ConfigDef("group.consumer.migration.policy", "string", "bidirectional",
-            "Conversions between classic and consumer-protocol groups (Strata converts empty "
-            "groups only, whatever the policy; see docs/adr/0015-consumer-group-protocol.md).",
+            "Online migration of groups with members between the classic and consumer protocols "
+            "(Kafka 4's; empty groups convert whatever the policy; "
+            "docs/adr/0015-consumer-group-protocol.md).",
             valid_values=("disabled", "upgrade", "downgrade", "bidirectional")),
     ConfigDef("offsets.topic.num.partitions", "int", "50", "Partitions of __consumer_offsets.",
             validator=at_least(1)),

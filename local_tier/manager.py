@@ -18,7 +18,7 @@ from local_tier.checkpoint import (
     write_offset_checkpoint,
 )
 from local_tier.cleaning.local import Owner
-from local_tier.cleaning.manager import CleanerConfig, LogCleaner
+from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
 from local_tier.config import LogConfig
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 
@@ -65,15 +65,18 @@ class LogManager:
         self.cleaner: LogCleaner | None = None
 
     def start_cleaner(
-        self, owner: Owner, config: CleanerConfig, eligible: Callable[[Log], bool] = lambda log: True
+        self, owner: Owner, config: CleanerConfig, eligible: Callable[[Log], bool] = lambda log: True,
+        throttler: Throttler | None = None,
     ) -> LogCleaner:
         """Start the log cleaner of this directory (``log.cleaner.enable``; ADR 0019).
 
         ``owner`` runs a function on the thread that owns the logs (the broker's
-        event loop) and returns its result; ``eligible`` picks the logs it cleans.
+        event loop) and returns its result; ``eligible`` picks the logs it cleans;
+        ``throttler`` is the I/O budget it draws from (its own when None).
         """
         if self.cleaner is None:
-            self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, eligible=eligible)
+            self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, eligible=eligible,
+                                      throttler=throttler)
             self.cleaner.start()
         return self.cleaner
 

@@ -191,14 +191,13 @@ class Broker:
         await self.replicas.close()
 
     def start_log_cleaner(self) -> None:
-        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019).
-
-        Tiered compacted logs are compacted in the bucket instead (the remote cleaner)."""
-        loop = asyncio.get_running_loop()
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019); tiered compacted
+        logs are compacted in the bucket instead (the remote cleaner), and both draw on one I/O budget."""
         self.logs.start_cleaner(
-            LoopOwner(loop, lambda: self._closing),
+            LoopOwner(asyncio.get_running_loop(), lambda: self._closing),
             cleaner_config(self.config),
             eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+            throttler=self.remote_cleaner.throttler,
         )
 
     def close(self) -> None:
@@ -367,16 +366,16 @@ class Broker:
         """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
 
         ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
-        on a compacted topic: POLICY_VIOLATION, as in Kafka. On a tiered partition
+        on a topic compacted and not also deleted: POLICY_VIOLATION, as in Kafka. On a tiered partition
         the manifest moves first (its remote segments wholly below are deleted),
         then the local log; the log start offsets are checkpointed before this
         returns, so an answered DeleteRecords survives a crash. Local segments wholly
         below the new start go at the next retention pass.
         """
         log_ = self.log_for(topic, partition)
-        if "compact" in log_.config.cleanup_policy.split(","):
+        if log_.config.compact and not log_.config.delete:
             raise PolicyViolationError(
-                f"records of {topic} can be deleted only if its cleanup.policy is delete"
+                f"records of {topic} can be deleted only if its cleanup.policy includes delete"
             )
         target = log_.high_watermark if offset == -1 else offset
         if not 0 <= target <= log_.high_watermark:

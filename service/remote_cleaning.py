@@ -113,6 +113,7 @@ class RemoteCleaner:
         cleaner: CleanerConfig,
         scratch_dir: Path,
         log_dir: Path,
+        throttler: Throttler | None = None,
     ) -> None:
         self._tiering = tiering
         self._cleaner = cleaner
@@ -122,7 +123,9 @@ class RemoteCleaner:
         self.scratch_dir = scratch_dir
         self.log_dir = log_dir
         self.progress: dict[tuple[str, int], RemoteCleanerProgress] = {}
-        self.throttler = Throttler(cleaner.io_max_bytes_per_second)
+        #: the broker's cleaner I/O budget (``log.cleaner.io.max.bytes.per.second``), which the
+        #: broker hands to the local log cleaner too: both tiers together stay under it
+        self.throttler = throttler if throttler is not None else Throttler(cleaner.io_max_bytes_per_second)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-remote-cleaner")
         self._stop = threading.Event()
         self._busy: set[tuple[str, int]] = set()

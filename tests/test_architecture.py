@@ -1,7 +1,7 @@
 """docs/architecture.md matches the code: its package table names every package and only those.
 
-Checked: every top-level package the project ships and every package under
-``service/`` has a row in the table of the "Packages" section; every row names a
+Checked: every top-level package the project ships and every package inside one,
+at any depth, has a row in the table of the "Packages" section; every row names a
 package that exists; every room under "Rooms to come" does not exist yet (when
 one is made it moves into the table).
 """
@@ -32,12 +32,13 @@ def documented(text: str) -> tuple[set[str], set[str]]:
 
 
 def packages_on_disk(root: Path) -> set[str]:
-    """Top-level packages (but tests/) and every package under service/, as paths."""
+    """Top-level packages (but tests/) and every package inside them at any depth, as paths."""
     top = {p.parent.name for p in root.glob("*/__init__.py")} - {"tests"}
-    under_service = {
-        p.parent.relative_to(root).as_posix() for p in (root / "service").rglob("__init__.py")
+    return {
+        p.parent.relative_to(root).as_posix()
+        for name in top
+        for p in (root / name).rglob("__init__.py")
     }
-    return top | under_service
 
 
 def mismatches(root: Path, text: str) -> list[str]:
@@ -65,17 +66,21 @@ def test_architecture_doc_names_exactly_the_packages_that_exist() -> None:
 
 
 def test_the_check_sees_a_missing_a_stale_and_a_built_room(tmp_path: Path) -> None:
-    for pkg in ("core", "service", "service/a", "service/built"):
+    for pkg in ("core", "core/deep/er", "service", "service/a", "service/built"):
         (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
         (tmp_path / pkg / "__init__.py").write_text("")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "core" / "deep" / "__init__.py").write_text("")
+    for pkg in ("tests", "tests/sub", "build/lib/core"):  # neither tests/ nor a non-package tree
+        (tmp_path / pkg).mkdir(parents=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
     doc = "\n".join([
         "# x", "## Packages", "| package | owns |", "| --- | --- |",
         "| `core/` | c |", "| `service/` | s |", "| `service/gone/` | g |",
         "## Rooms to come", "- `service/built/` — soon", "- `service/later/` — later",
     ])
     assert mismatches(tmp_path, doc) == [
+        "core/deep/ exists but the package table does not name it",
+        "core/deep/er/ exists but the package table does not name it",
         "service/a/ exists but the package table does not name it",
         "service/built/ exists but the package table does not name it",
         "service/gone/ is in the package table but is not a package here",

@@ -12,9 +12,10 @@ is marked uncleanable until the next start, as in Kafka; a log that changed
 under the cleaner (deleted, truncated) is simply tried again later.
 
 The threads read a log's state only through ``owner`` (the log's owner thread,
-the broker's event loop), which also performs the swaps. ``throttle`` is shared:
+the broker's event loop), which also performs the swaps. ``throttler`` is shared:
 ``log.cleaner.io.max.bytes.per.second`` bounds the reads and writes of all
-threads together.
+threads together, and of the remote cleaner's passes when the broker hands it the
+same :class:`Throttler`.
 
 Thread-safety: the public methods may be called from any thread; the progress
 and checkpoint maps are guarded by one lock.
@@ -85,31 +86,55 @@ def pause_for_tests(points: frozenset[str], log_dir: Path, point: str, stop: thr
 
 
 class Throttler:
-    """Kafka's ``Throttler``: sleeps so the bytes reported stay under ``rate`` per second,
-    measured over 300 ms windows. Thread-safe."""
+    """Kafka's ``Throttler``: callers report the bytes they read or wrote, and sleep so that
+    all of them together stay under ``rate`` bytes per second, measured over windows of at
+    least ``check_s`` (Kafka's 300 ms).
 
-    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+    One instance is a broker's whole cleaner I/O budget
+    (``log.cleaner.io.max.bytes.per.second``): the log cleaner's threads and the remote
+    cleaner share it. A window's bytes are paid for up to ``start + bytes / rate``; the next
+    window starts there, not when the excess was noticed, so a caller reporting bytes while
+    another sleeps out the budget waits until that time too and two callers never spend
+    the same stretch of time twice. ``observed_bytes`` and ``throttled_s`` count everything
+    reported and slept. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        check_s: float = 0.3,
+    ) -> None:
         self.rate = rate
+        self.check_s = check_s
         self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._start = clock()
         self._bytes = 0
+        self.observed_bytes = 0
         self.throttled_s = 0.0
 
     def __call__(self, nbytes: int) -> None:
         if self.rate == float("inf"):
             return
         with self._lock:
+            self.observed_bytes += nbytes
             self._bytes += nbytes
-            elapsed = self._clock() - self._start
-            if elapsed < 0.3:
+            now = self._clock()
+            elapsed = now - self._start
+            if elapsed < 0:  # the budget is spent until _start: wait with the caller sleeping it out
+                delay = -elapsed
+            elif elapsed < self.check_s:
                 return
-            wanted = self._bytes / self.rate
-            delay = wanted - elapsed
-            self._start, self._bytes = self._clock(), 0
-        if delay > 0:
+            else:
+                delay = self._bytes / self.rate - elapsed
+                self._start, self._bytes = now + max(0.0, delay), 0
+            if delay <= 0:
+                return
             self.throttled_s += delay
-            time.sleep(delay)
+        self._sleep(delay)
 
 
 @dataclass(slots=True)
@@ -156,6 +181,7 @@ class LogCleaner:
         *,
         eligible: Callable[[Log], bool] = lambda log: True,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        throttler: Throttler | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.config = config
@@ -171,7 +197,8 @@ class LogCleaner:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.throttler = Throttler(config.io_max_bytes_per_second)
+        #: the I/O budget, shared with whatever else the broker gives it to (the remote cleaner)
+        self.throttler = throttler if throttler is not None else Throttler(config.io_max_bytes_per_second)
         self._map_bytes = max(1, config.dedupe_buffer_size // max(1, config.threads))
 
     # -- lifecycle ---------------------------------------------------------------

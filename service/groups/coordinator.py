@@ -37,6 +37,7 @@ from service.groups.consumer import (
     HeartbeatResult,
     Heartbeats,
 )
+from service.groups.consumer.classic import ClassicMembers
 from service.groups.consumer.groups import tombstones
 from service.groups.consumer.model import ConsumerGroup
 from service.groups.consumer.records import is_consumer_record
@@ -83,6 +84,8 @@ class GroupCoordinator:
         self._members = Membership(self._store, self._rebalance, timer, self.config)
         self._offsets = CommittedOffsets(self._store, self._rebalance, timer, self.config)
         self._expiry = OffsetExpiry(self._store, timer, self.config)
+        self._classic = ClassicMembers(self._consumers, self._heartbeats, self._store, self._rebalance, timer,
+                                       self.config)
         #: the __consumer_offsets partitions whose groups this coordinator serves (None:
         #: every group, as :meth:`load` sets up; a broker in a cluster loads partitions
         #: one by one as it becomes their leader)
@@ -221,15 +224,15 @@ class GroupCoordinator:
         """Answer through ``respond``, now or once the rebalance completes.
 
         A consumer-protocol group of that id: an empty one becomes a classic group
-        (Kafka 4); one with members answers INCONSISTENT_GROUP_PROTOCOL, as Kafka
-        does when classic members may not join it (see ADR 0015).
+        (Kafka 4); one with members takes the member in as a classic member
+        (:mod:`~service.groups.consumer.classic`, ADR 0015).
         """
         if (error := self.coordinator_error(req.group_id)) is not None:
             return respond(JoinResult(error, req.member_id))
         consumer_group = self._consumers.get(req.group_id)
         if consumer_group is not None:
             if consumer_group.members:
-                return respond(JoinResult(E.inconsistent_group_protocol, req.member_id))
+                return self._classic.join(consumer_group, req, respond)
             try:
                 self._consumers.convert_to_classic(consumer_group)
             except KafkaError as exc:
@@ -240,8 +243,8 @@ class GroupCoordinator:
         """Answer through ``respond``, now or once the leader brings the assignment."""
         if (error := self.coordinator_error(req.group_id)) is not None:
             return respond(SyncResult(error))
-        if self._consumers.get(req.group_id) is not None:
-            return respond(SyncResult(E.unknown_member_id))
+        if (consumer_group := self._consumers.get(req.group_id)) is not None:
+            return self._classic.sync(consumer_group, req, respond)
         self._members.sync_group(req, respond)
 
     def heartbeat(
@@ -249,8 +252,8 @@ class GroupCoordinator:
     ) -> ErrorCode:
         if (error := self.coordinator_error(group_id)) is not None:
             return error
-        if self._consumers.get(group_id) is not None:
-            return E.unknown_member_id
+        if (consumer_group := self._consumers.get(group_id)) is not None:
+            return self._classic.heartbeat(consumer_group, generation_id, member_id, instance_id)
         return self._members.heartbeat(group_id, generation_id, member_id, instance_id)
 
     def leave_group(
@@ -259,8 +262,8 @@ class GroupCoordinator:
         """(group error, one error per ``(member_id, group_instance_id)`` leaving)."""
         if (error := self.coordinator_error(group_id)) is not None:
             return error, []
-        if self._consumers.get(group_id) is not None:
-            return E.none, [E.unknown_member_id] * len(members)
+        if (consumer_group := self._consumers.get(group_id)) is not None:
+            return self._classic.leave(consumer_group, members)
         return self._members.leave_group(group_id, members)
 
     # ================================================================== consumer protocol

@@ -137,6 +137,15 @@ class GroupStore:
 
     def store_group(self, group: GroupMetadata) -> None:
         """Persist the group's generation, protocol, leader and members (with assignments)."""
+        self._append(group.group_id, [self.metadata_record(group)])
+
+    @staticmethod
+    def metadata_record(group: GroupMetadata, tombstone: bool = False) -> tuple[bytes, bytes | None]:
+        """The encoded GroupMetadata record of ``group`` (or its tombstone), not appended: the
+        online migration writes it in one append with the consumer group's records."""
+        key = encode_key(GroupMetadataKey(group.group_id))
+        if tombstone:
+            return key, None
         value = GroupMetadataValue(
             group.protocol_type or "",
             group.generation_id,
@@ -157,8 +166,7 @@ class GroupStore:
                 for m in group.members.values()
             ),
         )
-        key = encode_key(GroupMetadataKey(group.group_id))
-        self._append(group.group_id, [(key, encode_group_value(value))])
+        return key, encode_group_value(value)
 
     def try_store_group(self, group: GroupMetadata) -> None:
         """:meth:`store_group`, logging a failure instead of raising it."""
@@ -209,11 +217,24 @@ class GroupStore:
 
     def tombstone_classic_metadata(self, group: GroupMetadata) -> None:
         """End the classic metadata of an empty group (it becomes a consumer group); offsets stay."""
-        self._append(group.group_id, [(encode_key(GroupMetadataKey(group.group_id)), None)])
+        self._append(group.group_id, [self.metadata_record(group, tombstone=True)])
+        self.forget_classic(group)
+
+    @staticmethod
+    def forget_classic(group: GroupMetadata) -> None:
+        """Drop the classic members and timers of a group now run by the consumer protocol
+        (its offsets stay); their parked requests must have been answered."""
         cancel(group.join_timer)
+        group.join_timer = None
         for handle in group.pending_members.values():
             cancel(handle)
         group.pending_members.clear()
+        for member in group.members.values():
+            cancel(member.heartbeat_timer)
+        group.members.clear()
+        group.static_members.clear()
+        group.leader_id = None
+        group.state = GroupState.EMPTY
 
     def append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Append encoded records of ``group_id`` (the consumer group protocol's) to its partition."""

@@ -268,9 +268,25 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
     return build(mod.AlterConfigsResponse, throttle_time=0, responses=tuple(results))
 
 
+#: DescribeCluster v1's endpoint types (Kafka's ``EndpointType``): a broker's listener serves BROKER
+_BROKER_ENDPOINT, _CONTROLLER_ENDPOINT = 1, 2
+
+
 def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
     controller = ctx.broker.controller
     mod = response_module(60, ctx.version)
+    asked = getattr(request, "endpoint_type", _BROKER_ENDPOINT)  # v0 has none: the brokers
+    if asked != _BROKER_ENDPOINT:  # as Kafka's AuthHelper; v0 cannot ask for another type
+        unknown = asked != _CONTROLLER_ENDPOINT
+        return build(
+            mod.DescribeClusterResponse, throttle_time=0,
+            error_code=ErrorCode.unsupported_endpoint_type if unknown else ErrorCode.mismatched_endpoint_type,
+            error_message=(f"Unsupported endpoint type {asked}" if unknown else
+                           "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
+                           "type CONTROLLER"),
+            endpoint_type=_BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=(),  # Kafka: the defaults
+            cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
+        )
     brokers = tuple(
         build(mod.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in controller.brokers(ctx.listener_name)
@@ -280,7 +296,7 @@ def handle_describe_cluster(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         error_code=ErrorCode.none,
         error_message=None,
-        endpoint_type=1,
+        endpoint_type=_BROKER_ENDPOINT,
         cluster_id=controller.cluster_id,
         controller_id=controller.controller_id,
         brokers=brokers,

@@ -1,7 +1,7 @@
 """A cluster of broker processes sharing one bucket (issue #16).
 
 One 3-broker cluster on a moto S3 bucket is shared by the tests that kill
-nothing (partitions spread, four clients, forwarding, the controller-only APIs
+nothing (partitions spread, four clients (also run once on a ``file://`` store), forwarding, the controller-only APIs
 and leadership errors, a reassignment under load, a duplicate node.id); the
 tests that kill brokers get 3-broker clusters of their own on a ``file://``
 store. Timings are short (``tests/cluster_fixtures.py``: a 3 s lease, 3 s broker
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -158,59 +157,71 @@ def _dense(offsets: list[tuple[int, int]]) -> bool:
 def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     s3_cluster: Cluster, kcat: str
 ) -> None:
-    bootstrap = s3_cluster.bootstrap
-    _create(bootstrap, NewTopic("spread", num_partitions=6, replication_factor=1))
-    leaders = _leaders(bootstrap, "spread")
+    _four_clients_use_partitions_led_by_every_broker(s3_cluster, kcat, "spread", per_client=300)
+
+
+def test_four_clients_use_partitions_led_by_every_broker_on_a_file_store(start_cluster: Any, kcat: str) -> None:
+    """The same on a ``file://`` store (a lean run: fewer records)."""
+    _four_clients_use_partitions_led_by_every_broker(start_cluster(3), kcat, "spread-file", per_client=40)
+
+
+def _four_clients_use_partitions_led_by_every_broker(cluster: Cluster, kcat: str, topic: str,
+                                                     per_client: int) -> None:
+    """6 partitions, 2 led by each broker; confluent-kafka, kafka-python (bootstrapped at broker
+    2, read back at broker 3), aiokafka and kcat each produce, and each reads back every record."""
+    bootstrap = cluster.bootstrap
+    _create(bootstrap, NewTopic(topic, num_partitions=6, replication_factor=1))
+    leaders = _leaders(bootstrap, topic)
     assert sorted(Counter(leaders.values()).values()) == [2, 2, 2], leaders  # 2 per broker
     md = _admin(bootstrap).list_topics(timeout=TIMEOUT_S)
     assert sorted(md.brokers) == [1, 2, 3]
-    for broker in s3_cluster.brokers.values():  # every broker names the lease holder
-        assert _controller_named(broker) == s3_cluster.controller_id() != -1
-    _known_everywhere(s3_cluster, "spread")
-    for broker in s3_cluster.brokers.values():  # bootstrapping from any one broker: the same picture
-        one = _admin(broker.bootstrap).list_topics("spread", timeout=TIMEOUT_S)
+    for broker in cluster.brokers.values():  # every broker names the lease holder
+        assert _controller_named(broker) == cluster.controller_id() != -1
+    _known_everywhere(cluster, topic)
+    for broker in cluster.brokers.values():  # bootstrapping from any one broker: the same picture
+        one = _admin(broker.bootstrap).list_topics(topic, timeout=TIMEOUT_S)
         assert sorted(one.brokers) == [1, 2, 3]
-        assert {p: m.leader for p, m in one.topics["spread"].partitions.items()} == leaders
+        assert {p: m.leader for p, m in one.topics[topic].partitions.items()} == leaders
 
     sent: set[bytes] = set()
-    confluent = Producer({"bootstrap.servers": bootstrap})  # defaults: idempotent, acks=all
-    for i in range(300):
+    confluent = Producer({"bootstrap.servers": bootstrap})  # librdkafka's defaults: acks=all, not idempotent
+    for i in range(per_client):
         value = b"confluent-%d" % i
-        confluent.produce("spread", key=b"k%d" % i, value=value)
+        confluent.produce(topic, key=b"k%d" % i, value=value)
         sent.add(value)
     assert confluent.flush(TIMEOUT_S) == 0
 
-    kp = KafkaProducer(bootstrap_servers=s3_cluster.brokers[2].bootstrap)  # kafka-python's defaults
-    futures = [kp.send("spread", key=b"k%d" % i, value=b"kafka-python-%d" % i) for i in range(300)]
+    kp = KafkaProducer(bootstrap_servers=cluster.brokers[2].bootstrap)  # kafka-python's defaults
+    futures = [kp.send(topic, key=b"k%d" % i, value=b"kafka-python-%d" % i) for i in range(per_client)]
     for f in futures:
         f.get(timeout=TIMEOUT_S)
     kp.close()
-    sent |= {b"kafka-python-%d" % i for i in range(300)}
+    sent |= {b"kafka-python-%d" % i for i in range(per_client)}
 
     async def aio_produce() -> None:
         producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
         await producer.start()
         try:
-            for i in range(300):
-                await producer.send_and_wait("spread", b"aiokafka-%d" % i, key=b"k%d" % i)
+            for i in range(per_client):
+                await producer.send_and_wait(topic, b"aiokafka-%d" % i, key=b"k%d" % i)
         finally:
             await producer.stop()
 
     asyncio.run(aio_produce())
-    sent |= {b"aiokafka-%d" % i for i in range(300)}
+    sent |= {b"aiokafka-%d" % i for i in range(per_client)}
 
-    lines = "".join(f"kcat-{i}\n" for i in range(100))
-    subprocess.run([kcat, "-b", bootstrap, "-P", "-t", "spread"], input=lines, text=True,
+    lines = "".join(f"kcat-{i}\n" for i in range(per_client))
+    subprocess.run([kcat, "-b", bootstrap, "-P", "-t", topic], input=lines, text=True,
                    check=True, timeout=TIMEOUT_S)
-    sent |= {b"kcat-%d" % i for i in range(100)}
+    sent |= {b"kcat-%d" % i for i in range(per_client)}
     total = len(sent)
 
-    got = _consume_all(bootstrap, "spread", total, "spread-confluent")
+    got = _consume_all(bootstrap, topic, total, f"{topic}-confluent")
     assert sorted(got.values()) == sorted(sent)  # every record once
     assert _dense(list(got))
     assert {p for p, _ in got} == set(range(6))
 
-    kc = KafkaConsumer("spread", bootstrap_servers=s3_cluster.brokers[3].bootstrap, group_id="spread-kp",
+    kc = KafkaConsumer(topic, bootstrap_servers=cluster.brokers[3].bootstrap, group_id=f"{topic}-kp",
                        auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000))
     kp_read = []
     for record in kc:
@@ -221,7 +232,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
     assert sorted(kp_read) == sorted(sent)
 
     async def aio_consume() -> list[bytes]:
-        consumer = AIOKafkaConsumer("spread", bootstrap_servers=bootstrap, group_id="spread-aio",
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=f"{topic}-aio",
                                     auto_offset_reset="earliest")
         await consumer.start()
         out: list[bytes] = []
@@ -236,7 +247,7 @@ def test_partitions_spread_over_three_brokers_and_four_clients_use_them_all(
 
     assert sorted(asyncio.run(aio_consume())) == sorted(sent)
 
-    read = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", "spread", "-e", "-q", "-f", "%s\n"],
+    read = subprocess.run([kcat, "-b", bootstrap, "-C", "-t", topic, "-e", "-q", "-f", "%s\n"],
                           capture_output=True, text=True, check=True, timeout=TIMEOUT_S)
     assert sorted(read.stdout.split()) == sorted(v.decode() for v in sent)
 
@@ -540,13 +551,19 @@ def test_a_topic_created_through_one_broker_is_known_at_once_to_the_others(
     assert all(p.leader_id in cluster.brokers for p in answer.partitions)
 
 
-def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_killed(
+def test_a_group_member_lives_through_the_kill_of_its_coordinator_and_continues_from_its_commits(
     start_cluster: Any,
 ) -> None:
+    """A member commits, the broker leading its ``__consumer_offsets`` partition is killed -9
+    and stays down until that partition is offline, then comes back: the same member (never
+    closed, polling throughout) finds the coordinator again, which has reloaded its commits; a
+    second member joins, and each goes on from the commits made before the kill. Every record
+    is read once, and the last commits are where the log ends."""
     cluster = start_cluster(3)
     bootstrap = cluster.bootstrap
     client = _admin(bootstrap)
     group = "survivors"
+
     def find_coordinator() -> int | None:
         try:
             found = client.describe_consumer_groups([group])[group].result(TIMEOUT_S).coordinator
@@ -556,47 +573,75 @@ def test_a_group_continues_from_its_committed_offsets_after_its_coordinator_is_k
 
     coordinator = cluster.wait_for("a coordinator", find_coordinator)
     elsewhere = [n for n in cluster.brokers if n != coordinator]
+    survivors = ",".join(cluster.brokers[n].bootstrap for n in elsewhere)
     _create(bootstrap, NewTopic("work", num_partitions=2, replica_assignment=[[n] for n in elsewhere]))
     producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(200):
-        producer.produce("work", key=b"%d" % i, value=b"job-%d" % i)
-    assert producer.flush(TIMEOUT_S) == 0
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe(["work"])
-    first: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(first) < 100 and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            first.append((msg.partition(), msg.offset()))
-    consumer.commit(asynchronous=False)
-    committed = {tp.partition: tp.offset for tp in consumer.committed(
-        [TopicPartition("work", p) for p in range(2)], timeout=TIMEOUT_S)}
-    consumer.close()
+    def produce(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            producer.produce("work", key=b"%d" % i, value=b"job-%d" % i, partition=i % 2)
+        assert producer.flush(TIMEOUT_S) == 0
 
+    work = [TopicPartition("work", p) for p in range(2)]
+    members: list[Consumer] = []
+    assigned: dict[int, list[list[int]]] = {}
+    read: list[tuple[int, int, int, bytes]] = []  # (member, partition, offset, value)
+
+    def join() -> Consumer:
+        n = len(members)
+        member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        member.subscribe(["work"], on_assign=lambda c, ps: assigned.setdefault(n, []).append(
+            sorted(p.partition for p in ps)))
+        members.append(member)
+        return member
+
+    def poll_all() -> None:
+        for n, member in enumerate(members):
+            msg = member.poll(0.1)
+            if msg is not None and msg.error() is None:
+                read.append((n, msg.partition(), msg.offset(), msg.value()))
+
+    def committed(member: Consumer) -> dict[int, int] | None:
+        try:
+            return {tp.partition: tp.offset for tp in member.committed(work, timeout=5)}
+        except Exception:  # noqa: BLE001 - no coordinator yet, or it is still loading
+            return None
+
+    first = join()
+    produce(0, 100)
+    cluster.wait_for("the first 100 read", lambda: poll_all() or len(read) == 100, TIMEOUT_S, 0)
+    first.commit(asynchronous=False)
+    assert committed(first) == {0: 50, 1: 50}
+
+    coordinated = [p for p, leader in _leaders(survivors, "__consumer_offsets").items() if leader == coordinator]
     cluster.kill(coordinator)
-    cluster.restart(coordinator)  # replication factor 1: the partition returns with its broker
 
-    survivors = ",".join(cluster.brokers[n].bootstrap for n in elsewhere)
-    again = Consumer({"bootstrap.servers": survivors, "group.id": group,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    again.subscribe(["work"])
-    rest: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    while len(rest) < 100 and time.monotonic() < deadline:
-        msg = again.poll(0.5)
-        if msg is not None and msg.error() is None:
-            rest.append((msg.partition(), msg.offset()))
-    again.close()
-    assert len(rest) == 100
-    for partition in range(2):  # it resumed exactly where it had committed
-        offsets = sorted(o for p, o in rest if p == partition)
-        if offsets:
-            assert offsets[0] == max(committed[partition], 0)
-    assert sorted(first + rest) == sorted(set(first + rest))  # nothing read twice
-    assert os.path.exists(cluster.brokers[coordinator].data_dir / "meta.properties")
+    def offline() -> bool:
+        poll_all()  # the member stays in its poll loop through the outage
+        leaders = _leaders(survivors, "__consumer_offsets")
+        return all(leaders[p] == -1 for p in coordinated)
+
+    cluster.wait_for("the coordinator's partitions offline", offline, TIMEOUT_S)
+    cluster.restart(coordinator)  # replication factor 1: the partition returns with its broker
+    # the commits made before the kill, from the coordinator's reloaded log
+    assert cluster.wait_for("the commits read back", lambda: poll_all() or committed(first)) == {0: 50, 1: 50}
+
+    second = join()  # a rebalance on the reloaded coordinator: the members split the partitions
+    cluster.wait_for("one partition each", lambda: poll_all() or (
+        len(assigned.get(1, [])) >= 1 and assigned[0][-1] != [0, 1]), TIMEOUT_S, 0)
+    produce(100, 100)
+    cluster.wait_for("all 200 read", lambda: poll_all() or len(read) >= 200, TIMEOUT_S, 0)
+    for member in members:
+        member.commit(asynchronous=False)
+    assert committed(second) == {0: 100, 1: 100}
+    for member in members:
+        member.close()
+    assert assigned[0][0] == [0, 1] and sorted(assigned[0][-1] + assigned[1][-1]) == [0, 1]
+    assert sorted(v for *_, v in read) == sorted(b"job-%d" % i for i in range(200))  # each once, none lost
+    after_kill = [(p, o) for n, p, o, _ in read[100:]]
+    for partition in range(2):  # each partition resumed exactly at the commit made before the kill
+        assert min(o for p, o in after_kill if p == partition) == 50
 
 
 def _coordinator(broker: BrokerProcess, key: str, key_type: int) -> int:

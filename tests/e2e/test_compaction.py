@@ -1,16 +1,19 @@
-"""Log compaction through a real broker: the latest value per key, tombstones, keyless records,
-kill -9 in the middle of a clean, and compacted topics created on the defaults."""
+"""Log compaction through a real broker: the latest value per key, tombstones, compact,delete,
+keyless records, kill -9 in the middle of a clean, and compacted topics created on the defaults."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import ConfigResource
 
+from service.handlers.router import api_table
 from tests.conftest import BrokerFactory, BrokerProcess
 from tests.e2e.helpers import (
     CLIENT_TIMEOUT_S,
@@ -20,7 +23,12 @@ from tests.e2e.helpers import (
     producer,
     topic_name,
     wait_until,
+    watermarks,
 )
+from tests.service.cli.helpers import describe_partitions, ok, strata
+from tests.service.kafka_wire import WireConnection, example_request, records
+
+INVALID_RECORD = 87
 
 FAST_CLEANER = {"log.cleaner.backoff.ms": "100"}
 COMPACTED = {
@@ -34,12 +42,14 @@ COMPACTED = {
 Model = dict[bytes, bytes | None]
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-    """Produce (on the client's defaults: idempotent) and wait for every acknowledgement."""
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
+            timestamp_ms: int = 0) -> None:
+    """Produce (acks=all; librdkafka's default producer is not idempotent) and wait for every
+    acknowledgement; ``timestamp_ms``: every record's CreateTime (0: now)."""
     p = producer(bootstrap, **{"batch.size": 1500})  # batches well below segment.bytes
     failed: list[KafkaError] = []
     for key, value in records:
-        p.produce(topic, key=key, value=value, partition=0,
+        p.produce(topic, key=key, value=value, partition=0, timestamp=timestamp_ms,
                   on_delivery=lambda err, msg: failed.append(err) if err else None)
         p.poll(0)
     assert p.flush(30) == 0
@@ -91,6 +101,28 @@ def compacted_view(rows: list[tuple[int, bytes | None, bytes | None]]) -> list[t
     return sorted((k, v) for _, k, v in rows)
 
 
+def clean_twice(bootstrap: str, topic: str, model: Model, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """After ``model``'s records: seal them, wait for the first clean (the latest value per key,
+    tombstones kept), then past delete.retention.ms seal again and wait for the tombstones to
+    go; the rows then read (``model`` gains the sealing records)."""
+    produce(bootstrap, topic, fillers(f"{tag}-a"))
+    model.update(fillers(f"{tag}-a"))
+    with_tombstones = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
+    wait_until(lambda: compacted_view(read_all(bootstrap, topic)) == with_tombstones,
+               "the first clean (latest value per key, tombstones kept)", timeout=30, interval=0.5)
+    time.sleep(1.2)  # past delete.retention.ms: the next pass drops the tombstones
+    produce(bootstrap, topic, fillers(f"{tag}-b"))
+    model.update(fillers(f"{tag}-b"))
+    rows: list[tuple[int, bytes | None, bytes | None]] = []
+
+    def second_pass() -> bool:
+        rows[:] = read_all(bootstrap, topic)
+        return compacted_view(rows) == expected(model)
+
+    wait_until(second_pass, "tombstones gone after delete.retention.ms", timeout=30, interval=0.5)
+    return rows
+
+
 def test_a_compacted_topic_reads_as_the_latest_value_per_key(start_broker: BrokerFactory) -> None:
     broker = start_broker(sets=FAST_CLEANER)
     topic = topic_name("compacted")
@@ -100,27 +132,74 @@ def test_a_compacted_topic_reads_as_the_latest_value_per_key(start_broker: Broke
     history = random_history(rnd, 40, 600, b"v")
     produce(broker.bootstrap, topic, history)
     model.update(history)
-    produce(broker.bootstrap, topic, fillers("seal-a"))
-    model.update(fillers("seal-a"))
-    with_tombstones = sorted(model.items(), key=lambda kv: kv[0])
-
-    def first_pass() -> bool:
-        rows = read_all(broker.bootstrap, topic)
-        return compacted_view(rows) == sorted(with_tombstones, key=lambda kv: (kv[0], kv[1] or b""))
-
-    wait_until(first_pass, "the first clean (latest value per key, tombstones kept)", timeout=30, interval=0.5)
-    time.sleep(1.2)  # past delete.retention.ms: the next pass drops the tombstones
-    produce(broker.bootstrap, topic, fillers("seal-b"))
-    model.update(fillers("seal-b"))
-    rows: list[tuple[int, bytes | None, bytes | None]] = []
-
-    def second_pass() -> bool:
-        rows[:] = read_all(broker.bootstrap, topic)
-        return compacted_view(rows) == expected(model)
-
-    wait_until(second_pass, "tombstones gone after delete.retention.ms", timeout=30, interval=0.5)
+    rows = clean_twice(broker.bootstrap, topic, model, "seal")
     offsets = [o for o, _, _ in rows]
     assert offsets[-1] - offsets[0] + 1 > len(offsets)  # offsets kept, with gaps
+
+
+def test_compact_delete_topic_is_both_compacted_and_held_to_its_retention(start_broker: BrokerFactory) -> None:
+    """cleanup.policy=compact,delete: records older than retention.ms go with their segments
+    (a compact-only topic given the same records keeps them), and what is left reads as the
+    latest value per key."""
+    broker = start_broker(sets={**FAST_CLEANER, "log.retention.check.interval.ms": "200"})
+    both, compact_only = topic_name("compact-delete"), topic_name("compact-only")
+    create_topic(broker.bootstrap, both, config={**COMPACTED, "cleanup.policy": "compact,delete",
+                                                 "retention.ms": str(30 * 60_000)})
+    create_topic(broker.bootstrap, compact_only, config={**COMPACTED, "retention.ms": str(30 * 60_000)})
+    rnd = random.Random(7)
+    old = random_history(rnd, 30, 300, b"old") + fillers("old")
+    an_hour_ago = int(time.time() * 1000) - 3_600_000
+    for topic in (both, compact_only):
+        produce(broker.bootstrap, topic, old, timestamp_ms=an_hour_ago)
+    old_end = len(old)
+    # retention: every segment of the hour-old records goes (the active one is rolled first)
+    wait_until(lambda: watermarks(broker.bootstrap, both) == (old_end, old_end),
+               "retention.ms to delete the old records", timeout=30, interval=0.3)
+    kept = {key: value for _, key, value in read_all(broker.bootstrap, compact_only)}  # later offsets win
+    assert expected(kept) == expected(dict(old))  # compact only: no retention by time
+    assert watermarks(broker.bootstrap, compact_only)[0] == 0
+
+    new = random_history(rnd, 30, 300, b"new")
+    produce(broker.bootstrap, both, new)
+    rows = clean_twice(broker.bootstrap, both, dict(new), "new")
+    assert rows[0][0] >= old_end and len(rows) < len(new)
+
+
+def _partitions(broker: BrokerProcess, topic: str) -> dict[int, dict]:
+    with urllib.request.urlopen(f"{broker.admin_url}/v1/topics/{topic}/partitions", timeout=10) as resp:
+        return {p["partition"]: p for p in json.load(resp)["partitions"]}
+
+
+def test_topics_describe_shows_the_cleaners_progress(start_broker: BrokerFactory) -> None:
+    """`strata topics describe` of compacted topics: one cleaned (dirty ratio 0, cleaned up to
+    the active segment), one the cleaner holds back (min.cleanable.dirty.ratio 1: all dirty,
+    never cleaned), as the admin API has them."""
+    broker = start_broker(sets=FAST_CLEANER)
+    cleaned, held = topic_name("described"), topic_name("held")
+    create_topic(broker.bootstrap, cleaned, config=COMPACTED)
+    create_topic(broker.bootstrap, held, config={**COMPACTED, "min.cleanable.dirty.ratio": "1"})
+    history = random_history(random.Random(10), 20, 200, b"v") + fillers("seal")
+    for topic in (cleaned, held):
+        produce(broker.bootstrap, topic, history)
+
+    def active_base(topic: str) -> int:
+        return max(int(p.stem) for p in (broker.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+    def settled() -> bool:
+        state = _partitions(broker, cleaned)[0].get("cleaner") or {}
+        return state.get("cleaned_up_to") == active_base(cleaned) and state.get("dirty_ratio") == 0
+    wait_until(settled, "the cleaner to clean up to the active segment", timeout=30, interval=0.3)
+    wait_until(lambda: _partitions(broker, held)[0].get("cleaner"), "the cleaner to look at the held topic")
+
+    rows = {}
+    for topic in (cleaned, held):
+        out = ok(strata("topics", "describe", topic, "--admin-url", broker.admin_url, bootstrap=broker.bootstrap))
+        rows[topic] = describe_partitions(out.stdout)[0]
+    assert (rows[cleaned]["Cleaner"], rows[cleaned]["DirtyRatio"]) == ("local idle", "0.00")
+    assert rows[cleaned]["CleanedUpTo"] == str(active_base(cleaned)) != "0"
+    assert (rows[held]["Cleaner"], rows[held]["DirtyRatio"], rows[held]["CleanedUpTo"]) == ("local idle", "1.00", "-")
+    assert _partitions(broker, held)[0]["cleaner"]["passes"] == 0
+    assert _partitions(broker, cleaned)[0]["cleaner"]["passes"] >= 1
 
 
 def test_a_record_without_a_key_is_refused_by_a_compacted_topic(start_broker: BrokerFactory) -> None:
@@ -135,6 +214,32 @@ def test_a_record_without_a_key_is_refused_by_a_compacted_topic(start_broker: Br
     errors = [e for e in results if e is not None]
     assert errors and errors[0].code() == KafkaError.INVALID_RECORD, results
     assert read_all(broker.bootstrap, topic) in ([], [(0, b"k", b"keyed")], [(1, b"k", b"keyed")])
+
+
+def test_keyless_records_get_invalid_record_with_per_record_errors_in_the_produce_answer(
+    start_broker: BrokerFactory,
+) -> None:
+    """Over the raw protocol, Kafka's answer: INVALID_RECORD at every Produce version, and from
+    v8 ``record_errors`` naming each keyless record by its index in the batch; nothing of the
+    refused batch is appended."""
+    broker = start_broker()
+    topic = topic_name("keyless-wire")
+    create_topic(broker.bootstrap, topic, config={"cleanup.policy": "compact"})
+    low, high = api_table()[0].min_version, api_table()[0].max_version
+    with WireConnection(broker.bootstrap) as conn:
+        for version in range(low, high + 1):
+            answer = conn.call(example_request(0, version, name=topic, index=0,
+                                               records=records(4, b"v", keyless=(1, 3))))
+            result = answer.responses[0].partition_responses[0]
+            assert int(result.error_code) == INVALID_RECORD, (version, result)
+            if version >= 8:
+                assert [e.batch_index for e in result.record_errors] == [1, 3], (version, result)
+                assert all("without key" in e.batch_index_error_message for e in result.record_errors)
+                assert "without a key" in result.error_message
+        answer = conn.call(example_request(0, high, name=topic, index=0, records=records(2, b"keyed")))
+        assert (int(answer.responses[0].partition_responses[0].error_code),
+                answer.responses[0].partition_responses[0].base_offset) == (0, 0)
+    assert [(o, v) for o, _, v in read_all(broker.bootstrap, topic)] == [(0, b"keyed"), (1, b"keyed")]
 
 
 def test_a_compacted_topic_on_the_defaults_is_created_tiered(start_broker: BrokerFactory) -> None:

@@ -182,6 +182,52 @@ def test_broker_restart_keeps_the_group_its_member_epochs_and_offsets(
         close_all(consumers)
 
 
+def test_a_member_choosing_the_range_assignor_gets_kafkas_range_assignment(
+        kip848_broker: BrokerProcess) -> None:
+    """``group.remote.assignor=range``: two members of topics of 5 and 3 partitions get
+    Kafka's RangeAssignor result: per topic, contiguous ranges in member id order, the
+    extra partitions to the first (uniform would balance the 8 partitions 4 and 4)."""
+    b = kip848_broker.bootstrap
+    five, three = helpers.topic_name("range-five"), helpers.topic_name("range-three")
+    helpers.create_topic(b, five, partitions=5)
+    helpers.create_topic(b, three, partitions=3)
+    group = f"g-{five}"
+    members = [consumer(b, group, **{"group.remote.assignor": "range"}) for _ in range(2)]
+    seen: dict[int, set[tuple[str, int]]] = {0: set(), 1: set()}
+
+    def poll() -> None:
+        for i, c in enumerate(members):
+            for msg in c.consume(num_messages=500, timeout=0.05):
+                if msg.error() is None:
+                    seen[i].add((msg.topic(), msg.partition()))
+
+    try:
+        for c in members:
+            c.subscribe([five, three])
+        want: dict[int, set[tuple[str, int]]] = {}
+
+        def assigned_by_range() -> bool:
+            if not all(c.memberid() for c in members):
+                return False
+            first, second = sorted(range(2), key=lambda i: members[i].memberid())
+            want.update({first: {(five, p) for p in (0, 1, 2)} | {(three, 0), (three, 1)},
+                         second: {(five, 3), (five, 4), (three, 2)}})
+            return all({(tp.topic, tp.partition) for tp in members[i].assignment()} == want[i] for i in range(2))
+
+        wait_until(assigned_by_range, "Kafka's range assignment", step=poll)
+        desc = describe(b, group)
+        assert desc.partition_assignor == "range"
+        by_member = {m.member_id: {(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
+                     for m in desc.members}
+        assert by_member == {members[i].memberid(): want[i] for i in range(2)}
+        for topic, partitions in ((five, 5), (three, 3)):
+            produce_spread(b, topic, partitions, 5)
+        wait_until(lambda: seen[0] | seen[1] == want[0] | want[1], "a record from every partition", step=poll)
+        assert seen == want  # each member read exactly its range
+    finally:
+        close_all(members)
+
+
 def test_list_groups_tells_consumer_groups_from_classic_ones(kip848_broker: BrokerProcess) -> None:
     from confluent_kafka import ConsumerGroupType
 

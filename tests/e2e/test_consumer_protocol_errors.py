@@ -4,8 +4,9 @@ Each test puts a group into the state it needs and checks the code Kafka 4.1
 answers: INVALID_REQUEST, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID,
 FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
 INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (ConsumerGroupDescribe of a
-classic group, a heartbeat to a classic group with members),
-INCONSISTENT_GROUP_PROTOCOL (JoinGroup to a consumer group with members) and
+classic group, a heartbeat to a classic group with members while
+``group.consumer.migration.policy=disabled``), INCONSISTENT_GROUP_PROTOCOL
+(JoinGroup to a consumer group with members, migration disabled) and
 STALE_MEMBER_EPOCH (OffsetCommit v9) — and that the connection stays open.
 """
 
@@ -29,8 +30,10 @@ _ids = itertools.count()
 
 @pytest.fixture(scope="module")
 def broker(module_start_broker: BrokerFactory) -> BrokerProcess:
+    # migration off: the errors Kafka gives then (tests/e2e/test_group_migration.py has it on)
     return module_start_broker(sets={"group.initial.rebalance.delay.ms": "0",
-                                     "offsets.topic.num.partitions": "2"})
+                                     "offsets.topic.num.partitions": "2",
+                                     "group.consumer.migration.policy": "disabled"})
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +125,7 @@ def test_describe_answers_consumer_groups_and_not_found_for_others(broker: Broke
         assert described[g][1:] == (rc.NONE, "Stable", 1, [m.member_id])
         assert described[classic.group][1] == rc.GROUP_ID_NOT_FOUND
         assert described["no-such-group"][1] == rc.GROUP_ID_NOT_FOUND
-        # a classic group with members is not upgraded in place
+        # with migration disabled a classic group with members is not upgraded in place
         assert rc.heartbeat(conn, classic.group, "x", 0, topics=[topic], owned={}).error_code == \
             rc.GROUP_ID_NOT_FOUND
         # and classic members cannot join a consumer group that has members

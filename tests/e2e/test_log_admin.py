@@ -104,6 +104,7 @@ def test_delete_records_moves_the_log_start_of_a_local_partition(broker: Any) ->
 
 
 def test_delete_records_on_a_compacted_topic_is_a_policy_violation(broker: Any) -> None:
+    """As Kafka: refused when cleanup.policy is compact alone; compact,delete allows it."""
     topic = helpers.topic_name("compacted")
     helpers.create_topic(broker.bootstrap, topic,
                          config={"cleanup.policy": "compact", "remote.storage.enable": "false"})
@@ -112,6 +113,12 @@ def test_delete_records_on_a_compacted_topic_is_a_policy_violation(broker: Any) 
         _delete_records(broker.bootstrap, topic, 2)
     assert refused.value.args[0].code() == KafkaError.POLICY_VIOLATION
     assert helpers.watermarks(broker.bootstrap, topic) == (0, 3)
+    both = helpers.topic_name("compact-delete")
+    helpers.create_topic(broker.bootstrap, both,
+                         config={"cleanup.policy": "compact,delete", "remote.storage.enable": "false"})
+    helpers.produce_values(broker.bootstrap, both, [b"x"] * 3, key=b"k")
+    assert _delete_records(broker.bootstrap, both, 2).low_watermark == 2
+    assert helpers.watermarks(broker.bootstrap, both) == (2, 3)
 
 
 def _manifest(data_dir: Path) -> dict[str, Any]:

@@ -1,14 +1,17 @@
 """Transactions on the partition side, end to end: data and markers written with the raw
-protocol (WriteTxnMarkers, no coordinator), tiered to the bucket and deleted locally, then
-read by read_committed consumers through the broker."""
+protocol (WriteTxnMarkers, no coordinator) or by confluent-kafka's transactional producers
+(through the coordinator), tiered to the bucket and deleted locally, then read by
+read_committed consumers through the broker."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 
 from tests.conftest import BrokerFactory, BrokerProcess
 from tests.e2e import helpers, rawtxn
@@ -21,6 +24,7 @@ TIERED_SETS = {
     "log.local.retention.bytes": "0",
     "log.segment.delete.delay.ms": "0",
 }
+COORDINATOR_SETS = {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
 VALUE = b"x" * 60
 
 
@@ -70,6 +74,46 @@ def write_history(bootstrap: str, topic: str) -> TxnHistory:
     return TxnHistory(topic, committed, everything, b, fetched.high_watermark)
 
 
+def write_client_history(bootstrap: str, topic: str) -> TxnHistory:
+    """The same shape as :func:`write_history`, written by confluent-kafka clients through the
+    transaction coordinator: producer A commits, B aborts, interleaved, plain records between."""
+    committed: list[bytes] = []
+    everything: list[bytes] = []
+    a, b = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{name}"}) for name in "ab")
+    plain = helpers.producer(bootstrap)
+    count = 0
+
+    def send(p: Producer, tag: str, n: int, keep: bool) -> None:
+        nonlocal count
+        values = [VALUE + b"%s-%d" % (tag.encode(), count + i) for i in range(n)]
+        for i, v in enumerate(values):
+            p.produce(topic, v, key=b"k%d" % i, partition=0)
+        assert p.flush(30) == 0  # in the log in this order
+        count += n
+        everything.extend(values)
+        if keep:
+            committed.extend(values)
+
+    for p in (a, b):
+        p.init_transactions(30)
+    for _ in range(3):
+        a.begin_transaction()
+        b.begin_transaction()
+        for _ in range(4):
+            send(a, "commit", 3, True)
+            send(b, "abort", 3, False)
+        b.abort_transaction(30)  # the abort marker lands in a later segment than B's first records
+        send(plain, "plain", 2, True)
+        a.commit_transaction(30)
+    for _ in range(12):  # roll past everything above so it all seals and tiers
+        send(plain, "tail", 3, True)
+    with Connection.to(bootstrap) as conn:
+        fetched = rawtxn.fetch(conn, topic, 0, 0)
+    assert fetched.aborted
+    (b_id,) = {pid for pid, _ in fetched.aborted}
+    return TxnHistory(topic, committed, everything, b_id, fetched.high_watermark)
+
+
 def _consume_values(bootstrap: str, topic: str, isolation: str, count: int) -> list[bytes]:
     consumer = helpers.consumer(bootstrap, **{"isolation.level": isolation})
     try:
@@ -91,13 +135,16 @@ def _first_local_base(data_dir: Path, topic: str) -> int:
     return int(logs[0].stem) if logs else -1
 
 
+@pytest.mark.parametrize("writer", [write_history, write_client_history], ids=["raw", "confluent-kafka"])
 def test_read_committed_from_disk_and_from_the_bucket_returns_exactly_the_committed_records(
-    start_broker: BrokerFactory,
+    start_broker: BrokerFactory, writer: Callable[[str, str], TxnHistory],
 ) -> None:
-    broker: BrokerProcess = start_broker(sets=TIERED_SETS)
+    """raw: batches and WriteTxnMarkers sent directly; confluent-kafka: transactional producers
+    committing and aborting through the coordinator."""
+    broker: BrokerProcess = start_broker(sets={**TIERED_SETS, **COORDINATOR_SETS})
     topic = helpers.topic_name("txn-tiered")
     helpers.create_topic(broker.bootstrap, topic)
-    history = write_history(broker.bootstrap, topic)
+    history = writer(broker.bootstrap, topic)
 
     with Connection.to(broker.bootstrap) as conn:
         local = rawtxn.fetch(conn, topic, 0, 0)

@@ -11,8 +11,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TopicPartition
+
 from tests.conftest import BrokerFactory, BrokerProcess
-from tests.e2e.helpers import create_topic, topic_name, wait_until
+from tests.e2e.helpers import admin, create_topic, topic_name, wait_until
 from tests.e2e.test_compaction import (
     Model,
     compacted_view,
@@ -138,3 +140,58 @@ def test_kill_9_between_upload_and_swap_leaves_the_bucket_whole(start_broker: Br
     after = manifest_of(broker, topic)
     assert after is not None
     assert not {s["upload_id"] for s in after["segments"]} & {n.split("-")[1].split(".")[0] for n in unlisted}
+
+
+def test_a_manifest_changed_before_the_swap_loses_nothing_and_the_next_pass_completes(
+    start_broker: BrokerFactory,
+) -> None:
+    """The remote cleaner has uploaded a pass's cleaned segments when DeleteRecords (allowed
+    on compact,delete) drops a segment the pass replaces from the manifest: the swap's
+    compare-and-set finds it gone and publishes nothing, the uploaded objects are deleted and
+    never listed, every record above the new log start still reads, and the next pass
+    compacts."""
+    broker = start_broker(sets={**TIERED_FAST, "log.cleaner.test.pause.at": "remote-uploaded"})
+    topic = topic_name("cas-remote")
+    create_topic(broker.bootstrap, topic, config={**COMPACTED_TIERED, "cleanup.policy": "compact,delete",
+                                                  "retention.ms": "-1"})
+    rnd = random.Random(12)
+    history = [(b"key-%d" % rnd.randrange(20), b"v-%d" % i + b"x" * rnd.randrange(60)) for i in range(300)]
+    history += fillers("seal")
+    produce(broker.bootstrap, topic, history)
+    marker = broker.data_dir / "logs" / "cleaner-paused-remote-uploaded"
+    wait_until(marker.exists, "the remote cleaner to pause with its objects uploaded", timeout=40, interval=0.2)
+    before = manifest_of(broker, topic)
+    assert before is not None and before.get("cleaner_offset") is None
+    listed = {s["upload_id"] for s in before["segments"]}
+    uploaded = {n for n in objects(broker, topic) if not any(u in n for u in listed)}
+    assert uploaded, "the paused pass had uploaded cleaned segments"
+    start = before["segments"][0]["last_offset"] + 1  # the first segment, which the pass replaces, goes
+    client = admin(broker.bootstrap)
+    tp = TopicPartition(topic, 0, start)
+    assert client.delete_records([tp], request_timeout=15)[tp].result(timeout=20).low_watermark == start
+    marker.unlink()  # the pass goes on to its swap
+
+    aborted = "the manifest changed under the remote cleaner"
+    wait_until(lambda: aborted in broker.log_text(), "the swap to find the manifest changed", timeout=30)
+    after = manifest_of(broker, topic)
+    assert after is not None and after.get("cleaner_offset") is None and not after.get("replaced")
+    names = objects(broker, topic)
+    assert not uploaded & names, "the aborted pass's objects are deleted"
+    assert not {s["upload_id"] for s in after["segments"]} & {n.split("-")[1].split(".")[0] for n in uploaded}
+    model: Model = {}
+    for offset, (key, value) in enumerate(history):
+        if offset >= start:
+            model[key] = value
+    latest: Model = {}
+    for offset, key, value in read_all(broker.bootstrap, topic):
+        assert offset >= start and key is not None
+        latest[key] = value
+    assert latest == model  # nothing above the new log start lost
+
+    def compacted() -> bool:
+        if marker.exists():  # later passes pause too: let them go
+            marker.unlink()
+        m = manifest_of(broker, topic)
+        return bool(m and m.get("cleaner_offset")) and compacted_view(read_all(broker.bootstrap, topic)) == expected(model)
+
+    wait_until(compacted, "the next pass to compact", timeout=40, interval=0.3)

@@ -1,8 +1,8 @@
 """Transactions end to end: real clients on their defaults plus a transactional.id.
 
-confluent-kafka and aiokafka commit and abort; a second producer with the same
-transactional.id fences the first; a transaction left open past its timeout is
-aborted by the coordinator; the coordinator's error paths over the raw
+confluent-kafka and aiokafka commit and abort; with either client, a second
+producer with the same transactional.id fences the first, and a transaction left
+open past its timeout is aborted by the coordinator; the coordinator's error paths over the raw
 protocol; DescribeProducers; ``strata transactions list|describe|describe-producers``.
 """
 
@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import ProducerFenced
 from confluent_kafka import KafkaException, Producer
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
@@ -71,10 +73,15 @@ def txn_producer(bootstrap: str, tid: str, **conf: Any) -> Producer:
     return p
 
 
+def new_topic(bootstrap: str, prefix: str) -> str:
+    topic = topic_name(prefix)
+    create_topic(bootstrap, topic)
+    return topic
+
+
 def open_transaction(bootstrap: str, tid: str, value: bytes, **conf: Any) -> tuple[str, Producer]:
     """A new topic and a producer whose open transaction has ``value`` in it (flushed)."""
-    topic = topic_name(f"txn-{tid}")
-    create_topic(bootstrap, topic)
+    topic = new_topic(bootstrap, f"txn-{tid}")
     p = txn_producer(bootstrap, tid, **conf)
     p.begin_transaction()
     p.produce(topic, value, partition=0)
@@ -115,11 +122,8 @@ def test_confluent_kafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
 
 
 def test_aiokafka_commit_and_abort(txn_broker: BrokerProcess) -> None:
-    from aiokafka import AIOKafkaProducer
-
     b = txn_broker.bootstrap
-    topic = topic_name("txn-aio")
-    create_topic(b, topic)
+    topic = new_topic(b, "txn-aio")
 
     async def run() -> None:
         p = AIOKafkaProducer(bootstrap_servers=b, transactional_id="aio-1")
@@ -188,6 +192,57 @@ def test_a_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProces
     assert values_of(b, topic, 0) == []  # read_committed: nothing
     with pytest.raises(KafkaException):
         p.commit_transaction(10)
+
+
+def test_aiokafka_second_producer_fences_the_first(txn_broker: BrokerProcess) -> None:
+    b = txn_broker.bootstrap
+    topic = new_topic(b, "txn-aio-fence")
+
+    async def run() -> None:
+        first = AIOKafkaProducer(bootstrap_servers=b, transactional_id="aio-fence")
+        second = AIOKafkaProducer(bootstrap_servers=b, transactional_id="aio-fence")
+        await first.start()
+        try:
+            await first.begin_transaction()
+            await first.send_and_wait(topic, b"zombie", partition=0)
+            await second.start()  # aborts the zombie's transaction, bumps the epoch
+            d = describe(b, "aio-fence")
+            assert (str(d.state.value), d.producer_epoch) == ("Empty", 2)
+            with pytest.raises(ProducerFenced):
+                await first.commit_transaction()
+            async with second.transaction():
+                await second.send_and_wait(topic, b"winner", partition=0)
+        finally:
+            await first.stop()
+            await second.stop()
+
+    asyncio.run(run())
+    assert state(b, "aio-fence") == "CompleteCommit"
+    assert values_of(b, topic, 1) == [b"winner"]  # the zombie's record was aborted
+
+
+def test_aiokafka_transaction_open_past_its_timeout_is_aborted(txn_broker: BrokerProcess) -> None:
+    b = txn_broker.bootstrap
+    topic = new_topic(b, "txn-aio-slow")
+
+    async def run() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=b, transactional_id="aio-slow", transaction_timeout_ms=1500)
+        await p.start()
+        try:
+            await p.begin_transaction()
+            await p.send_and_wait(topic, b"abandoned", partition=0)
+            assert state(b, "aio-slow") == "Ongoing"
+            await asyncio.to_thread(wait_until, lambda: state(b, "aio-slow") == "CompleteAbort",
+                                    "the coordinator aborts it", 20)
+            with pytest.raises(ProducerFenced):  # the coordinator bumped the epoch
+                await p.commit_transaction()
+        finally:
+            await p.stop()
+
+    asyncio.run(run())
+    assert describe(b, "aio-slow").producer_epoch == 1
+    assert watermarks(b, topic)[1] == 2  # the record and the ABORT marker
+    assert values_of(b, topic, 0) == []  # read_committed: nothing
 
 
 def test_offsets_of_a_kip848_consumer_stay_unstable_until_the_commit(txn_broker: BrokerProcess) -> None:

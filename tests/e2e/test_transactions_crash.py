@@ -1,5 +1,5 @@
 """Transactions across kill -9: of the broker between EndTxn and the markers, and of an
-exactly-once consume-transform-produce application."""
+exactly-once consume-transform-produce application (confluent-kafka, and aiokafka)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
 from kafka.admin import KafkaAdminClient
 
 from tests.conftest import REPO_ROOT, subprocess_env
@@ -62,14 +63,16 @@ def test_broker_killed_between_commit_and_markers_completes_the_commit(start_bro
     assert got == [f"v{i}".encode() for i in range(6)]
 
 
-def test_consume_transform_produce_is_exactly_once_across_kill_9(start_broker: Any) -> None:
+@pytest.mark.parametrize("client", ["confluent-kafka", "aiokafka"])
+def test_consume_transform_produce_is_exactly_once_across_kill_9(start_broker: Any, client: str) -> None:
     b = start_broker(sets=SETS)
     bootstrap = b.bootstrap
     create_topic(bootstrap, "eos-in")
     create_topic(bootstrap, "eos-out")
     total = 300
     produce_values(bootstrap, "eos-in", [str(i).encode() for i in range(total)])
-    command = [sys.executable, "-m", "tests.e2e.eos_app", bootstrap, "eos-in", "eos-out", "eos-g", "eos-1"]
+    command = [sys.executable, "-m", "tests.e2e.eos_app", bootstrap, "eos-in", "eos-out", "eos-g", "eos-1",
+               client]
     app = subprocess.Popen(command, cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     try:

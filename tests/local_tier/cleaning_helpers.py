@@ -6,11 +6,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from local_tier.cleaning.manager import CleanerConfig, LogCleaner
+from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
 from local_tier.config import LogConfig
 from local_tier.control import read_marker
 from local_tier.log import Log
-from local_tier.records import BatchHeader, Compression, Record, build_batch, decode_batch, iter_batches
+from local_tier.records import (
+    BatchHeader,
+    Compression,
+    Record,
+    build_batch,
+    decode_batch,
+    iter_batches,
+)
 
 __all__ = ["Clock", "Stored", "compact_config", "make_cleaner", "read_log", "write"]
 
@@ -38,7 +45,8 @@ class Clock:
         return self.now_ms
 
 
-def make_cleaner(log: Log, clock: Callable[[], int], **config: object) -> LogCleaner:
+def make_cleaner(log: Log, clock: Callable[[], int], throttler: Throttler | None = None,
+                 **config: object) -> LogCleaner:
     """A cleaner of ``log`` alone, run by the test's thread (its owner thread is the test's)."""
     return LogCleaner(
         log.dir.parent,
@@ -46,6 +54,7 @@ def make_cleaner(log: Log, clock: Callable[[], int], **config: object) -> LogCle
         lambda fn: fn(),
         CleanerConfig(**config),  # type: ignore[arg-type]
         clock_ms=clock,
+        throttler=throttler,
     )
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -202,17 +204,62 @@ def test_groups_follow_kafkas_size_rule() -> None:
 def test_throttler_holds_the_rate() -> None:
     now = [0.0]
     slept: list[float] = []
-    throttle = Throttler(1000.0, clock=lambda: now[0])
-    import local_tier.cleaning.manager as manager
-
-    original = manager.time.sleep
-    manager.time.sleep = slept.append  # type: ignore[assignment]
-    try:
-        now[0] = 0.5
-        throttle(2000)  # 2000 bytes in 0.5 s at 1000 B/s: 1.5 s to wait
-    finally:
-        manager.time.sleep = original  # type: ignore[assignment]
+    throttle = Throttler(1000.0, clock=lambda: now[0], sleep=slept.append)
+    now[0] = 0.5
+    throttle(2000)  # 2000 bytes in 0.5 s at 1000 B/s: 1.5 s to wait
     assert slept == [pytest.approx(1.5)]
+    throttle(100)  # while the budget is spent (until 2.0 s), a caller waits with the sleeper
+    assert slept[1:] == [pytest.approx(1.5)]
+    now[0] = 2.5
+    throttle(300)  # the window from 2.0 s holds these 400 bytes: 0.4 s of budget in 0.5 s, no wait
+    assert len(slept) == 2 and throttle.observed_bytes == 2400
+
+
+def test_a_throttler_shared_by_threads_holds_their_sum_to_the_rate() -> None:
+    """The local cleaner's threads and the remote cleaner share one Throttler: two callers
+    together get ``rate``, not ``rate`` each (a lower bound on the time, so never flaky)."""
+    rate, chunk, calls = 100_000.0, 1000, 50
+    throttle = Throttler(rate, check_s=0.005)
+
+    def cleaner() -> None:
+        for _ in range(calls):
+            time.sleep(0.001)  # the I/O itself
+            throttle(chunk)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=cleaner) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    assert throttle.observed_bytes == 2 * calls * chunk
+    # 100 KB at 100 KB/s: 1 s, less what the last window (a few ms of calls) holds unchecked
+    assert elapsed >= 0.8 * throttle.observed_bytes / rate, elapsed
+
+
+def test_a_cleaning_pass_is_held_to_the_io_rate(tmp_path: Path) -> None:
+    """A whole pass reports every byte it reads and writes to the throttler, which makes it
+    take at least bytes / rate (the throttler's sleeps are counted, not slept)."""
+    log = Log(tmp_path / "t-0", "t", 0, compact_config(), needs_recovery=False)
+    for i in range(300):
+        write(log, [(b"key-%d" % (i % 10), b"v" * 40)])
+    log.roll()
+    slept = [0.0]
+    started = time.monotonic()
+    throttle = Throttler(20_000.0, clock=lambda: time.monotonic() + slept[0],
+                         sleep=lambda s: slept.__setitem__(0, slept[0] + s), check_s=0.0)
+    cleaner = make_cleaner(log, Clock(), throttler=throttle)
+    try:
+        assert cleaner.clean_filthiest()
+    finally:
+        log.close()
+    elapsed = time.monotonic() - started + slept[0]
+    progress = cleaner.progress("t", 0)
+    assert progress is not None and progress.bytes_read > 10_000
+    assert throttle.observed_bytes == progress.bytes_read + progress.bytes_written
+    assert elapsed >= throttle.observed_bytes / throttle.rate
+    assert throttle.throttled_s == pytest.approx(slept[0]) and slept[0] > 0.5
 
 
 def test_io_breathes_the_interpreter_lock_back() -> None:

@@ -23,7 +23,7 @@ import datetime
 import io
 import struct
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -58,13 +58,16 @@ __all__ = [
 _I32 = struct.Struct(">i")
 
 
-def records(count: int = 3, value: bytes = b"strata", compression_type: int = 0) -> bytes:
-    """One valid v2 batch of ``count`` records (kafka-python's builder, not the broker's)."""
+def records(count: int = 3, value: bytes = b"strata", compression_type: int = 0,
+            keyless: Collection[int] = ()) -> bytes:
+    """One valid v2 batch of ``count`` records (kafka-python's builder, not the broker's); record
+    i has the key ``k<i>``, none when i is in ``keyless``."""
     builder = DefaultRecordBatchBuilder(
         magic=2, compression_type=compression_type, is_transactional=False,
         producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
     for i in range(count):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=b"k%d" % i, value=value, headers=[])
+        key = None if i in keyless else b"k%d" % i
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=key, value=value, headers=[])
     return bytes(builder.build())
 
 

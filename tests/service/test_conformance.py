@@ -44,10 +44,12 @@ TOPIC = "conformance"
 class Env:
     """The broker under test, one connection to it, and fresh names on demand."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, leader_epoch: int = 0) -> None:
         self.bootstrap = bootstrap
         self.conn = WireConnection(bootstrap)
         self._ids = itertools.count()
+        #: ``TOPIC``'s leader epoch (above 0: the broker restarted once since it was created)
+        self.leader_epoch = leader_epoch
 
     def call(self, body: Any) -> Any:
         try:
@@ -60,10 +62,17 @@ class Env:
     def unique(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids)}"
 
-    def new_topic(self, partitions: int = 1) -> str:
+    def new_topic(self, partitions: int = 1, **configs: str) -> str:
         name = self.unique("conf-topic")
-        answer = self.call(example_request(19, 7, name=name, num_partitions=partitions))
+        answer = self.call(example_request(19, 7, name=name, num_partitions=partitions,
+                                           configs=[{"name": k, "value": v} for k, v in configs.items()]))
         assert error_codes(answer) == [E.none]
+        return name
+
+    def compacted_topic(self) -> str:
+        """A topic with ``cleanup.policy=compact`` (local only) holding one keyed record."""
+        name = self.new_topic(1, **{"cleanup.policy": "compact", "remote.storage.enable": "false"})
+        assert error_codes(self.call(example_request(0, 9, name=name, index=0))) == [E.none]
         return name
 
     def consumer_group(self) -> str:
@@ -175,6 +184,13 @@ def _txn_offsets(env: Env, txn: Txn, add_group: bool) -> dict[str, Any]:
     return txn.values(group_id=group, partition_index=0, generation_id=-1, member_id="", group_instance_id=None)
 
 
+def _epoch(offset: int, **extra: Any) -> Values:
+    """``TOPIC`` partition 0 with a current leader epoch ``offset`` from the leader's, in every
+    API's field names (Fetch's ``topic``/``partition``, ListOffsets' ``name``/``partition_index``)."""
+    return lambda env, v: {"name": TOPIC, "topic": TOPIC, "partition": 0, "partition_index": 0,
+                           "current_leader_epoch": env.leader_epoch + offset, **extra}
+
+
 def _lying_batch() -> bytes:
     """Three records declared, but the second record's length runs past the batch; CRC correct."""
     batch = bytearray(records(3))
@@ -210,15 +226,24 @@ CASES: list[Case] = [
     Case(0, "garbage gzip payload with a correct CRC", _topic(index=0, records=_garbage_gzip_batch()),
          E.invalid_record),
     Case(0, "control batch from a client", _topic(index=0, records=_control_batch()), E.invalid_record),
+    Case(0, "record without a key to a compacted topic",
+         lambda env, v: {"name": env.compacted_topic(), "index": 0, "records": records(2, keyless=(1,))},
+         E.invalid_record),
     # -- Fetch
     Case(1, "valid", _topic(partition=0)),
     Case(1, "unknown topic", lambda env, v: {"topic": "no-such-topic"}, E.unknown_topic_or_partition),
     Case(1, "unknown partition", _topic(partition=99), E.unknown_topic_or_partition),
     Case(1, "offset out of range", _topic(partition=0, fetch_offset=10**12), E.offset_out_of_range),
+    Case(1, "current leader epoch", _epoch(0), versions=range(9, 13)),
+    Case(1, "older current leader epoch", _epoch(-1), E.fenced_leader_epoch, versions=range(9, 13)),
+    Case(1, "newer current leader epoch", _epoch(+1), E.unknown_leader_epoch, versions=range(9, 13)),
     # -- ListOffsets
     Case(2, "valid", _topic(partition_index=0)),
     Case(2, "unknown topic", lambda env, v: {"name": "no-such-topic"}, E.unknown_topic_or_partition),
     Case(2, "unknown partition", _topic(partition_index=99), E.unknown_topic_or_partition),
+    Case(2, "current leader epoch", _epoch(0), versions=range(4, 11)),
+    Case(2, "older current leader epoch", _epoch(-1), E.fenced_leader_epoch, versions=range(4, 11)),
+    Case(2, "newer current leader epoch", _epoch(+1), E.unknown_leader_epoch, versions=range(4, 11)),
     # -- Metadata
     Case(3, "valid", _topic()),
     Case(3, "all topics", lambda env, v: {"topics": None if v >= 1 else ()}),
@@ -244,8 +269,11 @@ CASES: list[Case] = [
          versions=range(2, 10)),
     Case(9, "unknown group", lambda env, v: {"group_id": env.unique("conf-group"), "name": TOPIC,
                                              "partition_indexes": (0,)}),
-    # -- FindCoordinator
+    # -- FindCoordinator (Kafka: an unknown key type is an InvalidRequestException; share groups'
+    # key type 2 is INVALID_REQUEST below v6)
     Case(10, "valid", _group()),
+    Case(10, "unknown key type", _group(key_type=7), E.invalid_request, versions=range(1, 6)),
+    Case(10, "share key type below v6", _group(key_type=2), E.invalid_request, versions=range(1, 6)),
     # -- JoinGroup
     Case(11, "first join", _group(), lambda v: E.member_id_required if v >= 4 else E.none),
     Case(11, "session timeout out of range", _group(session_timeout=1), E.invalid_session_timeout),
@@ -257,8 +285,11 @@ CASES: list[Case] = [
     Case(14, "unknown group", _group(member_id="nobody", generation_id=1), E.unknown_member_id),
     # -- DescribeGroups (v0-v5 report an unknown group as Dead, with no error; v6 E.group_id_not_found)
     Case(15, "unknown group", _group(), lambda v: E.group_id_not_found if v >= 6 else E.none),
-    # -- ListGroups
+    # -- ListGroups (Kafka has no error path here but authorization and a coordinator not yet
+    # active: an unknown state or type filter matches no group, without an error)
     Case(16, "valid", lambda env, v: {}),
+    Case(16, "unknown state filter", lambda env, v: {"states_filter": ("NoSuchState",)}, versions=range(4, 6)),
+    Case(16, "unknown type filter", lambda env, v: {"types_filter": ("nosuchtype",)}, versions=range(5, 6)),
     # -- ApiVersions
     Case(18, "valid", lambda env, v: {}),
     # -- CreateTopics
@@ -308,8 +339,12 @@ CASES: list[Case] = [
     Case(47, "valid (empty group)", lambda env, v: {"group_id": env.group_with_offsets(), "name": TOPIC,
                                                      "partition_index": 0}),
     Case(47, "unknown group", _group(partition_index=0), E.group_id_not_found),
-    # -- DescribeCluster
+    # -- DescribeCluster (v1's endpoint type: a broker serves 1; Kafka's AuthHelper)
     Case(60, "valid", lambda env, v: {}),
+    Case(60, "controller endpoint type asked of a broker", lambda env, v: {"endpoint_type": 2},
+         E.mismatched_endpoint_type, versions=range(1, 2)),
+    Case(60, "unknown endpoint type", lambda env, v: {"endpoint_type": 9}, E.unsupported_endpoint_type,
+         versions=range(1, 2)),
     # -- DeleteRecords
     Case(21, "valid (up to the high watermark)",
          lambda env, v: {"name": env.new_topic(), "partition_index": 0, "offset": -1}),
@@ -317,6 +352,12 @@ CASES: list[Case] = [
          E.unknown_topic_or_partition),
     Case(21, "offset past the high watermark",
          lambda env, v: {"name": env.new_topic(), "partition_index": 0, "offset": 5}, E.offset_out_of_range),
+    # DeleteRecords carries no leader epoch (Kafka's schema): no fencing case
+    Case(21, "compacted topic", lambda env, v: {"name": env.compacted_topic(), "partition_index": 0, "offset": 1},
+         E.policy_violation),
+    Case(21, "compact,delete topic",
+         lambda env, v: {"name": env.new_topic(1, **{"cleanup.policy": "compact,delete"}), "partition_index": 0,
+                         "offset": -1}),
     # -- InitProducerId
     Case(22, "idempotent producer", lambda env, v: {"transactional_id": None}),
     # -- OffsetForLeaderEpoch
@@ -324,6 +365,8 @@ CASES: list[Case] = [
     Case(23, "unknown topic", lambda env, v: {"topic": "no-such-topic", "partition": 0},
          E.unknown_topic_or_partition),
     Case(23, "unknown partition", _topic(partition=99), E.unknown_topic_or_partition),
+    Case(23, "older current leader epoch", _epoch(-1, leader_epoch=0), E.fenced_leader_epoch),
+    Case(23, "newer current leader epoch", _epoch(+1, leader_epoch=0), E.unknown_leader_epoch),
     # -- InitProducerId with a transactional id (Kafka's TransactionCoordinator, transaction version 1)
     Case(22, "transactional", lambda env, v: {"transactional_id": env.unique("conf-txn")}),
     Case(22, "empty transactional id", lambda env, v: {"transactional_id": ""}, E.invalid_request),
@@ -422,9 +465,11 @@ CASES: list[Case] = [
     Case(33, "bad config value", lambda env, v: {"resource_name": env.new_topic(),
                                                  "configs": [{"name": "retention.ms", "value": "soon"}]},
          E.invalid_config),
-    # -- DescribeLogDirs
+    # -- DescribeLogDirs (Kafka's errors are authorization and an offline log directory,
+    # KAFKA_STORAGE_ERROR; an unknown topic is left out of the answer, without an error)
     Case(35, "all topics", lambda env, v: {"topics": None}),
     Case(35, "one topic", lambda env, v: {"topic": TOPIC, "partitions": (0, 1)}),
+    Case(35, "unknown topic", lambda env, v: {"topic": "no-such-topic", "partitions": (0,)}),
     # -- ConsumerGroupHeartbeat (KIP-848)
     Case(68, "join", lambda env, v: _consumer_join(env)),
     Case(68, "join without a subscription",
@@ -448,6 +493,9 @@ CASES: list[Case] = [
     Case(45, "unregistered broker", lambda env, v: {"name": env.new_topic(), "replicas": (7,)},
          E.invalid_replica_assignment),
     Case(46, "every reassignment", lambda env, v: {"topics": None}),
+    # Kafka's controller leaves an unknown topic out, without an error (its errors are
+    # authorization and NOT_CONTROLLER, which a broker relaying the request never answers)
+    Case(46, "unknown topic", lambda env, v: {"name": "no-such-topic", "partition_indexes": (0,)}),
     # -- between brokers: the controller's APIs and the Envelope (ADR 0016)
     Case(56, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
     Case(58, "not from a broker", lambda env, v: {}, E.invalid_request),
@@ -467,9 +515,15 @@ def env(module_start_broker: Any) -> Iterator[Env]:
         "group.initial.rebalance.delay.ms": "0",
         "offsets.topic.num.partitions": "1",
     })
-    env = Env(broker.bootstrap)
-    assert error_codes(env.call(example_request(19, 7, name=TOPIC, num_partitions=2))) == [E.none]
-    assert error_codes(env.call(example_request(0, 9, name=TOPIC, index=0))) == [E.none]
+    with WireConnection(broker.bootstrap) as conn:
+        assert error_codes(conn.call(example_request(19, 7, name=TOPIC, num_partitions=2))) == [E.none]
+        assert error_codes(conn.call(example_request(0, 9, name=TOPIC, index=0))) == [E.none]
+    broker.restart()  # the leader epoch moves past 0, so an older one can be fenced
+    with WireConnection(broker.bootstrap) as conn:
+        (partition,) = [p for p in conn.call(example_request(3, 12, name=TOPIC)).topics[0].partitions
+                        if p.partition_index == 0]
+    assert partition.leader_epoch > 0
+    env = Env(broker.bootstrap, partition.leader_epoch)
     # as a client does before its first transactional request: FindCoordinator creates
     # __transaction_state (through the controller) and this broker loads what it leads
     found = env.call(example_request(10, 4, key_type=1, coordinator_keys=("conf-setup",)))

@@ -34,7 +34,7 @@ from confluent_kafka import KafkaError, TopicPartition
 from spark.jar import PYTHON_NAME
 from tests.e2e import helpers, rawtxn
 from tests.e2e.rawkafka import NONE, Connection
-from tests.e2e.test_read_committed import write_history
+from tests.e2e.test_read_committed import write_client_history, write_history
 from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY, MotoServer
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -50,6 +50,7 @@ BROKER_SETS = {
     "log.retention.check.interval.ms": "200",
     "log.local.retention.bytes": "0",
     "log.segment.delete.delay.ms": "0",
+    "transaction.state.log.num.partitions": "1",  # the "client-txns" producers' coordinator
 }
 
 
@@ -156,9 +157,10 @@ class History:
         self.store = f"s3://{bucket}/{PREFIX}"
         self.expected: dict[str, list[tuple]] = {}
         self.ends: dict[str, dict[int, int]] = {}
-        #: the "txns" topic as librdkafka consumers of each isolation level read it through the broker
-        self.txn_reads: dict[str, list[tuple[int, bytes, bytes]]] = {}
-        self.txn_values: dict[str, list[bytes]] = {}
+        #: per transactional topic, as librdkafka consumers of each isolation level read it through
+        #: the broker, and the values its writer says each level must return
+        self.txn_reads: dict[str, dict[str, list[tuple[int, bytes, bytes]]]] = {}
+        self.txn_values: dict[str, dict[str, list[bytes]]] = {}
 
     def rows(self, topic: str) -> list[tuple]:
         return sorted(self.expected[topic], key=lambda t: (t[0], t[1], t[2]))
@@ -201,16 +203,19 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
         h.ends[topic] = {0: 300}
         _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
 
-        # committed and aborted transactions across 1 KB segments, tiered and deleted locally
-        topic = "txns"
-        helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024"})
-        txn = write_history(b.bootstrap, topic)
-        h.ends[topic] = {0: txn.end}
-        h.txn_values = {"read_committed": txn.committed, "read_uncommitted": txn.everything}
-        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
-        helpers.wait_until(lambda: _local_bases(b, topic)[0] >= txn.end, "tiered segments deleted locally")
-        h.txn_reads = {level: _kafka_read(b.bootstrap, topic, level, txn.end)
-                       for level in ("read_committed", "read_uncommitted")}
+        # committed and aborted transactions across 1 KB segments, tiered and deleted locally:
+        # written with the raw protocol ("txns") and by confluent-kafka's transactional
+        # producers through the coordinator ("client-txns")
+        for topic, writer in (("txns", write_history), ("client-txns", write_client_history)):
+            helpers.create_topic(b.bootstrap, topic, config={"segment.bytes": "1024"})
+            txn = writer(b.bootstrap, topic)
+            h.ends[topic] = {0: txn.end}
+            h.txn_values[topic] = {"read_committed": txn.committed, "read_uncommitted": txn.everything}
+            _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+            helpers.wait_until(lambda topic=topic, end=txn.end: _local_bases(b, topic)[0] >= end,
+                               "tiered segments deleted locally")
+            h.txn_reads[topic] = {level: _kafka_read(b.bootstrap, topic, level, txn.end)
+                                  for level in ("read_committed", "read_uncommitted")}
         b.stop()  # from here on, no broker: Spark reads the bucket alone
         yield h
 
@@ -367,16 +372,17 @@ def test_read_committed_returns_exactly_what_a_read_committed_kafka_consumer_ret
     spark: Any, history: History, source: str
 ) -> None:
     h = history
-    want = h.txn_reads["read_committed"]
-    assert [v for _, _, v in want] == h.txn_values["read_committed"]  # the consumer agrees with the writer
-    # split inside aborted transactions, each slice keeps the ranges that overlap it
-    got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns", minPartitions="6",
-                                       **{"kafka.isolation.level": "read_committed"}))
-    assert got == want
+    for topic in ("txns", "client-txns"):
+        want = h.txn_reads[topic]["read_committed"]
+        assert [v for _, _, v in want] == h.txn_values[topic]["read_committed"]  # the consumer agrees with the writer
+        # split inside aborted transactions, each slice keeps the ranges that overlap it
+        got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe=topic, minPartitions="6",
+                                           **{"kafka.isolation.level": "read_committed"}))
+        assert got == want, topic
     # the default, read_uncommitted: aborted data too, never a control record
-    everything = h.txn_reads["read_uncommitted"]
-    assert [v for _, _, v in everything] == h.txn_values["read_uncommitted"]
-    assert len(everything) > len(want)
+    everything = h.txn_reads["txns"]["read_uncommitted"]
+    assert [v for _, _, v in everything] == h.txn_values["txns"]["read_uncommitted"]
+    assert len(everything) > len(h.txn_reads["txns"]["read_committed"])
     got = _offsets_keys_values(_strata(spark, h.moto, h.store, source, subscribe="txns"))
     assert got == everything
 

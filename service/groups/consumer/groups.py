@@ -17,6 +17,7 @@ Conversions (Kafka 4's, for *empty* groups, whatever
 ``group.consumer.migration.policy`` says): a ConsumerGroupHeartbeat to an
 empty classic group turns it into a consumer group (a tombstone for the classic
 metadata, offsets kept); a JoinGroup to an empty consumer group turns it back.
+Groups with members are converted by :mod:`service.groups.consumer.classic`.
 
 Not thread-safe: every method runs on the broker's event loop thread.
 """
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from local_tier.errors import ErrorCode
@@ -43,7 +44,7 @@ from service.groups.consumer.records import (
     encode,
 )
 from service.groups.errors import GroupIdNotFoundError
-from service.groups.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata, GroupState
+from service.groups.group import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from service.groups.seams import Timer, TopicsImage, cancel
 from service.groups.store import GroupStore
 
@@ -90,17 +91,28 @@ class ConsumerGroups:
         self._timer = timer
         self.topics = topics
         self.groups: dict[str, ConsumerGroup] = {}
+        #: a classic group with members, and the records so far: the consumer group it becomes
+        #: (not registered yet) or GroupIdNotFoundError (Kafka's online upgrade; classic.py)
+        self.upgrade: Callable[[GroupMetadata, list[ConsumerRecord]], ConsumerGroup] | None = None
 
     def get(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)
 
     # ------------------------------------------------------------------ persistence
 
-    def write(self, group_id: str, records: Sequence[ConsumerRecord]) -> None:
-        """Append ``records`` (raises KafkaError, changing nothing), then apply them."""
-        if not records:
+    def write(self, group_id: str, records: Sequence[ConsumerRecord], *, converting: GroupMetadata | None = None,
+              then: Sequence[tuple[bytes, bytes | None]] = ()) -> None:
+        """Append ``records`` (raises KafkaError, changing nothing), then apply them.
+
+        ``converting``: the classic group these records replace (its metadata tombstone goes
+        first in the same append, and its members are dropped once it succeeded); ``then``:
+        encoded records appended after them (a classic group replacing this one)."""
+        if not records and not then:
             return
-        self._store.append(group_id, [encode(r) for r in records])
+        first = [GroupStore.metadata_record(converting, tombstone=True)] if converting is not None else []
+        self._store.append(group_id, first + [encode(r) for r in records] + list(then))
+        if converting is not None:
+            GroupStore.forget_classic(converting)
         for record in records:
             self.replay(record)
 
@@ -159,9 +171,8 @@ class ConsumerGroups:
         """Kafka's ``getOrMaybeCreateConsumerGroup``: a new group is not registered yet.
 
         An empty classic group is converted (its classic metadata gets a tombstone,
-        its offsets stay); a classic group with members is not: the online upgrade
-        of a live classic group is not implemented, and Kafka answers
-        GROUP_ID_NOT_FOUND too when it may not upgrade.
+        its offsets stay); a classic group with members goes through :attr:`upgrade`
+        (GROUP_ID_NOT_FOUND when there is none or it may not upgrade, as Kafka).
         """
         group = self.groups.get(group_id)
         if group is not None:
@@ -169,10 +180,10 @@ class ConsumerGroups:
         classic = self._store.get(group_id)
         if not create:
             raise GroupIdNotFoundError(f"consumer group {group_id} not found")
-        if classic is not None and classic.consumer is None and not classic.is_state(GroupState.EMPTY):
-            raise GroupIdNotFoundError(
-                f"group {group_id} is a classic group with members: upgrading a live classic group "
-                "to the consumer protocol is not supported (stop its consumers first)")
+        if classic is not None and classic.consumer is None and classic.members:
+            if self.upgrade is None:
+                raise GroupIdNotFoundError(f"group {group_id} is a classic group with members")
+            return self.upgrade(classic, records)
         if classic is not None and classic.consumer is None:
             self._store.tombstone_classic_metadata(classic)
             log.info("group %s: converted the empty classic group to a consumer group", group_id)
@@ -247,10 +258,10 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return E.unknown_member_id
-        if not transactional and api_version < 9:
+        if not transactional and api_version < 9 and member.classic is None:
             return E.unsupported_version  # consumer-protocol members must commit with v9+
-        if member_epoch != member.member_epoch:
-            return E.stale_member_epoch
+        if member_epoch != member.member_epoch:  # a classic member sent its generation
+            return E.illegal_generation if member.classic is not None else E.stale_member_epoch
         return None
 
     def validate_fetch(

@@ -34,7 +34,7 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
 from local_tier.errors import ErrorCode, KafkaError
@@ -46,6 +46,7 @@ from service.groups.consumer.reconcile import (
     ConsumerMember,
     FencedMemberEpoch,
     MemberState,
+    OwnedPartitions,
     reconcile,
 )
 from service.groups.consumer.records import (
@@ -78,7 +79,7 @@ from service.groups.records import OFFSETS_TOPIC
 from service.groups.requests import GroupConfig
 from service.groups.seams import Timer, cancel
 
-__all__ = ["Heartbeats", "metadata_hash"]
+__all__ = ["Heartbeats", "answer_code", "metadata_hash"]
 
 log = logging.getLogger("strata.groups")
 E = ErrorCode
@@ -100,11 +101,21 @@ def metadata_hash(group: ConsumerGroups, topic_names: set[str]) -> int:
     return int.from_bytes(h.digest(), "big") >> 1 if seen else 0
 
 
+def answer_code(exc: KafkaError) -> ErrorCode:
+    """The code a group request answers for ``exc`` (a failed write as Kafka maps it)."""
+    if exc.code in (E.kafka_storage_error, E.not_enough_replicas, E.message_too_large,
+                    E.record_list_too_large, E.unknown_topic_or_partition):
+        return storage_error(exc)
+    return exc.code
+
+
 class Heartbeats:
     def __init__(self, groups: ConsumerGroups, timer: Timer, config: GroupConfig) -> None:
         self._groups = groups
         self._timer = timer
         self._config = config
+        #: ``(group, leaving member, reason) -> handled``: the classic side's online downgrade
+        self.downgrade: Callable[[ConsumerGroup, ConsumerMember, str], bool] | None = None
 
     # ------------------------------------------------------------------ entry
 
@@ -118,11 +129,7 @@ class Heartbeats:
         except FencedMemberEpoch as exc:
             return HeartbeatResult(E.fenced_member_epoch, str(exc))
         except KafkaError as exc:
-            code = exc.code
-            if code in (E.kafka_storage_error, E.not_enough_replicas, E.message_too_large,
-                        E.record_list_too_large, E.unknown_topic_or_partition):
-                code = storage_error(exc)
-            return HeartbeatResult(code, exc.message)
+            return HeartbeatResult(answer_code(exc), exc.message)
 
     # ------------------------------------------------------------------ regular heartbeat
 
@@ -152,10 +159,30 @@ class Heartbeats:
             subscribed_topic_regex=(req.subscribed_topic_regex or None
                                     if req.subscribed_topic_regex is not None
                                     else member.subscribed_topic_regex),
-            client_id=req.client_id, client_host=req.client_host,
+            client_id=req.client_id, client_host=req.client_host, classic=None,
         )
+        group, reconciled = self.apply(group, member, updated, req.owned, records)
+        self.schedule_session(group, member_id)
+        if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
+            if reconciled.member_epoch != member.member_epoch or member.state != MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance(group, reconciled)
+        else:
+            self.cancel_rebalance(group, member_id)
+        full = (req.rebalance_timeout_ms != -1 and req.owned is not None and (
+            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
+        send = joining or full or dict(reconciled.assigned) != dict(member.assigned)
+        return HeartbeatResult(
+            E.none, None, member_id, reconciled.member_epoch,
+            self._config.consumer_heartbeat_interval_ms,
+            dict(reconciled.assigned) if send else None,
+        )
+
+    def apply(self, group: ConsumerGroup, member: ConsumerMember, updated: ConsumerMember,
+              owned: OwnedPartitions, records: list[ConsumerRecord]) -> tuple[ConsumerGroup, ConsumerMember]:
+        """Steps 1-3 for ``member`` (as the group has it) changed to ``updated``, written with
+        ``records``; the group as written and the member reconciled. Raises KafkaError."""
         bump = group.group_epoch == 0
-        if updated != member or member_id not in group.members:
+        if updated != member or updated.member_id not in group.members:
             records.append(member_record(group.group_id, updated))
             bump |= updated.subscribed_topic_names != member.subscribed_topic_names
         bump |= self._regexes(group, member, updated, records)
@@ -179,25 +206,15 @@ class Heartbeats:
             mine = group.target_of(updated.member_id, updated.instance_id)
         reconciled = updated
         if not updated.is_reconciled_to(target_epoch):
-            reconciled = reconcile(updated, target_epoch, mine, group.partition_epoch, req.owned)
+            reconciled = reconcile(updated, target_epoch, mine, group.partition_epoch, owned)
         if reconciled != updated:
             records.append(current_record(group.group_id, reconciled))
-        self._groups.write(group.group_id, records)
+        converted = group.converted_from is not None
+        self._groups.write(group.group_id, records, converting=group.converted_from)
         group = self._groups.groups[group.group_id]
-        self._schedule_session(group, member_id)
-        if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
-            if reconciled.member_epoch != member.member_epoch or member.state != MemberState.UNREVOKED_PARTITIONS:
-                self._schedule_rebalance(group, reconciled)
-        else:
-            self._cancel_rebalance(group, member_id)
-        full = (req.rebalance_timeout_ms != -1 and req.owned is not None and (
-            req.subscribed_topic_names is not None or req.subscribed_topic_regex is not None))
-        send = joining or full or dict(reconciled.assigned) != dict(member.assigned)
-        return HeartbeatResult(
-            E.none, None, member_id, reconciled.member_epoch,
-            self._config.consumer_heartbeat_interval_ms,
-            dict(reconciled.assigned) if send else None,
-        )
+        if converted:
+            self.schedule_all(group)  # the classic members' sessions, now in this group
+        return group, reconciled
 
     def _dynamic_member(self, group: ConsumerGroup, member_id: str, req: ConsumerHeartbeat) -> ConsumerMember:
         member = group.members.get(member_id)
@@ -215,22 +232,11 @@ class Heartbeats:
         if req.member_epoch == 0:
             if existing is None:
                 return group.members.get(member_id) or ConsumerMember(member_id)
-            if existing.member_epoch != STATIC_LEAVE_EPOCH:
+            if existing.member_epoch != STATIC_LEAVE_EPOCH and existing.classic is None:
                 raise UnreleasedInstanceIdError(
                     f"Static member {member_id} with instance id {req.instance_id} cannot join the group "
                     f"because the instance id is owned by {existing.member_id} member.")
-            new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
-            gid = group.group_id
-            records += [CurrentAssignmentRecord(gid, existing.member_id, None),
-                        TargetMemberRecord(gid, existing.member_id, None),
-                        MemberRecord(gid, existing.member_id, None),
-                        member_record(gid, new),
-                        TargetMemberRecord(gid, member_id, dict(group.target_of(existing.member_id))),
-                        current_record(gid, new)]
-            self._cancel_timers(group, existing.member_id)
-            log.info("group %s: static member %s (instance %s) replaces %s", gid, member_id,
-                     req.instance_id, existing.member_id)
-            return new
+            return self.replace_static(group, existing, member_id, records)
         if existing is None:
             raise UnknownMemberIdError(f"Instance id {req.instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -239,6 +245,23 @@ class Heartbeats:
                 f"{existing.member_id}.")
         check_epoch(existing, req)
         return existing
+
+    def replace_static(self, group: ConsumerGroup, existing: ConsumerMember, member_id: str,
+                       records: list[ConsumerRecord]) -> ConsumerMember:
+        """Kafka's static member replacement: ``member_id`` takes ``existing``'s place (its
+        target and partitions) at epoch 0; the records of the swap are added to ``records``."""
+        new = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+        gid = group.group_id
+        records += [CurrentAssignmentRecord(gid, existing.member_id, None),
+                    TargetMemberRecord(gid, existing.member_id, None),
+                    MemberRecord(gid, existing.member_id, None),
+                    member_record(gid, new),
+                    TargetMemberRecord(gid, member_id, dict(group.target_of(existing.member_id))),
+                    current_record(gid, new)]
+        self._cancel_timers(group, existing.member_id)
+        log.info("group %s: static member %s (instance %s) replaces %s", gid, member_id,
+                 existing.instance_id, existing.member_id)
+        return new
 
     def _regexes(self, group: ConsumerGroup, old: ConsumerMember, new: ConsumerMember,
                  records: list[ConsumerRecord]) -> bool:
@@ -355,7 +378,7 @@ class Heartbeats:
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             away = replace(member, member_epoch=STATIC_LEAVE_EPOCH, pending_revocation={})
             self._groups.write(group.group_id, [current_record(group.group_id, away)])
-            self._cancel_rebalance(group, member.member_id)
+            self.cancel_rebalance(group, member.member_id)
             log.info("group %s: static member %s (instance %s) left for now", group.group_id,
                      member.member_id, req.instance_id)
             return HeartbeatResult(E.none, None, member.member_id, STATIC_LEAVE_EPOCH)
@@ -363,8 +386,14 @@ class Heartbeats:
         return HeartbeatResult(E.none, None, req.member_id, req.member_epoch)
 
     def fence(self, group: ConsumerGroup, member: ConsumerMember, reason: str) -> None:
-        """Remove ``member`` (tombstones) and bump the group epoch; raises KafkaError on a failed write."""
+        """Remove ``member`` (tombstones) and bump the group epoch; raises KafkaError on a failed write.
+
+        When only classic members would be left, :attr:`downgrade` may turn the group
+        into a classic one instead (Kafka's online downgrade)."""
         gid, mid = group.group_id, member.member_id
+        if self.downgrade is not None and self.downgrade(group, member, reason):
+            self._cancel_timers(group, mid)
+            return
         records: list[ConsumerRecord] = [CurrentAssignmentRecord(gid, mid, None),
                                          TargetMemberRecord(gid, mid, None), MemberRecord(gid, mid, None)]
         rest = [m for m in group.members.values() if m.member_id != mid]
@@ -390,24 +419,29 @@ class Heartbeats:
             self.fence(group, member, reason)
         except KafkaError as exc:
             log.warning("group %s: could not fence member %s: %s", group_id, member_id, exc)
-            self._schedule_session(group, member_id)  # try again one session later
+            self.schedule_session(group, member_id)  # try again one session later
 
     # ------------------------------------------------------------------ timers
 
     def schedule_all(self, group: ConsumerGroup) -> None:
         """Sessions (and revocation deadlines) of every member, as after a load."""
         for member in group.members.values():
-            self._schedule_session(group, member.member_id)
+            self.schedule_session(group, member.member_id)
             if member.state == MemberState.UNREVOKED_PARTITIONS:
                 self._schedule_rebalance(group, member)
 
-    def _schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
+    def schedule_session(self, group: ConsumerGroup, member_id: str) -> None:
+        """The member's session now ends its session timeout from now (a classic member's own)."""
         handles = group.timers.setdefault(member_id, [None, None])
         cancel(handles[0])
         gid = group.group_id
+        member = group.members.get(member_id)
+        timeout = self._config.consumer_session_timeout_ms
+        if member is not None and member.classic is not None:
+            timeout = member.classic.session_timeout_ms
         handles[0] = self._timer.call_later(
-            self._config.consumer_session_timeout_ms,
-            lambda: self._fence_quietly(gid, member_id, None, "its session expired"))
+            timeout, lambda: self._fence_quietly(gid, member_id, None, "its session expired"))
+
 
     def _schedule_rebalance(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         handles = group.timers.setdefault(member.member_id, [None, None])
@@ -418,11 +452,19 @@ class Heartbeats:
             timeout, lambda: self._fence_quietly(
                 gid, mid, epoch, f"it did not revoke its partitions within {timeout} ms"))
 
-    def _cancel_rebalance(self, group: ConsumerGroup, member_id: str) -> None:
+    def schedule_rejoin(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member told to rejoin (REBALANCE_IN_PROGRESS) is fenced unless it rejoins
+        within its rebalance timeout (Kafka's consumer group join timeout); kept if running."""
+        handles = group.timers.setdefault(member.member_id, [None, None])
+        if handles[1] is None:
+            self._schedule_rebalance(group, member)
+
+    def cancel_rebalance(self, group: ConsumerGroup, member_id: str) -> None:
         handles = group.timers.get(member_id)
         if handles is not None:
             cancel(handles[1])
             handles[1] = None
+
 
     @staticmethod
     def _cancel_timers(group: ConsumerGroup, member_id: str) -> None:

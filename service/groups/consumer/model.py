@@ -68,6 +68,8 @@ class ConsumerGroup:
     deleted: bool = False
     #: last time the group became empty (offset expiry counts from it)
     empty_since_ms: int = -1
+    #: the classic group this one replaces, until the records of the upgrade are written
+    converted_from: Any = None
 
     # -- reads ---------------------------------------------------------------------
 
@@ -114,6 +116,18 @@ class ConsumerGroup:
 
     def is_empty(self) -> bool:
         return not self.members
+
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Kafka's ``waitingOnUnreleasedPartition``: a partition of the member's target that it
+        does not have yet is still held by another member."""
+        for topic_id, parts in self.target_of(member.member_id, member.instance_id).items():
+            mine = set(member.assigned.get(topic_id, ()))
+            if any(p not in mine and self.partition_epoch(topic_id, p) != -1 for p in parts):
+                return True
+        return False
 
     # -- replay --------------------------------------------------------------------
 
@@ -163,6 +177,7 @@ class ConsumerGroup:
             client_host=v.client_host, subscribed_topic_names=tuple(v.subscribed_topic_names),
             subscribed_topic_regex=v.subscribed_topic_regex or None,
             rebalance_timeout_ms=v.rebalance_timeout_ms, server_assignor=v.server_assignor,
+            classic=v.classic,
         )
         self.members[record.member] = member
         if member.instance_id is not None:
@@ -204,7 +219,7 @@ def member_record(group_id: str, m: ConsumerMember) -> MemberRecord:
     """The ConsumerGroupMemberMetadata record of ``m``'s subscription."""
     return MemberRecord(group_id, m.member_id, MemberValue(
         m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names,
-        m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor))
+        m.subscribed_topic_regex, m.rebalance_timeout_ms, m.server_assignor, m.classic))
 
 
 def current_record(group_id: str, m: ConsumerMember) -> CurrentAssignmentRecord:

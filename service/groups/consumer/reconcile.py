@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from local_tier.errors import ErrorCode
+from service.groups.consumer.records import ClassicMemberMetadata
 
 __all__ = [
     "Assignment",
@@ -78,6 +79,8 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    #: set when the member speaks the classic protocol inside the group (Kafka 4's migration)
+    classic: ClassicMemberMetadata | None = None
 
     def is_reconciled_to(self, target_epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == target_epoch

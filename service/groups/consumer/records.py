@@ -15,7 +15,8 @@ type  key (after the type)                   value v0
 5     ConsumerGroupMemberMetadata: group,    instance_id?, rack_id?, client_id,
       member                                 client_host, subscribed_topic_names[],
                                              subscribed_topic_regex?, rebalance_timeout,
-                                             server_assignor?; tag 0 classic metadata
+                                             server_assignor?; tag 0: classic member
+                                             metadata (session timeout, protocols)
 6     ConsumerGroupTargetAssignmentMetadata  assignment_epoch int32
 7     ConsumerGroupTargetAssignmentMember:   topic_partitions[topic_id uuid,
       group, member                          partitions int32[]]
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 __all__ = [
     "CONSUMER_RECORD_TYPES",
     "Assignment",
+    "ClassicMemberMetadata",
     "ConsumerRecord",
     "CurrentAssignmentRecord",
     "GroupEpochRecord",
@@ -90,6 +92,16 @@ class PartitionMetadataRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member that speaks the classic protocol (JoinGroup, SyncGroup, Heartbeat) inside a
+    consumer group (Kafka 4's online migration): its session timeout and the
+    ``(name, metadata)`` protocols of its last JoinGroup, in its order of preference."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberValue:
     instance_id: str | None
     rack_id: str | None
@@ -99,6 +111,7 @@ class MemberValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None  # tag 0; None: a consumer-protocol member
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +254,18 @@ def encode(record: ConsumerRecord) -> tuple[bytes, bytes | None]:
         v0.string(m.instance_id).string(m.rack_id).string(m.client_id).string(m.client_host)
         v0.strings(m.subscribed_topic_names).string(m.subscribed_topic_regex)
         v0.fixed(_I32, m.rebalance_timeout_ms).string(m.server_assignor)
-        return key, v0.no_tags()
+        if m.classic is None:
+            return key, v0.no_tags()
+        # a tagged nullable struct: its size counts a leading 1 (present), as Kafka writes it
+        classic = _Out().fixed(_I32, m.classic.session_timeout_ms).varint(len(m.classic.protocols) + 1)
+        for name, metadata in m.classic.protocols:
+            classic.string(name).varint(len(metadata) + 1)
+            classic.buf += metadata
+            classic.varint(0)
+        payload = classic.no_tags()
+        v0.varint(1).varint(0).varint(len(payload) + 1).varint(1)
+        v0.buf += payload
+        return key, bytes(v0.buf)
     if isinstance(record, TargetEpochRecord):
         key = _key(TARGET_METADATA, record.group)
         if record.assignment_epoch is None:
@@ -345,6 +369,24 @@ class _In:
         return found
 
 
+def _classic_metadata(raw: bytes) -> ClassicMemberMetadata | None:
+    """Tag 0 of a member record: a 1 (present) then the struct; a 0 is a null struct."""
+    r = _In(raw)
+    if r.varint() == 0:
+        return None
+    session = r.fixed(_I32)
+    protocols = []
+    for _ in range(r.count()):
+        name = r.required_string()
+        size = r.varint() - 1
+        if size < 0:
+            raise RecordFormatError("null protocol metadata")
+        protocols.append((name, r.raw(size)))
+        r.tags()
+    r.tags()
+    return ClassicMemberMetadata(session, tuple(protocols))
+
+
 def is_consumer_record(key: bytes) -> bool:
     """Whether ``key`` is one of this module's record types (see the table above)."""
     return len(key) >= 2 and _I16.unpack_from(key)[0] in CONSUMER_RECORD_TYPES
@@ -387,9 +429,10 @@ def _decode(record_type: int, group: str, k: _In, v: _In | None) -> ConsumerReco
         client_id, client_host = v.required_string(), v.required_string()
         topics, regex = v.strings(), v.string()
         timeout, assignor = v.fixed(_I32), v.string()
-        v.tags()  # ClassicMemberMetadata (tag 0): members of this broker never carry it
+        classic = v.tags().get(0)
         return MemberRecord(group, second, MemberValue(
-            instance, rack, client_id, client_host, topics, regex, timeout, assignor))
+            instance, rack, client_id, client_host, topics, regex, timeout, assignor,
+            _classic_metadata(classic) if classic else None))
     if record_type == TARGET_MEMBER:
         return TargetMemberRecord(group, second, None if v is None else v.assignment())
     if record_type == CURRENT_ASSIGNMENT:

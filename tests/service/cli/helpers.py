@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["REPO_ROOT", "TIMEOUT_S", "fails_cleanly", "ok", "strata", "unused_port"]
+__all__ = ["REPO_ROOT", "TIMEOUT_S", "describe_partitions", "fails_cleanly", "ok", "strata", "unused_port"]
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 90
@@ -52,3 +52,14 @@ def fails_cleanly(proc: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
     return lines[0]
+
+
+def describe_partitions(out: str) -> dict[int, dict[str, str]]:
+    """{partition: {field: value}} from the indented lines of `topics describe`."""
+    parts = {}
+    for line in out.splitlines():
+        if not line.startswith("\t"):
+            continue
+        fields = dict(f.split(": ", 1) for f in line.strip().split("\t"))
+        parts[int(fields["Partition"])] = fields
+    return parts

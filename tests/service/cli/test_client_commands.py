@@ -6,18 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.cli.helpers import fails_cleanly, ok, strata, unused_port
-
-
-def describe_partitions(out: str) -> dict[int, dict[str, str]]:
-    """{partition: {field: value}} from the indented lines of `topics describe`."""
-    parts = {}
-    for line in out.splitlines():
-        if not line.startswith("\t"):
-            continue
-        fields = dict(f.split(": ", 1) for f in line.strip().split("\t"))
-        parts[int(fields["Partition"])] = fields
-    return parts
+from tests.service.cli.helpers import describe_partitions, fails_cleanly, ok, strata, unused_port
 
 
 def test_topic_lifecycle_create_list_describe_alter_delete(module_broker: Any) -> None:

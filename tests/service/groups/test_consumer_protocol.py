@@ -48,23 +48,6 @@ class FakeTopics:
         return list(self.topics)
 
 
-@pytest.fixture
-def timer() -> FakeTimer:
-    return FakeTimer()
-
-
-@pytest.fixture
-def log_() -> MemoryLog:
-    return MemoryLog()
-
-
-@pytest.fixture
-def topics() -> FakeTopics:
-    t = FakeTopics()
-    t.add("orders", 6)
-    return t
-
-
 def make(log_: MemoryLog, timer: FakeTimer, topics: FakeTopics, **cfg: object) -> GroupCoordinator:
     config = GroupConfig(initial_rebalance_delay_ms=0, consumer_session_timeout_ms=SESSION,
                          consumer_heartbeat_interval_ms=1000, **cfg)  # type: ignore[arg-type]
@@ -410,8 +393,6 @@ def test_classic_and_consumer_groups_side_by_side(coord: GroupCoordinator, timer
     assert [g for g, *_ in coord.list_groups_by_type(types=["consumer"])] == ["modern"]
     assert coord.describe_group("modern")[1].state == "Dead"
     assert coord.consumer_group_describe("old").error == E.group_id_not_found
-    assert join(coord, timer, "modern").error == E.inconsistent_group_protocol
-    assert Member(coord, "x", group="old").beat().error == E.group_id_not_found
     assert coord.delete_groups(["modern"]) == {"modern": E.non_empty_group}
     a.leave()
     assert coord.delete_groups(["modern"]) == {"modern": E.none}
