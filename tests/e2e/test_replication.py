@@ -481,3 +481,67 @@ def test_a_leader_partitioned_away_loses_the_acks1_writes_it_took_meanwhile(
         assert values == committed + after
     finally:
         bucket_link.close()
+
+
+def test_an_offset_commit_is_acknowledged_only_once_on_the_isr(start_cluster: Any) -> None:
+    """__consumer_offsets has three replicas and OffsetCommit is answered only once its ISR
+    holds the commit. Here the coordinator's followers are cut off (a proxy) while a commit
+    is in flight, and the coordinator is killed before they leave the ISR: the commit is
+    either refused or retried by the client against the next coordinator, and whatever the
+    client was told is what the next coordinator has. (Answered at append, the commit would
+    be acknowledged, then lost with the broker.)"""
+    from confluent_kafka import KafkaException
+
+    cluster = start_cluster(3, proxied=True, sets=REPLICATION)
+    _create(cluster.bootstrap, NewTopic("jobs", 2, 3))
+    producer = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(400):
+        producer.produce("jobs", b"job-%d" % i, partition=i % 2)
+    assert producer.flush(TIMEOUT_S) == 0
+    admin = _admin(cluster.bootstrap)
+
+    def coordinator() -> int | None:
+        found = admin.describe_consumer_groups(["workers"])["workers"].result(TIMEOUT_S).coordinator
+        return found.id if found is not None and found.id > 0 else None
+
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "workers",
+                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    consumer.subscribe(["jobs"])
+    seen: list[bytes] = []
+
+    def read(count: int) -> None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(seen) < count:
+            assert time.monotonic() < deadline, f"read {len(seen)} of {count}"
+            for msg in consumer.consume(50, timeout=0.5):
+                if msg.error() is None:
+                    seen.append(msg.value())
+
+    parts = [TopicPartition("jobs", p) for p in range(2)]
+    read(150)
+    first = {(tp.partition, tp.offset) for tp in consumer.commit(asynchronous=False)}
+    old = _wait(cluster, "the group's coordinator", coordinator)
+    read(300)
+    cluster.proxies[old].partition()  # its followers cannot fetch the next commit
+    outcome: list[Any] = []
+
+    def commit() -> None:
+        try:
+            outcome.append({(tp.partition, tp.offset) for tp in consumer.commit(asynchronous=False)})
+        except KafkaException as exc:
+            outcome.append(exc)
+
+    committing = threading.Thread(target=commit)
+    committing.start()
+    time.sleep(1.0)  # the commit waits for the ISR (replica.lag.time.max.ms is 2 s)
+    assert not outcome, "the commit was acknowledged before the ISR held it"
+    cluster.kill(old)
+    committing.join(TIMEOUT_S * 2)
+    _wait(cluster, "a new coordinator", lambda: (c := coordinator()) not in (None, old) and c)
+    held = {(tp.partition, tp.offset) for tp in consumer.committed(parts, timeout=TIMEOUT_S)}
+    told = outcome[0]
+    assert held == (first if isinstance(told, KafkaException) else told), (told, held, first)
+    read(400)
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    assert sorted(seen) == sorted(b"job-%d" % i for i in range(400))  # each once

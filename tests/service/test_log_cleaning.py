@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 from controller.configs import BrokerConfig
+from controller.registrations import Endpoint
 from service.broker import Broker
 from service.cli.main import UP_DEFAULTS
 from service.handlers.router import api_table
@@ -17,7 +18,8 @@ def test_the_local_and_remote_cleaners_share_one_io_budget(tmp_path: Path) -> No
 
     async def body() -> None:
         config = BrokerConfig({**UP_DEFAULTS, "log.cleaner.io.max.bytes.per.second": "1048576"})
-        broker = Broker(data_dir=tmp_path, config=config, advertised_host="127.0.0.1", advertised_port=9092)
+        broker = Broker(data_dir=tmp_path, config=config,
+                        advertised_listeners=(Endpoint("PLAINTEXT", "127.0.0.1", 9092),))
         await broker.start({spec.key: spec.max_version for spec in api_table().values()}, 10.0)
         try:
             broker.start_log_cleaner()
