@@ -316,6 +316,12 @@ class ClusterController(MetadataWriter):
             return
         with self._lock:  # fresh sessions for unfenced brokers only, as Kafka's activate()
             self._sessions.reset(n for n, b in self.metadata.brokers.items() if not b.fenced)
+            # but not the controller whose lease ran out: a live one renews it, so its
+            # process is gone or cut off from the bucket; its partitions move at once
+            # (after the connection-loss grace) rather than after a whole new session
+            gone = self._lease.taken_over_from
+            if gone != NO_LEADER and self._connection_loss_ms >= 0:
+                self._sessions.cut_short(gone, self._connection_loss_ms)
             self._active = True
         _log.info("node %d is the active controller at epoch %d", self.node_id, epoch)
 
@@ -420,6 +426,10 @@ class ClusterController(MetadataWriter):
         the broker has loaded; a fenced broker is unfenced once it has loaded the
         revision of its registration. Writes only when the broker's state changes."""
         self._require_active()
+        with self._lock:  # alive as of now, before the write queues behind others
+            registration = self.metadata.brokers.get(broker_id)
+            if registration is not None and registration.broker_epoch == broker_epoch:
+                self._sessions.touch(broker_id)
 
         def change(md: ClusterMetadata) -> tuple[ClusterMetadata, HeartbeatReply]:
             check_broker_epoch(md, broker_id, broker_epoch)

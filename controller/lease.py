@@ -209,6 +209,8 @@ class ControllerLease:
         # the incarnation this node ran as before its restart (read from its data dir
         # under the data dir lock): a lease it still names is taken over at once
         self._previous_incarnation = previous_incarnation_id or None
+        #: at the last acquisition, the node whose expired lease this one replaced (else -1)
+        self.taken_over_from = NO_HOLDER
         self._timings = timings
         self._monotonic = monotonic
         self._wall_clock = wall_clock
@@ -420,6 +422,10 @@ class ControllerLease:
             _log.warning("could not take the controller lease: %s", err)
             return LeaseEvent.NONE
         self._record, self._etag = record, new_etag
+        # the node whose lease ran out (not one that released it, nor this node): gone,
+        # or cut off from the bucket for a whole lease
+        expired = previous is not None and previous.holder not in (NO_HOLDER, self._node_id)
+        self.taken_over_from = previous.holder if expired and previous is not None else NO_HOLDER
         self._deadline = t0 + self._timings.valid_for_ms
         self._next_renew = t0 + self._timings.renew_ms
         _log.info("node %d holds the controller lease at epoch %d", self._node_id, epoch)

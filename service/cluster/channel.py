@@ -170,11 +170,13 @@ class BrokerChannel:
             await writer.drain()
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
+            self._pending.pop(correlation_id, None)  # its failure is raised here, not set
             self._drop(f"request api {api_key} timed out")
             raise RequestTimedOutError(
                 f"broker {self.node_id} did not answer api {api_key} in time"
             ) from None
         except (ConnectionError, OSError) as exc:
+            self._pending.pop(correlation_id, None)
             self._drop(str(exc))
             raise BrokerNotAvailableError(f"connection to broker {self.node_id} failed: {exc}") from exc
         finally:

@@ -230,8 +230,12 @@ class BrokerLifecycle:
 
     async def run(self) -> None:
         """Heartbeat every interval (sooner while fenced, or when poked) until cancelled."""
+        failed = False
         while True:
-            interval = self._interval_s if not self.fenced else min(self._interval_s, 0.1)
+            # while fenced, or after a failed heartbeat (the controller moved, the connection
+            # dropped: it may be counting this broker as gone), again within 100 ms
+            interval = self._interval_s if not (self.fenced or failed) else min(self._interval_s, 0.1)
+            failed = False
             try:
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval)
             except TimeoutError:
@@ -247,6 +251,7 @@ class BrokerLifecycle:
                 await self._register_again()
             except KafkaError as exc:
                 _log.warning("broker %d: heartbeat failed: %s", self.node_id, exc)
+                failed = True
 
     async def _register_again(self) -> None:
         try:

@@ -13,14 +13,21 @@ from typing import Any
 from local_tier.errors import ErrorCode
 from service.groups.consumer import ConsumerHeartbeat
 from service.handlers.context import RequestContext
+from service.handlers.operations import (
+    OPERATIONS_NOT_REQUESTED,
+    ResourceType,
+    authorized_operations,
+)
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
 
 __all__ = ["handle_consumer_group_describe", "handle_consumer_group_heartbeat"]
 
 E = ErrorCode
-_NO_OPS = -2147483648  # authorized operations not requested
-_MEMBER_TYPE_CONSUMER = 1  # v1 (KIP-1099): every member here uses the consumer protocol
+_NO_OPS = OPERATIONS_NOT_REQUESTED
+# v1 (KIP-1099): the protocol each member speaks (classic ones inside a migrated group)
+_MEMBER_TYPE_CLASSIC = 0
+_MEMBER_TYPE_CONSUMER = 1
 
 
 def _client_host(ctx: RequestContext) -> str:
@@ -99,10 +106,13 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
                 subscribed_topic_regex=m.subscribed_topic_regex,
                 assignment=assignment(m.assignment),
                 target_assignment=assignment(m.target),
-                member_type=_MEMBER_TYPE_CONSUMER,
+                member_type=_MEMBER_TYPE_CLASSIC if m.classic else _MEMBER_TYPE_CONSUMER,
             )
             for m in d.members
         )
+        ops = _NO_OPS
+        if bool(request.include_authorized_operations) and d.error == E.none:
+            ops = authorized_operations(ctx, ResourceType.GROUP, group_id)
         described.append(build(
             mod.DescribedGroup,
             error_code=d.error,
@@ -113,6 +123,6 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
             assignment_epoch=d.assignment_epoch,
             assignor_name=d.assignor,
             members=members,
-            authorized_operations=_NO_OPS,
+            authorized_operations=ops,
         ))
     return build(mod.ConsumerGroupDescribeResponse, throttle_time=0, groups=tuple(described))

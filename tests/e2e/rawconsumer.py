@@ -155,7 +155,17 @@ def heartbeat(conn: Connection, group: str, member_id: str, epoch: int, *, versi
 
 def describe(conn: Connection, groups: list[str]) -> list[tuple[str, int, str, int, list[str]]]:
     """ConsumerGroupDescribe v0: (group id, error, state, group epoch, member ids) per group."""
-    body = carray([cstring(g) for g in groups]) + b"\x00" + _NO_TAGS
+    return [d[:5] for d in _describe(conn, groups, False)]  # type: ignore[misc]
+
+
+def authorized_operations(conn: Connection, group: str, include: bool) -> int:
+    """ConsumerGroupDescribe v0's ``authorized_operations`` of one group (asked or not)."""
+    return _describe(conn, [group], include)[0][5]
+
+
+def _describe(conn: Connection, groups: list[str],
+              include_ops: bool) -> list[tuple[str, int, str, int, list[str], int]]:
+    body = carray([cstring(g) for g in groups]) + (b"\x01" if include_ops else b"\x00") + _NO_TAGS
     r = call(conn, API_CONSUMER_GROUP_DESCRIBE, 0, body)
     r.fixed(">i")
     out = []
@@ -184,9 +194,9 @@ def describe(conn: Connection, groups: list[str]) -> list[tuple[str, int, str, i
                     r.tags()
                 r.tags()
             r.tags()
-        r.fixed(">i")
+        ops = r.fixed(">i")
         r.tags()
-        out.append((group, error, state, epoch, members))
+        out.append((group, error, state, epoch, members, ops))
     return out
 
 

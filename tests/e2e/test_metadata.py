@@ -13,7 +13,7 @@ from confluent_kafka.admin import AclOperation, ConfigResource
 from kafka.protocol.admin import DescribeGroupsRequest
 from kafka.protocol.metadata import MetadataRequest
 
-from tests.e2e import helpers
+from tests.e2e import helpers, rawconsumer
 from tests.e2e import rawkafka as rk
 
 T = helpers.CLIENT_TIMEOUT_S
@@ -121,6 +121,30 @@ def test_authorized_operations_are_every_operation_when_asked(broker: Any) -> No
         include_topic_authorized_operations=True), 10)
     assert answer.authorized_operations == {int(op.value) for op in CLUSTER_OPS}
     assert answer.topics[0].authorized_operations == {int(op.value) for op in TOPIC_OPS}
+
+
+def test_a_consumer_protocol_group_is_described_with_its_authorized_operations(broker: Any) -> None:
+    """ConsumerGroupDescribe answers the authorized operations when asked, as DescribeGroups
+    does for a classic group (the Java AdminClient's describeConsumerGroups uses it)."""
+    topic = helpers.topic_name("ops848")
+    helpers.create_topic(broker.bootstrap, topic)
+    group = helpers.topic_name("ops848-group")
+    helpers.produce_values(broker.bootstrap, topic, [b"x"])
+    c = helpers.consumer(broker.bootstrap, **{"group.id": group, "group.protocol": "consumer"})
+    try:
+        c.subscribe([topic])
+        helpers.wait_until(lambda: c.consume(num_messages=1, timeout=0.5), "the group's record")
+        with rk.Connection.to(broker.bootstrap) as conn:
+            asked = rawconsumer.authorized_operations(conn, group, True)
+            plain = rawconsumer.authorized_operations(conn, group, False)
+        assert _bits(asked) == {int(op.value) for op in GROUP_OPS}
+        assert plain == -2147483648  # not asked: not answered
+    finally:
+        c.close()
+
+
+def _bits(field: int) -> set[int]:
+    return {bit for bit in range(32) if field & (1 << bit)}
 
 
 def test_describe_groups_v6_answers_group_id_not_found_for_an_unknown_group(broker: Any) -> None:

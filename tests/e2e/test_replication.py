@@ -545,3 +545,33 @@ def test_an_offset_commit_is_acknowledged_only_once_on_the_isr(start_cluster: An
     consumer.commit(asynchronous=False)
     consumer.close()
     assert sorted(seen) == sorted(b"job-%d" % i for i in range(400))  # each once
+
+
+def test_a_leader_that_holds_the_controller_lease_killed_moves_within_the_lease(
+    start_cluster: Any,
+) -> None:
+    """The leader is also the controller: once another broker takes the expired lease it
+    fences the old holder at once (not after a fresh session), the partition moves, and no
+    live broker is fenced on the way (their heartbeats retry at once when the controller
+    goes, and the new one touches their sessions as their heartbeats arrive)."""
+    cluster = start_cluster(3, sets=REPLICATION)
+    controller = cluster.controller_id()
+    others = [n for n in cluster.brokers if n != controller]
+    _create(cluster.bootstrap, NewTopic("both", num_partitions=1,
+                                        replica_assignment=[[controller, *others]]))
+    _wait(cluster, "a full ISR", lambda: len(_partition(cluster, "both").isrs) == 3)
+    with _Producing(cluster.bootstrap, "both") as producing:
+        producing.acked_since(100)
+        cluster.kill(controller)
+        killed = time.monotonic()
+        moved = _wait(cluster, "a new leader", lambda: (p := _partition(cluster, "both")).leader
+                      in others and p)
+        took = time.monotonic() - killed
+        lease = (int(REPLICATION["controller.lease.ms"])
+                 + int(REPLICATION["controller.lease.clock.skew.ms"])) / 1000
+        # about lease + 0.6 s; a fresh session for the old holder made it lease + 3 s and more
+        assert took < lease + 2.5, f"the partition moved {took:.1f} s after the kill"
+        assert sorted(moved.isrs) == sorted(others), moved.isrs  # no live broker fenced
+        producing.acked_since(100)
+    assert not producing.failed, producing.failed[:3]
+    assert producing.acked <= {v for _, _, v in _read_all(cluster.live_bootstrap(), "both")}

@@ -69,6 +69,7 @@ class DescribedMember:
     subscribed_topic_regex: str | None
     assignment: NamedAssignment
     target: NamedAssignment
+    classic: bool = False  # a classic member inside the consumer group (Kafka 4's migration)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +231,8 @@ class ConsumerGroups:
         members = tuple(
             DescribedMember(m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id,
                             m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
-                            self.named(m.assigned), self.named(group.target_of(m.member_id)))
+                            self.named(m.assigned), self.named(group.target_of(m.member_id)),
+                            m.classic is not None)
             for m in group.members.values()
         )
         return DescribedConsumerGroup(group_id, E.none, None, group.state, group.group_epoch,
