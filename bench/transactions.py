@@ -2,6 +2,7 @@
 transactions, one partition, in the same run (issue #15: target ratio >= 70%).
 
     python bench/transactions.py [--transactions 100] [--rounds 7] [--profile DIR] [--out FILE.json]
+                                 [--java-client DIR [--java-records 1000000]]
 
 Starts its own single-node broker (bench/foundation.py's BrokerProcess) and
 drives it with confluent-kafka from this process: one producer without and one
@@ -17,6 +18,13 @@ the broker: its CPU per 1,000 records in each mode, how often it answered
 CONCURRENT_TRANSACTIONS, and the mean time it took to answer AddPartitionsToTxn,
 Produce and EndTxn (its ``/metrics``). ``--profile DIR`` records the broker
 with py-spy during the transactional passes. Every figure comes from this run.
+
+``--java-client DIR`` (a directory holding ``kafka-clients-*.jar`` and its ``lib/``, as
+``shared/tools/java-client/build.sh`` builds it) also runs the same comparison with the
+Apache Kafka Java client (``bench/java/TxnBench.java``, compiled with ``javac`` at the
+start): a default producer (idempotent, acks=all) sending ``--java-records`` records and
+flushing, against transactions of 1,000 records committed back to back, alternating, one
+JVM per round, each on a fresh topic; records/s and the broker's CPU of each.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,13 +96,61 @@ def _timed(b: BrokerProcess, run) -> tuple[float, float]:
     return time.perf_counter() - start, b.cpu_seconds() - cpu
 
 
+def _java_classpath(client: Path, build: Path) -> str:
+    """Compile bench/java/TxnBench.java against the client in ``client``; the classpath."""
+    jars = sorted(client.glob("kafka-clients-*.jar"))
+    if not jars:
+        raise SystemExit(f"no kafka-clients-*.jar in {client} (shared/tools/java-client/build.sh builds it)")
+    classpath = f"{jars[-1]}:{client / 'lib'}/*"
+    subprocess.run(["javac", "-d", str(build), "-cp", classpath, str(BENCH / "java" / "TxnBench.java")],
+                   check=True)
+    return f"{build}:{classpath}"
+
+
+def java_rounds(b: BrokerProcess, client: Path, work: Path, records: int, rounds: int) -> dict:
+    """The Java client's plain and transactional rounds (see the module docstring)."""
+    classpath = _java_classpath(client, work / "java-classes")
+    runs: dict[str, list[dict[str, float]]] = {"plain": [], "transactions": []}
+    for i in range(rounds):
+        order = ("plain", "transactions") if i % 2 == 0 else ("transactions", "plain")
+        for mode in order:
+            topic = f"bench-java-{mode}-{i}"
+            create_topic(b.bootstrap, topic)
+            cpu = b.cpu_seconds()
+            out = subprocess.run(
+                ["java", "-cp", classpath, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "TxnBench",
+                 b.bootstrap, "txn" if mode == "transactions" else "plain", topic, str(records),
+                 str(RECORDS_PER_TXN)],
+                capture_output=True, text=True, check=True,
+            ).stdout
+            cpu = b.cpu_seconds() - cpu
+            _, sent, seconds, errors = next(line for line in out.splitlines() if line.startswith("RESULT")).split()
+            assert int(errors) == 0, out
+            rate = int(sent) / float(seconds)
+            runs[mode].append({"records_per_s": rate, "broker_cpu_ms_per_1000": cpu * 1e6 / int(sent)})
+            log(f"java round {i} {mode}: {rate:,.0f} records/s")
+    plain = statistics.median(r["records_per_s"] for r in runs["plain"])
+    txn = statistics.median(r["records_per_s"] for r in runs["transactions"])
+    return {"client": "Apache Kafka Java client (" + sorted(client.glob("kafka-clients-*.jar"))[-1].name + ")",
+            "records_per_round": records, "plain_records_per_s": plain, "transactions_records_per_s": txn,
+            "ratio": txn / plain,
+            "broker_cpu_ms_per_1000_records": {
+                mode: statistics.median(r["broker_cpu_ms_per_1000"] for r in rs) for mode, rs in runs.items()
+            },
+            "runs": runs}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--transactions", type=int, default=100, help="per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy the transactional passes here")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    parser.add_argument("--java-client", type=Path, default=None,
+                        help="also run the Java client's rounds (a directory with kafka-clients-*.jar, lib/)")
+    parser.add_argument("--java-records", type=int, default=1_000_000, help="per Java round")
     args = parser.parse_args()
+    java: dict | None = None
     total = args.transactions * RECORDS_PER_TXN
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "transactions": []}
     with tempfile.TemporaryDirectory(prefix="strata-bench-txn-") as tmp:
@@ -121,6 +178,9 @@ def main() -> int:
                                        "broker_cpu_ms_per_1000": cpu * 1000 * RECORDS_PER_TXN / total})
                     log(f"round {i} {mode}: {total / wall:,.0f} records/s")
             after = _broker_counters(b)
+            if args.java_client is not None:
+                java = java_rounds(b, args.java_client, work, args.java_records, min(args.rounds, 5))
+                log(f"java: transactions / plain = {java['ratio']:.2f}")
         finally:
             b.stop()
         plain_rate = statistics.median(r["records_per_s"] for r in runs["plain"])
@@ -146,6 +206,7 @@ def main() -> int:
             "concurrent_transactions_answers": after["concurrent_transactions"] - before["concurrent_transactions"],
             "broker_mean_answer_us": answered,
             "runs": runs,
+            "java_client": java,
             "machine": machine_info(work),
         }
     report(summary, args.out)
