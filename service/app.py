@@ -21,6 +21,7 @@ from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.http.server import AdminHttpServer
+from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
 from service.security.setup import inter_broker_security, listener_securities
 from service.server import HistorySender, KafkaServer
@@ -113,6 +114,7 @@ async def _serve(
             broker.start(versions, config.get_int("controller.socket.timeout.ms") / 1000), stop
         ):
             return
+        await ensure_bootstrap_users(broker, bootstrap_users(broker.inter_broker))
         for server in servers.values():
             server.serve()
         if admin is not None:

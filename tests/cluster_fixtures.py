@@ -64,7 +64,11 @@ class Cluster:
         *,
         s3: S3Bucket | None = None,
         sets: Mapping[str, str] | None = None,
+        listeners: str | None = None,
+        args: list[str] | None = None,
     ) -> None:
+        """``listeners``: ``--listeners`` of each broker, ``{port}`` its client port (the
+        one waited for) and ``{port2}`` one more of its own; ``args``: more options."""
         self.base = base
         if s3 is not None:
             self.store_url = f"s3://{s3.bucket}/cluster"
@@ -81,7 +85,8 @@ class Cluster:
                 free_port(),
                 sets=merged,
                 log_path=base / f"broker-{n}.log",
-                args=["--node-id", str(n), *store_args],
+                args=["--node-id", str(n), *store_args, *(args or [])],
+                listeners=None if listeners is None else listeners.replace("{port2}", str(free_port())),
             )
             for n in range(1, size + 1)
         }

@@ -157,13 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "one shared object store (default file://DATA_DIR/bucket); Ctrl-C stops them all")
     up.set_defaults(func=_cmd_up)
 
-    from service.cli import console, consumer_groups, topics, transactions
+    from service.cli import console, consumer_groups, topics, transactions, users
     from service.cli.perf import command as perf
 
     topics.register(sub)
     console.register(sub)
     consumer_groups.register(sub)
     transactions.register(sub)
+    users.register(sub)
     perf.register(sub)
     return parser
 

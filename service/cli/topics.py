@@ -164,7 +164,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
                 if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
             }
 
-    consumer = Consumer({**base_config(args.bootstrap_server),
+    consumer = Consumer({**base_config(args.bootstrap_server, args.command_config),
                          "group.id": f"{CLIENT_ID}-describe",
                          "enable.auto.commit": False})
     unanswered = False

@@ -79,6 +79,7 @@ def api_table() -> dict[int, ApiSpec]:
         produce,
         producer_ids,
         reassignments,
+        sasl,
         transactions,
         txn_markers,
     )
@@ -131,6 +132,11 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
         ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
         ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
+        ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
+        ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
+        ApiSpec(50, "DescribeUserScramCredentials", 0, 0, sasl.handle_describe_user_scram_credentials),
+        ApiSpec(51, "AlterUserScramCredentials", 0, 0, sasl.handle_alter_user_scram_credentials,
+                forwarded=True),
         ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
@@ -165,6 +171,10 @@ class Router:
         self._broker = broker
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
+        if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
+            from service.handlers.sasl import raw_token  # SaslHandshake v0: a bare SASL token
+
+            return raw_token(self._broker, conn, frame)
         api_key, version, correlation_id = peek_api(frame)
         if conn is not None and (refused := conn.session.admits(api_key)) is not None:
             raise FrameError(refused)

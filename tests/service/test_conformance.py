@@ -457,6 +457,22 @@ CASES: list[Case] = [
          E.inconsistent_cluster_id),
     Case(63, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
     Case(67, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
+    # -- SaslHandshake, SaslAuthenticate: on a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE
+    Case(17, "not a SASL listener", lambda env, v: {"mechanism": "PLAIN"}, E.illegal_sasl_state),
+    Case(36, "not a SASL listener", lambda env, v: {"auth_bytes": b"\0u\0p"}, E.illegal_sasl_state),
+    # -- DescribeUserScramCredentials, AlterUserScramCredentials
+    Case(50, "all users", lambda env, v: {"users": None}),
+    Case(50, "unknown user", lambda env, v: {"name": env.unique("conf-user")}, E.resource_not_found),
+    Case(51, "valid", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 1,
+                                      "iterations": 4096, "salt": b"salt", "salted_password": b"x" * 32}),
+    Case(51, "too few iterations", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 2,
+                                                   "iterations": 10, "salt": b"s", "salted_password": b"x"},
+         E.unacceptable_credential),
+    Case(51, "unknown mechanism", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 7,
+                                                  "iterations": 4096, "salt": b"s", "salted_password": b"x"},
+         E.unsupported_sasl_mechanism),
+    Case(51, "delete what does not exist", lambda env, v: {"upsertions": (), "name": env.unique("conf-user"),
+                                                           "mechanism": 1}, E.resource_not_found),
 ]
 
 
