@@ -21,6 +21,7 @@ from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.http.server import AdminHttpServer
+from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
 from service.security.setup import inter_broker_security, listener_securities
@@ -101,7 +102,7 @@ async def _serve(
             object_store=object_store,
             inter_broker=inter_broker_security(config, settings),
         )
-        router_slot.append(Router(broker))
+        router_slot.append(Router(broker, build_authorizer(config, broker)))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
             admin = AdminHttpServer(

@@ -12,13 +12,14 @@ import asyncio
 import logging
 from typing import Any
 
-from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
+from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from local_tier.errors import ErrorCode, KafkaError
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
 from service.replication.leader import read_for_follower
+from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
@@ -30,6 +31,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     broker = ctx.broker
     replica_id = int(getattr(request, "replica_id", -1))
     if replica_id >= 0:  # a follower copying from this leader
+        if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            broker.metrics_error("Fetch", ErrorCode.topic_authorization_failed)
+            denied = [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
+                      for t in request.topics for p in t.partitions]
+            return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied)
         data = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
         return encode_fetch_response(ctx.version, ctx.header.correlation_id, data)
     wanted = [
@@ -63,6 +69,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
                 ctx.version, ctx.header.correlation_id, [], error_code=session.error
             )
         wanted = session.partitions
+    readable = {t: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t) for t in {w.topic for w in wanted}}
+    order = [(w.topic, w.partition) for w in wanted]
+    wanted = [w for w in wanted if readable[w.topic]]
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
     isolation = int(getattr(request, "isolation_level", 0))
     min_bytes = int(request.min_bytes)
@@ -74,6 +83,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         data, total = read_partitions(
             broker, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering
         )
+        if len(wanted) != len(order):  # topics this principal may not READ answer so, in request order
+            read_ = {(d.topic, d.partition): d for d in data}
+            data = [read_.get(key) or PartitionData(key[0], key[1], ErrorCode.topic_authorization_failed)
+                    for key in order]
         errors = any(d.error_code != ErrorCode.none or d.remote is not None for d in data)
         return data, total, errors
 

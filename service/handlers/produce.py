@@ -34,11 +34,14 @@ from local_tier.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from local_tier.records import ValidatedRecords, validate_batches
 from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
 from service.protocol import timedelta_to_ms
+from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
 
@@ -108,6 +111,11 @@ def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: 
     """Validate one partition's records on the loop, or mark them for the validator threads."""
     part = _Partition(topic_pos, topic, int(pdata.index), pdata.records)
     try:
+        txn = getattr(request, "transactional_id", None)
+        if txn is not None and not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+            raise TransactionalIdAuthorizationFailedError(f"not allowed to write transactional id {txn!r}")
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic):
+            raise TopicAuthorizationFailedError(f"not allowed to write to topic {topic!r}")
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
         if pdata.records is None:

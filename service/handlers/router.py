@@ -19,6 +19,7 @@ from controller.errors import NotControllerError
 from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.cluster.node import answering_locally
 from service.handlers import coordination
+from service.handlers.authz import refusal
 from service.handlers.context import Handler, RequestContext
 from service.handlers.coordination import GROUP_APIS
 from service.protocol import (
@@ -27,12 +28,15 @@ from service.protocol import (
     build,
     decode_request,
     encode_response,
+    error_response,
     peek_api,
     response_module,
 )
+from service.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from service.broker import Broker
+    from service.security.authorizer import Authorizer
     from service.server import Connection, Response
 
 __all__ = [
@@ -67,6 +71,7 @@ class ApiSpec:
 def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
     from service.handlers import (
+        acls,
         admin,
         cluster,
         consumer_groups,
@@ -132,6 +137,9 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
         ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id),
         ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers),
+        ApiSpec(29, "DescribeAcls", 1, 3, acls.handle_describe_acls),
+        ApiSpec(30, "CreateAcls", 1, 3, acls.handle_create_acls, forwarded=True),
+        ApiSpec(31, "DeleteAcls", 1, 3, acls.handle_delete_acls, forwarded=True),
         ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
         ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
         ApiSpec(50, "DescribeUserScramCredentials", 0, 0, sasl.handle_describe_user_scram_credentials),
@@ -167,8 +175,9 @@ _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
 class Router:
     """Turns a request frame into an awaitable response for the connection."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, authorizer: Authorizer | None = None) -> None:
         self._broker = broker
+        self.authorizer = authorizer
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
         if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
@@ -190,7 +199,7 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        ctx = RequestContext.of(header, self._broker, conn)
+        ctx = RequestContext.of(header, self._broker, conn, self.authorizer)
         if spec.forwarded and self._broker.forwards_controller_writes():
             return self._forward(spec, ctx, body, frame)
         return self._run(spec, ctx, body)
@@ -205,7 +214,7 @@ class Router:
         assert cluster is not None
         peer = ctx.connection.peer if ctx.connection is not None else ""
         try:
-            answer = await cluster.forward(bytes(frame), peer.rpartition(":")[0])
+            answer = await cluster.forward(bytes(frame), ctx.client_host or peer.rpartition(":")[0], str(ctx.principal))
         except KafkaError as exc:
             log.warning("could not forward %s to the controller: %s", spec.name, exc)
             answer = None
@@ -219,6 +228,10 @@ class Router:
         broker = self._broker
         broker.metrics_request(spec.name)
         started = time.perf_counter()
+        refused = refusal(spec.key, ctx, body)
+        if refused is not None:
+            broker.metrics_error(spec.name, refused)
+            return encode_response(ctx.header, error_response(spec.key, ctx.version, refused))
         if spec.key in GROUP_APIS:
             await coordination.prepare(ctx, body)
         result = spec.handler(ctx, body)
@@ -245,7 +258,9 @@ async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
         if spec is None or not spec.forwarded or not spec.min_version <= version <= spec.max_version:
             raise InvalidRequestError(f"api {api_key} v{version} cannot be forwarded")
         header, body = decode_request(inner)
-        inner_ctx = RequestContext(header, broker, None)
+        inner_ctx = RequestContext(header, broker, None, _envelope_principal(request.request_principal),
+                                   client_host=bytes(request.client_host_address or b"").decode(errors="replace"),
+                                   authorizer=ctx.authorizer)
         result = spec.handler(inner_ctx, body)
         if inspect.isawaitable(result):
             result = await result
@@ -258,6 +273,17 @@ async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
     except KafkaError as exc:
         broker.metrics_error("Envelope", exc.code)
         return build(mod.EnvelopeResponse, response_data=None, error_code=exc.code)
+
+
+def _envelope_principal(data: bytes | None) -> KafkaPrincipal:
+    """The client's principal an Envelope carries (``Type:name`` in UTF-8, written by
+    :meth:`service.cluster.node.ClusterNode.forward`); anonymous when absent."""
+    if not data:
+        return ANONYMOUS
+    try:
+        return KafkaPrincipal.parse(bytes(data).decode())
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequestError("the Envelope's request principal is not TYPE:NAME") from None
 
 
 async def _ready(value: Response) -> Response:

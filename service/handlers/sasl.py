@@ -27,6 +27,7 @@ from typing import Any
 from local_tier.errors import ErrorCode
 from service.handlers.context import RequestContext
 from service.protocol import FrameError, build, response_module
+from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.security.credentials import (
     SECTION,
     Deletion,
@@ -182,7 +183,13 @@ async def handle_alter_user_scram_credentials(ctx: RequestContext, request: Any)
     deletions = [Deletion(d.name, int(d.mechanism)) for d in request.deletions]
     upsertions = [Upsertion(u.name, int(u.mechanism), int(u.iterations), bytes(u.salt), bytes(u.salted_password))
                   for u in request.upsertions]
-    results = await alter_scram_credentials(ctx.broker, deletions, upsertions)
+    results: dict[str, tuple[ErrorCode, str | None]]
+    if not ctx.allowed(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
+        ctx.broker.metrics_error("AlterUserScramCredentials", ErrorCode.cluster_authorization_failed)
+        denied = (ErrorCode.cluster_authorization_failed, "Not authorized to ALTER the cluster")
+        results = dict.fromkeys([d.name for d in deletions] + [u.name for u in upsertions], denied)
+    else:
+        results = await alter_scram_credentials(ctx.broker, deletions, upsertions)
     return build(mod.AlterUserScramCredentialsResponse, throttle_time=0, results=tuple(
         build(mod.AlterUserScramCredentialsResult, user=user, error_code=code, error_message=message)
         for user, (code, message) in results.items()))

@@ -170,3 +170,17 @@ def _kcat(kcat: str, bootstrap: str, topic: str, security: Security, values: lis
                           check=False, timeout=60, capture_output=True)
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     return [line for line in done.stdout.split(b"\n") if line]
+
+
+def sasl_login(bootstrap: str, username: str, password: str) -> Any:
+    """A raw connection (tests/e2e/rawkafka.py) authenticated with SASL/PLAIN (v1)."""
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from tests.e2e import rawkafka as rk
+
+    conn = rk.Connection.to(bootstrap, timeout=10.0)
+    assert rk.call_api(conn, SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    token = b"\0" + username.encode() + b"\0" + password.encode()
+    answer = rk.call_api(conn, SaslAuthenticateRequest(auth_bytes=token), 1)
+    assert answer.error_code == 0, answer
+    return conn

@@ -457,6 +457,14 @@ CASES: list[Case] = [
          E.inconsistent_cluster_id),
     Case(63, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
     Case(67, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
+    # -- DescribeAcls, CreateAcls, DeleteAcls: this broker has no authorizer (Kafka: SECURITY_DISABLED)
+    Case(29, "no authorizer", lambda env, v: {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+                                              "permission_type": 1}, E.security_disabled),
+    Case(30, "no authorizer", lambda env, v: {"resource_type": 2, "resource_name": TOPIC, "resource_pattern_type": 3,
+                                              "principal": "User:a", "host": "*", "operation": 3,
+                                              "permission_type": 3}, E.security_disabled),
+    Case(31, "no authorizer", lambda env, v: {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+                                              "permission_type": 1}, E.security_disabled),
     # -- SaslHandshake, SaslAuthenticate: on a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE
     Case(17, "not a SASL listener", lambda env, v: {"mechanism": "PLAIN"}, E.illegal_sasl_state),
     Case(36, "not a SASL listener", lambda env, v: {"auth_bytes": b"\0u\0p"}, E.illegal_sasl_state),
