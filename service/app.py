@@ -20,6 +20,8 @@ from service.broker import Broker, cancel_and_wait
 from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
 from service.handlers.router import api_table
+from service.handlers.sasl import credential_lookup
+from service.http.auth import http_security
 from service.http.server import AdminHttpServer
 from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
@@ -102,12 +104,14 @@ async def _serve(
             object_store=object_store,
             inter_broker=inter_broker_security(config, settings),
         )
-        router_slot.append(Router(broker, build_authorizer(config, broker)))
+        authorizer = build_authorizer(config, broker)
+        router_slot.append(Router(broker, authorizer))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
             admin = AdminHttpServer(
                 broker, http_host, http_port,
                 connections=lambda: sum(s.connection_count for s in servers.values()),
+                security=http_security(config, authorizer, credential_lookup(broker)),
             )
             await admin.start()
         versions = {spec.key: spec.max_version for spec in api_table().values()}
@@ -134,7 +138,7 @@ async def _serve(
             flush=True,
         )
         if admin is not None:
-            base = f"http://{http_host}:{admin.port}"
+            base = f"{'https' if admin.security.ssl_context else 'http'}://{http_host}:{admin.port}"
             print(f"strata: console {base}/  metrics {base}/metrics  admin API {base}/v1/ "
                   f"(OpenAPI {base}/v1/openapi.json)", flush=True)
         await stop.wait()

@@ -25,6 +25,7 @@ from tests.conftest import REPO_ROOT, BrokerProcess, free_port, subprocess_env
 from tests.e2e import rawkafka as rk
 from tests.e2e.helpers import topic_name, wait_until
 from tests.e2e.secure_clients import Security, roundtrip, sasl_login
+from tests.security_fixtures import Pki
 
 ADMIN, ALICE, BOB = ("admin", "admin-pw"), ("alice", "alice-pw"), ("bob", "bob-pw")
 
@@ -51,14 +52,19 @@ class AclBroker:
 
 
 @pytest.fixture(scope="module")
-def acl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclBroker]:
+def acl_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[AclBroker]:
     port = free_port()
     process = BrokerProcess(
         tmp_path_factory.mktemp("acls") / "data", free_port(),
         listeners=f"PLAINTEXT://127.0.0.1:{{port}},SASL_PLAINTEXT://127.0.0.1:{port}",
-        args=["--acls", "--super-users", "User:admin"],
+        args=["--acls", "--super-users", "User:admin", "--ssl-cert", str(pki.server_cert),
+              "--ssl-key", str(pki.server_key), "--ssl-ca", str(pki.ca)],
         sets={"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "1",
-              "transaction.state.log.num.partitions": "1", "auto.create.topics.enable": "false"},
+              "transaction.state.log.num.partitions": "1", "auto.create.topics.enable": "false",
+              # the HTTP listener: TLS, Basic (the SCRAM users) or client certificates, the same ACLs
+              "http.ssl.enable": "true", "http.ssl.client.auth": "requested",
+              "http.authentication.methods": "basic,mtls",
+              "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),OU=eng,.*$/$1/,DEFAULT"},
         env={"STRATA_BOOTSTRAP_USER": ":".join(ADMIN)},
     )
     process.start()
@@ -186,3 +192,51 @@ def test_a_real_client_is_told_it_may_not_write(acl_broker: AclBroker) -> None:
     acl_broker.strata("acls", "--add", "--allow-principal", "User:bob", "--producer", "--consumer",
                       "--topic", topic, "--group", f"{topic}-reader")
     assert roundtrip("confluent-kafka", acl_broker.bootstrap, topic, security, [b"x"]) == [b"x"]
+
+
+# --------------------------------------------------------------------------- the HTTP listener
+
+
+def _http(broker: AclBroker, pki: Pki, path: str, *, user: tuple[str, str] | None = None,
+          cert: tuple[Any, Any] | None = None, method: str = "GET") -> tuple[int, Any]:
+    import base64
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    headers = {}
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(user).encode()).decode()
+    request = urllib.request.Request(f"https://127.0.0.1:{broker.process.http_port}{path}", method=method,
+                                     headers=headers)
+    try:
+        with urllib.request.urlopen(request, context=ctx, timeout=15) as answer:
+            return answer.status, json.loads(answer.read() or b"null") if "json" in answer.headers.get(
+                "Content-Type", "") else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def test_the_admin_api_refuses_unauthenticated_and_unauthorized_requests(acl_broker: AclBroker, pki: Pki) -> None:
+    topic = acl_broker.create_topic("http-acl")
+    assert _http(acl_broker, pki, "/v1/health")[0] == 200  # open by http.authentication.open.paths
+    assert _http(acl_broker, pki, "/v1/topics")[0] == 401
+    assert _http(acl_broker, pki, "/v1/topics", user=("alice", "wrong"))[0] == 401
+    assert _http(acl_broker, pki, "/metrics", user=ALICE)[0] == 403  # DESCRIBE on the cluster
+    status, body = _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE)
+    assert (status, body["error_code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
+    assert _http(acl_broker, pki, "/v1/cluster", user=ADMIN)[0] == 200  # a super user
+    acl_broker.strata("acls", "--add", "--allow-principal", "User:alice", "--operation", "Describe", "--topic", topic)
+    assert _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE)[0] == 200
+    assert _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE, method="DELETE")[0] == 403
+    alice_cert = pki.client("alice")  # the same principal by its certificate (the mapping rule)
+    assert _http(acl_broker, pki, f"/v1/topics/{topic}", cert=alice_cert)[0] == 200
+    assert _http(acl_broker, pki, "/v1/cluster", cert=alice_cert)[0] == 403
+    with pytest.raises(OSError):  # plain HTTP is not served on a TLS listener
+        import urllib.request
+
+        urllib.request.urlopen(acl_broker.process.admin_url + "/v1/health", timeout=5).read()
