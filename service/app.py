@@ -23,6 +23,7 @@ from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
 from service.http.auth import http_security
 from service.http.server import AdminHttpServer
+from service.quotas.manager import client_quotas
 from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
@@ -105,7 +106,7 @@ async def _serve(
             inter_broker=inter_broker_security(config, settings),
         )
         authorizer = build_authorizer(config, broker)
-        router_slot.append(Router(broker, authorizer))
+        router_slot.append(Router(broker, authorizer, client_quotas(config, broker.controller)))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
             admin = AdminHttpServer(

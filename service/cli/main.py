@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "one shared object store (default file://DATA_DIR/bucket); Ctrl-C stops them all")
     up.set_defaults(func=_cmd_up)
 
-    from service.cli import acls, console, consumer_groups, topics, transactions, users
+    from service.cli import acls, console, consumer_groups, quotas, topics, transactions, users
     from service.cli.perf import command as perf
 
     topics.register(sub)
@@ -170,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.register(sub)
     users.register(sub)
     acls.register(sub)
+    quotas.register(sub)
     perf.register(sub)
     return parser
 

@@ -15,9 +15,11 @@ from typing import Any
 from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from local_tier.errors import ErrorCode, KafkaError
+from local_tier.segment import FileRegion
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
+from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.tiered_txns import read_committed
@@ -92,7 +94,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
     data, total, errors = read()
     if any(d.remote is not None for d in data):
-        await _read_remote(broker, data, isolation == READ_COMMITTED)
+        remote_quota = ctx.quotas.remote_fetch if ctx.quotas is not None else None
+        if remote_quota is not None and remote_quota.exceeded():  # KIP-956: answered empty, read later
+            for d in data:
+                d.remote = None
+        else:
+            await _read_remote(broker, data, isolation == READ_COMMITTED)
+            if remote_quota is not None:
+                remote_quota.record(sum(d.size for d in data if d.regions and not isinstance(d.regions[0], FileRegion)))
     elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -103,6 +112,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     broker.metrics_fetch(data)
+    throttle = ctx.throttle(FETCH, sum(d.size for d in data))  # the fetch byte-rate quota
     error, response_session = ErrorCode.none, INVALID_SESSION_ID
     if session is not None:
         error, response_session, data = broker.fetch_sessions.respond(session, data)
@@ -113,6 +123,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         error_code=error,
         session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
+        throttle_ms=throttle,
     )
 
 

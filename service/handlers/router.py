@@ -6,6 +6,8 @@ never advertise an API or a version it does not implement.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import inspect
 import logging
 import struct
@@ -32,10 +34,12 @@ from service.protocol import (
     peek_api,
     response_module,
 )
+from service.quotas.manager import PRODUCE, REQUEST
 from service.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from service.broker import Broker
+    from service.quotas.manager import QuotaManager
     from service.security.authorizer import Authorizer
     from service.server import Connection, Response
 
@@ -83,6 +87,7 @@ def api_table() -> dict[int, ApiSpec]:
         metadata,
         produce,
         producer_ids,
+        quotas,
         reassignments,
         sasl,
         transactions,
@@ -140,6 +145,8 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(29, "DescribeAcls", 1, 3, acls.handle_describe_acls),
         ApiSpec(30, "CreateAcls", 1, 3, acls.handle_create_acls, forwarded=True),
         ApiSpec(31, "DeleteAcls", 1, 3, acls.handle_delete_acls, forwarded=True),
+        ApiSpec(48, "DescribeClientQuotas", 0, 1, quotas.handle_describe_client_quotas),
+        ApiSpec(49, "AlterClientQuotas", 0, 1, quotas.handle_alter_client_quotas, forwarded=True),
         ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
         ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
         ApiSpec(50, "DescribeUserScramCredentials", 0, 0, sasl.handle_describe_user_scram_credentials),
@@ -175,9 +182,11 @@ _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
 class Router:
     """Turns a request frame into an awaitable response for the connection."""
 
-    def __init__(self, broker: Broker, authorizer: Authorizer | None = None) -> None:
+    def __init__(self, broker: Broker, authorizer: Authorizer | None = None,
+                 quotas: QuotaManager | None = None) -> None:
         self._broker = broker
         self.authorizer = authorizer
+        self.quotas = quotas
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
         if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
@@ -199,7 +208,10 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        ctx = RequestContext.of(header, self._broker, conn, self.authorizer)
+        ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas)
+        if api_key == 0 and self.quotas is not None:  # the produce byte-rate quota, decided now
+            size = sum(len(p.records) for t in body.topic_data for p in t.partition_data if p.records is not None)
+            ctx = dataclasses.replace(ctx, throttle_ms=ctx.throttle(PRODUCE, size))
         if spec.forwarded and self._broker.forwards_controller_writes():
             return self._forward(spec, ctx, body, frame)
         return self._run(spec, ctx, body)
@@ -237,9 +249,13 @@ class Router:
         result = spec.handler(ctx, body)
         if inspect.isawaitable(result):
             result = await result
+        elapsed = time.perf_counter() - started
+        throttle = ctx.throttle(REQUEST, elapsed * 1000)  # request_percentage, all APIs
         if not (result is None or isinstance(result, (list, bytes))):
+            if throttle and hasattr(result, "throttle_time"):
+                result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))
             result = encode_response(ctx.header, result)
-        broker.request_latency.observe(spec.name, time.perf_counter() - started)
+        broker.request_latency.observe(spec.name, elapsed)
         return result
 
 

@@ -465,6 +465,12 @@ CASES: list[Case] = [
                                               "permission_type": 3}, E.security_disabled),
     Case(31, "no authorizer", lambda env, v: {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
                                               "permission_type": 1}, E.security_disabled),
+    # -- DescribeClientQuotas, AlterClientQuotas
+    Case(48, "every quota", lambda env, v: {"components": (), "strict": False}),
+    Case(49, "valid", lambda env, v: {"entity_type": "client-id", "entity_name": env.unique("conf-client"),
+                                      "key": "producer_byte_rate", "value": 1048576.0, "remove": False}),
+    Case(49, "unknown key", lambda env, v: {"entity_type": "user", "entity_name": "u", "key": "no_such_rate",
+                                            "value": 1.0, "remove": False}, E.invalid_request),
     # -- SaslHandshake, SaslAuthenticate: on a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE
     Case(17, "not a SASL listener", lambda env, v: {"mechanism": "PLAIN"}, E.illegal_sasl_state),
     Case(36, "not a SASL listener", lambda env, v: {"auth_bytes": b"\0u\0p"}, E.illegal_sasl_state),
