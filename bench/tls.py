@@ -86,6 +86,30 @@ def write_report(data: dict, md_path: Path) -> None:
     log(f"wrote {md_path} ({MARK} section) and {json_path}")
 
 
+def cpu_notes(data: dict) -> list[str]:
+    """Where the time goes, from the runs' CPU seconds (broker and kcat share the cores)."""
+    notes = []
+    for what in ("produce", "consume"):
+        p, t = data["results"][what]["plaintext"], data["results"][what]["tls"]
+        plain = p["broker_cpu_seconds"] + p["client_cpu_seconds"]
+        tls = t["broker_cpu_seconds"] + t["client_cpu_seconds"]
+        notes.append(
+            f"{what}: the broker used {t['broker_cpu_seconds']:.2f} s of CPU over TLS against "
+            f"{p['broker_cpu_seconds']:.2f} s in plaintext, kcat {t['client_cpu_seconds']:.2f} s against "
+            f"{p['client_cpu_seconds']:.2f} s; together {tls:.2f} against {plain:.2f} CPU-seconds "
+            f"({plain / tls:.0%}), the bound of the ratio whenever the {data['machine']['nproc']} shared cores "
+            "are the limit.")
+    notes.append(
+        "Why TLS costs what it does here: `sendfile` cannot encrypt, so every consumed byte is read, "
+        "encrypted (OpenSSL, AES-256-GCM) and copied to the socket by the broker; librdkafka writes about "
+        "one TLS record per message (1-2 KB), so a produced MiB is some 600 records the broker decrypts one "
+        "call each, and kcat's own TLS costs grow alike. Encrypting on a thread pool, pipelined with the "
+        "reads and sends, was measured too and was slower on these 2 cores (more CPU for both processes). "
+        "Kernel TLS (kTLS), which would bring `sendfile` back, needs the kernel's `tls` module "
+        "(absent on this machine) and Python 3.12's `ssl.OP_ENABLE_KTLS`.")
+    return notes
+
+
 def _negotiated(port: int, ca: Path) -> tuple[str, str]:
     import socket
     import ssl
@@ -154,6 +178,7 @@ def main() -> int:
             data["results"][what] = {"plaintext": p, "tls": t, "ratio": t["records_per_s"] / p["records_per_s"]}
             log(f"{what}: TLS {t['records_per_s']:,.0f} records/s vs plaintext {p['records_per_s']:,.0f} = "
                 f"{data['results'][what]['ratio']:.0%}")
+        data["notes"] += cpu_notes(data)
         data["broker"]["rss_mib_at_end"] = round(broker.rss_mib(), 1)
     finally:
         foundation.stop_and_clean(broker, data, work)

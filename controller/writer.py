@@ -213,6 +213,20 @@ class MetadataWriter(MetadataReads):
             lambda md: self._changes.incremental_alter_configs(md, name, ops), validate_only
         )
 
+    def alter_section(self, name: str, change: Callable[[object], tuple[object, _T]]) -> _T:
+        """Change section ``name`` (SCRAM credentials, ACLs, client quotas...) by the pure
+        function ``change(current JSON value or None) -> (new value, result)``, in the
+        compare-and-set cycle (a conflict re-runs it on what the other writer committed);
+        ``change`` raises a ``KafkaError`` to refuse. A new value equal to the old writes
+        nothing."""
+
+        def apply(md: ClusterMetadata) -> tuple[ClusterMetadata, _T]:
+            current = md.section(name)
+            updated, result = change(current)
+            return (md if updated == current else md.with_section(name, updated)), result
+
+        return self._apply(apply, False)
+
     def _allocate_producer_ids(self, broker_id: int, broker_epoch: int | None) -> ProducerIdsBlock:
         def change(md: ClusterMetadata) -> tuple[ClusterMetadata, ProducerIdsBlock]:
             if broker_epoch is not None:

@@ -51,7 +51,13 @@ only, never a dead broker.
     ├── RequestTimedOutError           REQUEST_TIMED_OUT (7)
     ├── BrokerNotAvailableError        BROKER_NOT_AVAILABLE (8)
     ├── CoordinatorLoadInProgressError COORDINATOR_LOAD_IN_PROGRESS (14)
-    └── NotCoordinatorError            NOT_COORDINATOR (16)
+    ├── NotCoordinatorError            NOT_COORDINATOR (16)
+    │   (security: who may do what, service/security/)
+    ├── TopicAuthorizationFailedError  TOPIC_AUTHORIZATION_FAILED (29)
+    ├── GroupAuthorizationFailedError  GROUP_AUTHORIZATION_FAILED (30)
+    ├── ClusterAuthorizationFailedError CLUSTER_AUTHORIZATION_FAILED (31)
+    ├── TransactionalIdAuthorizationFailedError TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53)
+    └── SecurityDisabledError          SECURITY_DISABLED (54)
 
 Foreign exceptions (``OSError``, botocore errors) are translated at the edge
 where they are raised, once.
@@ -63,6 +69,11 @@ from kio.schema.errors import ErrorCode
 
 __all__ = [
     "BrokerNotAvailableError",
+    "ClusterAuthorizationFailedError",
+    "GroupAuthorizationFailedError",
+    "SecurityDisabledError",
+    "TopicAuthorizationFailedError",
+    "TransactionalIdAuthorizationFailedError",
     "CoordinatorLoadInProgressError",
     "CorruptRecordError",
     "DuplicateSequenceError",
@@ -315,6 +326,26 @@ class NotCoordinatorError(KafkaError):
 
 class CoordinatorLoadInProgressError(KafkaError):
     code = ErrorCode.coordinator_load_in_progress
+
+
+class TopicAuthorizationFailedError(KafkaError):
+    code = ErrorCode.topic_authorization_failed
+
+
+class GroupAuthorizationFailedError(KafkaError):
+    code = ErrorCode.group_authorization_failed
+
+
+class ClusterAuthorizationFailedError(KafkaError):
+    code = ErrorCode.cluster_authorization_failed
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError):
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class SecurityDisabledError(KafkaError):
+    code = ErrorCode.security_disabled
 
 
 _BY_CODE: dict[int, type[KafkaError]] = {

@@ -76,6 +76,15 @@ _CREDENTIALS = frozenset(
 )
 
 
+def redact_url(url: str) -> str:
+    """``url`` without the credentials of its authority (``http://key:secret@host`` → ``http://host``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority, slash, path = rest.partition("/")
+    return f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+
+
 class S3ObjectStore:
     """Objects under ``prefix`` in an S3 ``bucket`` (see the module docstring).
 
@@ -99,7 +108,11 @@ class S3ObjectStore:
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
         max_pool_connections: int = 32,
+        ca_bundle: str | None = None,
     ) -> None:
+        """``ca_bundle``: a PEM file of the CAs the endpoint's certificate is verified
+        with (default: ``AWS_CA_BUNDLE``, else the system's); the certificate is always
+        verified."""
         if (access_key is None) != (secret_key is None):
             raise ValueError("give both access_key and secret_key, or neither")
         self._bucket = bucket
@@ -124,7 +137,11 @@ class S3ObjectStore:
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+        ca_bundle = ca_bundle or os.environ.get("AWS_CA_BUNDLE") or None
+        if ca_bundle is not None and not os.path.isfile(ca_bundle):
+            raise ValueError(f"the S3 CA bundle {ca_bundle} is not a file")
+        self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config,
+                                           verify=ca_bundle if ca_bundle else True)
         chunk = multipart_chunksize or max(8 * 1024 * 1024, multipart_threshold // 8)
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
@@ -140,7 +157,7 @@ class S3ObjectStore:
             path_style=path_style,
             timeout_s=read_timeout_s,
             max_attempts=max_attempts,
-            ca_bundle=os.environ.get("AWS_CA_BUNDLE") or DEFAULT_CA_BUNDLE,
+            ca_bundle=ca_bundle or DEFAULT_CA_BUNDLE,
         )
 
     @property
@@ -154,8 +171,9 @@ class S3ObjectStore:
 
     @property
     def endpoint(self) -> str:
-        """The endpoint URL in use (AWS's regional endpoint when none was given)."""
-        return str(self._endpoint_url or self._client.meta.endpoint_url)
+        """The endpoint URL in use (AWS's regional endpoint when none was given), without
+        any ``user:password@`` it was given with: it is shown in logs and errors."""
+        return redact_url(str(self._endpoint_url or self._client.meta.endpoint_url))
 
     @property
     def url(self) -> str:

@@ -29,6 +29,7 @@ def open_object_store(
     s3_access_key: str | None = None,
     s3_secret_key: str | None = None,
     s3_path_style: bool = True,
+    s3_ca_bundle: str | None = None,
     multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
     check: bool = True,
 ) -> ObjectStore:
@@ -61,6 +62,7 @@ def open_object_store(
             secret_key=s3_secret_key,
             path_style=s3_path_style,
             multipart_threshold=multipart_threshold,
+            ca_bundle=s3_ca_bundle,
         )
         if check:
             store.check()

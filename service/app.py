@@ -20,7 +20,12 @@ from service.broker import Broker, cancel_and_wait
 from service.cluster.identity import DataDirOwnerError
 from service.handlers import Router
 from service.handlers.router import api_table
+from service.handlers.sasl import credential_lookup
+from service.http.auth import http_security
 from service.http.server import AdminHttpServer
+from service.quotas.manager import client_quotas
+from service.security.authorizer import build_authorizer
+from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
 from service.security.setup import inter_broker_security, listener_securities
 from service.server import HistorySender, KafkaServer
@@ -100,12 +105,14 @@ async def _serve(
             object_store=object_store,
             inter_broker=inter_broker_security(config, settings),
         )
-        router_slot.append(Router(broker))
+        authorizer = build_authorizer(config, broker)
+        router_slot.append(Router(broker, authorizer, client_quotas(config, broker.controller)))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
             admin = AdminHttpServer(
                 broker, http_host, http_port,
                 connections=lambda: sum(s.connection_count for s in servers.values()),
+                security=http_security(config, authorizer, credential_lookup(broker)),
             )
             await admin.start()
         versions = {spec.key: spec.max_version for spec in api_table().values()}
@@ -113,6 +120,7 @@ async def _serve(
             broker.start(versions, config.get_int("controller.socket.timeout.ms") / 1000), stop
         ):
             return
+        await ensure_bootstrap_users(broker, bootstrap_users(broker.inter_broker))
         for server in servers.values():
             server.serve()
         if admin is not None:
@@ -131,7 +139,7 @@ async def _serve(
             flush=True,
         )
         if admin is not None:
-            base = f"http://{http_host}:{admin.port}"
+            base = f"{'https' if admin.security.ssl_context else 'http'}://{http_host}:{admin.port}"
             print(f"strata: console {base}/  metrics {base}/metrics  admin API {base}/v1/ "
                   f"(OpenAPI {base}/v1/openapi.json)", flush=True)
         await stop.wait()

@@ -255,7 +255,7 @@ class Broker:
         if isinstance(self.object_store, FileSystemObjectStore):
             self.object_store.restore_reserve()
 
-    def _local_controller(self) -> Any:
+    def active_controller(self) -> Any:
         """This broker's controller when it is the active one; ``NotControllerError`` else."""
         cluster = self.cluster
         if cluster is None or cluster.controller is None or not cluster.controller.is_active:
@@ -288,7 +288,7 @@ class Broker:
                 self.cluster, self.controller, name, num_partitions, replication_factor,
                 configs or {}, validate_only,
             )
-        controller = self._local_controller()
+        controller = self.active_controller()
         return await asyncio.to_thread(
             controller.create_topic, name, num_partitions, replication_factor, dict(configs or {}),
             validate_only, assignments,
@@ -331,10 +331,10 @@ class Broker:
         if self._goes_remote():
             assert self.cluster is not None
             return await delete_topic_remotely(self.cluster, self.controller, name)
-        return await asyncio.to_thread(self._local_controller().delete_topic, name)
+        return await asyncio.to_thread(self.active_controller().delete_topic, name)
 
     async def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
-        controller = self._local_controller()
+        controller = self.active_controller()
         info = self.controller.topic(name)
         if info is not None:
             self._check_descriptors(total - info.partitions)
@@ -346,7 +346,7 @@ class Broker:
         if self._goes_remote():
             assert self.cluster is not None
             return await alter_configs_remotely(self.cluster, self.controller, name, ops, validate_only)
-        controller = self._local_controller()
+        controller = self.active_controller()
         return await asyncio.to_thread(controller.incremental_alter_configs, name, ops, validate_only)
 
     # -- data path ---------------------------------------------------------

@@ -22,6 +22,7 @@ import struct
 import sys
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
@@ -39,6 +40,7 @@ __all__ = [
     "build",
     "decode_request",
     "encode_response",
+    "error_response",
     "peek_api",
     "response_module",
 ]
@@ -176,6 +178,56 @@ def build(cls: type, **values: Any) -> Any:
         elif required and (nullable or kafka_type == "datetime_i64"):
             kwargs[name] = None
     return cls(**kwargs)
+
+
+_INT_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint16", "uint32", "timedelta_i32", "timedelta_i64"})
+
+
+def error_response(api_key: int, version: int, code: int, message: str | None = None) -> Any:
+    """A response of ``api_key`` at ``version`` that only says ``code`` (Kafka's
+    ``AbstractRequest.getErrorResponse`` for a request refused whole, such as an
+    authorization failure): the top-level ``error_code`` (and ``error_message``), ids and
+    epochs -1, everything else empty. APIs with per-item errors only must answer in
+    their handler instead."""
+    return _empty_entity(load_response_schema(api_key, version), code, message)
+
+
+def _empty_entity(cls: type, code: int, message: str | None) -> Any:
+    values: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.default is not MISSING or f.default_factory is not MISSING:
+            continue
+        kind = f.metadata.get("kafka_type")
+        hint = hints.get(f.name)
+        nullable = type(None) in typing.get_args(hint)
+        if f.name == "error_code":
+            values[f.name] = code
+        elif f.name == "error_message":
+            values[f.name] = message
+        elif typing.get_origin(hint) is tuple:
+            values[f.name] = ()
+        elif nullable:
+            values[f.name] = None
+        elif _is_entity(hint):
+            values[f.name] = _empty_entity(hint, code, message)
+        elif kind in _INT_TYPES:
+            values[f.name] = -1 if f.name.endswith(("_id", "epoch")) or "generation" in f.name else 0
+        elif kind == "bool":
+            values[f.name] = False
+        elif kind == "bytes":
+            values[f.name] = b""
+        elif kind == "uuid":
+            values[f.name] = uuid.UUID(int=0)
+        elif kind == "float64":
+            values[f.name] = 0.0
+        else:
+            values[f.name] = ""
+    return build(cls, **values)
+
+
+def _is_entity(hint: Any) -> bool:
+    return isinstance(hint, type) and hasattr(hint, "__dataclass_fields__")
 
 
 def timedelta_to_ms(value: datetime.timedelta | int) -> int:

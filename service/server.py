@@ -201,6 +201,8 @@ class Connection:
         self.inflight = 0
         #: a request's body is being received (its memory is reserved)
         self.receiving_body = False
+        #: event-loop time until which no request is read (a client over its quota, KIP-219)
+        self.muted_until = 0.0
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
         self._history_send: Future[tuple[int, int] | None] | None = None
@@ -247,6 +249,10 @@ class Connection:
         """No request being handled (a half-received one counts: its bytes stopped coming)."""
         return self.inflight == 0
 
+    def mute(self, ms: int) -> None:
+        """Read no request for ``ms`` (the client was throttled; its answer goes out now)."""
+        self.muted_until = max(self.muted_until, asyncio.get_running_loop().time() + ms / 1000)
+
     def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
         self._history_send = fut
 
@@ -263,6 +269,8 @@ class Connection:
             await transport.handshake()
             self.session.tls_established(transport.peer_certificate())
             while True:
+                if self.muted_until > loop.time():
+                    await asyncio.sleep(self.muted_until - loop.time())
                 while len(buf) < 4:
                     chunk = await transport.recv(_READ_CHUNK)
                     if not chunk:

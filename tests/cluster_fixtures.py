@@ -70,7 +70,11 @@ class Cluster:
         racks: Mapping[int, str] | None = None,
         proxied: bool = False,
         s3_endpoints: Mapping[int, str] | None = None,
+        listeners: str | None = None,
+        args: list[str] | None = None,
     ) -> None:
+        """``listeners``: ``--listeners`` of each broker, ``{port}`` its client port (the
+        one waited for) and ``{port2}`` one more of its own; ``args``: more options."""
         self.base = base
         #: with ``proxied``: broker N's REPLICATION listener (the one brokers use between
         #: themselves) is advertised behind ``proxies[N]``, which a test can partition
@@ -90,23 +94,23 @@ class Cluster:
             own = dict(merged)
             if racks and n in racks:
                 own["broker.rack"] = racks[n]
-            listeners = None
+            own_listeners = None if listeners is None else listeners.replace("{port2}", str(free_port()))
             if proxied:
                 replication = free_port()
                 proxy = self.proxies[n] = CuttingProxy(replication)
-                listeners = f"PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{replication}"
+                own_listeners = f"PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{replication}"
                 own.update({
                     "advertised.listeners":
                         f"PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:{proxy.port}",
                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
                     "inter.broker.listener.name": "REPLICATION",
                 })
-            args = ["--node-id", str(n), *store_args]
+            own_args = ["--node-id", str(n), *store_args, *(args or [])]
             if s3_endpoints and n in s3_endpoints:
-                args[args.index("--s3-endpoint") + 1] = s3_endpoints[n]
+                own_args[own_args.index("--s3-endpoint") + 1] = s3_endpoints[n]
             self.brokers[n] = BrokerProcess(
                 base / f"broker-{n}" / "data", port, sets=own, log_path=base / f"broker-{n}.log",
-                args=args, listeners=listeners,
+                args=own_args, listeners=own_listeners,
             )
 
     # -- addresses ------------------------------------------------------------------------

@@ -89,7 +89,7 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, port: int, sets: Mapping[str, str] | None = None,
                  log_path: Path | None = None, args: list[str] | None = None,
-                 listeners: str | None = None) -> None:
+                 listeners: str | None = None, env: Mapping[str, str] | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.host = "127.0.0.1"
@@ -98,6 +98,7 @@ class BrokerProcess:
         self.args = list(args or [])  # more `strata up` options, e.g. --object-store URL
         #: `--listeners` instead of `--listen` ("{port}" is ``port``, the one waited for)
         self.listeners = None if listeners is None else listeners.format(port=port)
+        self.env = dict(env or {})  # more environment, e.g. STRATA_BOOTSTRAP_USER
         self.http_port = free_port()
         self.admin_url = f"http://127.0.0.1:{self.http_port}"
         self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
@@ -126,7 +127,7 @@ class BrokerProcess:
                         f"{' '.join(self.command())}\n".encode())
         self._log.flush()
         self.proc = subprocess.Popen(
-            self.command(), cwd=REPO_ROOT, env=subprocess_env(),
+            self.command(), cwd=REPO_ROOT, env={**subprocess_env(), **self.env},
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -295,8 +296,8 @@ from tests.s3_fixtures import (  # noqa: F401
     s3_credentials_env,
 )
 
+# Certificates made at test time for the TLS tests (tests/security_fixtures.py).
+from tests.security_fixtures import pki  # noqa: F401
+
 # A small tmpfs that fills up, for the full-disk tests (skips where mount is not permitted).
 from tests.tmpfs_fixtures import small_tmpfs  # noqa: F401
-
-# Certificates made at test time for the TLS tests (tests/security_fixtures.py).
-from tests.security_fixtures import pki  # noqa: E402, F401

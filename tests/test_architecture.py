@@ -60,7 +60,7 @@ def mismatches(root: Path, text: str) -> list[str]:
 
 def test_architecture_doc_names_exactly_the_packages_that_exist() -> None:
     table, rooms = documented(DOC.read_text(encoding="utf-8"))
-    assert "service/groups" in table and rooms  # the parser still reads the document
+    assert "service/groups" in table  # the parser still reads the document (rooms may be none)
     problems = mismatches(REPO_ROOT, DOC.read_text(encoding="utf-8"))
     assert not problems, "docs/architecture.md is out of date:\n" + "\n".join(problems)
 

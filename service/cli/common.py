@@ -64,6 +64,13 @@ def bootstrap_parent() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="broker to contact (default: $STRATA_BOOTSTRAP or %(default)s)",
     )
+    common.add_argument(
+        "--command-config",
+        default=os.environ.get("STRATA_COMMAND_CONFIG"),
+        metavar="FILE",
+        help="client properties (librdkafka names: security.protocol, sasl.mechanism, "
+        "sasl.username, sasl.password, ssl.ca.location, ...); default $STRATA_COMMAND_CONFIG",
+    )
     return common
 
 
@@ -195,6 +202,11 @@ def describe_kafka_error(err: Any, args: argparse.Namespace, subject: str | None
         return f"invalid replication factor: {detail}"
     if code == KafkaError.MSG_SIZE_TOO_LARGE:
         return f"record too large for the topic's max.message.bytes: {detail}"
+    if code == KafkaError._AUTHENTICATION or code == KafkaError.SASL_AUTHENTICATION_FAILED:
+        return f"authentication failed ({detail}): check --command-config (user, password, mechanism)"
+    if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
+        return f"not authorized: {detail} (an ACL must allow it: `strata acls --list`)"
     if code == KafkaError._UNSUPPORTED_FEATURE:
         return f"the broker does not support this request: {detail}"
     if code == KafkaError._INVALID_ARG:
@@ -213,8 +225,10 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
-def base_config(bootstrap: str) -> dict[str, Any]:
-    return {
+def base_config(bootstrap: str, command_config: str | None = None) -> dict[str, Any]:
+    """librdkafka settings of every client; ``command_config``: a properties file of more
+    (security: ``security.protocol=SASL_SSL``, ``sasl.mechanism``, ``sasl.username``...)."""
+    conf: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "client.id": CLIENT_ID,
         "socket.timeout.ms": int(CLIENT_TIMEOUT_S * 1000),
@@ -222,6 +236,15 @@ def base_config(bootstrap: str) -> dict[str, Any]:
         "reconnect.backoff.max.ms": 1000,
         "logger": quiet_logger(),
     }
+    if command_config:
+        from service.cli.up_options import parse_properties
+
+        try:
+            with open(command_config, encoding="utf-8") as f:
+                conf.update(parse_properties(f.read()))
+        except (OSError, ValueError) as exc:
+            raise CliError(f"--command-config {command_config}: {exc}") from None
+    return conf
 
 
 def probe(bootstrap: str) -> None:
@@ -250,7 +273,7 @@ def admin_client(args: argparse.Namespace) -> Any:
     from confluent_kafka.admin import AdminClient
 
     probe(args.bootstrap_server)
-    return AdminClient(base_config(args.bootstrap_server))
+    return AdminClient(base_config(args.bootstrap_server, getattr(args, "command_config", None)))
 
 
 def fetch_metadata(client: Any, args: argparse.Namespace, topic: str | None = None) -> Any:

@@ -79,7 +79,7 @@ def _produce(args: argparse.Namespace) -> int:
 
     probe(args.bootstrap_server)
     producer = Producer({
-        **base_config(args.bootstrap_server),
+        **base_config(args.bootstrap_server, args.command_config),
         "acks": "all",
         "linger.ms": 5,
         "compression.type": args.compression,
@@ -178,7 +178,7 @@ def _consume(args: argparse.Namespace) -> int:
         config = {"group.id": f"{CLIENT_ID}-consume", "enable.auto.commit": False,
                   "enable.auto.offset.store": False}
     consumer = Consumer({
-        **base_config(args.bootstrap_server),
+        **base_config(args.bootstrap_server, args.command_config),
         **config,
         "auto.offset.reset": reset,
         "enable.partition.eof": False,

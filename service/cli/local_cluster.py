@@ -63,6 +63,8 @@ def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str |
             cmd += ["--s3-endpoint", args.s3_endpoint]
         if args.s3_region:
             cmd += ["--s3-region", args.s3_region]
+        if getattr(args, "s3_ca_bundle", None):
+            cmd += ["--s3-ca-bundle", args.s3_ca_bundle]
         for pair in args.set:
             cmd += ["--set", pair]
         if args.verbose:

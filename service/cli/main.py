@@ -109,7 +109,8 @@ def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
     with lock:
         url = args.object_store or (data_dir / "bucket").as_uri()
         try:
-            store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region)
+            store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                                      s3_ca_bundle=args.s3_ca_bundle)
         except ValueError as exc:
             print(f"strata up: --object-store: {exc}", file=sys.stderr)
             return 2
@@ -147,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--s3-endpoint", default=os.environ.get("STRATA_S3_ENDPOINT"), metavar="URL",
                     help="S3 endpoint for MinIO or another S3-compatible store, e.g. http://127.0.0.1:9000")
     up.add_argument("--s3-region", default=None, help="S3 region (default: the AWS chain's)")
+    up.add_argument("--s3-ca-bundle", default=os.environ.get("STRATA_S3_CA_BUNDLE"), metavar="FILE",
+                    help="PEM CAs to verify the S3 endpoint's certificate with (default: AWS_CA_BUNDLE, "
+                    "else the system's)")
     up.add_argument("--node-id", type=int, default=None, metavar="N",
                     help="this broker's node.id (default 1); brokers started with the same "
                     "--object-store are one cluster, each with its own node id, listener, "
@@ -157,13 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "one shared object store (default file://DATA_DIR/bucket); Ctrl-C stops them all")
     up.set_defaults(func=_cmd_up)
 
-    from service.cli import console, consumer_groups, topics, transactions
+    from service.cli import acls, console, consumer_groups, quotas, topics, transactions, users
     from service.cli.perf import command as perf
 
     topics.register(sub)
     console.register(sub)
     consumer_groups.register(sub)
     transactions.register(sub)
+    users.register(sub)
+    acls.register(sub)
+    quotas.register(sub)
     perf.register(sub)
     return parser
 

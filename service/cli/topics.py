@@ -175,7 +175,7 @@ def _topics_describe(args: argparse.Namespace) -> int:
             min_isr[resource.name] = int(entries["min.insync.replicas"].value or 1) \
                 if "min.insync.replicas" in entries else 1
 
-    consumer = Consumer({**base_config(args.bootstrap_server),
+    consumer = Consumer({**base_config(args.bootstrap_server, args.command_config),
                          "group.id": f"{CLIENT_ID}-describe",
                          "enable.auto.commit": False})
     unanswered = False

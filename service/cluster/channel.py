@@ -7,7 +7,9 @@ answers matched by correlation id. On connect it asks ApiVersions and then
 sends each API at the highest version both sides implement. Everything is
 bounded: connecting (``connect_timeout_s``), each request (its timeout; the
 connection is dropped when one expires, as Kafka's client does), requests in
-flight (``max_in_flight``), and the size of a response frame. A connection that
+flight (``max_in_flight``), and the size of a response frame. On a SASL
+inter-broker listener it then authenticates (SaslHandshake, SaslAuthenticate) with
+the broker's ``sasl.jaas.config`` credentials. A connection that
 fails is closed, every request in flight on it fails with
 ``BrokerNotAvailableError`` (retriable), and the next request reconnects after
 a backoff that doubles from 50 ms to 1 s (Kafka's ``reconnect.backoff.ms`` and
@@ -39,6 +41,7 @@ from local_tier.errors import (
 )
 from service.cluster.wire import ResponseError, decode_response, encode_request, request_module
 from service.protocol import build
+from service.security.sasl_client import sasl_client
 from service.security.setup import InterBrokerSecurity
 
 __all__ = ["BrokerChannel", "ChannelConfig", "PeerChannels"]
@@ -49,6 +52,8 @@ _log = logging.getLogger("strata.cluster.channel")
 _STREAM_LIMIT = 8 * 1024 * 1024
 _I32 = struct.Struct(">i")
 _API_VERSIONS = 18
+_API_SASL_HANDSHAKE = 17
+_API_SASL_AUTHENTICATE = 36
 _API_VERSIONS_VERSION = 3
 
 
@@ -219,8 +224,9 @@ class BrokerChannel:
             self._read_task = asyncio.create_task(self._read_loop(reader), name=f"peer-{self.node_id}")
             try:
                 await self._negotiate(deadline)
+                await self._authenticate(deadline)
             except KafkaError:
-                self._drop("ApiVersions failed")
+                self._drop("ApiVersions or SASL authentication failed")
                 self._note_failure()
                 raise
             self._failures = 0
@@ -238,6 +244,36 @@ class BrokerChannel:
         self._peer_versions = {
             int(k.api_key): (int(k.min_version), int(k.max_version)) for k in answer.api_keys
         }
+
+    async def _authenticate(self, deadline: float) -> None:
+        """SaslHandshake then SaslAuthenticate with the inter-broker credentials, when the
+        inter-broker listener is a SASL one (``BrokerNotAvailableError`` on failure)."""
+        security = self._config.security
+        if security is None or not security.sasl_mechanism:
+            return
+        mechanism = security.sasl_mechanism
+        assert security.username is not None and security.password is not None
+        hs = request_module(_API_SASL_HANDSHAKE, 1)
+        answer = await self._send(_API_SASL_HANDSHAKE, 1, build(hs.SaslHandshakeRequest, mechanism=mechanism),
+                                  deadline)
+        if int(answer.error_code) != 0:
+            raise BrokerNotAvailableError(
+                f"broker {self.node_id} does not offer SASL {mechanism} (it offers {list(answer.mechanisms)})")
+        client = sasl_client(mechanism, security.username, security.password)
+        token: bytes | None = client.first()
+        version = min(1, self._peer_versions.get(_API_SASL_AUTHENTICATE, (0, 1))[1])
+        auth = request_module(_API_SASL_AUTHENTICATE, version)
+        while token is not None:
+            answer = await self._send(_API_SASL_AUTHENTICATE, version,
+                                      build(auth.SaslAuthenticateRequest, auth_bytes=token), deadline)
+            if int(answer.error_code) != 0:
+                raise BrokerNotAvailableError(
+                    f"SASL {mechanism} authentication to broker {self.node_id} as {security.username!r} "
+                    f"failed: {answer.error_message}")
+            try:
+                token = client.respond(bytes(answer.auth_bytes))
+            except ValueError as exc:
+                raise BrokerNotAvailableError(f"SASL {mechanism} with broker {self.node_id}: {exc}") from None
 
     def _note_failure(self) -> None:
         self._failures += 1

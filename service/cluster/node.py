@@ -224,7 +224,7 @@ class ClusterNode:
     def broker_epoch(self) -> int:
         return -1 if self.lifecycle is None else self.lifecycle.broker_epoch
 
-    async def forward(self, frame: bytes, client_host: str) -> bytes | None:
+    async def forward(self, frame: bytes, client_host: str, principal: str = "User:ANONYMOUS") -> bytes | None:
         """Relay a client's request frame (no size prefix) to the active controller in an
         Envelope; the response frame (size-prefixed) once this broker's view holds what
         the controller committed. None when this broker became the controller meanwhile
@@ -233,7 +233,7 @@ class ClusterNode:
         assert self.client is not None
         fields = {
             "request_data": frame,
-            "request_principal": None,
+            "request_principal": principal.encode(),  # the controller authorizes the client
             "client_host_address": client_host.encode(),
         }
 

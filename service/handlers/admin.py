@@ -14,6 +14,7 @@ from local_tier.errors import (
     KafkaError,
     UnknownTopicIdError,
 )
+from service.handlers.authz import require_cluster, require_topic
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
@@ -21,6 +22,9 @@ from service.handlers.operations import (
     authorized_operations,
 )
 from service.protocol import build, response_module
+from service.security.acls import CLUSTER_NAME
+from service.security.acls import AclOperation as Op
+from service.security.acls import ResourceType as Res
 
 __all__ = [
     "handle_alter_configs",
@@ -47,6 +51,14 @@ def _resource_fields(res: Any) -> dict[str, Any]:
     }
 
 
+def _require_configs(ctx: RequestContext, rtype: int, name: str, op: Op) -> None:
+    """Kafka's checks of a config resource: ``op`` on the topic, or on the cluster for a broker."""
+    if rtype == RESOURCE_TOPIC:
+        require_topic(ctx, op, name)
+    elif rtype == RESOURCE_BROKER:
+        require_cluster(ctx, op)
+
+
 def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, Any]:
     ctx.broker.metrics_error(api, exc.code)
     return {"error_code": exc.code, "error_message": exc.message}
@@ -63,6 +75,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+            if not ctx.allowed(Op.CREATE, Res.CLUSTER, CLUSTER_NAME):
+                require_topic(ctx, Op.CREATE, topic.name)
             partitions = int(topic.num_partitions)
             replication = int(topic.replication_factor)
             assignments = None
@@ -128,6 +142,7 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
                 if info is None:
                     raise UnknownTopicIdError(f"unknown topic id {topic_id}")
                 name = info.name
+            require_topic(ctx, Op.DELETE, name)
             info = await broker.delete_topic(name)
             fields.update(name=info.name, topic_id=info.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:
@@ -143,6 +158,7 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         fields: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none}
         try:
+            require_topic(ctx, Op.ALTER, topic.name)
             await broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "CreatePartitions", exc))
@@ -161,6 +177,7 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
         fields = _resource_fields(res)
         try:
             rtype = int(res.resource_type)
+            _require_configs(ctx, rtype, res.resource_name, Op.DESCRIBE_CONFIGS)
             if rtype == RESOURCE_TOPIC:
                 entries = controller.describe_topic_config(res.resource_name, keys)
             elif rtype == RESOURCE_BROKER:
@@ -201,6 +218,7 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     for res in request.resources:
         fields = _resource_fields(res)
         try:
+            _require_configs(ctx, int(res.resource_type), res.resource_name, Op.ALTER_CONFIGS)
             if int(res.resource_type) != RESOURCE_TOPIC:
                 raise InvalidRequestError(
                     "only topic configs can be altered at run time; "
@@ -235,6 +253,7 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
         rtype = int(res.resource_type)
         fields = _resource_fields(res)
         try:
+            _require_configs(ctx, rtype, res.resource_name, Op.ALTER_CONFIGS)
             if seen[(rtype, res.resource_name)] > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
             configs = {c.name: c.value for c in res.configs}

@@ -8,6 +8,7 @@ Kafka error code) and the answer back into that version's response.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from local_tier.errors import ErrorCode
@@ -20,6 +21,7 @@ from service.handlers.operations import (
 )
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
+from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["handle_consumer_group_describe", "handle_consumer_group_heartbeat"]
 
@@ -91,6 +93,9 @@ def handle_consumer_group_describe(ctx: RequestContext, request: Any) -> Any:
     described = []
     for group_id in request.group_ids:
         d = ctx.broker.groups.consumer_group_describe(group_id)
+        if not ctx.allowed(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            d = replace(d, error=E.group_authorization_failed, members=(),
+                        message=f"Not authorized to DESCRIBE group {group_id!r}")
         if d.error != E.none:
             ctx.broker.metrics_error("ConsumerGroupDescribe", d.error)
         members = tuple(

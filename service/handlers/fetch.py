@@ -12,14 +12,17 @@ import asyncio
 import logging
 from typing import Any
 
-from fetch.planner import READ_COMMITTED, PartitionFetch, read_partitions
+from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from local_tier.errors import ErrorCode, KafkaError
+from local_tier.segment import FileRegion
 from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
+from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
 from service.replication.read_replicas import RACK_AWARE_SELECTOR, ConsumerLogs, select_read_replicas
+from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
@@ -31,6 +34,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     broker = ctx.broker
     replica_id = int(getattr(request, "replica_id", -1))
     if replica_id >= 0:  # a follower copying from this leader
+        if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+            broker.metrics_error("Fetch", ErrorCode.topic_authorization_failed)
+            denied = [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
+                      for t in request.topics for p in t.partitions]
+            return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied)
         data = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
         return encode_fetch_response(ctx.version, ctx.header.correlation_id, data)
     wanted = [
@@ -64,6 +72,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
                 ctx.version, ctx.header.correlation_id, [], error_code=session.error
             )
         wanted = session.partitions
+    readable = {t: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t) for t in {w.topic for w in wanted}}
+    order = [(w.topic, w.partition) for w in wanted]
+    wanted = [w for w in wanted if readable[w.topic]]
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
     isolation = int(getattr(request, "isolation_level", 0))
     min_bytes = int(request.min_bytes)
@@ -84,6 +95,10 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         )
         if rack:
             select_read_replicas(broker.replicas, wanted, data, rack, _rack_of(broker))
+        if len(wanted) != len(order):  # topics this principal may not READ answer so, in request order
+            read_ = {(d.topic, d.partition): d for d in data}
+            data = [read_.get(key) or PartitionData(key[0], key[1], ErrorCode.topic_authorization_failed)
+                    for key in order]
         errors = any(
             d.error_code != ErrorCode.none or d.remote is not None or d.preferred_read_replica >= 0
             for d in data
@@ -92,7 +107,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
     data, total, errors = read()
     if any(d.remote is not None for d in data):
-        await _read_remote(broker, data, isolation == READ_COMMITTED)
+        remote_quota = ctx.quotas.remote_fetch if ctx.quotas is not None else None
+        if remote_quota is not None and remote_quota.exceeded():  # KIP-956: answered empty, read later
+            for d in data:
+                d.remote = None
+        else:
+            await _read_remote(broker, data, isolation == READ_COMMITTED)
+            if remote_quota is not None:
+                remote_quota.record(sum(d.size for d in data if d.regions and not isinstance(d.regions[0], FileRegion)))
     elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -103,6 +125,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     broker.metrics_fetch(data)
+    throttle = ctx.throttle(FETCH, sum(d.size for d in data))  # the fetch byte-rate quota
     error, response_session = ErrorCode.none, INVALID_SESSION_ID
     if session is not None:
         error, response_session, data = broker.fetch_sessions.respond(session, data)
@@ -113,6 +136,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         error_code=error,
         session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
+        throttle_ms=throttle,
     )
 
 

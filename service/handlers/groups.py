@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from controller.records import BrokerInfo
 from local_tier.errors import ErrorCode, KafkaError
-from service.groups import JoinRequest, JoinResult, SyncRequest, SyncResult
+from service.groups import GroupSummary, JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
 from service.groups.records import partition_for
 from service.groups.runtime import ensure_offsets_topic
@@ -29,6 +29,8 @@ from service.handlers.operations import (
 )
 from service.protocol import build, response_module
 from service.protocol import timedelta_to_ms as _ms
+from service.security.acls import CLUSTER_NAME
+from service.security.acls import AclOperation as Op
 from service.transactions.runtime import ensure_transaction_state_topic
 
 __all__ = [
@@ -82,6 +84,15 @@ def offsets_to_commit(topics: Any) -> dict[TopicPartition, tuple[int, int, str |
     }
 
 
+def _unauthorized(ctx: RequestContext, group_id: str, group_op: Op, offsets: Any,
+                  topic_op: Op) -> dict[TopicPartition, ErrorCode]:
+    """The partitions refused: every one without ``group_op`` on the group
+    (GROUP_AUTHORIZATION_FAILED), else those without ``topic_op`` on their topic."""
+    if not ctx.allowed(group_op, ResourceType.GROUP, group_id):
+        return dict.fromkeys(offsets, E.group_authorization_failed)
+    return {tp: E.topic_authorization_failed for tp in offsets if not ctx.allowed(topic_op, ResourceType.TOPIC, tp[0])}
+
+
 def _client_host(ctx: RequestContext) -> str:
     peer = ctx.connection.peer if ctx.connection is not None else "unknown"
     return "/" + peer.rpartition(":")[0]
@@ -120,6 +131,11 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             error, message = E.invalid_request, "the transactional id is empty"
         elif len(key) > MAX_GROUP_ID_LENGTH:
             error, message = E.invalid_group_id, f"group ids are at most {MAX_GROUP_ID_LENGTH} characters"
+        elif key_type == _KEY_TYPE_GROUP and not ctx.allowed(Op.DESCRIBE, ResourceType.GROUP, key):
+            error, message = E.group_authorization_failed, f"Not authorized to DESCRIBE group {key!r}"
+        elif key_type == _KEY_TYPE_TRANSACTION and not ctx.allowed(Op.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            error, message = (E.transactional_id_authorization_failed,
+                              f"Not authorized to DESCRIBE transactional id {key!r}")
         else:
             try:
                 if key_type == _KEY_TYPE_TRANSACTION:
@@ -256,15 +272,17 @@ def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(8, ctx.version)
     offsets = offsets_to_commit(request.topics)
-    results = broker.groups.commit_offsets(
+    denied = _unauthorized(ctx, request.group_id, Op.READ, offsets, Op.READ)
+    committed = broker.groups.commit_offsets(
         request.group_id,
         int(request.generation_id_or_member_epoch),
         request.member_id,
         getattr(request, "group_instance_id", None),
-        offsets,
+        {tp: v for tp, v in offsets.items() if tp not in denied},
         lambda name: broker.controller.topic(name) is not None,
         api_version=ctx.version,
-    )
+    ) if len(denied) < len(offsets) else {}
+    results = {tp: denied.get(tp) or committed[tp] for tp in offsets if tp in denied or tp in committed}
     for code in results.values():
         _count_error(ctx, "OffsetCommit", code)
     topics = codes_by_topic(results, mod.OffsetCommitResponseTopic, mod.OffsetCommitResponsePartition)
@@ -297,7 +315,15 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
     wanted: list[TopicPartition] | None = None
     if topics is not None:
         wanted = [(t.name, int(p)) for t in topics for p in t.partition_indexes]
-    error, found = ctx.broker.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    denied: dict[TopicPartition, ErrorCode] = {}
+    found: dict[TopicPartition, OffsetAndMetadata | None]
+    if not ctx.allowed(Op.DESCRIBE, ResourceType.GROUP, group_id):
+        error, found = E.group_authorization_failed, {}
+    else:
+        error, found = ctx.broker.groups.fetch_offsets(group_id, wanted, member_id, member_epoch)
+        readable = {name: ctx.allowed(Op.DESCRIBE, ResourceType.TOPIC, name) for name, _ in [*(wanted or ()), *found]}
+        found = {tp: v for tp, v in found.items() if readable[tp[0]]}  # all topics: only those it may see
+        denied = {tp: E.topic_authorization_failed for tp in wanted or () if not readable[tp[0]]}
     if error != E.none and ctx.version >= 2:
         wanted = []  # a group-level error (STALE_MEMBER_EPOCH, ...) answers no partitions
     _count_error(ctx, "OffsetFetch", error)
@@ -308,7 +334,7 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for name, index in wanted:
         committed: OffsetAndMetadata | None = None if (name, index) in unstable else found.get((name, index))
-        code = E.unstable_offset_commit if (name, index) in unstable else E.none
+        code = E.unstable_offset_commit if (name, index) in unstable else denied.get((name, index), E.none)
         _count_error(ctx, "OffsetFetch", code)
         by_topic[name].append(
             build(
@@ -333,7 +359,13 @@ def _fetch_group(ctx: RequestContext, mod: Any, group_id: str, topics: Any, topi
 def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(47, ctx.version)
     wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
-    error, results = ctx.broker.groups.delete_offsets(request.group_id, wanted)
+    if not ctx.allowed(Op.DELETE, ResourceType.GROUP, request.group_id):
+        error, results = E.group_authorization_failed, {}
+    else:
+        denied = {tp: E.topic_authorization_failed for tp in wanted
+                  if not ctx.allowed(Op.READ, ResourceType.TOPIC, tp[0])}
+        error, deleted = ctx.broker.groups.delete_offsets(request.group_id, [tp for tp in wanted if tp not in denied])
+        results = {tp: denied.get(tp) or deleted[tp] for tp in wanted if tp in denied or tp in deleted}
     _count_error(ctx, "OffsetDelete", error)
     topics = codes_by_topic(results, mod.OffsetDeleteResponseTopic, mod.OffsetDeleteResponsePartition)
     return build(mod.OffsetDeleteResponse, error_code=error, throttle_time=0, topics=topics)
@@ -349,6 +381,9 @@ def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     for group_id in request.groups:
         error, summary = ctx.broker.groups.describe_group(group_id)
         message = None
+        if not ctx.allowed(Op.DESCRIBE, ResourceType.GROUP, group_id):
+            error, summary = E.group_authorization_failed, GroupSummary(group_id, "", "", "", -1, ())
+            message = f"Not authorized to DESCRIBE group {group_id!r}"
         group = ctx.broker.groups.group(group_id)
         if error == E.none and ctx.version >= 6 and (group is None or group.consumer is not None):
             # v6+ (KIP-1043): a group DescribeGroups does not know (unknown, or of the
@@ -392,6 +427,7 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(16, ctx.version)
     types = getattr(request, "types_filter", None) or ()
     states = getattr(request, "states_filter", None) or ()
+    everything = ctx.allowed(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)  # else the groups it may see
     listed = [
         build(
             mod.ListedGroup,
@@ -402,13 +438,17 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
         )
         for group_id, protocol_type, state, group_type in ctx.broker.groups.list_groups_by_type(
             states, types)
+        if everything or ctx.allowed(Op.DESCRIBE, ResourceType.GROUP, group_id)
     ]
     return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.none, groups=tuple(listed))
 
 
 def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(42, ctx.version)
-    results = ctx.broker.groups.delete_groups(request.groups_names)
+    names = list(request.groups_names)
+    denied = {g: E.group_authorization_failed for g in names if not ctx.allowed(Op.DELETE, ResourceType.GROUP, g)}
+    deleted = ctx.broker.groups.delete_groups([g for g in names if g not in denied])
+    results = {g: denied.get(g) or deleted[g] for g in names if g in denied or g in deleted}
     out = []
     for group_id, code in results.items():
         _count_error(ctx, "DeleteGroups", code)

@@ -24,8 +24,10 @@ from local_tier.errors import (
     UnknownLeaderEpochError,
 )
 from local_tier.log import Log
+from service.handlers.authz import require_cluster, require_topic
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
+from service.security.acls import AclOperation
 
 __all__ = ["check_current_leader_epoch", "end_offset_for_epoch", "handle_offset_for_leader_epoch"]
 
@@ -70,11 +72,16 @@ def handle_offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(23, ctx.version)
     topics = []
+    follower = int(getattr(request, "replica_id", -1)) >= 0  # v3+: a follower (CLUSTER_ACTION)
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
             fields: dict[str, Any]
             try:
+                if follower:
+                    require_cluster(ctx, AclOperation.CLUSTER_ACTION)
+                else:
+                    require_topic(ctx, AclOperation.DESCRIBE, topic.topic)
                 # the leadership and the request's current leader epoch are checked here
                 log = broker.log_for(topic.topic, int(p.partition), int(p.current_leader_epoch))
                 leader_epoch = broker.leader_epoch(topic.topic, int(p.partition))

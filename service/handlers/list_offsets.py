@@ -14,8 +14,10 @@ from typing import Any
 from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
 from local_tier.log import Log
 from service import list_offsets_v0
+from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
+from service.security.acls import AclOperation
 
 __all__ = ["handle_list_offsets", "legacy_offsets"]
 
@@ -65,6 +67,7 @@ async def _lookup(
     ctx: RequestContext, topic: str, partition: int, ts: int, current_epoch: int, committed: bool
 ) -> tuple[int, int, int]:
     """read_committed (``committed``) answers only offsets below the last stable offset."""
+    require_topic(ctx, AclOperation.DESCRIBE, topic)
     log = ctx.broker.log_for(topic, partition, current_epoch)  # leadership and epoch checks
     tiering = ctx.broker.tiering
     epoch = ctx.broker.leader_epoch(topic, partition)
@@ -114,6 +117,7 @@ def _handle_v0(ctx: RequestContext, request: list_offsets_v0.ListOffsetsV0Reques
         partitions = []
         for p in topic.partitions:
             try:
+                require_topic(ctx, AclOperation.DESCRIBE, topic.name)
                 log = broker.log_for(topic.name, p.partition_index)
                 start = broker.tiering.log_start_offset(topic.name, p.partition_index, log)
                 offsets = legacy_offsets(log, start, p.timestamp, p.max_num_offsets)

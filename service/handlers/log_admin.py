@@ -15,8 +15,10 @@ from collections import defaultdict
 from typing import Any
 
 from local_tier.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
+from service.security.acls import AclOperation
 
 __all__ = ["handle_delete_records", "handle_describe_log_dirs"]
 
@@ -32,6 +34,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
         for p in topic.partitions:
             fields: dict[str, Any]
             try:
+                require_topic(ctx, AclOperation.DELETE, topic.name)
                 offset = int(p.offset)
                 if offset < -1:
                     raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}")

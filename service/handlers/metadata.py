@@ -20,7 +20,10 @@ their coordinators create them, with their own partition counts and configs,
 when first needed.
 
 Authorized operations are filled in when the request asks for them
-(:mod:`service.handlers.operations`).
+(:mod:`service.handlers.operations`). With ACLs, a topic the principal may not
+DESCRIBE is answered TOPIC_AUTHORIZATION_FAILED when named and left out of an
+all-topics answer, and an unknown topic is created only with CREATE on the cluster
+or the topic (Kafka's checks).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from local_tier.errors import (
     UnknownTopicOrPartitionError,
 )
 from service.groups.records import OFFSETS_TOPIC
+from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
@@ -45,6 +49,7 @@ from service.handlers.operations import (
     authorized_operations,
 )
 from service.protocol import build, response_module
+from service.security.acls import CLUSTER_NAME, AclOperation
 
 __all__ = ["INTERNAL_TOPICS", "handle_metadata", "is_internal_topic"]
 
@@ -69,7 +74,11 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for name, topic_id in requested:
         try:
+            if name is not None:  # a topic the principal may not DESCRIBE is not even looked up
+                require_topic(ctx, AclOperation.DESCRIBE, name)
             info = await _resolve(ctx, name, topic_id, allow_create)
+            if name is None:
+                require_topic(ctx, AclOperation.DESCRIBE, info.name)
         except KafkaError as exc:
             broker.metrics_error("Metadata", exc.code)
             topics.append(
@@ -132,8 +141,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
 
 def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
     """``(name, topic id)`` of each topic asked for, in request order, without repeats."""
-    if request.topics is None or (ctx.version == 0 and not request.topics):
-        return [(t.name, None) for t in ctx.broker.controller.topics()]
+    if request.topics is None or (ctx.version == 0 and not request.topics):  # all the principal may DESCRIBE
+        return [(t.name, None) for t in ctx.broker.controller.topics()
+                if ctx.allowed(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name)]
     pairs = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
     if any(topic_id not in (None, _ZERO_UUID) for _, topic_id in pairs):
         # Kafka: any topic id makes this a request by id; names are not looked at.
@@ -163,7 +173,9 @@ async def _resolve(
         info = controller.topic(name)
     if info is not None:
         return info
-    if allow_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
+    may_create = ctx.allowed(AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME) or ctx.allowed(
+        AclOperation.CREATE, ResourceType.TOPIC, name)
+    if allow_create and may_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
         try:
             return await ctx.broker.create_topic(name)
         except TopicAlreadyExistsError:  # another client's request created it meanwhile

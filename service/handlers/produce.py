@@ -34,11 +34,14 @@ from local_tier.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
 )
 from local_tier.records import ValidatedRecords, validate_batches
 from service.handlers.context import RequestContext
 from service.produce_codec import PartitionResult, encode_produce_response
 from service.protocol import timedelta_to_ms
+from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
 
@@ -108,6 +111,11 @@ def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: 
     """Validate one partition's records on the loop, or mark them for the validator threads."""
     part = _Partition(topic_pos, topic, int(pdata.index), pdata.records)
     try:
+        txn = getattr(request, "transactional_id", None)
+        if txn is not None and not ctx.allowed(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn):
+            raise TransactionalIdAuthorizationFailedError(f"not allowed to write transactional id {txn!r}")
+        if not ctx.allowed(AclOperation.WRITE, ResourceType.TOPIC, topic):
+            raise TopicAuthorizationFailedError(f"not allowed to write to topic {topic!r}")
         if acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
         if pdata.records is None:
@@ -157,11 +165,12 @@ def _append_and_answer(
             result = PartitionResult(p.index, int(exc.code), error_message=exc.message,
                                      record_errors=record_errors)
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
+    throttle = ctx.throttle_ms  # the produce byte-rate quota, decided by the router as the request was read
     if acks == 0:
         return None
     if waiting:
-        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms)
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()))
+        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms, throttle)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), throttle)
 
 
 async def _after_replication(
@@ -169,6 +178,7 @@ async def _after_replication(
     topics: list[tuple[str, list[PartitionResult]]],
     waiting: list[tuple[str, list[PartitionResult], int, int]],
     timeout_ms: int,
+    throttle: int,
 ) -> bytes:
     """acks=all: answer once every replica in the ISR holds the appended records (Kafka's
     delayed produce); REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER per partition else."""
@@ -182,4 +192,4 @@ async def _after_replication(
             partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)
 
     await asyncio.gather(*(wait(*w) for w in waiting))
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics, throttle)

@@ -6,6 +6,8 @@ never advertise an API or a version it does not implement.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import inspect
 import logging
 import struct
@@ -19,6 +21,7 @@ from controller.errors import NotControllerError
 from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.cluster.node import answering_locally
 from service.handlers import coordination
+from service.handlers.authz import refusal
 from service.handlers.context import Handler, RequestContext
 from service.handlers.coordination import GROUP_APIS
 from service.protocol import (
@@ -27,13 +30,18 @@ from service.protocol import (
     build,
     decode_request,
     encode_response,
+    error_response,
     peek_api,
     response_module,
 )
+from service.quotas.manager import PRODUCE, REQUEST
 from service.replication import barrier
+from service.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from service.broker import Broker
+    from service.quotas.manager import QuotaManager
+    from service.security.authorizer import Authorizer
     from service.server import Connection, Response
 
 __all__ = [
@@ -71,6 +79,7 @@ class ApiSpec:
 def api_table() -> dict[int, ApiSpec]:
     """api key → spec: the single source of what this broker implements."""
     from service.handlers import (
+        acls,
         admin,
         cluster,
         consumer_groups,
@@ -82,7 +91,9 @@ def api_table() -> dict[int, ApiSpec]:
         metadata,
         produce,
         producer_ids,
+        quotas,
         reassignments,
+        sasl,
         transactions,
         txn_markers,
     )
@@ -135,7 +146,18 @@ def api_table() -> dict[int, ApiSpec]:
         ApiSpec(61, "DescribeProducers", 0, 0, transactions.handle_describe_producers),
         ApiSpec(22, "InitProducerId", 0, 5, producer_ids.handle_init_producer_id, replicated=True),
         ApiSpec(27, "WriteTxnMarkers", 1, 2, txn_markers.handle_write_txn_markers, replicated=True),
-        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat, replicated=True),
+        ApiSpec(29, "DescribeAcls", 1, 3, acls.handle_describe_acls),
+        ApiSpec(30, "CreateAcls", 1, 3, acls.handle_create_acls, forwarded=True),
+        ApiSpec(31, "DeleteAcls", 1, 3, acls.handle_delete_acls, forwarded=True),
+        ApiSpec(48, "DescribeClientQuotas", 0, 1, quotas.handle_describe_client_quotas),
+        ApiSpec(49, "AlterClientQuotas", 0, 1, quotas.handle_alter_client_quotas, forwarded=True),
+        ApiSpec(17, "SaslHandshake", 0, 1, sasl.handle_sasl_handshake),
+        ApiSpec(36, "SaslAuthenticate", 0, 2, sasl.handle_sasl_authenticate),
+        ApiSpec(50, "DescribeUserScramCredentials", 0, 0, sasl.handle_describe_user_scram_credentials),
+        ApiSpec(51, "AlterUserScramCredentials", 0, 0, sasl.handle_alter_user_scram_credentials,
+                forwarded=True),
+        ApiSpec(68, "ConsumerGroupHeartbeat", 0, 1, consumer_groups.handle_consumer_group_heartbeat,
+                replicated=True),
         ApiSpec(69, "ConsumerGroupDescribe", 0, 1, consumer_groups.handle_consumer_group_describe),
     ]
     return {s.key: s for s in specs}
@@ -165,10 +187,17 @@ _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
 class Router:
     """Turns a request frame into an awaitable response for the connection."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, authorizer: Authorizer | None = None,
+                 quotas: QuotaManager | None = None) -> None:
         self._broker = broker
+        self.authorizer = authorizer
+        self.quotas = quotas
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
+        if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
+            from service.handlers.sasl import raw_token  # SaslHandshake v0: a bare SASL token
+
+            return raw_token(self._broker, conn, frame)
         api_key, version, correlation_id = peek_api(frame)
         if conn is not None and (refused := conn.session.admits(api_key)) is not None:
             raise FrameError(refused)
@@ -184,7 +213,10 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        ctx = RequestContext.of(header, self._broker, conn)
+        ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas)
+        if api_key == 0 and self.quotas is not None:  # the produce byte-rate quota, decided now
+            size = sum(len(p.records) for t in body.topic_data for p in t.partition_data if p.records is not None)
+            ctx = dataclasses.replace(ctx, throttle_ms=ctx.throttle(PRODUCE, size))
         if spec.forwarded and self._broker.forwards_controller_writes():
             return self._forward(spec, ctx, body, frame)
         return self._run(spec, ctx, body)
@@ -199,7 +231,7 @@ class Router:
         assert cluster is not None
         peer = ctx.connection.peer if ctx.connection is not None else ""
         try:
-            answer = await cluster.forward(bytes(frame), peer.rpartition(":")[0])
+            answer = await cluster.forward(bytes(frame), ctx.client_host or peer.rpartition(":")[0], str(ctx.principal))
         except KafkaError as exc:
             log.warning("could not forward %s to the controller: %s", spec.name, exc)
             answer = None
@@ -213,6 +245,10 @@ class Router:
         broker = self._broker
         broker.metrics_request(spec.name)
         started = time.perf_counter()
+        refused = refusal(spec.key, ctx, body)
+        if refused is not None:
+            broker.metrics_error(spec.name, refused)
+            return encode_response(ctx.header, error_response(spec.key, ctx.version, refused))
         if spec.key in GROUP_APIS:
             await coordination.prepare(ctx, body)
         if spec.replicated:
@@ -221,9 +257,13 @@ class Router:
             result = spec.handler(ctx, body)
             if inspect.isawaitable(result):
                 result = await result
+        elapsed = time.perf_counter() - started
+        throttle = ctx.throttle(REQUEST, elapsed * 1000)  # request_percentage, all APIs
         if not (result is None or isinstance(result, (list, bytes))):
+            if throttle and hasattr(result, "throttle_time"):
+                result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))
             result = encode_response(ctx.header, result)
-        broker.request_latency.observe(spec.name, time.perf_counter() - started)
+        broker.request_latency.observe(spec.name, elapsed)
         return result
 
 
@@ -267,7 +307,9 @@ async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
         if spec is None or not spec.forwarded or not spec.min_version <= version <= spec.max_version:
             raise InvalidRequestError(f"api {api_key} v{version} cannot be forwarded")
         header, body = decode_request(inner)
-        inner_ctx = RequestContext(header, broker, None)
+        inner_ctx = RequestContext(header, broker, None, _envelope_principal(request.request_principal),
+                                   client_host=bytes(request.client_host_address or b"").decode(errors="replace"),
+                                   authorizer=ctx.authorizer)
         result = spec.handler(inner_ctx, body)
         if inspect.isawaitable(result):
             result = await result
@@ -280,6 +322,17 @@ async def handle_envelope(ctx: RequestContext, request: Any) -> Any:
     except KafkaError as exc:
         broker.metrics_error("Envelope", exc.code)
         return build(mod.EnvelopeResponse, response_data=None, error_code=exc.code)
+
+
+def _envelope_principal(data: bytes | None) -> KafkaPrincipal:
+    """The client's principal an Envelope carries (``Type:name`` in UTF-8, written by
+    :meth:`service.cluster.node.ClusterNode.forward`); anonymous when absent."""
+    if not data:
+        return ANONYMOUS
+    try:
+        return KafkaPrincipal.parse(bytes(data).decode())
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequestError("the Envelope's request principal is not TYPE:NAME") from None
 
 
 async def _ready(value: Response) -> Response:

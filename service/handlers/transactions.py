@@ -17,14 +17,19 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from controller.topic_changes import check_topic_name
 from local_tier.errors import ErrorCode, KafkaError
 from service.groups.records import partition_for
+from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.handlers.groups import codes_by_topic, offsets_to_commit
 from service.protocol import build, response_module
+from service.security.acls import CLUSTER_NAME
+from service.security.acls import AclOperation as Op
+from service.security.acls import ResourceType as Res
 from service.transactions.metadata import TopicPartition
 from service.transactions.verification import verify_in_transaction
 
@@ -62,6 +67,13 @@ def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics:
     """Kafka's KafkaApis checks: unknown partitions fail the whole request (others not attempted)."""
     broker = ctx.broker
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
+    if verify_only and not ctx.allowed(Op.CLUSTER_ACTION, Res.CLUSTER, CLUSTER_NAME):  # from brokers only
+        return dict.fromkeys(wanted, E.cluster_authorization_failed)
+    if not verify_only and not ctx.allowed(Op.WRITE, Res.TRANSACTIONAL_ID, tid):
+        return dict.fromkeys(wanted, E.transactional_id_authorization_failed)
+    denied = {tp for tp in wanted if not ctx.allowed(Op.WRITE, Res.TOPIC, tp[0])}
+    if denied:  # Kafka: the topics it may not WRITE fail, the others are not attempted
+        return {tp: E.topic_authorization_failed if tp in denied else E.operation_not_attempted for tp in wanted}
     unknown = {
         tp for tp in wanted
         if (info := broker.controller.topic(tp[0])) is None or not 0 <= tp[1] < info.partitions
@@ -137,6 +149,12 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(28, ctx.version)
     pid, epoch = int(request.producer_id), int(request.producer_epoch)
     offsets = offsets_to_commit(request.topics)
+    refused = _txn_commit_refused(ctx, request, offsets)
+    if refused:
+        for code in refused.values():
+            _count(ctx, "TxnOffsetCommit", code)
+        return build(mod.TxnOffsetCommitResponse, throttle_time=0, topics=codes_by_topic(
+            refused, mod.TxnOffsetCommitResponseTopic, mod.TxnOffsetCommitResponsePartition))
     offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
     # The producer must hold the transactional id and have added the group (AddOffsetsToTxn):
     # its transaction coordinator says so, here or on the broker that leads its partition.
@@ -164,11 +182,31 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
 # --------------------------------------------------------------------------- Describe, List
 
 
+def _txn_commit_refused(ctx: RequestContext, request: Any, offsets: Any) -> dict[TopicPartition, ErrorCode]:
+    """Kafka's TxnOffsetCommit checks: WRITE on the transactional id, READ on the group, then
+    READ on each topic (the others are then not attempted either); empty when allowed."""
+    if not ctx.allowed(Op.WRITE, Res.TRANSACTIONAL_ID, request.transactional_id):
+        return dict.fromkeys(offsets, E.transactional_id_authorization_failed)
+    if not ctx.allowed(Op.READ, Res.GROUP, request.group_id):
+        return dict.fromkeys(offsets, E.group_authorization_failed)
+    denied = {tp for tp in offsets if not ctx.allowed(Op.READ, Res.TOPIC, tp[0])}
+    return {tp: E.topic_authorization_failed if tp in denied else E.operation_not_attempted
+            for tp in offsets} if denied else {}
+
+
 def handle_describe_transactions(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(65, ctx.version)
     states = []
     for tid in request.transactional_ids:
         d = ctx.broker.transactions.describe(tid)
+        if not ctx.allowed(Op.DESCRIBE, Res.TRANSACTIONAL_ID, tid):
+            states.append(build(mod.TransactionState, error_code=E.transactional_id_authorization_failed,
+                                transactional_id=tid, transaction_state="", transaction_timeout=0,
+                                transaction_start_time=_start_time(-1), producer_id=-1, producer_epoch=-1,
+                                topics=()))
+            continue
+        # topics it may not DESCRIBE are left out of the answer (Kafka)
+        d = replace(d, partitions=tuple(tp for tp in d.partitions if ctx.allowed(Op.DESCRIBE, Res.TOPIC, tp[0])))
         _count(ctx, "DescribeTransactions", d.error)
         by_topic: dict[str, list[int]] = defaultdict(list)
         for topic, partition in d.partitions:
@@ -198,7 +236,7 @@ def handle_list_transactions(ctx: RequestContext, request: Any) -> Any:
         mod.ListTransactionsResponse, throttle_time=0, error_code=error, unknown_state_filters=tuple(unknown),
         transaction_states=tuple(
             build(mod.TransactionState, transactional_id=t, producer_id=p, transaction_state=s)
-            for t, p, s in found
+            for t, p, s in found if ctx.allowed(Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)
         ),
     )
 
@@ -217,6 +255,7 @@ def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
         error, message = E.none, None
         try:
             check_topic_name(topic.name)
+            require_topic(ctx, Op.READ, topic.name)
             info = broker.controller.topic(topic.name)
             count = -1 if info is None else info.partitions
         except KafkaError as exc:

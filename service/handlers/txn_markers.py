@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from local_tier.errors import ErrorCode
 from service.handlers.context import RequestContext
 from service.protocol import build, response_module
+from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 __all__ = ["handle_write_txn_markers"]
 
@@ -20,13 +22,16 @@ def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     results = []
     for marker in request.markers:
         partitions = [(t.name, int(p)) for t in marker.topics for p in t.partition_indexes]
-        codes = ctx.broker.write_txn_markers(
+        if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):  # brokers only
+            codes = dict.fromkeys(partitions, ErrorCode.cluster_authorization_failed)
+        else:
+            codes = ctx.broker.write_txn_markers(
             producer_id=int(marker.producer_id),
             producer_epoch=int(marker.producer_epoch),
             coordinator_epoch=int(marker.coordinator_epoch),
             committed=bool(marker.transaction_result),
             partitions=partitions,
-        )
+            )
         topics = tuple(
             build(
                 mod.WritableTxnMarkerTopicResult,

@@ -30,8 +30,8 @@ class ApiError(Exception):
         self.status, self.code, self.message = status, code, message
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error_code": code, "message": message}, status=status)
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error_code": code, "message": message}, status=status, headers=headers)
 
 
 def _bad(message: str) -> ApiError:

@@ -9,10 +9,12 @@
 ``/v1/cluster``, ``/v1/brokers``, ``/v1/history``, ``/v1/topics...``   :mod:`service.http.admin`
 ``/v1/groups``, ``/v1/groups/{group}``    :mod:`service.http.group_routes`
 
-Every request enters through :meth:`AdminHttpServer._app`'s middleware chain (the
-one place where authentication will go), and every error leaves as JSON
-``{"error_code": ..., "message": ...}``: 400 for bad input, 404 for what does not
-exist, 409 for a conflict, 503 while not ready. Kafka errors keep their Kafka
+Every request enters through :meth:`AdminHttpServer._app`'s middleware chain
+(errors, then TLS-aware authentication and ACLs, :mod:`service.http.auth`, then the
+wait for start-up), and every error leaves as JSON
+``{"error_code": ..., "message": ...}``: 400 for bad input, 401 without credentials,
+403 without the ACL a route needs, 404 for what does not exist, 409 for a conflict,
+503 while not ready. Kafka errors keep their Kafka
 names (``TOPIC_ALREADY_EXISTS``, ``INVALID_CONFIG`` ...).
 """
 
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from local_tier.errors import ErrorCode, KafkaError
 from service.http.admin import AdminRoutes
+from service.http.auth import HttpSecurity
 from service.http.common import ApiError, error_response
 from service.http.group_routes import GroupRoutes
 from service.http.history import History
@@ -83,9 +86,11 @@ class AdminHttpServer:
     """
 
     def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int],
-                 history_interval_s: float = 2.0) -> None:
-        """``connections()`` is the Kafka listener's count of open client connections."""
+                 history_interval_s: float = 2.0, security: HttpSecurity | None = None) -> None:
+        """``connections()`` is the Kafka listener's count of open client connections;
+        ``security``: TLS, authentication and ACLs (:mod:`service.http.auth`)."""
         self._broker = broker
+        self.security = security or HttpSecurity()
         self._host = host
         self._port = port
         self._connections = connections
@@ -120,7 +125,7 @@ class AdminHttpServer:
 
     def _app(self) -> web.Application:
         app = web.Application(
-            middlewares=[_errors, self._until_started], client_max_size=1024 * 1024
+            middlewares=[_errors, self.security.middleware, self._until_started], client_max_size=1024 * 1024
         )
         r = app.router
         r.add_get("/", self._console)
@@ -136,7 +141,7 @@ class AdminHttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self.security.ssl_context)
         await site.start()
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:

@@ -81,3 +81,4 @@ def inter_broker_security(config: BrokerConfig, settings: ListenerSettings) -> I
         )
     username, password = parse_jaas_credentials(jaas)
     return InterBrokerSecurity(settings.inter_broker, protocol, context, mechanism, username, password)
+

@@ -337,7 +337,7 @@ def fetch(bootstrap: str, topic: str, partition: int, offset: int) -> FetchParti
 # --------------------------------------------------------------------------- any API, any version
 
 
-def call_api(conn: Connection, request: Any, version: int) -> Any:
+def call_api(conn: Connection, request: Any, version: int, client_id: str = "strata-raw-test") -> Any:
     """Send a kafka-python ``ApiMessage`` request at ``version``; its decoded response.
 
     kafka-python 3 builds every message from Kafka's own JSON schemas (versions
@@ -345,7 +345,7 @@ def call_api(conn: Connection, request: Any, version: int) -> Any:
     broker: the tests use it for the versions and fields real clients do not send.
     """
     conn.correlation_id += 1
-    request.with_header(correlation_id=conn.correlation_id, client_id="strata-raw-test")
+    request.with_header(correlation_id=conn.correlation_id, client_id=client_id)
     conn.send_raw(bytes(request.encode(version=version, header=True, framed=True)))
     payload = conn.read_frame()
     if payload is None:

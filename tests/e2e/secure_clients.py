@@ -162,9 +162,25 @@ def _kcat(kcat: str, bootstrap: str, topic: str, security: Security, values: lis
     for key, value in security.librdkafka().items():
         x += ["-X", f"{key}={value}"]
     assert all(b"\n" not in v for v in values)
-    subprocess.run([kcat, "-b", bootstrap, *x, "-P", "-t", topic, "-p", "0"],
-                   input=b"\n".join(values) + b"\n", check=True, timeout=60, capture_output=True)
+    done = subprocess.run([kcat, "-b", bootstrap, *x, "-P", "-t", topic, "-p", "0"],
+                          input=b"\n".join(values) + b"\n", check=False, timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     done = subprocess.run([kcat, "-b", bootstrap, *x, "-C", "-t", topic, "-p", "0", "-o", "beginning",
                            "-c", str(len(values)), "-e", "-f", "%s\n"],
-                          check=True, timeout=60, capture_output=True)
+                          check=False, timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
     return [line for line in done.stdout.split(b"\n") if line]
+
+
+def sasl_login(bootstrap: str, username: str, password: str) -> Any:
+    """A raw connection (tests/e2e/rawkafka.py) authenticated with SASL/PLAIN (v1)."""
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from tests.e2e import rawkafka as rk
+
+    conn = rk.Connection.to(bootstrap, timeout=10.0)
+    assert rk.call_api(conn, SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == 0
+    token = b"\0" + username.encode() + b"\0" + password.encode()
+    answer = rk.call_api(conn, SaslAuthenticateRequest(auth_bytes=token), 1)
+    assert answer.error_code == 0, answer
+    return conn

@@ -505,6 +505,36 @@ CASES: list[Case] = [
          E.inconsistent_cluster_id),
     Case(63, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
     Case(67, "stale broker epoch", lambda env, v: {"broker_id": 1, "broker_epoch": 1}, E.stale_broker_epoch),
+    # -- DescribeAcls, CreateAcls, DeleteAcls: this broker has no authorizer (Kafka: SECURITY_DISABLED)
+    Case(29, "no authorizer", lambda env, v: {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+                                              "permission_type": 1}, E.security_disabled),
+    Case(30, "no authorizer", lambda env, v: {"resource_type": 2, "resource_name": TOPIC, "resource_pattern_type": 3,
+                                              "principal": "User:a", "host": "*", "operation": 3,
+                                              "permission_type": 3}, E.security_disabled),
+    Case(31, "no authorizer", lambda env, v: {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+                                              "permission_type": 1}, E.security_disabled),
+    # -- DescribeClientQuotas, AlterClientQuotas
+    Case(48, "every quota", lambda env, v: {"components": (), "strict": False}),
+    Case(49, "valid", lambda env, v: {"entity_type": "client-id", "entity_name": env.unique("conf-client"),
+                                      "key": "producer_byte_rate", "value": 1048576.0, "remove": False}),
+    Case(49, "unknown key", lambda env, v: {"entity_type": "user", "entity_name": "u", "key": "no_such_rate",
+                                            "value": 1.0, "remove": False}, E.invalid_request),
+    # -- SaslHandshake, SaslAuthenticate: on a PLAINTEXT listener Kafka answers ILLEGAL_SASL_STATE
+    Case(17, "not a SASL listener", lambda env, v: {"mechanism": "PLAIN"}, E.illegal_sasl_state),
+    Case(36, "not a SASL listener", lambda env, v: {"auth_bytes": b"\0u\0p"}, E.illegal_sasl_state),
+    # -- DescribeUserScramCredentials, AlterUserScramCredentials
+    Case(50, "all users", lambda env, v: {"users": None}),
+    Case(50, "unknown user", lambda env, v: {"name": env.unique("conf-user")}, E.resource_not_found),
+    Case(51, "valid", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 1,
+                                      "iterations": 4096, "salt": b"salt", "salted_password": b"x" * 32}),
+    Case(51, "too few iterations", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 2,
+                                                   "iterations": 10, "salt": b"s", "salted_password": b"x"},
+         E.unacceptable_credential),
+    Case(51, "unknown mechanism", lambda env, v: {"deletions": (), "name": env.unique("conf-user"), "mechanism": 7,
+                                                  "iterations": 4096, "salt": b"s", "salted_password": b"x"},
+         E.unsupported_sasl_mechanism),
+    Case(51, "delete what does not exist", lambda env, v: {"upsertions": (), "name": env.unique("conf-user"),
+                                                           "mechanism": 1}, E.resource_not_found),
 ]
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 
 from controller.configs import BrokerConfig
+from controller.registrations import Endpoint
 from local_tier.errors import ErrorCode
 from local_tier.records import build_batch
 from service.broker import Broker
-from controller.registrations import Endpoint
 from service.cli.main import UP_DEFAULTS
 from service.handlers.context import RequestContext
 from service.handlers.router import api_table

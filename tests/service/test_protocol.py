@@ -18,7 +18,14 @@ from local_tier.errors import ErrorCode
 from local_tier.segment import FileRegion
 from service.fetch_codec import encode_fetch_response, frame_size
 from service.handlers.router import Router, api_table
-from service.protocol import FrameError, RequestHeader, build, decode_request, encode_response, response_module
+from service.protocol import (
+    FrameError,
+    RequestHeader,
+    build,
+    decode_request,
+    encode_response,
+    response_module,
+)
 
 
 def _request_frame(api_key: int, version: int, body: object, correlation_id: int = 7) -> bytes:

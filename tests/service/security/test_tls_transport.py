@@ -4,6 +4,7 @@ dispatcher that echoes who it was talking to, and real ``ssl`` clients."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import struct
@@ -156,12 +157,13 @@ def test_garbage_and_stalled_handshakes_cost_their_own_connection_only(pki: Pki,
     try:
         garbage.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + bytes(range(256)) * 8)
         stalled.sendall(b"\x16\x03\x01")  # the start of a record, then nothing
-        with pytest.raises(OSError):  # a handshake larger than any ClientHello: closed
+        with contextlib.suppress(OSError):  # a handshake larger than any ClientHello is cut off
             for _ in range(64):
                 flood.sendall(b"\x16\x03\x01\x40\x00" + b"\x00" * 16384)
         with client(pki, port) as sock:  # meanwhile a real client is served at once
             sock.sendall(request(18, 5))
             assert read_frame(sock).endswith(b"User:ANONYMOUS")
+        assert closed(flood)
         assert closed(garbage)  # an alert, then closed
         assert closed(stalled)  # closed by the handshake timeout
     finally:

@@ -1,0 +1,112 @@
+"""Client quotas as the cluster metadata stores them, section ``client_quotas``::
+
+    [{"entity": {"user": "alice", "client-id": null}, "values": {"producer_byte_rate": 1048576.0}}]
+
+An entity names a ``user`` and/or a ``client-id``; ``null`` is Kafka's ``<default>``.
+:func:`quota_for` resolves a (user, client id) in Kafka's order (user+client, user+
+default client, user, default user+client, default user+default client, default user,
+client, default client) and says which entity matched (its sensor is per matched
+entity, as Kafka's). :func:`alter_quotas` and :func:`describe_quotas` are
+AlterClientQuotas and DescribeClientQuotas on the stored value, pure
+(docs/adr/0021-security-in-the-cluster-metadata.md).
+
+Pure functions over JSON values; thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from local_tier.errors import ErrorCode
+
+__all__ = ["KEYS", "SECTION", "alter_quotas", "describe_quotas", "quota_for"]
+
+SECTION = "client_quotas"
+KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage"})
+_TYPES = ("user", "client-id")
+Entity = tuple[tuple[str, str | None], ...]  # ((type, name or None for <default>), ...) sorted by type
+
+#: Kafka's resolution order: (user part, client part); "x" the actual name, None <default>, "-" absent
+_ORDER = (("x", "x"), ("x", None), ("x", "-"), (None, "x"), (None, None), (None, "-"), ("-", "x"), ("-", None))
+
+
+def _entity(data: dict[str, Any]) -> Entity:
+    return tuple(sorted((k, v) for k, v in data.items()))
+
+
+def _index(section: Iterable[dict[str, Any]] | None) -> dict[Entity, dict[str, float]]:
+    return {_entity(item["entity"]): dict(item["values"]) for item in section or ()}
+
+
+def quota_for(section: Any, key: str, user: str, client_id: str) -> tuple[float, Entity] | None:
+    """The quota ``key`` of (user, client id) and the entity it came from, or None."""
+    index = _index(section)
+    for user_part, client_part in _ORDER:
+        entity: list[tuple[str, str | None]] = []
+        if user_part != "-":
+            entity.append(("user", user if user_part == "x" else None))
+        if client_part != "-":
+            entity.append(("client-id", client_id if client_part == "x" else None))
+        found = index.get(tuple(sorted(entity)))
+        if found is not None and key in found:
+            return float(found[key]), tuple(sorted(entity))
+    return None
+
+
+def _validate(entity: Sequence[tuple[str, str | None]], ops: Sequence[tuple[str, float, bool]]) -> str | None:
+    types = [t for t, _ in entity]
+    if not types or len(set(types)) != len(types):
+        return "Invalid quota entity: each entity type at most once, at least one"
+    unknown = [t for t in types if t not in _TYPES]
+    if unknown:
+        return f"Unsupported quota entity type {unknown[0]} (Strata: user, client-id)"
+    for key, value, remove in ops:
+        if key not in KEYS:
+            return f"Unsupported quota key {key} (one of {', '.join(sorted(KEYS))})"
+        if not remove and not value > 0:
+            return f"Quota {key} must be positive, got {value}"
+    return None
+
+
+def alter_quotas(section: Any, entries: Sequence[tuple[Sequence[tuple[str, str | None]], Sequence[tuple[str, float, bool]]]],
+                 validate_only: bool) -> tuple[list[dict[str, Any]] | Any, list[tuple[ErrorCode, str | None]]]:
+    """The section after AlterClientQuotas and each entry's ``(error code, message)``."""
+    index = _index(section)
+    results: list[tuple[ErrorCode, str | None]] = []
+    for entity, ops in entries:
+        problem = _validate(entity, ops)
+        if problem is not None:
+            results.append((ErrorCode.invalid_request, problem))
+            continue
+        results.append((ErrorCode.none, None))
+        key = tuple(sorted(entity))
+        values = dict(index.get(key, {}))
+        for name, value, remove in ops:
+            if remove:
+                values.pop(name, None)
+            else:
+                values[name] = float(value)
+        if values:
+            index[key] = values
+        else:
+            index.pop(key, None)
+    if validate_only:
+        return section, results
+    return [{"entity": dict(k), "values": dict(sorted(v.items()))} for k, v in sorted(
+        index.items(), key=lambda kv: [(t, n or "") for t, n in kv[0]])], results
+
+
+def describe_quotas(section: Any, components: Sequence[tuple[str, int, str | None]],
+                    strict: bool) -> list[tuple[Entity, dict[str, float]]]:
+    """Entries matching DescribeClientQuotas' filter: ``(entity type, match type 0 exact /
+    1 default / 2 any, name)``; ``strict``: the entity has no other types."""
+    out = []
+    for entity, values in _index(section).items():
+        names = dict(entity)
+        ok = all(
+            t in names and (m == 2 or (m == 1 and names[t] is None) or (m == 0 and names[t] == name))
+            for t, m, name in components)
+        if ok and (not strict or set(names) == {t for t, _, _ in components}):
+            out.append((entity, values))
+    return out

@@ -1,0 +1,144 @@
+"""Measuring rates and throttling: :class:`QuotaManager` (client quotas, Kafka's
+``ClientQuotaManager``) and :class:`ByteRateLimit` (the broker's remote-read quota,
+KIP-956's ``remote.log.manager.fetch.max.bytes.per.second``).
+
+A rate is Kafka's sampled rate: ``quota.window.num`` samples of
+``quota.window.size.seconds``; the rate is the samples' total over the time they
+cover (at least all but one full window, so a first burst is not seen as infinite).
+A client over its quota gets Kafka's throttle time,
+``(rate - quota) / quota * window`` milliseconds: the broker answers at once with
+``throttle_time_ms`` and does not read from the connection for that long (KIP-219);
+a client that honours it settles at the quota. Sensors are per matched quota entity
+(a ``<default>`` user quota is each user's own), and idle ones are dropped.
+
+Not thread-safe: used on the event loop.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from service.quotas.entities import SECTION, quota_for
+
+__all__ = ["FETCH", "PRODUCE", "REQUEST", "ByteRateLimit", "QuotaManager", "Rate", "client_quotas"]
+
+PRODUCE, FETCH, REQUEST = "producer_byte_rate", "consumer_byte_rate", "request_percentage"
+_IDLE_S = 3600.0
+
+
+class Rate:
+    """Kafka's sampled rate (see the module docstring)."""
+
+    def __init__(self, samples: int, window_s: float) -> None:
+        self._samples: deque[list[float]] = deque()  # [start, total]
+        self._count = samples
+        self._window = window_s
+        self.last_used = 0.0
+
+    def record(self, value: float, now: float) -> None:
+        self._purge(now)
+        if not self._samples or now >= self._samples[-1][0] + self._window:
+            self._samples.append([now, 0.0])
+        self._samples[-1][1] += value
+        self.last_used = now
+
+    def measure(self, now: float) -> tuple[float, float]:
+        """(rate per second, the window it was measured over in seconds)."""
+        self._purge(now)
+        if not self._samples:
+            return 0.0, self._window * (self._count - 1)
+        covered = max(now - self._samples[0][0], self._window * (self._count - 1))
+        return sum(s[1] for s in self._samples) / covered, covered
+
+    def _purge(self, now: float) -> None:
+        horizon = now - self._count * self._window
+        while self._samples and self._samples[0][0] + self._window <= horizon:
+            self._samples.popleft()
+
+
+class QuotaManager:
+    """Client quotas over the newest metadata's ``client_quotas`` section."""
+
+    def __init__(self, revision: Callable[[], int], section: Callable[[], Any], samples: int, window_s: float,
+                 clock: Callable[[], float] = time.monotonic, remote_fetch: ByteRateLimit | None = None) -> None:
+        self._revision, self._section = revision, section
+        #: the broker's remote-read byte rate (KIP-956)
+        self.remote_fetch = remote_fetch or ByteRateLimit(2**63 - 1, samples, window_s, clock)
+        self._samples, self._window = samples, window_s
+        self._clock = clock
+        self._cached: tuple[int, Any] = (-2, None)
+        self._sensors: dict[tuple[str, Any, str, str], Rate] = {}
+        self._swept = 0.0
+
+    def _quotas(self) -> Any:
+        revision = self._revision()
+        if self._cached[0] != revision:
+            self._cached = (revision, self._section() if revision >= 0 else None)
+        return self._cached[1]
+
+    def record(self, key: str, user: str, client_id: str, value: float) -> int:
+        """Record ``value`` (bytes, or milliseconds of request time) for (user, client id);
+        the throttle time in milliseconds (0 within the quota or with none)."""
+        section = self._quotas()
+        if not section:
+            return 0
+        found = quota_for(section, key, user, client_id)
+        if found is None:
+            return 0
+        bound, entity = found
+        if key == REQUEST:
+            bound = bound * 10.0  # percent of one thread = 10 ms of request time per second
+        names = dict(entity)
+        sensor_key = (key, entity, user if "user" in names else "", client_id if "client-id" in names else "")
+        now = self._clock()
+        sensor = self._sensors.get(sensor_key)
+        if sensor is None:
+            sensor = self._sensors[sensor_key] = Rate(self._samples, self._window)
+        sensor.record(value, now)
+        self._sweep(now)
+        rate, window = sensor.measure(now)
+        if rate <= bound:
+            return 0
+        return round((rate - bound) / bound * window * 1000)
+
+    def _sweep(self, now: float) -> None:
+        if now - self._swept < 60:
+            return
+        self._swept = now
+        for key in [k for k, s in self._sensors.items() if now - s.last_used > _IDLE_S]:
+            del self._sensors[key]
+
+
+class ByteRateLimit:
+    """A broker-wide byte rate (KIP-956): :meth:`exceeded` before starting a read,
+    :meth:`record` the bytes read."""
+
+    def __init__(self, bytes_per_second: int, samples: int, window_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bytes_per_second = bytes_per_second
+        self._rate = Rate(samples, window_s)
+        self._clock = clock
+
+    @property
+    def unlimited(self) -> bool:
+        return self.bytes_per_second >= 2**63 - 1
+
+    def exceeded(self) -> bool:
+        return not self.unlimited and self._rate.measure(self._clock())[0] > self.bytes_per_second
+
+    def record(self, size: int) -> None:
+        if not self.unlimited:
+            self._rate.record(size, self._clock())
+
+
+def client_quotas(config: Any, image: Any) -> QuotaManager:
+    """The broker's client quota manager, reading quotas from its metadata image."""
+    remote = ByteRateLimit(config.get_int("remote.log.manager.fetch.max.bytes.per.second"),
+                           config.get_int("remote.log.manager.fetch.quota.window.num"),
+                           config.get_int("remote.log.manager.fetch.quota.window.size.seconds"))
+    return QuotaManager(lambda: image.revision, lambda: image.metadata.section(SECTION),
+                        config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"),
+                        remote_fetch=remote)
