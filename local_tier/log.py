@@ -381,7 +381,9 @@ class Log:
                 size=0,
                 duplicate=True,
             )
-        buf = bytearray(records)
+        # stamped in place when the caller handed a writable view (the server's request
+        # frames are), else in a copy
+        buf = records if isinstance(records, memoryview) and not records.readonly else bytearray(records)
         for position, header in validated.headers:
             stamp_batch(
                 buf,

@@ -376,7 +376,7 @@ def _where(pos: int, header: BatchHeader) -> str:
 
 
 def stamp_batch(
-    buf: bytearray,
+    buf: bytearray | memoryview,
     pos: int,
     *,
     base_offset: int,

@@ -46,7 +46,6 @@ from local_tier.errors import (
     InvalidPartitionsError,
     OffsetOutOfRangeError,
     PolicyViolationError,
-    RequestTimedOutError,
 )
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
@@ -433,16 +432,7 @@ class Broker:
 
     async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None:
         """Wait until :meth:`replicated`; REQUEST_TIMED_OUT after ``timeout_ms``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        while not self.replicated(topic, partition, offset):
-            left = deadline - loop.time()
-            if left <= 0:
-                raise RequestTimedOutError(
-                    f"{topic}-{partition}: the ISR did not replicate offset {offset - 1} in "
-                    f"{timeout_ms} ms"
-                )
-            await self.waiters.wait([(topic, partition)], left)
+        await self.replicas.wait_replicated(topic, partition, offset, timeout_ms)
 
     def write_txn_markers(
         self,

@@ -130,8 +130,10 @@ def _bytes_value(buf: Buffer, pos: int, stop: int) -> bytes:
 
 
 def _records_value(buf: Buffer, pos: int, stop: int) -> memoryview:
+    """A view of the frame, not a copy: writable when the frame is (the server's are, so a
+    Produce's batches are stamped where they arrived)."""
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
-    return view[pos:stop].toreadonly()
+    return view[pos:stop]
 
 
 _SIZED_VALUES: dict[str, Callable[[Buffer, int, int], Any]] = {

@@ -335,12 +335,14 @@ class Connection:
         arrived, so a declared size costs memory only as its bytes come in.
         """
         if len(buf) >= 4 + size:
-            frame = bytes(memoryview(buf)[4 : 4 + size])
+            frame = bytearray(memoryview(buf)[4 : 4 + size])
             del buf[: 4 + size]
-            return frame
-        body = bytearray(memoryview(buf)[4:])
+            return memoryview(frame)
+        # the first step at once, zero-filled once (growing by += copies what arrived)
+        have = len(buf) - 4
+        body = bytearray(min(size, max(_BODY_STEP, have)))
+        body[:have] = memoryview(buf)[4:]
         buf.clear()
-        have = len(body)
         self.receiving_body = True
         try:
             while have < size:
@@ -357,7 +359,9 @@ class Connection:
                 self.last_active = loop.time()
         finally:
             self.receiving_body = False
-        return memoryview(body).toreadonly()  # the protocol decoder takes read-only buffers
+        # writable: a Produce's batches get their offsets and leader epoch stamped in place
+        # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
+        return memoryview(body)
 
     async def _finish_reading(self) -> None:
         """No more requests: let the writer send what is pending, then close."""

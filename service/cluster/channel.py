@@ -29,7 +29,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kio.index import load_request_schema
 
@@ -47,9 +47,6 @@ from service.security.setup import InterBrokerSecurity
 __all__ = ["BrokerChannel", "ChannelConfig", "PeerChannels"]
 
 _log = logging.getLogger("strata.cluster.channel")
-#: the stream reader pauses the socket above twice this; at asyncio's 64 KiB a follower's
-#: 1 MiB fetch answer is read in 128 KiB pause/resume steps (half the cost per MiB measured)
-_STREAM_LIMIT = 8 * 1024 * 1024
 _I32 = struct.Struct(">i")
 _API_VERSIONS = 18
 _API_SASL_HANDSHAKE = 17
@@ -79,6 +76,103 @@ class _Pending:
     future: asyncio.Future[Any]
 
 
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Size-prefixed response frames, each received straight into a buffer of its size
+    (an asyncio stream copies every byte twice or more on the way: a follower's fetch
+    answers are megabytes); flow control for the requests written."""
+
+    def __init__(
+        self,
+        on_frame: Callable[[memoryview], None],
+        on_lost: Callable[[str], None],
+        max_frame_bytes: int,
+    ) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._max = max_frame_bytes
+        self._head = memoryview(bytearray(4))
+        #: frames are read into this one buffer, replaced only by a larger one: a fresh
+        #: megabyte per fetch answer costs its page faults every time (kio's decoder copies
+        #: what it keeps, so the buffer is free again once a frame is decoded)
+        self._buffer = bytearray(0)
+        self._frame: memoryview | None = None
+        self._have = 0
+        self.transport: asyncio.Transport | None = None
+        self._paused = False
+        self._drained: list[asyncio.Future[None]] = []
+        self._lost: str | None = None
+        self._gone = asyncio.get_running_loop().create_future()  # connection_lost was called
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # never beyond the frame being read: the next one gets a buffer of its own
+        return self._head[self._have:] if self._frame is None else self._frame[self._have:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._have += nbytes
+        if self._frame is None:
+            if self._have < 4:
+                return
+            (size,) = _I32.unpack(self._head)
+            self._have = 0
+            if not 4 <= size <= self._max:
+                self._lose(f"response frame of {size} bytes is out of bounds")
+                return
+            if len(self._buffer) < size:
+                self._buffer = bytearray(size)
+            self._frame = memoryview(self._buffer)[:size]
+        elif self._have == len(self._frame):
+            frame, self._frame, self._have = self._frame, None, 0
+            with frame.toreadonly() as payload:  # kio's decoder takes read-only buffers
+                self._on_frame(payload)
+            frame.release()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lose(f"connection lost: {exc}" if exc is not None else "connection closed by the peer")
+        if not self._gone.done():
+            self._gone.set_result(None)
+
+    async def wait_closed(self, timeout_s: float = 1.0) -> None:
+        """Until the transport has closed (the peer sees the end of the connection)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._gone), timeout_s)
+
+    def _lose(self, why: str) -> None:
+        if self._lost is not None:
+            return
+        self._lost = why
+        if self.transport is not None:
+            self.transport.close()
+        self._wake_writers()
+        self._on_lost(why)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake_writers()
+
+    def _wake_writers(self) -> None:
+        waiters, self._drained = self._drained, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    async def drain(self) -> None:
+        """Until the transport takes more writes; ``ConnectionError`` once it is lost."""
+        if self._lost is not None:
+            raise ConnectionError(self._lost)
+        if self._paused:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._drained.append(fut)
+            await fut
+            if self._lost is not None:
+                raise ConnectionError(self._lost)
+
+
 class BrokerChannel:
     """The connection to one peer broker (see the module docstring).
 
@@ -100,9 +194,8 @@ class BrokerChannel:
         self._config = config
         self._ours = dict(versions)
         self._peer_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _FrameProtocol | None = None
         self._pending: dict[int, _Pending] = {}
         self._correlation = itertools.count(1)
         self._connect_lock = asyncio.Lock()
@@ -116,7 +209,7 @@ class BrokerChannel:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and not self._writer.is_closing()
+        return self._transport is not None and not self._transport.is_closing()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -163,16 +256,16 @@ class BrokerChannel:
             return version, await self._send(api_key, version, body, deadline)
 
     async def _send(self, api_key: int, version: int, body: Any, deadline: float) -> Any:
-        writer = self._writer
-        if writer is None:
+        transport, protocol = self._transport, self._protocol
+        if transport is None or protocol is None:
             raise BrokerNotAvailableError(f"no connection to broker {self.node_id}")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(api_key, version, correlation_id, self._config.client_id, body)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = _Pending(api_key, version, future)
         try:
-            writer.write(frame)
-            await writer.drain()
+            transport.write(frame)
+            await protocol.drain()
             return await asyncio.wait_for(asyncio.shield(future), max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             self._pending.pop(correlation_id, None)  # its failure is raised here, not set
@@ -209,10 +302,12 @@ class BrokerChannel:
             try:
                 budget = min(self._config.connect_timeout_s, max(0.0, deadline - time.monotonic()))
                 tls = None if self._config.security is None else self._config.security.ssl_context
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, ssl=tls,
-                                            server_hostname=self.host if tls else None,
-                                            limit=_STREAM_LIMIT),
+                transport, protocol = await asyncio.wait_for(
+                    asyncio.get_running_loop().create_connection(
+                        lambda: _FrameProtocol(self._on_frame, self._on_lost,
+                                               self._config.max_response_bytes),
+                        self.host, self.port, ssl=tls, server_hostname=self.host if tls else None,
+                    ),
                     budget,
                 )
             except (OSError, TimeoutError, ssl.SSLError) as exc:
@@ -220,8 +315,7 @@ class BrokerChannel:
                 raise BrokerNotAvailableError(
                     f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
                 ) from exc
-            self._reader, self._writer = reader, writer
-            self._read_task = asyncio.create_task(self._read_loop(reader), name=f"peer-{self.node_id}")
+            self._transport, self._protocol = cast(asyncio.Transport, transport), protocol
             try:
                 await self._negotiate(deadline)
                 await self._authenticate(deadline)
@@ -280,40 +374,26 @@ class BrokerChannel:
         backoff = min(self._config.backoff_max_s, self._config.backoff_s * 2 ** (self._failures - 1))
         self._retry_at = time.monotonic() + backoff
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
-        why = "connection closed by the peer"
+    def _on_frame(self, payload: memoryview) -> None:
+        """A response frame arrived (on the loop, from the protocol): its request's answer."""
+        (correlation_id,) = _I32.unpack_from(payload, 0)
+        pending = self._pending.pop(correlation_id, None)
+        if pending is None or pending.future.done():
+            return  # its request timed out meanwhile
         try:
-            while True:
-                head = await reader.readexactly(4)
-                (size,) = _I32.unpack(head)
-                if not 4 <= size <= self._config.max_response_bytes:
-                    why = f"response frame of {size} bytes is out of bounds"
-                    break
-                payload = await reader.readexactly(size)
-                (correlation_id,) = _I32.unpack_from(payload, 0)
-                pending = self._pending.pop(correlation_id, None)
-                if pending is None or pending.future.done():
-                    continue  # its request timed out meanwhile
-                try:
-                    pending.future.set_result(decode_response(pending.api_key, pending.version, payload))
-                except ResponseError as exc:
-                    pending.future.set_exception(BrokerNotAvailableError(str(exc)))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            why = f"connection lost: {exc}"
-        except asyncio.CancelledError:
-            why = "channel closed"
-            raise
-        finally:
-            self._drop(why, from_reader=True)
+            pending.future.set_result(decode_response(pending.api_key, pending.version, payload))
+        except ResponseError as exc:
+            pending.future.set_exception(BrokerNotAvailableError(str(exc)))
+
+    def _on_lost(self, why: str) -> None:
+        self._drop(why, from_reader=True)
 
     def _drop(self, why: str, *, from_reader: bool = False) -> None:
-        writer, self._writer, self._reader = self._writer, None, None
-        task, self._read_task = self._read_task, None
-        if writer is not None:
-            _log.info("connection to broker %d dropped: %s", self.node_id, why)
-            writer.close()
-        if task is not None and not from_reader:
-            task.cancel()
+        transport, self._transport, self._protocol = self._transport, None, None
+        if transport is not None:
+            _log.info("connection to broker %d %s: %s", self.node_id,
+                      "lost" if from_reader else "dropped", why)
+            transport.close()
         pending, self._pending = self._pending, {}
         for p in pending.values():
             if not p.future.done():
@@ -323,11 +403,10 @@ class BrokerChannel:
 
     async def close(self) -> None:
         self._closed = True
-        task = self._read_task
+        protocol = self._protocol
         self._drop("channel closed")
-        if task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if protocol is not None:
+            await protocol.wait_closed()
 
 
 def _entity_name(api_key: int, version: int) -> str:

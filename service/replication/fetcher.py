@@ -106,7 +106,7 @@ class FetcherConfig:
     max_wait_ms: int = 500  # replica.fetch.wait.max.ms
     min_bytes: int = 1  # replica.fetch.min.bytes
     max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes
-    partition_max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
+    partition_max_bytes: int = 8 * 1024 * 1024  # replica.fetch.max.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     request_timeout_ms: int = 30_000
 

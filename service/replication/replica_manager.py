@@ -50,6 +50,7 @@ from local_tier.errors import (
 )
 from local_tier.log import Log
 from local_tier.manager import LogManager
+from service.replication.delayed_produce import ProduceWaiters
 from service.replication.partition import Partition, Transition, monotonic_ms
 
 __all__ = [
@@ -152,6 +153,7 @@ class ReplicaManager:
         self.followers: Followers | None = None
         self.isr_changes: IsrChanges | None = None
         self.on_log_deleted: Callable[[str, int, uuid.UUID, bool], None] | None = None
+        self.produce_waiters = ProduceWaiters()
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -200,17 +202,17 @@ class ReplicaManager:
                     self.followers.remove([key])
                 for listener in self._listeners:
                     listener.on_leader(partition)
-                self._waiters.notify(*key)
+                self._changed(partition)
             elif transition is Transition.FOLLOWER:
                 _log.debug("%s: follower of broker %d at epoch %d", partition.name,
                           partition.leader_id, partition.leader_epoch)
                 for listener in self._listeners:
                     listener.on_resign(key[0], key[1], False)
-                self._waiters.notify(*key)
+                self._changed(partition)
                 became_followers.append(partition)
             if partition.is_leader:
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
-                    self._waiters.notify(*key)
+                    self._changed(partition)
                 self._maybe_expand_isr(partition)
         if self.followers is not None:
             for partition in became_followers:
@@ -235,6 +237,7 @@ class ReplicaManager:
             listener.on_resign(key[0], key[1], deleted)
         self._delete_log(key, partition.topic_id, deleted, was_leader=partition.is_leader)
         self._waiters.notify(*key)
+        self.produce_waiters.fail(key, f"{partition.name} is no longer hosted here ({reason})")
 
     def _delete_log(
         self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool, was_leader: bool = False
@@ -290,8 +293,21 @@ class ReplicaManager:
 
     def after_append(self, partition: Partition) -> None:
         """A leader appended: move the high watermark and wake fetches (followers' too)."""
-        partition.maybe_increment_high_watermark()
+        if partition.maybe_increment_high_watermark():
+            self.produce_waiters.wake(partition)
         self._waiters.notify(partition.topic, partition.index)
+
+    def _changed(self, partition: Partition) -> None:
+        """The partition's high watermark, ISR or leadership changed: wake the fetches and
+        the acks=all produce requests waiting on it."""
+        self._waiters.notify(partition.topic, partition.index)
+        self.produce_waiters.wake(partition)
+
+    async def wait_replicated(self, topic: str, index: int, offset: int, timeout_ms: int) -> None:
+        """Until the ISR holds every offset below ``offset`` (acks=all); REQUEST_TIMED_OUT,
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND or NOT_LEADER_OR_FOLLOWER else
+        (:mod:`service.replication.delayed_produce`)."""
+        await self.produce_waiters.wait(self.get_partition(topic, index), offset, timeout_ms)
 
     def after_follower_append(self, partition: Partition) -> None:
         """A follower appended what it fetched (its high watermark may have moved)."""
@@ -321,14 +337,16 @@ class ReplicaManager:
             monotonic_ms(),
         )
         if moved:
-            self._waiters.notify(fetch.topic, fetch.partition)
+            self._changed(partition)
         self._maybe_expand_isr(partition)
         return None
 
     def after_isr_change(self, partition: Partition, high_watermark_moved: bool) -> None:
         """The controller committed an ISR change this leader asked for."""
         if high_watermark_moved:
-            self._waiters.notify(partition.topic, partition.index)
+            self._changed(partition)
+        else:  # a shrink below min.insync.replicas answers waiting requests all the same
+            self.produce_waiters.wake(partition)
 
     def shrink_isrs(self, max_lag_ms: int) -> int:
         """Ask the controller to drop, from the ISR of every partition this broker leads,

@@ -119,3 +119,8 @@ def test_records_are_views_of_the_frame_not_copies() -> None:
     _, request = decode_request(memoryview(frame))
     records = request.topic_data[0].partition_data[0].records
     assert isinstance(records, memoryview) and records.readonly and records.obj is frame
+    # a writable frame (the server's) gives writable views: Produce stamps batches in place
+    writable = bytearray(frame)
+    _, request = decode_request(memoryview(writable))
+    records = request.topic_data[0].partition_data[0].records
+    assert not records.readonly and records.obj is writable
