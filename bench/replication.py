@@ -113,6 +113,14 @@ def throughput(work: Path, records: int, size: int, rounds: int) -> dict[str, An
             "acksall_rf3_records_per_s": three, "ratio": three / one}
 
 
+def _preferred_election(bootstrap: str, name: str) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(name, 0)]).result(30)
+
+
 class _Probe:
     """An idempotent acks=all producer sending a record every 10 ms; ack times."""
 
@@ -122,29 +130,33 @@ class _Probe:
         self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                                    "acks": "all", "linger.ms": 0, "message.timeout.ms": 60_000})
         self._topic = topic
-        self.acks: list[float] = []
+        self.acks: list[tuple[float, float]] = []  # (sent, acknowledged)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
+    def _on_delivery(self, sent: float, err: Any, _msg: Any) -> None:
         if err is None:
-            self.acks.append(time.monotonic())
+            self.acks.append((sent, time.monotonic()))
         else:
             self.errors.append(str(err))
 
     def _run(self) -> None:
         i = 0
         while not self._stop.is_set():
-            self._producer.produce(self._topic, b"probe-%d" % i, partition=0, on_delivery=self._on_delivery)
+            sent = time.monotonic()
+            self._producer.produce(self._topic, b"probe-%d" % i, partition=0,
+                                   on_delivery=lambda err, msg, sent=sent: self._on_delivery(sent, err, msg))
             i += 1
             self._producer.poll(0.01)
 
     def first_ack_after(self, t: float, timeout_s: float = 60) -> float:
+        """When the first record sent after ``t`` was acknowledged (an acknowledgement of one
+        sent before may reach the callback a poll later: the old leader's)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            after = [a for a in self.acks if a > t]
+            after = [acked for sent, acked in self.acks if sent > t]
             if after:
                 return min(after)
             time.sleep(0.005)
@@ -173,8 +185,11 @@ def failover(work: Path, runs: int) -> dict[str, Any]:
         _wait("the probe acknowledged", lambda: len(probe.acks) > 10)
         for run in range(runs):
             leader = _partition(bootstrap, "bench-failover").leader
-            if leader == controller:  # the preferred leader is back on the others next time
-                leader = others[0]
+            if leader == controller:  # the last run moved it there: back to a preferred replica
+                _preferred_election(bootstrap, "bench-failover")
+                leader = _wait("a leader other than the controller",
+                               lambda: (p := _partition(bootstrap, "bench-failover")).leader != controller
+                               and p.leader)
             victim = by_id[leader]
             assert victim.proc is not None
             victim.proc.kill()

@@ -16,7 +16,10 @@ Memory: a request's declared size is reserved in the shared
 :class:`~service.request_memory.RequestMemoryPool` (``queued.max.request.bytes``)
 before its body is read, and returned when its handler is done; bodies are
 received in steps as their bytes arrive, never allocated whole up front.
-Connections with no traffic and no request in progress for
+A connection keeps up to two request buffers of 1-8 MiB its finished requests
+no longer view, for its next large requests (a fresh buffer costs its zero-fill and
+page faults on every produce request); they are outside that pool. Connections
+with no traffic and no request in progress for
 ``connections.max.idle.ms`` are closed, as are half-received requests that stall
 while others wait for their memory.
 
@@ -60,6 +63,9 @@ _READ_CHUNK = 256 * 1024
 _BODY_STEP = 1024 * 1024
 #: what a growing body is extended with (no fresh zero-filled allocation per step)
 _ZEROS = memoryview(bytes(_BODY_STEP))
+#: request buffers a connection keeps for its next requests, and the largest it keeps
+_MAX_SPARES = 2
+_MAX_SPARE_BYTES = 8 * _BODY_STEP
 #: a half-received request that made no progress for this long is closed when
 #: other requests wait for memory (its reservation is what they wait for)
 STALLED_BODY_SECONDS = 10.0
@@ -208,6 +214,7 @@ class Connection:
         self._history_send: Future[tuple[int, int] | None] | None = None
         #: brokers that heartbeat the controller on this connection
         self.heartbeat_brokers: set[int] = set()
+        self._spare: list[bytearray] = []  # request buffers to reuse (_recycle)
         self._close_callbacks: list[Callable[[], None]] = []
 
     def add_close_callback(self, callback: Callable[[], None]) -> None:
@@ -301,11 +308,14 @@ class Connection:
                         await self._finish_reading()
                         return
                     fut = asyncio.ensure_future(server._dispatcher.dispatch(frame, self))
-                    fut.add_done_callback(lambda _, n=size: server.memory.release(n))
+                    fut.add_done_callback(
+                        lambda _, n=size, f=frame: (server.memory.release(n), self._recycle(f))
+                    )
                     handed_over = True
                 finally:
                     if not handed_over:
                         server.memory.release(size)
+                frame = None  # its buffer may be recycled once the request is done with it
                 self.inflight += 1
                 await self._queue.put(fut)
         except FrameError as exc:
@@ -338,9 +348,10 @@ class Connection:
             frame = bytearray(memoryview(buf)[4 : 4 + size])
             del buf[: 4 + size]
             return memoryview(frame)
-        # the first step at once, zero-filled once (growing by += copies what arrived)
+        # a buffer an earlier request is done with, else the first step at once (zero-filled
+        # once: growing by += copies what arrived)
         have = len(buf) - 4
-        body = bytearray(min(size, max(_BODY_STEP, have)))
+        body = self._spare_body(size) or bytearray(min(size, max(_BODY_STEP, have)))
         body[:have] = memoryview(buf)[4:]
         buf.clear()
         self.receiving_body = True
@@ -351,7 +362,7 @@ class Connection:
                     while grow > 0:
                         body += _ZEROS[: min(grow, _BODY_STEP)]
                         grow -= _BODY_STEP
-                with memoryview(body) as view, view[have:] as free:
+                with memoryview(body) as view, view[have:size] as free:
                     got = await self.transport.recv_into(free)
                 if not got:
                     return None
@@ -361,7 +372,30 @@ class Connection:
             self.receiving_body = False
         # writable: a Produce's batches get their offsets and leader epoch stamped in place
         # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
-        return memoryview(body)
+        return memoryview(body)[:size]
+
+    def _recycle(self, frame: memoryview) -> None:
+        """A request is done: its body buffer may serve a later one (a fresh megabyte is
+        zero-filled and page-faulted in for every produce request otherwise)."""
+        body = frame.obj
+        frame.release()
+        if isinstance(body, bytearray) and _BODY_STEP <= len(body) <= _MAX_SPARE_BYTES:
+            self._spare.append(body)
+            del self._spare[:-_MAX_SPARES]
+
+    def _spare_body(self, size: int) -> bytearray | None:
+        """A recycled buffer of at least ``size`` bytes that nothing views any more."""
+        for i, body in enumerate(self._spare):
+            if len(body) < size:
+                continue
+            try:  # a bytearray with live views cannot be resized: this one is still in use
+                body.append(0)
+            except BufferError:
+                continue
+            del body[-1]
+            del self._spare[i]
+            return body
+        return None
 
     async def _finish_reading(self) -> None:
         """No more requests: let the writer send what is pending, then close."""

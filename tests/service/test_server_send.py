@@ -228,3 +228,24 @@ def test_history_threads_run_on_the_cpus_given() -> None:
     t.join()
     assert seen == [{cpu}]
     assert len(os.sched_getaffinity(0)) >= 2  # the calling thread alone, not the process
+
+
+def test_a_request_buffer_is_reused_only_once_nothing_views_it() -> None:
+    """Large request bodies are recycled for the connection's next requests, but never while
+    a view of one lives on (a Produce's records are views of its frame)."""
+    from service.server import Connection
+
+    conn = object.__new__(Connection)
+    conn._spare = []
+    big = bytearray(2 * 1024 * 1024)
+    frame = memoryview(big)[: 1024 * 1024 + 5]
+    records = frame[100:200]  # still held by someone
+    conn._recycle(frame)
+    assert conn._spare == [big]
+    assert conn._spare_body(1024 * 1024) is None  # a view of it lives: not reused
+    records.release()
+    assert conn._spare_body(3 * 1024 * 1024) is None  # too small for this request
+    assert conn._spare_body(1024 * 1024) is big and conn._spare == []
+    conn._recycle(memoryview(bytearray(1000)))  # small ones are not kept
+    conn._recycle(memoryview(bytearray(64 * 1024 * 1024)))  # nor very large ones
+    assert conn._spare == []
