@@ -318,7 +318,9 @@ class ManifestStallingProxy:
             upstream = self._track(socket.create_connection(("127.0.0.1", self.upstream_port)))
             upstream.sendall(head)
             self._pump(client, upstream, hold_response=held == "response")
-        except OSError:
+        except (OSError, ValueError):
+            # close() from the test thread closes these sockets under us: select()
+            # then raises ValueError on the fd of -1, recv() raises OSError.
             pass
         finally:
             client.close()
