@@ -16,7 +16,6 @@ from service.groups.consumer import ConsumerHeartbeat
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
-    ResourceType,
     authorized_operations,
 )
 from service.protocol import build, response_module

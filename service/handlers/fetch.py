@@ -21,7 +21,11 @@ from service.handlers.context import RequestContext
 from service.protocol import timedelta_to_ms
 from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
-from service.replication.read_replicas import RACK_AWARE_SELECTOR, ConsumerLogs, select_read_replicas
+from service.replication.read_replicas import (
+    RACK_AWARE_SELECTOR,
+    ConsumerLogs,
+    select_read_replicas,
+)
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.tiered_txns import read_committed
 
@@ -125,7 +129,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     broker.metrics_fetch(data)
-    throttle = ctx.throttle(FETCH, sum(d.size for d in data))  # the fetch byte-rate quota
+    # the fetch byte-rate quota and the request-time one (not counting the long poll)
+    throttle = max(ctx.throttle(FETCH, sum(d.size for d in data)), ctx.request_throttle())
     error, response_session = ErrorCode.none, INVALID_SESSION_ID
     if session is not None:
         error, response_session, data = broker.fetch_sessions.respond(session, data)

@@ -165,12 +165,17 @@ def _append_and_answer(
             result = PartitionResult(p.index, int(exc.code), error_message=exc.message,
                                      record_errors=record_errors)
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
-    throttle = ctx.throttle_ms  # the produce byte-rate quota, decided by the router as the request was read
     if acks == 0:
         return None
     if waiting:
-        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms, throttle)
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), throttle)
+        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), _throttle(ctx))
+
+
+def _throttle(ctx: RequestContext) -> int:
+    """The larger of the produce byte-rate throttle (decided by the router as the request
+    was read, so pipelined requests cannot outrun it) and the request-time one."""
+    return max(ctx.throttle_ms, ctx.request_throttle())
 
 
 async def _after_replication(
@@ -178,7 +183,6 @@ async def _after_replication(
     topics: list[tuple[str, list[PartitionResult]]],
     waiting: list[tuple[str, list[PartitionResult], int, int]],
     timeout_ms: int,
-    throttle: int,
 ) -> bytes:
     """acks=all: answer once every replica in the ISR holds the appended records (Kafka's
     delayed produce); REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER per partition else."""
@@ -192,4 +196,4 @@ async def _after_replication(
             partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)
 
     await asyncio.gather(*(wait(*w) for w in waiting))
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics, throttle)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, topics, _throttle(ctx))

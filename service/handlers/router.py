@@ -22,7 +22,7 @@ from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.cluster.node import answering_locally
 from service.handlers import coordination
 from service.handlers.authz import refusal
-from service.handlers.context import Handler, RequestContext
+from service.handlers.context import Handler, RequestClock, RequestContext
 from service.handlers.coordination import GROUP_APIS
 from service.protocol import (
     FrameError,
@@ -194,6 +194,16 @@ class Router:
         self.quotas = quotas
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
+        if self.quotas is None or not self.quotas.has(REQUEST):
+            return self._dispatch(frame, conn, None)
+        clock = RequestClock()  # the request's time on the loop, decoding included
+        try:
+            return self._dispatch(frame, conn, clock)
+        finally:
+            clock.pause()
+
+    def _dispatch(self, frame: bytes | memoryview, conn: Connection | None,
+                  clock: RequestClock | None) -> Awaitable[Response]:
         if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
             from service.handlers.sasl import raw_token  # SaslHandshake v0: a bare SASL token
 
@@ -213,13 +223,15 @@ class Router:
             )
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
-        ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas)
+        ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas, clock)
         if api_key == 0 and self.quotas is not None:  # the produce byte-rate quota, decided now
             size = sum(len(p.records) for t in body.topic_data for p in t.partition_data if p.records is not None)
             ctx = dataclasses.replace(ctx, throttle_ms=ctx.throttle(PRODUCE, size))
         if spec.forwarded and self._broker.forwards_controller_writes():
-            return self._forward(spec, ctx, body, frame)
-        return self._run(spec, ctx, body)
+            answer = self._forward(spec, ctx, body, frame)
+        else:
+            answer = self._run(spec, ctx, body)
+        return answer if clock is None else clock.timed(answer)
 
     async def _forward(
         self, spec: ApiSpec, ctx: RequestContext, body: Any, frame: bytes | memoryview
@@ -258,7 +270,7 @@ class Router:
             if inspect.isawaitable(result):
                 result = await result
         elapsed = time.perf_counter() - started
-        throttle = ctx.throttle(REQUEST, elapsed * 1000)  # request_percentage, all APIs
+        throttle = ctx.request_throttle()  # request_percentage, every API: its time on the loop
         if not (result is None or isinstance(result, (list, bytes))):
             if throttle and hasattr(result, "throttle_time"):
                 result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))

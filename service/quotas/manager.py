@@ -6,7 +6,8 @@ A rate is Kafka's sampled rate: ``quota.window.num`` samples of
 ``quota.window.size.seconds``; the rate is the samples' total over the time they
 cover (at least all but one full window, so a first burst is not seen as infinite).
 A client over its quota gets Kafka's throttle time,
-``(rate - quota) / quota * window`` milliseconds: the broker answers at once with
+``(rate - quota) / quota * window`` milliseconds (a request-time throttle at most one
+sample window, as Kafka's): the broker answers at once with
 ``throttle_time_ms`` and does not read from the connection for that long (KIP-219);
 a client that honours it settles at the quota. Sensors are per matched quota entity
 (a ``<default>`` user quota is each user's own), and idle ones are dropped.
@@ -70,6 +71,7 @@ class QuotaManager:
         self._samples, self._window = samples, window_s
         self._clock = clock
         self._cached: tuple[int, Any] = (-2, None)
+        self._has: tuple[int, frozenset[str]] = (-2, frozenset())
         self._sensors: dict[tuple[str, Any, str, str], Rate] = {}
         self._swept = 0.0
 
@@ -78,6 +80,14 @@ class QuotaManager:
         if self._cached[0] != revision:
             self._cached = (revision, self._section() if revision >= 0 else None)
         return self._cached[1]
+
+    def has(self, key: str) -> bool:
+        """Whether any client has a ``key`` quota (nothing to measure otherwise)."""
+        revision = self._revision()
+        if self._has[0] != revision:
+            section = self._quotas()
+            self._has = (revision, frozenset(k for item in section or () for k in item["values"]))
+        return key in self._has[1]
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Record ``value`` (bytes, or milliseconds of request time) for (user, client id);
@@ -102,7 +112,10 @@ class QuotaManager:
         rate, window = sensor.measure(now)
         if rate <= bound:
             return 0
-        return round((rate - bound) / bound * window * 1000)
+        throttle = round((rate - bound) / bound * window * 1000)
+        # Kafka bounds a request-time throttle to one sample window (ClientRequestQuotaManager):
+        # request time comes in lumps, and one slow request must not mute a client for minutes
+        return min(throttle, round(self._window * 1000)) if key == REQUEST else throttle
 
     def _sweep(self, now: float) -> None:
         if now - self._swept < 60:

@@ -4,7 +4,7 @@ settling at its quota (simulated time, so exact)."""
 from __future__ import annotations
 
 from service.quotas.entities import alter_quotas, quota_for
-from service.quotas.manager import PRODUCE, QuotaManager
+from service.quotas.manager import PRODUCE, REQUEST, QuotaManager
 
 
 def stored(*entries: tuple[list[tuple[str, str | None]], float]) -> object:
@@ -51,3 +51,16 @@ def test_the_remote_read_rate_stops_new_reads_over_its_bound() -> None:
     now[0] += 12  # the samples expire
     assert not limit.exceeded()
     assert ByteRateLimit(2**63 - 1, 11, 1.0).unlimited
+
+
+def test_a_request_time_throttle_is_at_most_one_window() -> None:
+    now = [0.0]
+    section, results = alter_quotas(None, [([("client-id", None)], [(REQUEST, 1.0, False)])], False)
+    assert all(code == 0 for code, _ in results)
+    quotas = QuotaManager(lambda: 1, lambda: section, 11, 1.0, clock=lambda: now[0])
+    # 1% of a thread is 10 ms a second; one request of 5 s is far over it
+    assert quotas.record(REQUEST, "alice", "app", 5_000) == 1_000  # Kafka's bound: one window
+    # byte rates are not bounded
+    bytes_section, _ = alter_quotas(None, [([("client-id", None)], [(PRODUCE, 1_000.0, False)])], False)
+    by_bytes = QuotaManager(lambda: 1, lambda: bytes_section, 11, 1.0, clock=lambda: now[0])
+    assert by_bytes.record(PRODUCE, "alice", "app", 1_000_000) > 1_000
