@@ -124,7 +124,7 @@ class RequestContext:
     def throttle(self, key: str, value: float) -> int:
         """Record ``value`` against the client's quota ``key``; the throttle time (ms), for
         which the connection is also muted (KIP-219)."""
-        if self.quotas is None:
+        if self.quotas is None or not self.quotas.has(key):
             return 0
         ms = self.quotas.record(key, self.principal.name, self.header.client_id or "", value)
         if ms > 0 and self.connection is not None:

@@ -224,7 +224,7 @@ class Router:
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
         ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas, clock)
-        if api_key == 0 and self.quotas is not None:  # the produce byte-rate quota, decided now
+        if api_key == 0 and self.quotas is not None and self.quotas.has(PRODUCE):  # decided now
             size = sum(len(p.records) for t in body.topic_data for p in t.partition_data if p.records is not None)
             ctx = dataclasses.replace(ctx, throttle_ms=ctx.throttle(PRODUCE, size))
         if spec.forwarded and self._broker.forwards_controller_writes():
