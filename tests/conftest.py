@@ -29,6 +29,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BROKER_START_TIMEOUT_S = 30.0
+READY_WAIT_S = 5.0  # at most this long for /v1/ready once the Kafka port is bound
 BROKER_STOP_TIMEOUT_S = 20.0
 
 
@@ -145,12 +146,37 @@ class BrokerProcess:
                     f"log:\n{self.log_tail()}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
+                    self._wait_until_ready(min(deadline, time.monotonic() + READY_WAIT_S))
                     return
             except OSError:
                 time.sleep(0.1)
         self.kill()
         raise RuntimeError(f"broker did not listen on {self.bootstrap} within "
                            f"{BROKER_START_TIMEOUT_S:.0f}s; log:\n{self.log_tail()}")
+
+    def _wait_until_ready(self, until: float) -> None:
+        """The Kafka port is bound before the broker serves it (requests wait in the kernel's
+        queue), and the HTTP listener comes up after it: until ``/v1/ready`` answers 200, as
+        a test that talks to the admin API first would otherwise meet a refused connection
+        or a 503. Best effort: a broker that is not ready by ``until`` (a cluster member
+        waiting for a controller, an object store made to fail), an HTTPS or authenticated
+        listener, is left to the test."""
+        import urllib.error
+        import urllib.request
+
+        while time.monotonic() < until and self.running:
+            try:
+                with urllib.request.urlopen(f"{self.admin_url}/v1/ready", timeout=0.5):
+                    return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503:
+                    return  # answered (401 behind authentication, ...): up
+            except urllib.error.URLError as exc:
+                if not isinstance(exc.reason, ConnectionRefusedError):
+                    return  # not plain HTTP (TLS), or something the test is about
+            except (OSError, ValueError):
+                return
+            time.sleep(0.05)
 
     @property
     def running(self) -> bool:

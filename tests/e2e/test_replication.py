@@ -483,8 +483,11 @@ def test_a_leader_partitioned_away_loses_the_acks1_writes_it_took_meanwhile(
         assert _produce_raw(cluster.brokers[1].bootstrap, "split", after, acks=-1) == 0
         for link in (cluster.proxies[1], cluster.proxies[2], bucket_link):
             link.heal()
+        # broker 1 leading with both in the ISR: only a view taken after broker 2 followed
+        # (the healed broker's own stale view says ISR [2, 1] too, with itself leading)
         _wait(cluster, "the old leader back in the ISR, truncated",
-              lambda: sorted(_partition(cluster, "split").isrs) == [1, 2], timeout_s=60)
+              lambda: (p := _partition(cluster, "split")).leader == 1 and sorted(p.isrs) == [1, 2],
+              timeout_s=60)
         for isolation in ("read_uncommitted", "read_committed"):
             values = [v for _, _, v in _read_all(cluster.bootstrap, "split", isolation=isolation)]
             assert values == committed + after, isolation
