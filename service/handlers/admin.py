@@ -101,11 +101,16 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 assignments=assignments,
             )
             config_cls = getattr(mod, "CreatableTopicConfigs", None)  # v5+
+            fields.update(topic_id=info.topic_id, error_code=ErrorCode.none, error_message=None)
+            if config_cls is not None and not ctx.allowed(Op.DESCRIBE_CONFIGS, Res.TOPIC, topic.name):
+                # created, but what it was created with is not the principal's to read (Kafka's
+                # ReplicationControlManager: TOPIC_AUTHORIZATION_FAILED in the config error code)
+                fields.update(num_partitions=-1, replication_factor=-1, configs=(),
+                              topic_config_error_code=ErrorCode.topic_authorization_failed)
+                results.append(build(mod.CreatableTopicResult, **fields))
+                continue
             entries = broker.config.topic_entries(info.configs) if config_cls else []
             fields.update(
-                topic_id=info.topic_id,
-                error_code=ErrorCode.none,
-                error_message=None,
                 num_partitions=info.partitions,
                 replication_factor=replication if replication > 0 else broker.replication_factor(info),
                 configs=tuple(

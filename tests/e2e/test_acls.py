@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.admin.configs import DescribeConfigsRequest
 from kafka.protocol.consumer import JoinGroupRequest, OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
@@ -240,3 +241,32 @@ def test_the_admin_api_refuses_unauthenticated_and_unauthorized_requests(acl_bro
         import urllib.request
 
         urllib.request.urlopen(acl_broker.process.admin_url + "/v1/health", timeout=5).read()
+
+
+def test_created_topics_configs_need_describe_configs(acl_broker: AclBroker) -> None:
+    """Kafka's CreateTopics answers a topic's configs only to a principal that may
+    DESCRIBE_CONFIGS it: without, the topic is created and its configs withheld
+    (``topic_config_error_code`` TOPIC_AUTHORIZATION_FAILED)."""
+    prefix = topic_name("acl-create")
+    acl_broker.strata("acls", "--add", "--allow-principal", "User:bob", "--allow-principal", "User:alice",
+                      "--operation", "Create", "--topic", prefix, "--resource-pattern-type", "prefixed")
+    acl_broker.strata("acls", "--add", "--allow-principal", "User:alice", "--operation", "DescribeConfigs",
+                      "--topic", prefix, "--resource-pattern-type", "prefixed")
+
+    def create(who: tuple[str, str], name: str) -> Any:
+        request = CreateTopicsRequest(timeout_ms=30_000, validate_only=False, topics=[
+            CreateTopicsRequest.CreatableTopic(name=name, num_partitions=1, replication_factor=1,
+                                               assignments=[], configs=[])])
+        with acl_broker.login(who) as conn:
+            return rk.call_api(conn, request, 7).topics[0]
+
+    withheld = create(BOB, f"{prefix}-bob")
+    assert withheld.error_code == 0  # created
+    assert withheld.topic_config_error_code == 29  # TOPIC_AUTHORIZATION_FAILED
+    assert not withheld.configs and withheld.num_partitions == -1
+    shown = create(ALICE, f"{prefix}-alice")
+    assert shown.error_code == 0 and shown.topic_config_error_code == 0
+    assert shown.num_partitions == 1
+    assert any(c.name == "retention.ms" for c in shown.configs)
+    listed = acl_broker.strata("topics", "list")
+    assert f"{prefix}-bob" in listed and f"{prefix}-alice" in listed
