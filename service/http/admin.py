@@ -16,6 +16,7 @@ from controller.controller import AlterConfigOp
 from local_tier.errors import KafkaError
 from service.http.browse import MAX_BYTES, MAX_PREVIEW, MAX_RECORDS, BrowseRequest, browse
 from service.http.common import (
+    VISIBLE,
     ApiError,
     body_int,
     json_body,
@@ -129,6 +130,9 @@ class AdminRoutes:
         needle = request.query.get("q", "")
         offset, limit = page(request)
         every = self._broker.controller.topics()
+        visible = request.get(VISIBLE)
+        if visible is not None:
+            every = [t for t in every if visible(t.name)]
         chosen = [t for t in every if needle in t.name
                   and (kind == "all" or is_internal(t.name) == (kind == "internal"))]
         out = []

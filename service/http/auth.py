@@ -10,8 +10,10 @@
   ``http.authentication.open.paths`` (default ``/v1/health``, ``/v1/ready``; add
   ``/metrics`` for a scraper) are answered to anyone. Others without a principal: 401.
 * Authorization: with an authorizer, each route needs the Kafka operation it performs
-  (:data:`ROUTE_OPERATIONS`), else 403. Routes that list the whole cluster need
-  DESCRIBE on the cluster.
+  (:data:`ROUTE_OPERATIONS`), else 403. The topic and group lists answer, as Kafka's
+  Metadata and ListGroups do, everything to a principal with DESCRIBE on the cluster
+  and to others what they may DESCRIBE (the handler reads the filter from
+  ``request[VISIBLE]``); the cluster's other views need DESCRIBE on the cluster.
 
 Not thread-safe: a middleware on the broker's event loop (PBKDF2 runs on a thread).
 """
@@ -32,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.http.common import error_response
+from service.http.common import VISIBLE, error_response
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.security.principal import KafkaPrincipal
 from service.security.principal_mapping import NoRuleAppliesError, PrincipalMapper
@@ -51,14 +53,14 @@ ROUTE_OPERATIONS: dict[tuple[str, str], tuple[AclOperation, ResourceType, str]] 
     ("GET", "/v1/cluster"): (Op.DESCRIBE, Res.CLUSTER, ""),
     ("GET", "/v1/brokers"): (Op.DESCRIBE, Res.CLUSTER, ""),
     ("GET", "/v1/history"): (Op.DESCRIBE, Res.CLUSTER, ""),
-    ("GET", "/v1/topics"): (Op.DESCRIBE, Res.CLUSTER, ""),
+    ("GET", "/v1/topics"): (Op.DESCRIBE, Res.TOPIC, "filter"),
     ("POST", "/v1/topics"): (Op.CREATE, Res.TOPIC, "body:name"),
     ("GET", "/v1/topics/{topic}"): (Op.DESCRIBE, Res.TOPIC, "topic"),
     ("DELETE", "/v1/topics/{topic}"): (Op.DELETE, Res.TOPIC, "topic"),
     ("PATCH", "/v1/topics/{topic}/configs"): (Op.ALTER_CONFIGS, Res.TOPIC, "topic"),
     ("GET", "/v1/topics/{topic}/partitions"): (Op.DESCRIBE, Res.TOPIC, "topic"),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): (Op.READ, Res.TOPIC, "topic"),
-    ("GET", "/v1/groups"): (Op.DESCRIBE, Res.CLUSTER, ""),
+    ("GET", "/v1/groups"): (Op.DESCRIBE, Res.GROUP, "filter"),
     ("GET", "/v1/groups/{group}"): (Op.DESCRIBE, Res.GROUP, "group"),
 }
 _REMEMBER_S = 60.0
@@ -145,6 +147,10 @@ class HttpSecurity:
         if needed is None:
             return None  # the console's page and files, the OpenAPI document: any authenticated caller
         op, rtype, source = needed
+        if source == "filter":  # a list: all of it with DESCRIBE on the cluster, else what may be seen
+            if not self._allowed(principal, request, Op.DESCRIBE, Res.CLUSTER, CLUSTER_NAME):
+                request[VISIBLE] = lambda name: self._allowed(principal, request, op, rtype, name)
+            return None
         if rtype == Res.CLUSTER:
             name = CLUSTER_NAME
         elif source.startswith("body:"):

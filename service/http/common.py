@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 __all__ = [
+    "VISIBLE",
     "ApiError",
     "body_int",
     "error_response",
@@ -22,6 +23,10 @@ __all__ = [
     "query_list",
     "string_map",
 ]
+
+#: the request key of a list route's filter, ``name -> bool``, set by the HTTP security
+#: middleware for a principal without DESCRIBE on the cluster (absent: all is visible)
+VISIBLE = "strata.visible"
 
 
 class ApiError(Exception):

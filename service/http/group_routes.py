@@ -15,7 +15,7 @@ from aiohttp import web
 from local_tier.errors import ErrorCode
 from service.groups.group import parse_assignment
 from service.http.admin import page
-from service.http.common import ApiError
+from service.http.common import VISIBLE, ApiError
 from service.http.state import group_lag, member_count
 from service.http.views import AdminView
 
@@ -39,6 +39,9 @@ class GroupRoutes:
         groups = self._coordinator()
         offset, limit = page(request)
         listed = sorted(groups.list_groups_by_type())
+        visible = request.get(VISIBLE)
+        if visible is not None:
+            listed = [g for g in listed if visible(g[0])]
         committed = groups.committed_offsets()
         out = []
         for g, ptype, state, kind in listed[offset:offset + limit]:

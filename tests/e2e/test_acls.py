@@ -231,8 +231,23 @@ def test_the_admin_api_refuses_unauthenticated_and_unauthorized_requests(acl_bro
     status, body = _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE)
     assert (status, body["error_code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
     assert _http(acl_broker, pki, "/v1/cluster", user=ADMIN)[0] == 200  # a super user
+    # the topic list, as Kafka's Metadata: what alice may describe (nothing yet); all for admin
+    status, listed = _http(acl_broker, pki, "/v1/topics?limit=1000", user=ALICE)
+    before = [t["name"] for t in listed["topics"]]  # those other tests of the module gave her
+    assert status == 200 and topic not in before, listed
+    everything = [t["name"] for t in _http(acl_broker, pki, "/v1/topics?limit=1000", user=ADMIN)[1]["topics"]]
+    assert topic in everything and len(everything) > len(before)
     acl_broker.strata("acls", "--add", "--allow-principal", "User:alice", "--operation", "Describe", "--topic", topic)
     assert _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE)[0] == 200
+    status, listed = _http(acl_broker, pki, "/v1/topics?limit=1000", user=ALICE)
+    assert sorted(t["name"] for t in listed["topics"]) == sorted([*before, topic]), listed
+    assert listed["total"] == len(before) + 1
+    # the group list, as Kafka's ListGroups: only groups she may describe (the one she was
+    # given Read on in test_group_acls_gate_the_group_apis, not bob's consumer group)
+    status, groups = _http(acl_broker, pki, "/v1/groups", user=ALICE)
+    every_group = {g["group_id"] for g in _http(acl_broker, pki, "/v1/groups", user=ADMIN)[1]["groups"]}
+    assert status == 200
+    assert {g["group_id"] for g in groups["groups"]} == {g for g in every_group if g.startswith("acl-group")}
     assert _http(acl_broker, pki, f"/v1/topics/{topic}", user=ALICE, method="DELETE")[0] == 403
     alice_cert = pki.client("alice")  # the same principal by its certificate (the mapping rule)
     assert _http(acl_broker, pki, f"/v1/topics/{topic}", cert=alice_cert)[0] == 200
