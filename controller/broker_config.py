@@ -19,7 +19,29 @@ from controller.config_keys import BROKER_CONFIGS, TOPIC_CONFIGS
 from controller.configdef import ConfigDef, InvalidConfigValue
 from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
 
-__all__ = ["BrokerConfig"]
+__all__ = ["BrokerConfig", "ListenerConfig"]
+
+#: configs a listener may override as ``listener.name.<listener>.<config>`` (Kafka's
+#: listener-prefixed configs: TLS, SASL and the connection's authentication bounds);
+#: ``sasl.jaas.config`` also as ``listener.name.<listener>.<mechanism>.sasl.jaas.config``
+_LISTENER_PREFIX = "listener.name."
+_MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
+LISTENER_CONFIGS = frozenset(
+    name for name in BROKER_CONFIGS
+    if name.startswith(("ssl.", "sasl.")) and name != "sasl.mechanism.inter.broker.protocol"
+) | {"connections.max.reauth.ms", "connection.failed.authentication.delay.ms"}
+
+
+def _listener_key(name: str) -> tuple[str, str] | None:
+    """``listener.name.<listener>.<config>`` → (listener in lower case, config), the
+    config possibly ``<mechanism>.sasl.jaas.config``; None when ``name`` is not one."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    listener, _, config = name[len(_LISTENER_PREFIX):].partition(".")
+    mechanism, _, rest = config.partition(".")
+    if listener and (config in LISTENER_CONFIGS or (mechanism in _MECHANISMS and rest == "sasl.jaas.config")):
+        return listener.lower(), config
+    return None
 
 # Broker keys whose value falls back to other keys, with each key's multiplier to
 # the first key's unit; the first key that has a value (override or default) wins.
@@ -48,9 +70,23 @@ class BrokerConfig:
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
         normalized: dict[str, str] = {}
+        by_listener: dict[tuple[str, str], str] = {}
         for name, value in (overrides or {}).items():
+            prefixed = _listener_key(name)
+            if prefixed is not None:
+                config = prefixed[1]
+                base = BROKER_CONFIGS["sasl.jaas.config" if config.endswith(".sasl.jaas.config") else config]
+                try:
+                    by_listener[prefixed] = base.normalize(str(value))
+                except InvalidConfigValue as err:
+                    raise ValueError(f"{name}: {err}") from None
+                continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
+                if name.startswith(_LISTENER_PREFIX):
+                    raise ValueError(
+                        f"Unknown broker config name: {name} (a listener may override "
+                        "listener.name.<listener>.ssl.*, .sasl.* and .<mechanism>.sasl.jaas.config)")
                 raise ValueError(f"Unknown broker config name: {name}")
             try:
                 normalized[name] = definition.normalize(str(value))
@@ -62,6 +98,7 @@ class BrokerConfig:
                 f"broker.id ({broker_id}) must equal node.id ({node_id}) if both are set"
             )
         self._overrides: Mapping[str, str] = MappingProxyType(normalized)
+        self._by_listener: Mapping[tuple[str, str], str] = MappingProxyType(by_listener)
         queued, request_max = self.get_int("queued.max.request.bytes"), self.get_int("socket.request.max.bytes")
         if 0 < queued < request_max:
             raise ValueError(
@@ -101,6 +138,11 @@ class BrokerConfig:
 
     def get_bool(self, name: str) -> bool:
         return self.get_str(name) == "true"
+
+    def for_listener(self, listener: str) -> ListenerConfig:
+        """The configs as the listener ``listener`` sees them: its
+        ``listener.name.<listener>.*`` overrides first (names in any case, as Kafka)."""
+        return ListenerConfig(self, listener.lower(), self._by_listener)
 
     def topic_defaults(self) -> dict[str, str]:
         """The effective default of every topic config, from its broker synonym."""
@@ -202,3 +244,40 @@ def _entry(
             ConfigSynonym(s.name, None if hidden else s.value, s.source) for s in synonyms
         ),
     )
+
+
+class ListenerConfig:
+    """A :class:`BrokerConfig` as one listener sees it: ``get`` answers the listener's
+    ``listener.name.<listener>.<config>`` override where there is one, else the broker's
+    value. Immutable; thread-safe."""
+
+    def __init__(self, broker: BrokerConfig, listener: str,
+                 overrides: Mapping[tuple[str, str], str]) -> None:
+        self.broker, self.listener, self._overrides = broker, listener, overrides
+
+    def get(self, name: str) -> str | None:
+        own = self._overrides.get((self.listener, name))
+        return own if own is not None else self.broker.get(name)
+
+    def get_str(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise ValueError(f"Broker config {name} has no value (listener {self.listener})")
+        return value
+
+    def get_int(self, name: str) -> int:
+        return int(self.get_str(name))
+
+    def get_bool(self, name: str) -> bool:
+        return self.get_str(name) == "true"
+
+    def jaas(self, mechanism: str) -> str | None:
+        """``sasl.jaas.config`` for ``mechanism``, Kafka's order: the listener's
+        mechanism-prefixed one, the listener's, the broker's."""
+        own = self._overrides.get((self.listener, f"{mechanism.lower()}.sasl.jaas.config"))
+        return own if own is not None else self.get("sasl.jaas.config")
+
+    @property
+    def overridden(self) -> frozenset[str]:
+        """The configs this listener overrides."""
+        return frozenset(config for listener, config in self._overrides if listener == self.listener)

@@ -1,7 +1,8 @@
 """The security of each listener and of the inter-broker client, built once at start
 from the broker's configs: :func:`listener_securities`, :func:`inter_broker_security`.
 
-One TLS server context serves every TLS listener. ``ssl.client.auth`` applies to
+Listeners with the same TLS settings share one server context; a listener's own
+``listener.name.<listener>.ssl.*`` configs give it its own. ``ssl.client.auth`` applies to
 ``SSL`` listeners only; a ``SASL_SSL`` listener authenticates with SASL and asks for
 no client certificate (Kafka's rule since KIP-684). A TLS listener without a key
 and certificate, or a bad ``ssl.principal.mapping.rules``, is a ``ValueError``
@@ -13,12 +14,12 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 
-from controller.broker_config import BrokerConfig
+from controller.broker_config import BrokerConfig, ListenerConfig
 from service.security.jaas import parse_jaas_credentials
 from service.security.listeners import ListenerSettings, SecurityProtocol
 from service.security.principal_mapping import PrincipalMapper
 from service.security.session import ListenerSecurity
-from service.security.tls import client_context, server_context, tls_settings
+from service.security.tls import TlsSettings, client_context, server_context, tls_settings
 
 __all__ = ["InterBrokerSecurity", "inter_broker_security", "listener_securities"]
 
@@ -36,30 +37,36 @@ class InterBrokerSecurity:
 
 
 def listener_securities(config: BrokerConfig, settings: ListenerSettings) -> dict[str, ListenerSecurity]:
-    """listener name → its :class:`ListenerSecurity`."""
-    mapper = PrincipalMapper(config.get_str("ssl.principal.mapping.rules"))
-    contexts: dict[str, ssl.SSLContext] = {}
+    """listener name → its :class:`ListenerSecurity`, each from the configs as that
+    listener sees them (``listener.name.<listener>.*`` first, Kafka's listener-prefixed
+    configs)."""
+    contexts: dict[TlsSettings, ssl.SSLContext] = {}  # listeners with the same settings share one
 
-    def tls_for(protocol: SecurityProtocol) -> ssl.SSLContext:
-        client_auth = config.get_str("ssl.client.auth") if protocol == SecurityProtocol.SSL else "none"
-        if client_auth not in contexts:
-            contexts[client_auth] = server_context(tls_settings(config, client_auth))
-        return contexts[client_auth]
+    def tls_for(own: ListenerConfig, protocol: SecurityProtocol) -> ssl.SSLContext:
+        client_auth = own.get_str("ssl.client.auth") if protocol == SecurityProtocol.SSL else "none"
+        wanted = tls_settings(own, client_auth)
+        if wanted not in contexts:
+            contexts[wanted] = server_context(wanted)
+        return contexts[wanted]
 
-    mechanisms = tuple(config.get_str("sasl.enabled.mechanisms").split(","))
     out = {}
     for spec in settings.listeners:
-        out[spec.name] = ListenerSecurity(
-            name=spec.name,
-            protocol=spec.protocol,
-            tls=tls_for(spec.protocol) if spec.protocol.uses_tls else None,
-            tls_handshake_timeout_s=config.get_int("ssl.handshake.timeout.ms") / 1000,
-            principal_mapper=mapper,
-            sasl_mechanisms=mechanisms if spec.protocol.uses_sasl else (),
-            sasl_max_receive_bytes=config.get_int("sasl.server.max.receive.size"),
-            failed_authentication_delay_s=config.get_int("connection.failed.authentication.delay.ms") / 1000,
-            max_reauth_ms=config.get_int("connections.max.reauth.ms"),
-        )
+        own = config.for_listener(spec.name)
+        try:
+            out[spec.name] = ListenerSecurity(
+                name=spec.name,
+                protocol=spec.protocol,
+                tls=tls_for(own, spec.protocol) if spec.protocol.uses_tls else None,
+                tls_handshake_timeout_s=own.get_int("ssl.handshake.timeout.ms") / 1000,
+                principal_mapper=PrincipalMapper(own.get_str("ssl.principal.mapping.rules")),
+                sasl_mechanisms=tuple(own.get_str("sasl.enabled.mechanisms").split(","))
+                if spec.protocol.uses_sasl else (),
+                sasl_max_receive_bytes=own.get_int("sasl.server.max.receive.size"),
+                failed_authentication_delay_s=own.get_int("connection.failed.authentication.delay.ms") / 1000,
+                max_reauth_ms=own.get_int("connections.max.reauth.ms"),
+            )
+        except ValueError as exc:
+            raise ValueError(f"listener {spec.name}: {exc}") from None
     return out
 
 
@@ -67,11 +74,12 @@ def inter_broker_security(config: BrokerConfig, settings: ListenerSettings) -> I
     """The client side of the inter-broker listener (``ValueError`` when SASL is needed
     and ``sasl.jaas.config`` gives no credentials)."""
     protocol = settings.inter_broker_protocol
-    context = client_context(tls_settings(config)) if protocol.uses_tls else None
+    own = config.for_listener(settings.inter_broker)  # the inter-broker listener's own TLS and SASL
+    context = client_context(tls_settings(own)) if protocol.uses_tls else None
     if not protocol.uses_sasl:
         return InterBrokerSecurity(settings.inter_broker, protocol, context)
     mechanism = config.get_str("sasl.mechanism.inter.broker.protocol")
-    jaas = config.get("sasl.jaas.config")
+    jaas = own.jaas(mechanism)
     if not jaas:
         raise ValueError(
             f"the inter-broker listener {settings.inter_broker} is {protocol.name}: set "

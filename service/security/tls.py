@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from controller.broker_config import BrokerConfig
+from controller.broker_config import BrokerConfig, ListenerConfig
 
 __all__ = ["TlsSettings", "client_context", "rfc2253_subject", "server_context", "tls_settings"]
 
@@ -59,7 +59,7 @@ class TlsSettings:
         return bool(self.truststore_location or self.truststore_certificates)
 
 
-def tls_settings(config: BrokerConfig, client_auth: str | None = None) -> TlsSettings:
+def tls_settings(config: BrokerConfig | ListenerConfig, client_auth: str | None = None) -> TlsSettings:
     """The TLS settings of ``config`` (``client_auth`` overrides ``ssl.client.auth``)."""
     chain, key = config.get("ssl.keystore.certificate.chain"), config.get("ssl.keystore.key")
     if bool(chain) != bool(key):

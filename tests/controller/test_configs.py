@@ -209,3 +209,35 @@ def test_remote_log_reader_cpus_parses_linux_cpu_lists() -> None:
     assert parse_cpu_list("0") == {0}
     assert parse_cpu_list("0,2-4, 7") == {0, 2, 3, 4, 7}
     assert BrokerConfig({"remote.log.reader.cpus": "0"}).get("remote.log.reader.cpus") == "0"
+
+
+def test_listener_prefixed_configs_override_for_their_listener_only() -> None:
+    from controller.broker_config import BrokerConfig
+
+    config = BrokerConfig({
+        "ssl.client.auth": "requested",
+        "listener.name.INTERNAL.ssl.client.auth": "required",
+        "sasl.jaas.config": 'x required username="a" password="b";',
+        "listener.name.internal.scram-sha-512.sasl.jaas.config": 'y required username="c" password="d";',
+        "listener.name.external.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    })
+    internal, external, other = (config.for_listener(n) for n in ("internal", "EXTERNAL", "PLAINTEXT"))
+    assert internal.get("ssl.client.auth") == "required"  # names in any case, as Kafka
+    assert external.get("ssl.client.auth") == other.get("ssl.client.auth") == "requested"
+    assert external.get_str("sasl.enabled.mechanisms") == "SCRAM-SHA-256"
+    assert other.get_str("sasl.enabled.mechanisms") == config.get_str("sasl.enabled.mechanisms")
+    assert internal.jaas("SCRAM-SHA-512").startswith("y ")  # the mechanism's own first
+    assert internal.jaas("PLAIN").startswith("x ") and external.jaas("PLAIN").startswith("x ")
+    assert internal.overridden == {"ssl.client.auth", "scram-sha-512.sasl.jaas.config"}
+    assert "listener.name.INTERNAL.ssl.client.auth" not in config.overrides  # not a broker config itself
+
+
+def test_listener_prefixed_configs_are_checked_as_their_config() -> None:
+    from controller.broker_config import BrokerConfig
+
+    with pytest.raises(ValueError, match="ssl.client.auth"):
+        BrokerConfig({"listener.name.internal.ssl.client.auth": "maybe"})
+    with pytest.raises(ValueError, match=r"listener.name.<listener>.ssl"):
+        BrokerConfig({"listener.name.internal.log.retention.ms": "1"})  # not a listener's to override
+    with pytest.raises(ValueError, match="Unknown broker config"):
+        BrokerConfig({"listener.name.internal.gssapi.sasl.jaas.config": "x;"})  # a mechanism we lack
