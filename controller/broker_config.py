@@ -61,7 +61,26 @@ _FALLBACKS: Mapping[str, tuple[tuple[str, int], ...]] = {
 }
 
 
-class BrokerConfig:
+class _Typed:
+    """``get_str``/``get_int``/``get_bool`` over a ``get(name) -> str | None``."""
+
+    def get(self, name: str) -> str | None:
+        raise NotImplementedError
+
+    def get_str(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise ValueError(f"Broker config {name} has no value")
+        return value
+
+    def get_int(self, name: str) -> int:
+        return int(self.get_str(name))
+
+    def get_bool(self, name: str) -> bool:
+        return self.get_str(name) == "true"
+
+
+class BrokerConfig(_Typed):
     """Validated broker overrides on top of Kafka's defaults.
 
     Invariant: every key of ``overrides`` is in ``BROKER_CONFIGS`` and its value is
@@ -126,18 +145,6 @@ class BrokerConfig:
         if name not in BROKER_CONFIGS:
             raise KeyError(f"Unknown broker config name: {name}")
         return self._resolve(name)
-
-    def get_str(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise ValueError(f"Broker config {name} has no value")
-        return value
-
-    def get_int(self, name: str) -> int:
-        return int(self.get_str(name))
-
-    def get_bool(self, name: str) -> bool:
-        return self.get_str(name) == "true"
 
     def for_listener(self, listener: str) -> ListenerConfig:
         """The configs as the listener ``listener`` sees them: its
@@ -246,7 +253,7 @@ def _entry(
     )
 
 
-class ListenerConfig:
+class ListenerConfig(_Typed):
     """A :class:`BrokerConfig` as one listener sees it: ``get`` answers the listener's
     ``listener.name.<listener>.<config>`` override where there is one, else the broker's
     value. Immutable; thread-safe."""
@@ -258,18 +265,6 @@ class ListenerConfig:
     def get(self, name: str) -> str | None:
         own = self._overrides.get((self.listener, name))
         return own if own is not None else self.broker.get(name)
-
-    def get_str(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise ValueError(f"Broker config {name} has no value (listener {self.listener})")
-        return value
-
-    def get_int(self, name: str) -> int:
-        return int(self.get_str(name))
-
-    def get_bool(self, name: str) -> bool:
-        return self.get_str(name) == "true"
 
     def jaas(self, mechanism: str) -> str | None:
         """``sasl.jaas.config`` for ``mechanism``, Kafka's order: the listener's

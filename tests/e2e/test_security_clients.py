@@ -46,14 +46,19 @@ class SecureBroker:
 
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[SecureBroker]:
-    ports = {name: free_port() for name in ("SSL", "SASL_SSL", "SASL_PLAINTEXT")}
+    ports = {name: free_port() for name in ("SSL", "SASL_SSL", "SASL_PLAINTEXT", "REAUTH")}
     listeners = "PLAINTEXT://127.0.0.1:{port}," + ",".join(f"{n}://127.0.0.1:{p}" for n, p in ports.items())
     process = BrokerProcess(
         tmp_path_factory.mktemp("secure") / "data", free_port(), listeners=listeners,
         args=["--ssl-cert", str(pki.server_cert), "--ssl-key", str(pki.server_key),
               "--ssl-ca", str(pki.ca), "--ssl-client-auth", "requested"],
         sets={"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "2",
-              "connection.failed.authentication.delay.ms": "50"},
+              "connection.failed.authentication.delay.ms": "50",
+              # REAUTH: a SASL_PLAINTEXT listener whose sessions last 1.5 s (a listener-prefixed
+              # config: the other listeners' sessions do not expire)
+              "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_SSL:SASL_SSL,"
+                                                "SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+              "listener.name.reauth.connections.max.reauth.ms": "1500"},
         env={"STRATA_BOOTSTRAP_USER": f"admin:{ADMIN_PASSWORD}"},
     )
     process.start()
@@ -264,3 +269,46 @@ def test_alter_user_scram_credentials_refuses_bad_changes_with_kafkas_codes(secu
         described = rk.call_api(conn, DescribeUserScramCredentialsRequest(
             users=[DescribeUserScramCredentialsRequest.UserName(name="ghost")]), 0)
         assert [(r.user, r.error_code) for r in described.results] == [("ghost", 91)]
+
+
+def test_a_session_past_connections_max_reauth_ms_must_re_authenticate(secure_broker: SecureBroker) -> None:
+    """KIP-368 on the REAUTH listener (``listener.name.reauth.connections.max.reauth.ms``
+    1500): SaslAuthenticate tells the client its session lifetime; a request after it
+    closes the connection; a re-authentication on the same connection before it keeps it
+    going; another principal may not take the connection over; the SASL_PLAINTEXT
+    listener, without the override, tells no lifetime."""
+    import time
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    from tests.e2e import rawkafka as rk
+
+    metadata = MetadataRequest(topics=[], allow_auto_topic_creation=False)
+    alice = b"\0alice\0" + ALICE_PASSWORD.encode()
+
+    def login(conn: Any) -> Any:
+        assert _handshake(conn, "PLAIN").error_code == 0
+        answer = _authenticate(conn, alice)
+        assert answer.error_code == 0, answer
+        return answer
+
+    with rk.Connection.to(secure_broker.bootstrap("SASL_PLAINTEXT"), timeout=5.0) as plain:
+        assert login(plain).session_lifetime_ms == 0
+    with rk.Connection.to(secure_broker.bootstrap("REAUTH"), timeout=5.0) as conn:
+        assert 0 < login(conn).session_lifetime_ms <= 1500
+        rk.call_api(conn, metadata, 1)
+        time.sleep(1.7)
+        with pytest.raises((ConnectionError, OSError)):  # expired, not re-authenticated: closed
+            rk.call_api(conn, metadata, 1)
+    with rk.Connection.to(secure_broker.bootstrap("REAUTH"), timeout=5.0) as conn:
+        started = time.monotonic()
+        login(conn)
+        for _ in range(3):  # re-authenticated every second: 3 s on one connection
+            time.sleep(1.0)
+            login(conn)
+            rk.call_api(conn, metadata, 1)
+        assert time.monotonic() - started > 3.0
+        assert _handshake(conn, "PLAIN").error_code == 0  # another principal: refused, closed
+        answer = _authenticate(conn, b"\0admin\0" + ADMIN_PASSWORD.encode())
+        assert answer.error_code == 58  # SASL_AUTHENTICATION_FAILED
+        assert "principal" in (answer.error_message or "")
