@@ -73,7 +73,6 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(63, ctx.version)
-    _watch_connection(ctx, int(request.broker_id))
     try:
         reply = await _on_controller(
             ctx,
@@ -86,6 +85,9 @@ async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
                 want_shut_down=bool(request.want_shut_down),
             ),
         )
+        # only a heartbeat the controller took (the broker's current epoch) makes this the
+        # broker's connection: a stale or forged one closing must not cut a live broker's session
+        _watch_connection(ctx, int(request.broker_id))
         return build(mod.BrokerHeartbeatResponse, throttle_time=0, error_code=ErrorCode.none,
                      is_caught_up=reply.is_caught_up, is_fenced=reply.is_fenced,
                      should_shut_down=reply.should_shut_down)

@@ -279,6 +279,10 @@ def test_admin_writes_sent_to_any_broker_reach_the_controller(s3_cluster: Cluste
 def test_controller_apis_and_partition_leadership_are_checked(s3_cluster: Cluster) -> None:
     controller = s3_cluster.controller_id()
     others = [n for n in s3_cluster.brokers if n != controller]
+    _create(s3_cluster.bootstrap, NewTopic("lead", num_partitions=1, replica_assignment=[[others[0]]]))
+    _known_everywhere(s3_cluster, "lead")  # else a broker may answer UNKNOWN_TOPIC_OR_PARTITION
+    led_at = s3_cluster.wait_for("a leader epoch", lambda: (e := _partition_epoch(s3_cluster, "lead", 0))
+                                 is not None and [e])[0]
     heartbeat = {"broker_id": others[0], "broker_epoch": 1, "current_metadata_offset": 0,
                  "want_fence": False, "want_shut_down": False, "offline_log_dirs": ()}
     # controller-only APIs: NOT_CONTROLLER (41) anywhere else
@@ -287,9 +291,13 @@ def test_controller_apis_and_partition_leadership_are_checked(s3_cluster: Cluste
     assert int(_raw(s3_cluster.brokers[others[1]], 67, allocate).error_code) == 41
     # the controller checks the broker epoch: STALE_BROKER_EPOCH (77)
     assert int(_raw(s3_cluster.brokers[controller], 63, heartbeat).error_code) == 77
+    # and the refused heartbeat's connection, now closed, was never the broker's: it does not
+    # cut the live broker's session short (it did: the broker was fenced, its partition lost
+    # its leader, whenever its next heartbeat came later than broker.session.connection.loss.ms)
+    time.sleep(1.5)
+    assert _partition_epoch(s3_cluster, "lead", 0) == led_at
+    assert sorted(_admin(s3_cluster.bootstrap).list_topics(timeout=TIMEOUT_S).brokers) == [1, 2, 3]
 
-    _create(s3_cluster.bootstrap, NewTopic("lead", num_partitions=1, replica_assignment=[[others[0]]]))
-    _known_everywhere(s3_cluster, "lead")  # else a broker may answer UNKNOWN_TOPIC_OR_PARTITION
     leader, follower = s3_cluster.brokers[others[0]], s3_cluster.brokers[others[1]]
     md = _admin(s3_cluster.bootstrap).list_topics("lead", timeout=TIMEOUT_S).topics["lead"]
     epoch = s3_cluster.wait_for(
@@ -370,7 +378,9 @@ def test_a_partition_moves_to_another_broker_under_load(s3_cluster: Cluster) -> 
     consumed: dict[int, bytes] = {}
 
     def produce() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # batches under the topic's 32 KiB segments even when records queue up during the move
+        # (a larger one is RECORD_LIST_TOO_LARGE, in Kafka too)
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16384})
         i = 0
         while not stop.is_set():
             producer.produce("moving", value=b"rec-%06d-" % i + b"x" * 100, callback=on_delivery)
