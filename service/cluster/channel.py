@@ -187,11 +187,13 @@ class BrokerChannel:
         port: int,
         config: ChannelConfig,
         versions: Mapping[int, int],
+        on_drop: Callable[[int], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self._config = config
+        self._on_drop = on_drop
         self._ours = dict(versions)
         self._peer_versions: dict[int, tuple[int, int]] = {}
         self._transport: asyncio.Transport | None = None
@@ -394,6 +396,8 @@ class BrokerChannel:
             _log.info("connection to broker %d %s: %s", self.node_id,
                       "lost" if from_reader else "dropped", why)
             transport.close()
+            if self._on_drop is not None:
+                self._on_drop(self.node_id)
         pending, self._pending = self._pending, {}
         for p in pending.values():
             if not p.future.done():
@@ -423,10 +427,13 @@ class PeerChannels:
         config: ChannelConfig,
         versions: Mapping[int, int],
         resolve: Callable[[int], tuple[str, int] | None],
+        on_drop: Callable[[int], None] | None = None,
     ) -> None:
         self._config = config
         self._versions = dict(versions)
         self._resolve = resolve
+        #: told the node id whenever a channel's connection drops
+        self._on_drop = on_drop
         self._channels: dict[int, BrokerChannel] = {}
 
     def address_of(self, node_id: int) -> tuple[str, int] | None:
@@ -443,7 +450,7 @@ class PeerChannels:
             return current
         if current is not None:
             asyncio.ensure_future(current.close())
-        fresh = BrokerChannel(node_id, address[0], address[1], self._config, self._versions)
+        fresh = BrokerChannel(node_id, address[0], address[1], self._config, self._versions, self._on_drop)
         self._channels[node_id] = fresh
         return fresh
 

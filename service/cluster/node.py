@@ -112,6 +112,7 @@ class ClusterNode:
                           security=self.inter_broker),
             versions,
             self._endpoint_of,
+            on_drop=self._peer_dropped,
         )
         self.client: ControllerClient | None = None
         self._timeout_s = timeout_s
@@ -203,6 +204,14 @@ class ClusterNode:
         created a moment ago through another broker): :meth:`MetadataPoller.refresh`."""
         if self.poller is not None:
             await self.poller.refresh()
+
+    def _peer_dropped(self, node_id: int) -> None:
+        """A connection to a peer dropped. If it was the one this broker heartbeats on, the
+        controller now gives this broker ``broker.session.connection.loss.ms`` to heartbeat
+        again before fencing it (as for a killed broker): heartbeat now, on a new connection,
+        rather than at the next interval."""
+        if self.lifecycle is not None:
+            self.lifecycle.poke()
 
     def metadata_applied(self) -> None:
         """The broker applied a snapshot: a fenced broker may now be caught up."""

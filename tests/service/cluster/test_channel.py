@@ -124,3 +124,23 @@ def test_an_unreachable_peer_is_broker_not_available() -> None:
         await fake.stop()
 
     asyncio.run(run())
+
+
+def test_a_dropped_connection_is_reported_with_the_peers_node_id() -> None:
+    """The broker heartbeats at once when its connection to the controller drops (the
+    controller gives it broker.session.connection.loss.ms before fencing it), so the channel
+    says when its connection goes: a request timeout here."""
+    async def run() -> None:
+        fake = await started()
+        dropped: list[int] = []
+        ch = BrokerChannel(9, "127.0.0.1", fake.port, ChannelConfig("x-1.0", backoff_s=0.01), VERSIONS,
+                           on_drop=dropped.append)
+        with pytest.raises(RequestTimedOutError):
+            await describe(ch, timeout_s=0.2)
+        assert dropped == [9]
+        ch._config = ChannelConfig("x-0", backoff_s=0.01)
+        assert await describe(ch) == "after-0.0" and dropped == [9]  # reconnected: nothing new
+        await ch.close()
+        await fake.stop()
+
+    asyncio.run(run())
