@@ -32,15 +32,20 @@ LISTENER_CONFIGS = frozenset(
 ) | {"connections.max.reauth.ms", "connection.failed.authentication.delay.ms"}
 
 
-def _listener_key(name: str) -> tuple[str, str] | None:
-    """``listener.name.<listener>.<config>`` → (listener in lower case, config), the
-    config possibly ``<mechanism>.sasl.jaas.config``; None when ``name`` is not one."""
+def _listener_key(name: str) -> tuple[str, str, str] | None:
+    """``listener.name.<listener>.<config>`` → (listener in lower case, config, the broker
+    config whose definition checks it), the config possibly ``<mechanism>.sasl.jaas.config``;
+    None when ``name`` is not one."""
     if not name.startswith(_LISTENER_PREFIX):
         return None
     listener, _, config = name[len(_LISTENER_PREFIX):].partition(".")
+    if not listener:
+        return None
+    if config in LISTENER_CONFIGS:
+        return listener.lower(), config, config
     mechanism, _, rest = config.partition(".")
-    if listener and (config in LISTENER_CONFIGS or (mechanism in _MECHANISMS and rest == "sasl.jaas.config")):
-        return listener.lower(), config
+    if mechanism in _MECHANISMS and rest == "sasl.jaas.config":
+        return listener.lower(), config, rest
     return None
 
 # Broker keys whose value falls back to other keys, with each key's multiplier to
@@ -93,10 +98,9 @@ class BrokerConfig(_Typed):
         for name, value in (overrides or {}).items():
             prefixed = _listener_key(name)
             if prefixed is not None:
-                config = prefixed[1]
-                base = BROKER_CONFIGS["sasl.jaas.config" if config.endswith(".sasl.jaas.config") else config]
+                listener, config, base = prefixed
                 try:
-                    by_listener[prefixed] = base.normalize(str(value))
+                    by_listener[listener, config] = BROKER_CONFIGS[base].normalize(str(value))
                 except InvalidConfigValue as err:
                     raise ValueError(f"{name}: {err}") from None
                 continue

@@ -209,7 +209,8 @@ class ClusterNode:
         """A connection to a peer dropped. If it was the one this broker heartbeats on, the
         controller now gives this broker ``broker.session.connection.loss.ms`` to heartbeat
         again before fencing it (as for a killed broker): heartbeat now, on a new connection,
-        rather than at the next interval."""
+        rather than at the next interval. Any peer's drop pokes (one extra heartbeat when it
+        was another's: cheaper than tracking which channel the heartbeats took)."""
         if self.lifecycle is not None:
             self.lifecycle.poke()
 

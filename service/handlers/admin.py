@@ -107,24 +107,17 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 # ReplicationControlManager: TOPIC_AUTHORIZATION_FAILED in the config error code)
                 fields.update(num_partitions=-1, replication_factor=-1, configs=(),
                               topic_config_error_code=ErrorCode.topic_authorization_failed)
-                results.append(build(mod.CreatableTopicResult, **fields))
-                continue
-            entries = broker.config.topic_entries(info.configs) if config_cls else []
-            fields.update(
-                num_partitions=info.partitions,
-                replication_factor=replication if replication > 0 else broker.replication_factor(info),
-                configs=tuple(
-                    build(
-                        config_cls,
-                        name=e.name,
-                        value=e.value,
-                        read_only=e.read_only,
-                        config_source=e.source,
-                        is_sensitive=e.sensitive,
-                    )
-                    for e in entries
-                ),
-            )
+            else:
+                entries = broker.config.topic_entries(info.configs) if config_cls else []
+                fields.update(
+                    num_partitions=info.partitions,
+                    replication_factor=replication if replication > 0 else broker.replication_factor(info),
+                    configs=tuple(
+                        build(config_cls, name=e.name, value=e.value, read_only=e.read_only,
+                              config_source=e.source, is_sensitive=e.sensitive)
+                        for e in entries
+                    ),
+                )
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "CreateTopics", exc), num_partitions=-1, replication_factor=-1)
         results.append(build(mod.CreatableTopicResult, **fields))

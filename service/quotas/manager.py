@@ -70,24 +70,24 @@ class QuotaManager:
         self.remote_fetch = remote_fetch or ByteRateLimit(2**63 - 1, samples, window_s, clock)
         self._samples, self._window = samples, window_s
         self._clock = clock
-        self._cached: tuple[int, Any] = (-2, None)
-        self._has: tuple[int, frozenset[str]] = (-2, frozenset())
+        #: (revision, the quotas section, the quota keys any entity has) of the newest metadata
+        self._cached: tuple[int, Any, frozenset[str]] = (-2, None, frozenset())
         self._sensors: dict[tuple[str, Any, str, str], Rate] = {}
         self._swept = 0.0
 
-    def _quotas(self) -> Any:
+    def _current(self) -> tuple[int, Any, frozenset[str]]:
         revision = self._revision()
         if self._cached[0] != revision:
-            self._cached = (revision, self._section() if revision >= 0 else None)
-        return self._cached[1]
+            section = self._section() if revision >= 0 else None
+            self._cached = (revision, section, frozenset(k for item in section or () for k in item["values"]))
+        return self._cached
+
+    def _quotas(self) -> Any:
+        return self._current()[1]
 
     def has(self, key: str) -> bool:
         """Whether any client has a ``key`` quota (nothing to measure otherwise)."""
-        revision = self._revision()
-        if self._has[0] != revision:
-            section = self._quotas()
-            self._has = (revision, frozenset(k for item in section or () for k in item["values"]))
-        return key in self._has[1]
+        return key in self._current()[2]
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Record ``value`` (bytes, or milliseconds of request time) for (user, client id);
