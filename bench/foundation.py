@@ -274,6 +274,19 @@ def timed_child(cmd: list[str], **kw) -> tuple[float, subprocess.CompletedProces
     return wall, proc, cpu
 
 
+def java_classpath(client: Path, build: Path, source: str) -> str:
+    """Compile ``bench/java/<source>`` against the Java client in ``client`` (a directory
+    holding ``kafka-clients-*.jar`` and its ``lib/``, as ``shared/tools/java-client/build.sh``
+    builds it); the classpath to run it with."""
+    jars = sorted(client.glob("kafka-clients-*.jar"))
+    if not jars:
+        raise SystemExit(f"no kafka-clients-*.jar in {client} (shared/tools/java-client/build.sh builds it)")
+    classpath = f"{jars[-1]}:{client / 'lib'}/*"
+    subprocess.run(["javac", "-d", str(build), "-cp", classpath, str(Path(__file__).resolve().parent / "java" / source)],
+                   check=True)
+    return f"{build}:{classpath}"
+
+
 class Profiler:
     """Optional py-spy record of the broker during one phase."""
 

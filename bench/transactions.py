@@ -43,7 +43,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from confluent_kafka import Producer
-from foundation import BrokerProcess, Profiler, log, machine_info
+from foundation import BrokerProcess, Profiler, java_classpath, log, machine_info
 from idempotence import create_topic, report
 
 RECORDS_PER_TXN = 1000
@@ -96,20 +96,9 @@ def _timed(b: BrokerProcess, run) -> tuple[float, float]:
     return time.perf_counter() - start, b.cpu_seconds() - cpu
 
 
-def _java_classpath(client: Path, build: Path) -> str:
-    """Compile bench/java/TxnBench.java against the client in ``client``; the classpath."""
-    jars = sorted(client.glob("kafka-clients-*.jar"))
-    if not jars:
-        raise SystemExit(f"no kafka-clients-*.jar in {client} (shared/tools/java-client/build.sh builds it)")
-    classpath = f"{jars[-1]}:{client / 'lib'}/*"
-    subprocess.run(["javac", "-d", str(build), "-cp", classpath, str(BENCH / "java" / "TxnBench.java")],
-                   check=True)
-    return f"{build}:{classpath}"
-
-
 def java_rounds(b: BrokerProcess, client: Path, work: Path, records: int, rounds: int) -> dict:
     """The Java client's plain and transactional rounds (see the module docstring)."""
-    classpath = _java_classpath(client, work / "java-classes")
+    classpath = java_classpath(client, work / "java-classes", "TxnBench.java")
     runs: dict[str, list[dict[str, float]]] = {"plain": [], "transactions": []}
     for i in range(rounds):
         order = ("plain", "transactions") if i % 2 == 0 else ("transactions", "plain")
