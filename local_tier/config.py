@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["LogConfig"]
 
@@ -91,5 +92,7 @@ _FIELDS: dict[str, tuple[str, type]] = {
 }
 
 
-def _policies(value: str) -> set[str]:
-    return {p.strip() for p in value.split(",")}
+@lru_cache(maxsize=64)
+def _policies(value: str) -> frozenset[str]:
+    """The policies a ``cleanup.policy`` value names (asked on every append: cached)."""
+    return frozenset(p.strip() for p in value.split(","))
