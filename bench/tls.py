@@ -55,6 +55,18 @@ def _median(runs: list[dict], key: str) -> dict:
     return sorted(runs, key=lambda r: r[key])[len(runs) // 2]
 
 
+def _summarise(runs: dict, who: str) -> dict:
+    """Per direction: the median plaintext and TLS runs and their ratio (logged)."""
+    results = {}
+    for what in ("produce", "consume"):
+        p = _median(runs[what]["plaintext"], "records_per_s")
+        t = _median(runs[what]["tls"], "records_per_s")
+        results[what] = {"plaintext": p, "tls": t, "ratio": t["records_per_s"] / p["records_per_s"]}
+        log(f"{who}{what}: TLS {t['records_per_s']:,.0f} records/s vs plaintext {p['records_per_s']:,.0f} = "
+            f"{results[what]['ratio']:.0%}")
+    return results
+
+
 def write_report(data: dict, md_path: Path) -> None:
     json_path = md_path.with_name("benchmarks-tls.json")
     json_path.write_text(json.dumps(data, indent=2) + "\n")
@@ -192,15 +204,9 @@ def java_runs(broker: BrokerProcess, client: Path, work: Path, records: int, rep
                     "command": shlex.join(cmd)})
                 log(f"  java {what} over {label}: {rate:,.0f} records/s (broker CPU {broker_cpu:.2f} s)")
             foundation.delete_topic(broker.bootstrap, topic)
-    results = {}
-    for what in ("produce", "consume"):
-        p = _median(runs[what]["plaintext"], "records_per_s")
-        t = _median(runs[what]["tls"], "records_per_s")
-        results[what] = {"plaintext": p, "tls": t, "ratio": t["records_per_s"] / p["records_per_s"]}
-        log(f"java {what}: TLS {t['records_per_s']:,.0f} records/s vs plaintext {p['records_per_s']:,.0f} = "
-            f"{results[what]['ratio']:.0%}")
     jar = max(client.glob("kafka-clients-*.jar")).name
-    return {"client": f"Apache Kafka Java client ({jar})", "records": records, "runs": runs, "results": results}
+    return {"client": f"Apache Kafka Java client ({jar})", "records": records, "runs": runs,
+            "results": _summarise(runs, "java ")}
 
 
 def openssl_floor(pki, record_sizes: tuple[int, ...] = (1040, 16384), total: int = 256 << 20) -> dict:
@@ -320,13 +326,7 @@ def main() -> int:
                     broker, topic, SIZE, cfg["records"], bootstrap=bootstrap, extra_x=extra))
                 foundation.delete_topic(broker.bootstrap, topic)
         data["runs"] = runs
-        data["results"] = {}
-        for what in ("produce", "consume"):
-            p = _median(runs[what]["plaintext"], "records_per_s")
-            t = _median(runs[what]["tls"], "records_per_s")
-            data["results"][what] = {"plaintext": p, "tls": t, "ratio": t["records_per_s"] / p["records_per_s"]}
-            log(f"{what}: TLS {t['records_per_s']:,.0f} records/s vs plaintext {p['records_per_s']:,.0f} = "
-                f"{data['results'][what]['ratio']:.0%}")
+        data["results"] = _summarise(runs, "")
         if args.java_client is not None:
             data["java"] = java_runs(broker, args.java_client, work, cfg["records"], cfg["repeats"],
                                      tls_bootstrap, pki.ca)

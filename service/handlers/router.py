@@ -182,6 +182,7 @@ def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
 
 
 _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
+_NO_QUOTAS: frozenset[str] = frozenset()
 
 
 class Router:
@@ -194,16 +195,17 @@ class Router:
         self.quotas = quotas
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
-        if self.quotas is None or not self.quotas.has(REQUEST):
-            return self._dispatch(frame, conn, None)
+        kinds = self.quotas.kinds() if self.quotas is not None else _NO_QUOTAS  # once a request
+        if REQUEST not in kinds:
+            return self._dispatch(frame, conn, None, kinds)
         clock = RequestClock()  # the request's time on the loop, decoding included
         try:
-            return self._dispatch(frame, conn, clock)
+            return self._dispatch(frame, conn, clock, kinds)
         finally:
             clock.pause()
 
     def _dispatch(self, frame: bytes | memoryview, conn: Connection | None,
-                  clock: RequestClock | None) -> Awaitable[Response]:
+                  clock: RequestClock | None, kinds: frozenset[str]) -> Awaitable[Response]:
         if conn is not None and conn.session.raw_tokens and conn.session.exchange is not None:
             from service.handlers.sasl import raw_token  # SaslHandshake v0: a bare SASL token
 
@@ -224,7 +226,7 @@ class Router:
         decode = hand_decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
         ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas, clock)
-        if api_key == 0 and self.quotas is not None and self.quotas.has(PRODUCE):  # decided now
+        if api_key == 0 and PRODUCE in kinds:  # the produce byte-rate quota, decided now
             size = sum(len(p.records) for t in body.topic_data for p in t.partition_data if p.records is not None)
             ctx = dataclasses.replace(ctx, throttle_ms=ctx.throttle(PRODUCE, size))
         if spec.forwarded and self._broker.forwards_controller_writes():

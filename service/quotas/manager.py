@@ -85,6 +85,10 @@ class QuotaManager:
     def _quotas(self) -> Any:
         return self._current()[1]
 
+    def kinds(self) -> frozenset[str]:
+        """The quota keys some client has (nothing to measure for the others)."""
+        return self._current()[2]
+
     def has(self, key: str) -> bool:
         """Whether any client has a ``key`` quota (nothing to measure otherwise)."""
         return key in self._current()[2]
