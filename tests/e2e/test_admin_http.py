@@ -79,7 +79,8 @@ def test_metrics_count_what_was_produced_and_consumed(broker: Any) -> None:
     assert ("strata_tiering_upload_failures_total", ()) in m
 
     # strata_connections counts the Kafka listener's open connections
-    idle = m[("strata_connections", ())]
+    # the clients above close their connections asynchronously: count from a settled gauge
+    idle = _settled_connections(broker)
     conns = [rawkafka.Connection.to(broker.bootstrap) for _ in range(3)]
     try:
         for conn in conns:  # answered, so accepted by the broker
@@ -190,3 +191,16 @@ def test_more_partitions_than_open_files_allow_are_refused_and_the_broker_carrie
     name = helpers.topic_name("after")
     helpers.create_topic(broker.bootstrap, name, partitions=2)
     assert helpers.produce_values(broker.bootstrap, name, [b"still fine"]) == [0]
+
+
+def _settled_connections(broker: Any) -> int:
+    """The open-connection gauge once it reads the same twice, 0.5 s apart."""
+    seen: list[int] = []
+
+    def settled() -> bool:
+        seen.append(_metrics(broker)[("strata_connections", ())])
+        time.sleep(0.5)
+        return len(seen) >= 2 and seen[-1] == seen[-2]
+
+    helpers.wait_until(settled, "the connection gauge to settle", timeout=15)
+    return seen[-1]

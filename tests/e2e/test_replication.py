@@ -398,7 +398,10 @@ def test_a_new_replica_starts_from_the_bucket_and_copies_only_the_leaders_tail(
     assert 0 < fetched < log_bytes / 3  # the leader's untiered tail only
     # preferred replica 3 takes the leadership (auto rebalance), and serves everything
     _wait(cluster, "broker 3 leading", lambda: _partition(cluster, "backfill").leader == 3)
-    state = _http_json(cluster, 3, "/v1/topics/backfill/partitions")["partitions"][0]
+    # broker 3's own view lists the partition once its log is open as the leader's
+    state = _wait(cluster, "broker 3's view of the partition it leads", lambda: next(
+        (p for p in _http_json(cluster, 3, "/v1/topics/backfill/partitions")["partitions"] if p["leader"] == 3),
+        None))
     assert state["local_log_start_offset"] >= leader_state["local_log_start_offset"]
     assert state["log_start_offset"] == 0  # the history is in the bucket
     produce(sent[2500:])
