@@ -24,9 +24,9 @@ import types
 import typing
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -53,8 +53,7 @@ class FrameError(Exception):
     """The bytes are not a request we can answer; the connection is closed."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(NamedTuple):  # one per request (a tuple: cheap to build)
     api_key: int
     api_version: int
     correlation_id: int
@@ -230,7 +229,10 @@ def _is_entity(hint: Any) -> bool:
     return isinstance(hint, type) and hasattr(hint, "__dataclass_fields__")
 
 
+_ONE_MS = datetime.timedelta(milliseconds=1)
+
+
 def timedelta_to_ms(value: datetime.timedelta | int) -> int:
-    if isinstance(value, datetime.timedelta):
-        return int(value.total_seconds() * 1000)
+    if isinstance(value, datetime.timedelta):  # exact: total_seconds() * 1000 loses a millisecond (64.076 s)
+        return value // _ONE_MS
     return int(value)

@@ -3,6 +3,7 @@ checked against kio's schema-generated decoder."""
 
 from __future__ import annotations
 
+import datetime
 import io
 import struct
 from pathlib import Path
@@ -25,6 +26,7 @@ from service.protocol import (
     decode_request,
     encode_response,
     response_module,
+    timedelta_to_ms,
 )
 
 
@@ -158,3 +160,9 @@ def test_fetch_response_encoder_matches_kafka_schema(version: int, tmp_path: Pat
 
 def test_request_header_versions_exist() -> None:
     assert RequestHeaderV1 is not RequestHeaderV2
+
+
+def test_timedelta_to_ms_is_exact() -> None:
+    # int(td.total_seconds() * 1000) gave 64075 here: a float product below the integer
+    for ms in (0, 1, 7_500, 64_076, 2**31 - 1, -1):
+        assert timedelta_to_ms(datetime.timedelta(milliseconds=ms)) == ms
