@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from local_tier.checkpoint import fsync_dir
 from local_tier.cleaning.cleaner import LastRecord
@@ -67,8 +68,7 @@ _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 _log = logging.getLogger("strata.local_tier")
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
+class LogAppendInfo(NamedTuple):  # one per append: a tuple builds ~10x faster than a frozen dataclass
     """What an append assigned: offsets ``first_offset..last_offset`` inclusive."""
 
     first_offset: int

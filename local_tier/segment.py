@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -81,8 +82,7 @@ class FileRegion:
         return b"".join(chunks)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendMark:
+class AppendMark(NamedTuple):  # one per append (a tuple: cheap to build)
     """A segment's state before an append, to undo it with :meth:`LogSegment.rollback`."""
 
     size: int

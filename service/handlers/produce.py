@@ -39,8 +39,7 @@ from local_tier.errors import (
 )
 from local_tier.records import ValidatedRecords, validate_batches
 from service.handlers.context import RequestContext
-from service.produce_codec import PartitionResult, encode_produce_response
-from service.protocol import timedelta_to_ms
+from service.produce_codec import PartitionResult, ProduceRequestData, encode_produce_response
 from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
@@ -66,9 +65,9 @@ class _Partition:
     off_loop: bool = False
 
 
-def handle_produce(ctx: RequestContext, request: Any) -> Any:
-    acks = int(request.acks)
-    timeout_ms = timedelta_to_ms(request.timeout)
+def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
+    acks = request.acks
+    timeout_ms = request.timeout_ms
     parts = [
         _check(ctx, request, acks, pos, topic.name, pdata)
         for pos, topic in enumerate(request.topic_data)

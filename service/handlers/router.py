@@ -24,6 +24,7 @@ from service.handlers import coordination
 from service.handlers.authz import refusal
 from service.handlers.context import Handler, RequestClock, RequestContext
 from service.handlers.coordination import GROUP_APIS
+from service.produce_codec import PRODUCE_VERSIONS, decode_produce_request
 from service.protocol import (
     FrameError,
     RequestHeader,
@@ -181,6 +182,16 @@ def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
     return build(mod.ApiVersionsResponse, error_code=0, api_keys=keys, throttle_time=0)
 
 
+@cache
+def decoders() -> dict[tuple[int, int], Decoder]:
+    """(api key, version) → decoder, where not the generic reader: the versions kio has no
+    schema for, and Produce's (its request is on every producer's hot path)."""
+    spec = api_table()[0]
+    produce = range(spec.min_version, spec.max_version + 1)
+    assert set(produce) <= set(PRODUCE_VERSIONS), "Produce versions the hand decoder does not read"
+    return {**{(0, v): decode_produce_request for v in produce}, **hand_decoders()}
+
+
 _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
 _NO_QUOTAS: frozenset[str] = frozenset()
 
@@ -223,7 +234,7 @@ class Router:
                 f"{spec.name} v{version} is not supported "
                 f"(this broker implements v{spec.min_version}-v{spec.max_version})"
             )
-        decode = hand_decoders().get((api_key, version), decode_request)
+        decode = decoders().get((api_key, version), decode_request)
         header, body = decode(frame)
         ctx = RequestContext.of(header, self._broker, conn, self.authorizer, self.quotas, clock)
         if api_key == 0 and PRODUCE in kinds:  # the produce byte-rate quota, decided now
@@ -269,7 +280,7 @@ class Router:
             result = await self._replicated(spec, ctx, body)
         else:
             result = spec.handler(ctx, body)
-            if inspect.isawaitable(result):
+            if not isinstance(result, bytes) and inspect.isawaitable(result):
                 result = await result
         elapsed = time.perf_counter() - started
         throttle = ctx.request_throttle()  # request_percentage, every API: its time on the loop
