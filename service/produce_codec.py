@@ -4,10 +4,11 @@ The request: Produce is the one request on the hot path of every producer, and t
 generic bounds-checked reader (:mod:`service.request_reader`) spent about 13% of a
 broker's time on one-record requests building kio's frozen entities and a
 ``timedelta`` for the timeout. :func:`decode_produce_request` reads the same fields
-with the same bounds (every length and count checked against the bytes left before
-anything is allocated, varints of at most 5 bytes, unknown tagged fields skipped,
-trailing bytes ignored) into small tuples; the records stay a view of the frame, so
-the log stamps them where they arrived. A test checks it against the generic reader
+with the generic reader's own bounded field readers (:mod:`service.request_fields`:
+every length and count checked against the bytes left before anything is allocated,
+varints of at most 5 bytes) into small tuples, skipping unknown tagged fields and
+ignoring trailing bytes; the records stay a view of the frame, so the log stamps them
+where they arrived. A test checks it against the generic reader
 for every version, on valid and on mutated frames.
 
 The response:
@@ -24,11 +25,20 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from functools import cache
 from typing import NamedTuple
 
 from service.fetch_codec import array_len, nullable_string, string
 from service.protocol import FrameError, RequestHeader
-from service.request_fields import MalformedRequest, read_uvarint
+from service.request_fields import (
+    Buffer,
+    MalformedRequest,
+    Reader,
+    array,
+    primitive,
+    read_uvarint,
+    sized,
+)
 
 __all__ = ["PRODUCE_VERSIONS", "PartitionResult", "ProducePartition", "ProduceRequestData", "ProduceTopic",
            "decode_produce_request", "encode_produce_response"]
@@ -114,9 +124,10 @@ class ProduceRequestData(NamedTuple):
     topic_data: tuple[ProduceTopic, ...]
 
 
-_HEAD = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+_HEAD = struct.Struct(">hhi")  # api key, version, correlation id
 _I16 = struct.Struct(">h")
-_ACKS_TIMEOUT = struct.Struct(">hi")
+#: the client id: a nullable int16-length string in request headers v1 and v2 alike
+_CLIENT_ID = sized("string", flexible=False, nullable=True)
 
 
 def decode_produce_request(frame: bytes | memoryview) -> tuple[RequestHeader, ProduceRequestData]:
@@ -125,108 +136,54 @@ def decode_produce_request(frame: bytes | memoryview) -> tuple[RequestHeader, Pr
     view = frame if isinstance(frame, memoryview) else memoryview(frame)
     end = len(view)
     try:
-        return _decode(view, end)
-    except (MalformedRequest, struct.error) as exc:
-        version = _I16.unpack_from(view, 2)[0] if end >= 4 else -1
-        raise FrameError(f"malformed request (api 0 v{version}): {exc}") from None
-
-
-def _decode(view: memoryview, end: int) -> tuple[RequestHeader, ProduceRequestData]:
-    if end < _HEAD.size:
-        raise MalformedRequest(f"request header needs {_HEAD.size} bytes, {end} remain")
-    _, version, correlation_id, n = _HEAD.unpack_from(view, 0)
-    pos = _HEAD.size
-    client_id: str | None = None
-    if n >= 0:  # header v1/v2: client id is a nullable int16-length string in both
-        if n > end - pos:
-            raise MalformedRequest(f"client id at byte {pos} needs {n} bytes, {end - pos} remain")
-        client_id = str(view[pos : pos + n], "utf-8", "replace")
-        pos += n
-    elif n != -1:
-        raise MalformedRequest(f"client id at byte {pos} has negative length {n}")
-    flexible = version >= 9
-    if flexible:
-        pos = _skip_tags(view, pos, end)
-        n, pos = _compact_length(view, pos, end)
-    else:
-        n, pos = _legacy_length(view, pos, end, _I16)
-    if n >= 0:
-        if n > end - pos:
-            raise MalformedRequest(f"transactional id at byte {pos} needs {n} bytes, {end - pos} remain")
-        transactional_id: str | None = str(view[pos : pos + n], "utf-8", "replace")
-        pos += n
-    elif n == -1:
-        transactional_id = None
-    else:
-        raise MalformedRequest(f"transactional id at byte {pos} has negative length {n}")
-    if end - pos < 6:
-        raise MalformedRequest(f"acks and timeout at byte {pos} need 6 bytes, {end - pos} remain")
-    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(view, pos)
-    pos += 6
-    topic_count, pos = _count(view, pos, end, flexible, "topic_data")
-    topics = []
-    for _ in range(topic_count):
-        n, pos = _compact_length(view, pos, end) if flexible else _legacy_length(view, pos, end, _I16)
-        if n < 0:
-            raise MalformedRequest(f"topic name at byte {pos} is {'null' if n == -1 else f'of length {n}'}")
-        if n > end - pos:
-            raise MalformedRequest(f"topic name at byte {pos} needs {n} bytes, {end - pos} remain")
-        name = str(view[pos : pos + n], "utf-8", "replace")
-        pos += n
-        partition_count, pos = _count(view, pos, end, flexible, "partition_data")
-        partitions = []
-        for _ in range(partition_count):
-            if end - pos < 4:
-                raise MalformedRequest(f"partition index at byte {pos} needs 4 bytes, {end - pos} remain")
-            index = _I32.unpack_from(view, pos)[0]
-            pos += 4
-            n, pos = _compact_length(view, pos, end) if flexible else _legacy_length(view, pos, end, _I32)
-            records: memoryview | None = None
-            if n >= 0:
-                if n > end - pos:
-                    raise MalformedRequest(f"records at byte {pos} need {n} bytes, {end - pos} remain")
-                records = view[pos : pos + n]
-                pos += n
-            elif n != -1:
-                raise MalformedRequest(f"records at byte {pos} have negative length {n}")
-            if flexible:
-                pos = _skip_tags(view, pos, end)
-            partitions.append(ProducePartition(index, records))
+        if end < _HEAD.size:
+            raise MalformedRequest(f"request header needs {_HEAD.size} bytes, {end} remain")
+        _, version, correlation_id = _HEAD.unpack_from(view, 0)
+        client_id, pos = _CLIENT_ID(view, _HEAD.size, end)
+        flexible = version >= 9
         if flexible:
             pos = _skip_tags(view, pos, end)
-        topics.append(ProduceTopic(name, tuple(partitions)))
-    if flexible:
-        _skip_tags(view, pos, end)  # the request's own (none known); trailing bytes are ignored
-    header = RequestHeader(0, version, correlation_id, client_id, flexible)
-    return header, ProduceRequestData(transactional_id, acks, timeout_ms, tuple(topics))
+        body, _ = _body_reader(flexible)(view, pos, end)  # trailing bytes are ignored
+    except MalformedRequest as exc:
+        version = _I16.unpack_from(view, 2)[0] if end >= 4 else -1
+        raise FrameError(f"malformed request (api 0 v{version}): {exc}") from None
+    return RequestHeader(0, version, correlation_id, client_id, flexible), body
 
 
-def _legacy_length(view: memoryview, pos: int, end: int, st: struct.Struct) -> tuple[int, int]:
-    if end - pos < st.size:
-        raise MalformedRequest(f"length at byte {pos} needs {st.size} bytes, {end - pos} remain")
-    return st.unpack_from(view, pos)[0], pos + st.size
+@cache
+def _body_reader(flexible: bool) -> Reader:
+    """The body's reader, composed of :mod:`service.request_fields`' bounded readers."""
+    read_i16, read_i32 = primitive("int16", flexible, False), primitive("int32", flexible, False)
+    read_name = sized("string", flexible, nullable=False)
+    read_transactional_id = sized("string", flexible, nullable=True)
+    read_records = sized("records", flexible, nullable=True)  # a view of the frame
+
+    def read_partition(buf: Buffer, pos: int, end: int) -> tuple[ProducePartition, int]:
+        index, pos = read_i32(buf, pos, end)
+        records, pos = read_records(buf, pos, end)
+        return ProducePartition(index, records), _skip_tags(buf, pos, end) if flexible else pos
+
+    read_partitions = array(read_partition, flexible, nullable=False, name="partition_data")
+
+    def read_topic(buf: Buffer, pos: int, end: int) -> tuple[ProduceTopic, int]:
+        name, pos = read_name(buf, pos, end)
+        partitions, pos = read_partitions(buf, pos, end)
+        return ProduceTopic(name, partitions), _skip_tags(buf, pos, end) if flexible else pos
+
+    read_topics = array(read_topic, flexible, nullable=False, name="topic_data")
+
+    def read_body(buf: Buffer, pos: int, end: int) -> tuple[ProduceRequestData, int]:
+        transactional_id, pos = read_transactional_id(buf, pos, end)
+        acks, pos = read_i16(buf, pos, end)
+        timeout_ms, pos = read_i32(buf, pos, end)
+        topics, pos = read_topics(buf, pos, end)
+        body = ProduceRequestData(transactional_id, acks, timeout_ms, topics)
+        return body, _skip_tags(buf, pos, end) if flexible else pos
+
+    return read_body
 
 
-def _compact_length(view: memoryview, pos: int, end: int) -> tuple[int, int]:
-    """A compact length: the varint less one (-1: null)."""
-    if pos < end and view[pos] < 0x80:
-        return view[pos] - 1, pos + 1
-    n, pos = read_uvarint(view, pos, end)
-    return n - 1, pos
-
-
-def _count(view: memoryview, pos: int, end: int, flexible: bool, name: str) -> tuple[int, int]:
-    """A non-null array's element count, bounded by the bytes left (no element is
-    smaller than one byte)."""
-    n, pos = _compact_length(view, pos, end) if flexible else _legacy_length(view, pos, end, _I32)
-    if n < 0:
-        raise MalformedRequest(f"array {name!r} before byte {pos} is {'null' if n == -1 else f'of length {n}'}")
-    if n > end - pos:
-        raise MalformedRequest(f"array {name!r} before byte {pos} claims {n} elements, only {end - pos} bytes remain")
-    return n, pos
-
-
-def _skip_tags(view: memoryview, pos: int, end: int) -> int:
+def _skip_tags(view: Buffer, pos: int, end: int) -> int:
     """Past a tagged-field section (KIP-482; Produce knows no tags, so all are skipped)."""
     if pos < end and view[pos] == 0:
         return pos + 1

@@ -216,8 +216,6 @@ class Connection:
         #: brokers that heartbeat the controller on this connection
         self.heartbeat_brokers: set[int] = set()
         self._spare: list[bytearray] = []  # request buffers to reuse (_recycle)
-        #: the writer took a response and has not finished sending it
-        self._writing = False
         self._close_callbacks: list[Callable[[], None]] = []
 
     def add_close_callback(self, callback: Callable[[], None]) -> None:
@@ -311,15 +309,11 @@ class Connection:
                         await self._finish_reading()
                         return
                     fut = start_eagerly(loop, server._dispatcher.dispatch(frame, self))
+                    handed_over = True
                     if fut.done():  # answered in its first step: no task was needed
-                        handed_over = True
-                        server.memory.release(size)
-                        self._recycle(frame)
+                        self._request_done(size, frame)
                     else:
-                        fut.add_done_callback(
-                            lambda _, n=size, f=frame: (server.memory.release(n), self._recycle(f))
-                        )
-                        handed_over = True
+                        fut.add_done_callback(lambda _, n=size, f=frame: self._request_done(n, f))
                 finally:
                     if not handed_over:
                         server.memory.release(size)
@@ -387,6 +381,11 @@ class Connection:
         # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
         return memoryview(body)[:size]
 
+    def _request_done(self, size: int, frame: memoryview) -> None:
+        """A handler is done with its request: its memory is returned, its buffer kept."""
+        self.server.memory.release(size)
+        self._recycle(frame)
+
     def _recycle(self, frame: memoryview) -> None:
         """A request is done: its body buffer may serve a later one (a fresh megabyte is
         zero-filled and page-faulted in for every produce request otherwise)."""
@@ -412,12 +411,12 @@ class Connection:
 
     def _answered_now(self, fut: asyncio.Future[Response]) -> bool:
         """Whether the reader sends this answer itself: it is ready (a whole frame, or none
-        for acks=0), nothing is queued for the writer or being sent by it, and the
-        connection is not closing after it (a failed authentication)."""
-        return (fut.done() and not self._writing and self._queue.empty()
-                and not fut.cancelled() and fut.exception() is None
-                and (fut.result() is None or isinstance(fut.result(), bytes))
-                and self.session.close_after_s is None)
+        for acks=0), it is the one request in flight (nothing queued for the writer or
+        being sent by it), and the connection is not closing after it (a failed
+        authentication)."""
+        if self.inflight != 1 or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return False
+        return isinstance(fut.result(), bytes | None) and self.session.close_after_s is None
 
     async def _send_now(self, loop: asyncio.AbstractEventLoop, response: bytes | None) -> None:
         """Send an answer from the reader, which reads the next request once it is sent:
@@ -439,9 +438,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                self._writing = False
                 fut = await self._queue.get()
-                self._writing = True
                 if fut is None:
                     break
                 try:
