@@ -58,6 +58,11 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
               "The certificate chain in PEM (instead of ssl.keystore.location)."),
     ConfigDef("ssl.keystore.key", "password", None,
               "The private key in PEM, PKCS#8 (instead of ssl.keystore.location)."),
+    ConfigDef("ssl.certificate.location", "string", None,
+              "PEM file of the certificate chain, with ssl.key.location (instead of "
+              "ssl.keystore.location; the layout of a Kubernetes TLS secret; Strata)."),
+    ConfigDef("ssl.key.location", "string", None,
+              "PEM file of the private key of ssl.certificate.location (Strata)."),
     ConfigDef("ssl.key.password", "password", None, "Password of an encrypted private key."),
     ConfigDef("ssl.truststore.type", "string", "PEM",
               "Format of the trust store; Strata reads PEM (Kafka's default is JKS).", valid_values=("PEM",)),
@@ -83,6 +88,10 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("ssl.handshake.timeout.ms", "int", "10000",
               "A TLS handshake not done in this long closes the connection (Strata).",
               validator=at_least(1)),
+    ConfigDef("ssl.reload.interval.ms", "int", "30000",
+              "How often the keystore and truststore files are looked at; changed files are "
+              "loaded for new connections, certificate rotation without a restart (0: never; Strata).",
+              validator=at_least(0)),
     # -- SASL -----------------------------------------------------------------------------
     ConfigDef("sasl.enabled.mechanisms", "list", ",".join(SASL_MECHANISMS),
               "SASL mechanisms of the SASL listeners (Kafka's default is GSSAPI).",

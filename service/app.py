@@ -28,6 +28,7 @@ from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
 from service.security.setup import inter_broker_security, listener_securities
+from service.security.tls_reload import TlsSources
 from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]
@@ -67,7 +68,8 @@ async def _serve(
     if not RECORD_WALK_IN_C:
         log.warning("local_tier._recordscan is not built: produced records are checked in Python, "
                     "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
-    securities = listener_securities(config, settings)
+    tls_sources = TlsSources()  # every TLS context, following its certificate files
+    securities = listener_securities(config, settings, tls_sources)
     history = HistorySender(
         threads=config.get_int("remote.log.reader.threads"),
         cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),  # the tiered-fetch threads' CPUs
@@ -75,7 +77,7 @@ async def _serve(
     servers: dict[str, KafkaServer] = {}
     broker: Broker | None = None
     admin = None
-    background = tiering = None
+    background = tiering = tls_reload = None
     try:
         router_slot: list[Router] = []
 
@@ -103,7 +105,7 @@ async def _serve(
             config=config,
             advertised_listeners=settings.advertised_endpoints(),
             object_store=object_store,
-            inter_broker=inter_broker_security(config, settings),
+            inter_broker=inter_broker_security(config, settings, tls_sources),
         )
         authorizer = build_authorizer(config, broker)
         router_slot.append(Router(broker, authorizer, client_quotas(config, broker.controller)))
@@ -112,7 +114,8 @@ async def _serve(
             admin = AdminHttpServer(
                 broker, http_host, http_port,
                 connections=lambda: sum(s.connection_count for s in servers.values()),
-                security=http_security(config, authorizer, credential_lookup(broker)),
+                security=http_security(config, authorizer, credential_lookup(broker), tls_sources),
+                tls=tls_sources,
             )
             await admin.start()
         versions = {spec.key: spec.max_version for spec in api_table().values()}
@@ -128,6 +131,7 @@ async def _serve(
         on_serving()
         background = asyncio.create_task(broker.run_background(), name="log-maintenance")
         tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
+        tls_reload = asyncio.create_task(tls_sources.run(), name="tls-reload")
         controller = broker.controller
         where = ", ".join(f"{spec.host or '0.0.0.0'}:{spec.port}" + (
             "" if settings.listeners == (spec,) and spec.name == "PLAINTEXT" else f" ({spec.name})")
@@ -152,7 +156,7 @@ async def _serve(
         history.close()
         if admin is not None:
             await admin.close()
-        for task in (background, tiering):
+        for task in (background, tiering, tls_reload):
             if task is not None:
                 await cancel_and_wait(task)
         if broker is not None:

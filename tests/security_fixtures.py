@@ -6,6 +6,7 @@
     pki.ca                      # CA certificate file (the clients' and brokers' trust store)
     pki.server_cert, pki.server_key
     pki.client("alice")         # (cert, key) files of a client certificate, CN=alice,OU=eng,O=Strata
+    pki.server("next")          # (cert, key) of another broker certificate, e.g. for a rotation
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ __all__ = ["Pki", "pki"]
 
 
 class Pki:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, ca_name: str = "Strata test CA") -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -30,7 +31,7 @@ class Pki:
         self._x509, self._hashes, self._ec, self._oid = x509, hashes, ec, NameOID
         self.root = root
         self._ca_key = ec.generate_private_key(ec.SECP256R1())
-        self._ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Strata test CA")])
+        self._ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_name)])
         ca = self._builder(self._ca_name, self._ca_key.public_key()).add_extension(
             x509.BasicConstraints(ca=True, path_length=None), critical=True
         ).sign(self._ca_key, hashes.SHA256())
@@ -52,18 +53,34 @@ class Pki:
         ])
         return self._issue(f"client-{name}", subject, [x509.DNSName(name)])
 
-    def _builder(self, subject, public_key):  # type: ignore[no-untyped-def]
+    def server(self, stem: str, common_name: str = "localhost", names: tuple[str, ...] = ("localhost", "127.0.0.1"),
+               valid: tuple[float, float] = (-1.0, 48.0)) -> tuple[Path, Path]:
+        """(cert, key) files of another broker certificate: ``names`` as its subject
+        alternative names (DNS names, or IP addresses), valid from ``valid[0]`` to
+        ``valid[1]`` hours from now."""
+        x509, oid = self._x509, self._oid
+
+        def alt(name: str):  # type: ignore[no-untyped-def]
+            try:
+                return x509.IPAddress(ipaddress.ip_address(name))
+            except ValueError:
+                return x509.DNSName(name)
+
+        return self._issue(stem, x509.Name([x509.NameAttribute(oid.COMMON_NAME, common_name)]),
+                           [alt(n) for n in names], valid)
+
+    def _builder(self, subject, public_key, valid=(-1.0, 48.0)):  # type: ignore[no-untyped-def]
         now = datetime.datetime.now(datetime.UTC)
         return (self._x509.CertificateBuilder().subject_name(subject).issuer_name(self._ca_name)
                 .public_key(public_key).serial_number(self._x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(hours=1))
-                .not_valid_after(now + datetime.timedelta(days=2)))
+                .not_valid_before(now + datetime.timedelta(hours=valid[0]))
+                .not_valid_after(now + datetime.timedelta(hours=valid[1])))
 
-    def _issue(self, stem: str, subject, names) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
+    def _issue(self, stem: str, subject, names, valid=(-1.0, 48.0)) -> tuple[Path, Path]:  # type: ignore[no-untyped-def]
         from cryptography.hazmat.primitives import serialization
 
         key = self._ec.generate_private_key(self._ec.SECP256R1())
-        cert = self._builder(subject, key.public_key()).add_extension(
+        cert = self._builder(subject, key.public_key(), valid).add_extension(
             self._x509.SubjectAlternativeName(names), critical=False
         ).sign(self._ca_key, self._hashes.SHA256())
         key_path = self.root / f"{stem}-key.pem"
@@ -82,5 +99,5 @@ class Pki:
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
-    pytest.importorskip("cryptography", reason="certificates are made with cryptography (test extra)")
+    pytest.importorskip("cryptography", reason="certificates are made with cryptography")
     yield Pki(tmp_path_factory.mktemp("pki"))

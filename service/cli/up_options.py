@@ -1,11 +1,11 @@
 """``strata up``'s configs: ``--config FILE`` (Kafka's ``server.properties``), ``--set
-KEY=VALUE``, and the security flags for the common case, each a Kafka config:
+KEY=VALUE``, and the security flags for the common case, each a broker config:
 
 ==============================  ==================================================
 ``--listeners SPEC``            ``listeners`` (``PLAINTEXT://h:p,SASL_SSL://h:p``)
 ``--advertised-listeners SPEC`` ``advertised.listeners``
-``--ssl-cert FILE``             ``ssl.keystore.certificate.chain`` (the file's PEM)
-``--ssl-key FILE``              ``ssl.keystore.key`` (the file's PEM)
+``--ssl-cert FILE``             ``ssl.certificate.location`` (Strata's; the file is followed)
+``--ssl-key FILE``              ``ssl.key.location``
 ``--ssl-ca FILE``               ``ssl.truststore.location``
 ``--ssl-client-auth MODE``      ``ssl.client.auth``
 ``--sasl-mechanisms LIST``      ``sasl.enabled.mechanisms``
@@ -108,8 +108,9 @@ def up_configs(args: argparse.Namespace) -> dict[str, str]:
     if bool(args.ssl_cert) != bool(args.ssl_key):
         raise ValueError("--ssl-cert and --ssl-key go together")
     if args.ssl_cert:
-        out["ssl.keystore.certificate.chain"] = Path(args.ssl_cert).read_text()
-        out["ssl.keystore.key"] = Path(args.ssl_key).read_text()
+        for key, path in (("ssl.certificate.location", args.ssl_cert), ("ssl.key.location", args.ssl_key)):
+            Path(path).read_bytes()  # readable now, or OSError naming it
+            out[key] = str(Path(path).resolve())
     out.update(parse_sets(args.set))
     return out
 

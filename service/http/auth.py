@@ -39,7 +39,8 @@ from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.security.principal import KafkaPrincipal
 from service.security.principal_mapping import NoRuleAppliesError, PrincipalMapper
 from service.security.scram import ScramCredential
-from service.security.tls import rfc2253_subject, server_context, tls_settings
+from service.security.tls import rfc2253_subject, tls_settings
+from service.security.tls_reload import TlsSources
 
 __all__ = ["ROUTE_OPERATIONS", "HttpSecurity", "http_security"]
 
@@ -174,12 +175,14 @@ class HttpSecurity:
         return bool(self.authorizer.authorize(principal, host, op, rtype, name))
 
 
-def http_security(config: Any, authorizer: Any, credentials: Any) -> HttpSecurity:
+def http_security(config: Any, authorizer: Any, credentials: Any, sources: TlsSources | None = None) -> HttpSecurity:
     """The HTTP listener's security from the broker's ``http.*`` and ``ssl.*`` configs
-    (``ValueError`` for a combination that would send passwords in clear)."""
+    (``ValueError`` for a combination that would send passwords in clear); its TLS
+    context is one of ``sources``, following the certificate files."""
     context = None
     if config.get_bool("http.ssl.enable"):
-        context = server_context(tls_settings(config, config.get_str("http.ssl.client.auth")))
+        settings = tls_settings(config, config.get_str("http.ssl.client.auth"))
+        context = (sources or TlsSources()).get("HTTP listener", settings, server=True).front
     methods = frozenset(m for m in config.get_str("http.authentication.methods").split(",") if m)
     open_paths = frozenset(p for p in config.get_str("http.authentication.open.paths").split(",") if p)
     return HttpSecurity(context, methods, open_paths, PrincipalMapper(config.get_str("ssl.principal.mapping.rules")),

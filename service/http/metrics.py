@@ -37,6 +37,7 @@ from service.http.exporter import kafka_exporter_families
 from service.http.state import group_lag, partition_state
 from service.http.views import AdminView
 from service.latency import LatencyHistograms
+from service.security.tls_reload import TlsSources
 from service.version import python_version, strata_version
 
 __all__ = ["EXPECTED_ERRORS", "BrokerCollector", "exposition", "gather"]
@@ -83,9 +84,10 @@ def _bound(bound: float) -> str:
 class BrokerCollector(Collector):
     """Everything ``/metrics`` shows, read from the broker when scraped."""
 
-    def __init__(self, broker: AdminView, connections: Any) -> None:
+    def __init__(self, broker: AdminView, connections: Any, tls: TlsSources | None = None) -> None:
         self._broker = broker
         self._connections = connections  # () -> int
+        self._tls = tls
 
     def collect(self) -> Iterator[Any]:
         b = self._broker
@@ -131,6 +133,7 @@ class BrokerCollector(Collector):
         yield from self._replication()
         yield from self._tiering()
         yield from self._groups()
+        yield from self._tls_families()
         yield from kafka_exporter_families(b)
 
     def _partitions(self) -> Iterator[Any]:
@@ -264,6 +267,29 @@ class BrokerCollector(Collector):
         yield lag
 
 
+    def _tls_families(self) -> Iterator[Any]:
+        sources = [] if self._tls is None else self._tls.sources
+        if not sources:
+            return
+        by = ["context"]
+        yield _gauge("strata_tls_certificate_expiry_timestamp_seconds",
+                     "When the certificate a TLS context serves expires (Unix seconds).", by,
+                     [((s.label,), s.facts.not_after) for s in sources if s.facts.not_after is not None])
+        yield _gauge("strata_tls_truststore_expiry_timestamp_seconds",
+                     "When the first certificate a TLS context trusts expires (Unix seconds).", by,
+                     [((s.label,), s.facts.truststore_not_after) for s in sources
+                      if s.facts.truststore_not_after is not None])
+        for name, doc, attr in (
+            ("strata_tls_reloads", "Changed certificate files a TLS context loaded and uses.", "reloads"),
+            ("strata_tls_reload_failures", "Changed certificate files a TLS context refused (see the log).",
+             "failures"),
+        ):
+            family = CounterMetricFamily(name, doc, labels=by)
+            for s in sources:
+                family.add_metric([s.label], getattr(s, attr))
+            yield family
+
+
 def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=labels)
     for label_values, value in values:
@@ -281,9 +307,9 @@ class _Collected(Collector):
         return iter(self._families)
 
 
-def gather(broker: AdminView, connections: Any) -> list[Any]:
+def gather(broker: AdminView, connections: Any, tls: TlsSources | None = None) -> list[Any]:
     """Every broker family, read now (on the event loop: the broker's state is not thread-safe)."""
-    return list(BrokerCollector(broker, connections).collect())
+    return list(BrokerCollector(broker, connections, tls).collect())
 
 
 def exposition(families: list[Any]) -> bytes:

@@ -1,5 +1,7 @@
 """The security of each listener and of the inter-broker client, built once at start
 from the broker's configs: :func:`listener_securities`, :func:`inter_broker_security`.
+Their TLS contexts come from one :class:`~service.security.tls_reload.TlsSources`, which
+follows the certificate files afterwards.
 
 Listeners with the same TLS settings share one server context; a listener's own
 ``listener.name.<listener>.ssl.*`` configs give it its own. ``ssl.client.auth`` applies to
@@ -19,7 +21,8 @@ from service.security.jaas import parse_jaas_credentials
 from service.security.listeners import ListenerSettings, SecurityProtocol
 from service.security.principal_mapping import PrincipalMapper
 from service.security.session import ListenerSecurity
-from service.security.tls import TlsSettings, client_context, server_context, tls_settings
+from service.security.tls import tls_settings
+from service.security.tls_reload import ReloadingTls, TlsSources
 
 __all__ = ["InterBrokerSecurity", "inter_broker_security", "listener_securities"]
 
@@ -30,24 +33,27 @@ class InterBrokerSecurity:
 
     listener: str
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    ssl_context: ssl.SSLContext | None = None
+    tls: ReloadingTls | None = None
     sasl_mechanism: str | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
 
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context a new connection to a peer uses (the files' latest)."""
+        return None if self.tls is None else self.tls.context
 
-def listener_securities(config: BrokerConfig, settings: ListenerSettings) -> dict[str, ListenerSecurity]:
+
+def listener_securities(config: BrokerConfig, settings: ListenerSettings,
+                        sources: TlsSources | None = None) -> dict[str, ListenerSecurity]:
     """listener name → its :class:`ListenerSecurity`, each from the configs as that
     listener sees them (``listener.name.<listener>.*`` first, Kafka's listener-prefixed
-    configs)."""
-    contexts: dict[TlsSettings, ssl.SSLContext] = {}  # listeners with the same settings share one
+    configs). Listeners with the same TLS settings share one context of ``sources``."""
+    sources = sources or TlsSources()
 
-    def tls_for(own: ListenerConfig, protocol: SecurityProtocol) -> ssl.SSLContext:
+    def tls_for(own: ListenerConfig, spec_name: str, protocol: SecurityProtocol) -> ssl.SSLContext:
         client_auth = own.get_str("ssl.client.auth") if protocol == SecurityProtocol.SSL else "none"
-        wanted = tls_settings(own, client_auth)
-        if wanted not in contexts:
-            contexts[wanted] = server_context(wanted)
-        return contexts[wanted]
+        return sources.get(f"listener {spec_name}", tls_settings(own, client_auth), server=True).front
 
     out = {}
     for spec in settings.listeners:
@@ -56,7 +62,7 @@ def listener_securities(config: BrokerConfig, settings: ListenerSettings) -> dic
             out[spec.name] = ListenerSecurity(
                 name=spec.name,
                 protocol=spec.protocol,
-                tls=tls_for(own, spec.protocol) if spec.protocol.uses_tls else None,
+                tls=tls_for(own, spec.name, spec.protocol) if spec.protocol.uses_tls else None,
                 tls_handshake_timeout_s=own.get_int("ssl.handshake.timeout.ms") / 1000,
                 principal_mapper=PrincipalMapper(own.get_str("ssl.principal.mapping.rules")),
                 sasl_mechanisms=tuple(own.get_str("sasl.enabled.mechanisms").split(","))
@@ -70,12 +76,14 @@ def listener_securities(config: BrokerConfig, settings: ListenerSettings) -> dic
     return out
 
 
-def inter_broker_security(config: BrokerConfig, settings: ListenerSettings) -> InterBrokerSecurity:
+def inter_broker_security(config: BrokerConfig, settings: ListenerSettings,
+                          sources: TlsSources | None = None) -> InterBrokerSecurity:
     """The client side of the inter-broker listener (``ValueError`` when SASL is needed
     and ``sasl.jaas.config`` gives no credentials)."""
     protocol = settings.inter_broker_protocol
     own = config.for_listener(settings.inter_broker)  # the inter-broker listener's own TLS and SASL
-    context = client_context(tls_settings(own)) if protocol.uses_tls else None
+    context = (sources or TlsSources()).get("inter-broker client", tls_settings(own), server=False) \
+        if protocol.uses_tls else None
     if not protocol.uses_sasl:
         return InterBrokerSecurity(settings.inter_broker, protocol, context)
     mechanism = config.get_str("sasl.mechanism.inter.broker.protocol")

@@ -2,8 +2,9 @@
 :class:`ssl.SSLContext`, and a certificate subject as Kafka writes it.
 
 Keys and certificates come from files (``ssl.keystore.location``: one PEM file
-holding the private key and its certificate chain; ``ssl.truststore.location``)
-or from the configs' values (``ssl.keystore.certificate.chain`` +
+holding the private key and its certificate chain, or Strata's ``ssl.certificate.location``
+and ``ssl.key.location``, two files as a Kubernetes TLS secret holds them;
+``ssl.truststore.location``) or from the configs' values (``ssl.keystore.certificate.chain`` +
 ``ssl.keystore.key``; ``ssl.truststore.certificates``). Values are handed to
 OpenSSL through anonymous memory files (``memfd``), never written to disk.
 ``ssl.key.password`` decrypts an encrypted key. ``ssl.client.auth``: ``none``,
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +45,20 @@ class TlsSettings:
     enabled_protocols: tuple[str, ...]
     cipher_suites: tuple[str, ...]
     endpoint_identification: bool
+    certificate_location: str | None = None
+    key_location: str | None = None
+    #: how often the files are looked at for a new certificate (0: never; service.security.tls_reload)
+    reload_interval_ms: int = 0
 
     def __repr__(self) -> str:
-        return (f"TlsSettings(keystore={self.keystore_location or ('<inline>' if self.certificate_chain else None)}, "
+        keystore = self.keystore_location or self.certificate_location or ("<inline>" if self.certificate_chain else None)
+        return (f"TlsSettings(keystore={keystore}, "
                 f"truststore={self.truststore_location or ('<inline>' if self.truststore_certificates else None)}, "
                 f"client_auth={self.client_auth}, protocols={self.enabled_protocols})")
 
     @property
     def has_keystore(self) -> bool:
-        return bool(self.keystore_location or (self.certificate_chain and self.private_key))
+        return bool(self.keystore_location or self.certificate_location or (self.certificate_chain and self.private_key))
 
     @property
     def has_truststore(self) -> bool:
@@ -61,13 +67,17 @@ class TlsSettings:
 
 def tls_settings(config: BrokerConfig | ListenerConfig, client_auth: str | None = None) -> TlsSettings:
     """The TLS settings of ``config`` (``client_auth`` overrides ``ssl.client.auth``)."""
-    chain, key = config.get("ssl.keystore.certificate.chain"), config.get("ssl.keystore.key")
+    own = _keystore_view(config)
+    chain, key = own("ssl.keystore.certificate.chain"), own("ssl.keystore.key")
     if bool(chain) != bool(key):
         raise ValueError("ssl.keystore.certificate.chain and ssl.keystore.key go together")
-    location = config.get("ssl.keystore.location")
-    if location and chain:
-        raise ValueError("give ssl.keystore.location or ssl.keystore.certificate.chain + "
-                         "ssl.keystore.key, not both")
+    location = own("ssl.keystore.location")
+    cert_file, key_file = own("ssl.certificate.location"), own("ssl.key.location")
+    if bool(cert_file) != bool(key_file):
+        raise ValueError("ssl.certificate.location and ssl.key.location go together")
+    if sum(map(bool, (location, chain, cert_file))) > 1:
+        raise ValueError("give one of ssl.keystore.location, ssl.certificate.location + ssl.key.location, "
+                         "or ssl.keystore.certificate.chain + ssl.keystore.key")
     trust_location, trust_certs = config.get("ssl.truststore.location"), config.get("ssl.truststore.certificates")
     if trust_location and trust_certs:
         raise ValueError("give ssl.truststore.location or ssl.truststore.certificates, not both")
@@ -82,7 +92,24 @@ def tls_settings(config: BrokerConfig | ListenerConfig, client_auth: str | None 
         enabled_protocols=tuple(config.get_str("ssl.enabled.protocols").split(",")),
         cipher_suites=tuple(s for s in config.get_str("ssl.cipher.suites").split(",") if s),
         endpoint_identification=config.get_str("ssl.endpoint.identification.algorithm").lower() == "https",
+        certificate_location=cert_file,
+        key_location=key_file,
+        reload_interval_ms=config.get_int("ssl.reload.interval.ms"),
     )
+
+
+_KEYSTORE = ("ssl.keystore.location", "ssl.certificate.location", "ssl.key.location",
+             "ssl.keystore.certificate.chain", "ssl.keystore.key")
+
+
+def _keystore_view(config: BrokerConfig | ListenerConfig) -> Callable[[str], str | None]:
+    """How the keystore configs are read: a listener that sets any of them in its own
+    ``listener.name.<l>.*`` configs takes the whole keystore from those (its inline PEM
+    does not mix with the broker's files), else the broker's."""
+    if isinstance(config, ListenerConfig) and config.overridden & set(_KEYSTORE):
+        overridden = config.overridden
+        return lambda name: config.get(name) if name in overridden else None
+    return config.get
 
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -93,7 +120,7 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     """The context of a TLS listener; ``ValueError`` naming what is missing or wrong."""
     if not settings.has_keystore:
         raise ValueError("a TLS listener needs a key and certificate: ssl.keystore.location, or "
-                         "ssl.keystore.certificate.chain and ssl.keystore.key (strata up --ssl-cert "
+                         "ssl.certificate.location and ssl.key.location (strata up --ssl-cert "
                          "FILE --ssl-key FILE)")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _common(ctx, settings)
@@ -137,12 +164,16 @@ def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
     try:
         if settings.keystore_location:
             ctx.load_cert_chain(settings.keystore_location, password=password)
+        elif settings.certificate_location:
+            ctx.load_cert_chain(settings.certificate_location, settings.key_location, password=password)
         else:
             assert settings.certificate_chain and settings.private_key
             with _memory_file(settings.certificate_chain) as chain, _memory_file(settings.private_key) as key:
                 ctx.load_cert_chain(chain, key, password=password)
     except (ssl.SSLError, OSError) as exc:
-        where = settings.keystore_location or "ssl.keystore.certificate.chain / ssl.keystore.key"
+        where = settings.keystore_location or (
+            f"{settings.certificate_location} and {settings.key_location}" if settings.certificate_location
+            else "ssl.keystore.certificate.chain / ssl.keystore.key")
         raise ValueError(f"cannot load the TLS key and certificate from {where}: "
                          f"{getattr(exc, 'reason', None) or exc.strerror or exc}") from None
 

@@ -1,0 +1,238 @@
+"""TLS contexts that follow their PEM files: certificates rotate without a restart.
+
+Certificates are rotated by replacing their files (cert-manager, a Vault agent, a cron
+job). Every ``ssl.reload.interval.ms`` the broker looks at the files of each TLS context
+(``ssl.keystore.location`` or ``ssl.certificate.location`` and ``ssl.key.location``,
+``ssl.truststore.location``: device, inode, size and
+modification time, through symlinks, so a Kubernetes secret's atomic swap counts). When
+one changed, a new context is built from them and checked before it is put in use:
+
+* the key must match the certificate (OpenSSL's check), and the certificate must be
+  valid now;
+* its subject must be the old one's and its subject alternative names must include the
+  old ones (Kafka's rule for a dynamic keystore update: clients that verify the host
+  name keep working).
+
+New connections then handshake with the new context; open ones keep the one they began
+with, as in Kafka. Files that fail a check leave the working context in place, log a
+warning naming the reason, and are read again when they change next. Inline PEM
+(``ssl.keystore.certificate.chain``) has no file to follow and never reloads.
+
+A listener's :class:`ssl.SSLContext` object never changes (the Kafka listeners and
+aiohttp hold it): its server-name callback, which OpenSSL calls for every ClientHello
+with or without SNI, moves the handshake onto the current context. The inter-broker
+client reads :attr:`ReloadingTls.context` for each new connection.
+
+``/metrics`` shows each context's certificate expiry, its truststore's earliest expiry
+and its reloads (:mod:`service.http.metrics`). Not thread-safe: checked on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import ssl
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.security.tls import TlsSettings, client_context, server_context
+
+__all__ = ["CertificateFacts", "ReloadingTls", "TlsSources", "certificate_facts"]
+
+log = logging.getLogger(__name__)
+
+Stamp = tuple[tuple[str, int, int, int, int] | tuple[str, None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateFacts:
+    """What the checks and ``/metrics`` need of a context's certificates."""
+
+    subject: str | None  # the leaf's subject, RFC 4514; None without a keystore
+    alt_names: frozenset[str]
+    not_before: float | None  # Unix seconds
+    not_after: float | None
+    truststore_not_after: float | None  # the earliest expiry among the trusted certificates
+
+
+def certificate_facts(settings: TlsSettings) -> CertificateFacts:
+    """The facts of ``settings``' PEM certificates (``ValueError`` if they do not parse)."""
+    from cryptography import x509  # only brokers with TLS pay for the import
+
+    def certs(location: str | None, inline: str | None) -> list[x509.Certificate]:
+        data = Path(location).read_bytes() if location else (inline or "").encode()
+        if not data:
+            return []
+        try:
+            return x509.load_pem_x509_certificates(data)
+        except ValueError:
+            raise ValueError(f"no PEM certificate in {location or 'the inline PEM'}") from None
+
+    try:
+        chain = certs(settings.keystore_location or settings.certificate_location, settings.certificate_chain)
+        trusted = certs(settings.truststore_location, settings.truststore_certificates)
+    except OSError as exc:
+        raise ValueError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    trust_end = min((c.not_valid_after_utc.timestamp() for c in trusted), default=None)
+    if not chain:
+        return CertificateFacts(None, frozenset(), None, None, trust_end)
+    leaf = chain[0]
+    try:
+        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        alt_names = frozenset(f"{type(n).__name__}:{n.value}" for n in sans)
+    except x509.ExtensionNotFound:
+        alt_names = frozenset()
+    return CertificateFacts(leaf.subject.rfc4514_string(), alt_names, leaf.not_valid_before_utc.timestamp(),
+                            leaf.not_valid_after_utc.timestamp(), trust_end)
+
+
+def _stamp(paths: Iterable[str]) -> Stamp:
+    out: list = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((path, None))
+        else:
+            out.append((path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+class ReloadingTls:
+    """One TLS context and the files it is built from (see the module docstring)."""
+
+    def __init__(self, label: str, settings: TlsSettings, *, server: bool,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.label = label
+        self.settings = settings
+        self.server = server
+        self._clock = clock
+        self._files = tuple(p for p in (settings.keystore_location, settings.certificate_location,
+                                        settings.key_location, settings.truststore_location) if p)
+        self._stamp = _stamp(self._files)
+        #: the context new connections use
+        self.context = self._build()
+        self.facts = certificate_facts(settings)
+        #: what the listener holds: its server-name callback moves handshakes to :attr:`context`
+        self.front = self.context
+        if server:
+            self.front.sni_callback = self._switch
+        self.reloads = 0
+        self.failures = 0
+        self.next_check = clock() + self.interval_s
+        _warn_if_expiring(label, self.facts, clock())
+
+    @property
+    def interval_s(self) -> float:
+        return self.settings.reload_interval_ms / 1000
+
+    @property
+    def follows_files(self) -> bool:
+        return bool(self._files) and self.settings.reload_interval_ms > 0
+
+    def _build(self) -> ssl.SSLContext:
+        return (server_context if self.server else client_context)(self.settings)
+
+    def _switch(self, conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
+                context: ssl.SSLContext) -> None:
+        current = self.context
+        if current is not context:
+            conn.context = current
+
+    def check(self) -> bool:
+        """Rebuild the context if its files changed: True when a new one is in use."""
+        self.next_check = self._clock() + self.interval_s
+        stamp = _stamp(self._files)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp  # a failure is reported once; the files are read again when they change
+        try:
+            facts = certificate_facts(self.settings)
+            self._compatible(facts)
+            context = self._build()
+        except ValueError as exc:
+            self.failures += 1
+            log.warning("TLS %s: the changed files are not used: %s. Still using the certificate loaded "
+                        "before (expires %s); fix the files, they are read again when they change",
+                        self.label, exc, _when(self.facts.not_after))
+            return False
+        self.context, self.facts = context, facts
+        self.reloads += 1
+        log.info("TLS %s: reloaded %s; the certificate expires %s", self.label, ", ".join(self._files),
+                 _when(facts.not_after))
+        _warn_if_expiring(self.label, facts, self._clock())
+        return True
+
+    def _compatible(self, new: CertificateFacts) -> None:
+        old, now = self.facts, self._clock()
+        if new.subject is None:
+            return
+        if new.not_before is not None and new.not_before > now:
+            raise ValueError(f"the new certificate is not valid before {_when(new.not_before)}")
+        if new.not_after is not None and new.not_after <= now:
+            raise ValueError(f"the new certificate expired {_when(new.not_after)}")
+        if old.subject is not None and new.subject != old.subject:
+            raise ValueError(f"the new certificate's subject {new.subject!r} is not the old one's {old.subject!r}")
+        missing = old.alt_names - new.alt_names
+        if missing:
+            raise ValueError(f"the new certificate lacks the subject alternative names {', '.join(sorted(missing))}")
+
+
+_SOON_S = 14 * 86400
+
+
+def _warn_if_expiring(label: str, facts: CertificateFacts, now: float) -> None:
+    for what, end in (("certificate", facts.not_after), ("earliest trusted certificate", facts.truststore_not_after)):
+        if end is not None and end - now < _SOON_S:
+            log.warning("TLS %s: the %s %s %s", label, what, "expired" if end <= now else "expires", _when(end))
+
+
+class TlsSources:
+    """Every TLS context of one broker; those with the same settings are one."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._by_key: dict[tuple[TlsSettings, bool], ReloadingTls] = {}
+
+    @property
+    def sources(self) -> list[ReloadingTls]:
+        return list(self._by_key.values())
+
+    def get(self, label: str, settings: TlsSettings, *, server: bool) -> ReloadingTls:
+        """The context for ``settings`` (``ValueError`` from building it); ``label`` names its user."""
+        key = (settings, server)
+        source = self._by_key.get(key)
+        if source is None:
+            source = self._by_key[key] = ReloadingTls(label, settings, server=server, clock=self._clock)
+        elif label not in source.label.split(", "):
+            source.label += f", {label}"
+        return source
+
+    def check_due(self) -> None:
+        now = self._clock()
+        for source in self._by_key.values():
+            if source.follows_files and source.next_check <= now:
+                source.check()
+
+    async def run(self) -> None:
+        """Check the files until cancelled (nothing to do when none is followed)."""
+        intervals = [s.interval_s for s in self._by_key.values() if s.follows_files]
+        if not intervals:
+            return
+        tick = min(intervals)
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                self.check_due()
+            except Exception:  # a broker keeps serving on the contexts it has
+                log.exception("TLS: checking the certificate files failed")
