@@ -79,7 +79,8 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     ConfigDef("ssl.protocol", "string", "TLSv1.3",
               "TLS version a broker asks for when it connects to another.", valid_values=_TLS_VERSIONS),
     ConfigDef("ssl.cipher.suites", "list", "",
-              "Cipher suites for TLS 1.2 (OpenSSL or IANA names); empty: OpenSSL's defaults."),
+              "Cipher suites of every enabled TLS version (OpenSSL or IANA names), most preferred "
+              "first; a version none of whose suites is listed is off; empty: OpenSSL's defaults."),
     ConfigDef("ssl.principal.mapping.rules", "string", "DEFAULT",
               "Rules mapping a client certificate's subject to a principal name "
               "(RULE:pattern/replacement/[LU], ..., DEFAULT)."),

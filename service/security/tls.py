@@ -10,8 +10,9 @@ OpenSSL through anonymous memory files (``memfd``), never written to disk.
 ``ssl.key.password`` decrypts an encrypted key. ``ssl.client.auth``: ``none``,
 ``requested`` (a certificate is verified when the client sends one) or
 ``required``. ``ssl.enabled.protocols`` bounds the TLS versions; ``ssl.cipher.suites``
-(OpenSSL or IANA names) restricts TLS 1.2's suites (TLS 1.3's are OpenSSL's; the
-``ssl`` module cannot restrict them). A bad setting is a ``ValueError`` at start.
+(OpenSSL or IANA names) lists the suites of every version, as Kafka's does
+(:mod:`service.security.tls13_suites` sets TLS 1.3's, which the ``ssl`` module cannot);
+empty: OpenSSL's defaults. A bad setting is a ``ValueError`` at start.
 
 Contexts are built once at start; an ``SSLContext`` is safe to share between
 connections and threads.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.broker_config import BrokerConfig, ListenerConfig
+from service.security.tls13_suites import TLS13_SUITES, set_tls13_suites
 
 __all__ = ["TlsSettings", "client_context", "rfc2253_subject", "server_context", "tls_settings"]
 
@@ -90,7 +92,7 @@ def tls_settings(config: BrokerConfig | ListenerConfig, client_auth: str | None 
         truststore_certificates=trust_certs,
         client_auth=client_auth or config.get_str("ssl.client.auth"),
         enabled_protocols=tuple(config.get_str("ssl.enabled.protocols").split(",")),
-        cipher_suites=tuple(s for s in config.get_str("ssl.cipher.suites").split(",") if s),
+        cipher_suites=tuple(s.strip() for s in config.get_str("ssl.cipher.suites").split(",") if s.strip()),
         endpoint_identification=config.get_str("ssl.endpoint.identification.algorithm").lower() == "https",
         certificate_location=cert_file,
         key_location=key_file,
@@ -149,14 +151,28 @@ def client_context(settings: TlsSettings) -> ssl.SSLContext:
 
 
 def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
+    """Versions and suites. ``ssl.cipher.suites`` lists the suites of every version, as
+    Kafka's (JSSE's) does: an enabled version none of whose suites is listed is off."""
     versions = sorted(_VERSIONS[p] for p in settings.enabled_protocols)
+    suites = settings.cipher_suites
+    tls13 = [s for s in suites if s.upper() in TLS13_SUITES]
+    tls12 = [_openssl_name(s) for s in suites if s.upper() not in TLS13_SUITES]
+    if suites:
+        versions = [v for v in versions if (tls13 if v == ssl.TLSVersion.TLSv1_3 else tls12)]
+        if not versions:
+            raise ValueError(f"ssl.cipher.suites ({', '.join(suites)}) names no suite of the enabled "
+                             f"protocols ({', '.join(settings.enabled_protocols)})")
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
-    tls12 = [_openssl_name(s) for s in settings.cipher_suites if not _is_tls13_suite(s)]
     if tls12:
         try:
             ctx.set_ciphers(":".join(tls12))
         except ssl.SSLError:
-            raise ValueError(f"ssl.cipher.suites: OpenSSL knows none of {', '.join(settings.cipher_suites)}") from None
+            raise ValueError(f"ssl.cipher.suites: OpenSSL knows none of {', '.join(tls12)}") from None
+    if tls13 and ssl.TLSVersion.TLSv1_3 in versions:
+        try:
+            set_tls13_suites(ctx, tls13)
+        except ValueError as exc:
+            raise ValueError(f"ssl.cipher.suites: {exc}") from None
 
 
 def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
@@ -201,11 +217,6 @@ def _memory_file(text: str) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}"
     finally:
         os.close(fd)
-
-
-def _is_tls13_suite(name: str) -> bool:
-    return name.upper() in ("TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
-                            "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_128_CCM_SHA256")
 
 
 def _openssl_name(name: str) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from service.security.tls import TlsSettings
 from service.security.tls_reload import ReloadingTls, TlsSources
-from tests.security_fixtures import Pki
+from tests.security_fixtures import Pki, memory_handshake
 
 
 def _settings(cert: Path | None = None, key: Path | None = None, truststore: Path | None = None,
@@ -33,28 +33,9 @@ def _settings(cert: Path | None = None, key: Path | None = None, truststore: Pat
 
 def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> bytes:
     """The DER certificate the client was served (``ssl.SSLError`` if refused)."""
-    s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    srv = server.wrap_bio(s_in, s_out, server_side=True)
-    cli = client.wrap_bio(c_in, c_out, server_hostname="localhost")
-    done = {"srv": False, "cli": False}
-    for _ in range(20):
-        for name, side in (("cli", cli), ("srv", srv)):
-            if not done[name]:
-                try:
-                    side.do_handshake()
-                    done[name] = True
-                except ssl.SSLWantReadError:
-                    pass
-        s_in.write(c_out.read())
-        c_in.write(s_out.read())
-        if all(done.values()):
-            cli.write(b"ping")  # TLS 1.3: the server checks the client's certificate here
-            s_in.write(c_out.read())
-            assert srv.read(4) == b"ping"
-            der = cli.getpeercert(binary_form=True)
-            assert der is not None
-            return der
-    raise AssertionError("the handshake did not finish")
+    der = memory_handshake(server, client).getpeercert(binary_form=True)
+    assert der is not None
+    return der
 
 
 def _der(cert: Path) -> bytes:
