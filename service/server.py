@@ -192,8 +192,9 @@ class Connection:
         self.session: Session = server.security.new_session(peer)
         loop = asyncio.get_running_loop()
         self.transport: Transport
-        if server.security.tls is not None:
-            self.transport = TlsTransport(loop, sock, server.security.tls,
+        tls = server.security.tls_context()
+        if tls is not None:
+            self.transport = TlsTransport(loop, sock, tls,
                                           timeout_s=server.security.tls_handshake_timeout_s)
         else:
             self.transport = PlainTransport(loop, sock, server._history, self._track_history_send)

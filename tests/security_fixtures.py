@@ -104,13 +104,15 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
     yield Pki(tmp_path_factory.mktemp("pki"))
 
 
-def memory_handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> ssl.SSLObject:
+def memory_handshake(server: ssl.SSLContext, client: ssl.SSLContext,
+                     server_hostname: str | None = "localhost") -> ssl.SSLObject:
     """A real TLS handshake between two contexts, over memory BIOs, and one record from
     the client (TLS 1.3 servers check a client certificate only then): the client's
-    :class:`ssl.SSLObject` (``cipher()``, ``getpeercert()``); ``ssl.SSLError`` if refused."""
+    :class:`ssl.SSLObject` (``cipher()``, ``getpeercert()``); ``ssl.SSLError`` if refused.
+    ``server_hostname=None`` sends no SNI (the client must not check the host name)."""
     s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     srv = server.wrap_bio(s_in, s_out, server_side=True)
-    cli = client.wrap_bio(c_in, c_out, server_hostname="localhost")
+    cli = client.wrap_bio(c_in, c_out, server_hostname=server_hostname)
     done = {"srv": False, "cli": False}
     for _ in range(20):
         for name, side in (("cli", cli), ("srv", srv)):

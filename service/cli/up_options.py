@@ -21,6 +21,7 @@ Precedence: ``--config`` < the flags < ``--set``. Secrets (``ssl.key.password``,
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def up_configs(args: argparse.Namespace) -> dict[str, str]:
     if args.ssl_cert:
         for key, path in (("ssl.certificate.location", args.ssl_cert), ("ssl.key.location", args.ssl_key)):
             Path(path).read_bytes()  # readable now, or OSError naming it
-            out[key] = str(Path(path).resolve())
+            out[key] = os.path.abspath(path)  # not resolved: a Kubernetes secret's symlinks are followed at each look
     out.update(parse_sets(args.set))
     return out
 

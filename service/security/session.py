@@ -24,6 +24,7 @@ from service.security.listeners import SecurityProtocol
 from service.security.principal import ANONYMOUS, KafkaPrincipal
 from service.security.principal_mapping import PrincipalMapper
 from service.security.tls import rfc2253_subject
+from service.security.tls_reload import ReloadingTls
 
 __all__ = ["API_VERSIONS", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "ListenerSecurity", "Session"]
 
@@ -47,6 +48,12 @@ class ListenerSecurity:
     failed_authentication_delay_s: float = 0.1
     #: connections.max.reauth.ms (0: sessions do not expire)
     max_reauth_ms: int = 0
+    #: the listener's certificate files, followed (service.security.tls_reload); over ``tls``
+    tls_source: ReloadingTls | None = None
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The context a new connection handshakes with: the files' latest, if followed."""
+        return self.tls if self.tls_source is None else self.tls_source.context
 
     def new_session(self, peer: str) -> Session:
         return Session(self, peer)

@@ -1,5 +1,5 @@
-"""The security of each listener and of the inter-broker client, built once at start
-from the broker's configs: :func:`listener_securities`, :func:`inter_broker_security`.
+"""The security of each listener and of the inter-broker client, built at start from
+the broker's configs: :func:`listener_securities`, :func:`inter_broker_security`.
 Their TLS contexts come from one :class:`~service.security.tls_reload.TlsSources`, which
 follows the certificate files afterwards.
 
@@ -51,9 +51,9 @@ def listener_securities(config: BrokerConfig, settings: ListenerSettings,
     configs). Listeners with the same TLS settings share one context of ``sources``."""
     sources = sources or TlsSources()
 
-    def tls_for(own: ListenerConfig, spec_name: str, protocol: SecurityProtocol) -> ssl.SSLContext:
+    def tls_for(own: ListenerConfig, spec_name: str, protocol: SecurityProtocol) -> ReloadingTls:
         client_auth = own.get_str("ssl.client.auth") if protocol == SecurityProtocol.SSL else "none"
-        return sources.get(f"listener {spec_name}", tls_settings(own, client_auth), server=True).front
+        return sources.get(f"listener {spec_name}", tls_settings(own, client_auth), server=True)
 
     out = {}
     for spec in settings.listeners:
@@ -62,7 +62,7 @@ def listener_securities(config: BrokerConfig, settings: ListenerSettings,
             out[spec.name] = ListenerSecurity(
                 name=spec.name,
                 protocol=spec.protocol,
-                tls=tls_for(own, spec.name, spec.protocol) if spec.protocol.uses_tls else None,
+                tls_source=tls_for(own, spec.name, spec.protocol) if spec.protocol.uses_tls else None,
                 tls_handshake_timeout_s=own.get_int("ssl.handshake.timeout.ms") / 1000,
                 principal_mapper=PrincipalMapper(own.get_str("ssl.principal.mapping.rules")),
                 sasl_mechanisms=tuple(own.get_str("sasl.enabled.mechanisms").split(","))

@@ -14,13 +14,15 @@ OpenSSL through anonymous memory files (``memfd``), never written to disk.
 (:mod:`service.security.tls13_suites` sets TLS 1.3's, which the ``ssl`` module cannot);
 empty: OpenSSL's defaults. A bad setting is a ``ValueError`` at start.
 
-Contexts are built once at start; an ``SSLContext`` is safe to share between
+Contexts are built at start, and again when their files change
+(:mod:`service.security.tls_reload`); an ``SSLContext`` is safe to share between
 connections and threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import ssl
 from collections.abc import Callable, Iterator
@@ -29,6 +31,8 @@ from typing import Any
 
 from controller.broker_config import BrokerConfig, ListenerConfig
 from service.security.tls13_suites import TLS13_SUITES, set_tls13_suites
+
+log = logging.getLogger(__name__)
 
 __all__ = ["TlsSettings", "client_context", "rfc2253_subject", "server_context", "tls_settings"]
 
@@ -162,6 +166,9 @@ def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         if not versions:
             raise ValueError(f"ssl.cipher.suites ({', '.join(suites)}) names no suite of the enabled "
                              f"protocols ({', '.join(settings.enabled_protocols)})")
+    if suites and not tls13 and ssl.TLSVersion.TLSv1_3 in map(_VERSIONS.get, settings.enabled_protocols):
+        log.warning("ssl.cipher.suites lists no TLS 1.3 suite, so TLS 1.3 is off (Kafka's reading of the "
+                    "list); add TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256 to keep it")
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     if tls12:
         try:

@@ -26,10 +26,18 @@ TLS13_SUITES = ("TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256", "TLS_A
 
 
 def _libssl() -> ctypes.CDLL:
+    """The OpenSSL the ``ssl`` module is linked with (``OSError`` when it cannot be told)."""
     import _ssl
 
+    where = getattr(_ssl, "__file__", None)
+    if where is None:  # built in: a search of every loaded library might find another OpenSSL
+        raise OSError("the ssl module is built into the interpreter")
     # dlopen of the ssl module's own file: its symbols resolve through the libssl it links
-    return ctypes.CDLL(getattr(_ssl, "__file__", None))
+    lib = ctypes.CDLL(where)
+    lib.OpenSSL_version_num.restype = ctypes.c_ulong
+    if lib.OpenSSL_version_num() != ssl.OPENSSL_VERSION_NUMBER:
+        raise OSError("the OpenSSL found is not the one the ssl module uses")
+    return lib
 
 
 def set_tls13_suites(ctx: ssl.SSLContext, suites: Sequence[str]) -> None:
@@ -47,6 +55,8 @@ def set_tls13_suites(ctx: ssl.SSLContext, suites: Sequence[str]) -> None:
         raise ValueError(f"OpenSSL's SSL_CTX_set_ciphersuites is not reachable: {exc}") from None
     get_options.argtypes, get_options.restype = [ctypes.c_void_p], ctypes.c_uint64
     set_suites.argtypes, set_suites.restype = [ctypes.c_void_p, ctypes.c_char_p], ctypes.c_int
+    if type(ctx).__basicsize__ < object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
+        raise ValueError("this Python's SSLContext holds no OpenSSL context where expected")
     handle = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
     if not handle or get_options(handle) != ctx.options:
         raise ValueError("this Python's ssl module is not laid out as expected; "

@@ -1,11 +1,12 @@
 """TLS contexts that follow their PEM files: certificates rotate without a restart.
 
 Certificates are rotated by replacing their files (cert-manager, a Vault agent, a cron
-job). Every ``ssl.reload.interval.ms`` the broker looks at the files of each TLS context
+job). Every ``ssl.reload.interval.ms`` the broker reads the files of each TLS context
 (``ssl.keystore.location`` or ``ssl.certificate.location`` and ``ssl.key.location``,
-``ssl.truststore.location``: device, inode, size and
-modification time, through symlinks, so a Kubernetes secret's atomic swap counts). When
-one changed, a new context is built from them and checked before it is put in use:
+``ssl.truststore.location``; through symlinks, so a Kubernetes secret's swap counts) and
+compares their digests with the ones in use. Files that changed are loaded once they
+have stayed the same for one more interval (a writer replacing the certificate and then
+the key is not caught half-way), and checked before they are put in use:
 
 * the key must match the certificate (OpenSSL's check), and the certificate must be
   valid now;
@@ -13,15 +14,16 @@ one changed, a new context is built from them and checked before it is put in us
   old ones (Kafka's rule for a dynamic keystore update: clients that verify the host
   name keep working).
 
+A load that the files changed under is thrown away and done again at the next check.
 New connections then handshake with the new context; open ones keep the one they began
 with, as in Kafka. Files that fail a check leave the working context in place, log a
 warning naming the reason, and are read again when they change next. Inline PEM
 (``ssl.keystore.certificate.chain``) has no file to follow and never reloads.
 
-A listener's :class:`ssl.SSLContext` object never changes (the Kafka listeners and
-aiohttp hold it): its server-name callback, which OpenSSL calls for every ClientHello
-with or without SNI, moves the handshake onto the current context. The inter-broker
-client reads :attr:`ReloadingTls.context` for each new connection.
+The Kafka listeners and the inter-broker client take :attr:`ReloadingTls.context` for
+each new connection. aiohttp holds one :class:`ssl.SSLContext` for good, so the HTTP
+listener is given :attr:`ReloadingTls.front`, whose server-name callback (OpenSSL calls it
+for every ClientHello, with or without SNI) moves each handshake onto the current context.
 
 ``/metrics`` shows each context's certificate expiry, its truststore's earliest expiry
 and its reloads (:mod:`service.http.metrics`). Not thread-safe: checked on the event loop.
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import logging
-import os
 import ssl
 import time
 from collections.abc import Callable, Iterable
@@ -45,7 +47,7 @@ __all__ = ["CertificateFacts", "ReloadingTls", "TlsSources", "certificate_facts"
 
 log = logging.getLogger(__name__)
 
-Stamp = tuple[tuple[str, int, int, int, int] | tuple[str, None], ...]
+Stamp = tuple[tuple[str, bytes | None], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,31 +77,38 @@ def certificate_facts(settings: TlsSettings) -> CertificateFacts:
     try:
         chain = certs(settings.keystore_location or settings.certificate_location, settings.certificate_chain)
         trusted = certs(settings.truststore_location, settings.truststore_certificates)
+        trust_end = min((c.not_valid_after_utc.timestamp() for c in trusted), default=None)
+        if not chain:
+            return CertificateFacts(None, frozenset(), None, None, trust_end)
+        leaf = chain[0]
+        try:
+            sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            alt_names = frozenset(f"{type(n).__name__}:{n.value}" for n in sans)
+        except x509.ExtensionNotFound:
+            alt_names = frozenset()
+        return CertificateFacts(leaf.subject.rfc4514_string(), alt_names, leaf.not_valid_before_utc.timestamp(),
+                                leaf.not_valid_after_utc.timestamp(), trust_end)
     except OSError as exc:
         raise ValueError(f"cannot read {exc.filename}: {exc.strerror}") from None
-    trust_end = min((c.not_valid_after_utc.timestamp() for c in trusted), default=None)
-    if not chain:
-        return CertificateFacts(None, frozenset(), None, None, trust_end)
-    leaf = chain[0]
-    try:
-        sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-        alt_names = frozenset(f"{type(n).__name__}:{n.value}" for n in sans)
-    except x509.ExtensionNotFound:
-        alt_names = frozenset()
-    return CertificateFacts(leaf.subject.rfc4514_string(), alt_names, leaf.not_valid_before_utc.timestamp(),
-                            leaf.not_valid_after_utc.timestamp(), trust_end)
+    except ValueError:
+        raise
+    except Exception as exc:  # cryptography's own (a duplicate extension, an unknown name type, ...)
+        raise ValueError(f"a certificate does not parse: {type(exc).__name__}: {exc}") from None
 
 
 def _stamp(paths: Iterable[str]) -> Stamp:
-    out: list = []
+    """Each file's digest (None when it cannot be read): the files are a few KiB."""
+    out = []
     for path in paths:
         try:
-            st = os.stat(path)
+            with open(path, "rb") as f:
+                out.append((path, hashlib.sha256(f.read(_MAX_PEM)).digest()))
         except OSError:
             out.append((path, None))
-        else:
-            out.append((path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
+
+
+_MAX_PEM = 1 << 20  # a PEM file larger than this is read this far, to compare
 
 
 def _when(seconds: float | None) -> str:
@@ -120,13 +129,11 @@ class ReloadingTls:
         self._files = tuple(p for p in (settings.keystore_location, settings.certificate_location,
                                         settings.key_location, settings.truststore_location) if p)
         self._stamp = _stamp(self._files)
+        self._pending: Stamp | None = None  # changed files waiting one interval to settle
         #: the context new connections use
         self.context = self._build()
         self.facts = certificate_facts(settings)
-        #: what the listener holds: its server-name callback moves handshakes to :attr:`context`
-        self.front = self.context
-        if server:
-            self.front.sni_callback = self._switch
+        self._front: ssl.SSLContext | None = None
         self.reloads = 0
         self.failures = 0
         self.next_check = clock() + self.interval_s
@@ -143,6 +150,16 @@ class ReloadingTls:
     def _build(self) -> ssl.SSLContext:
         return (server_context if self.server else client_context)(self.settings)
 
+    @property
+    def front(self) -> ssl.SSLContext:
+        """A server context that stays the same object: its server-name callback moves
+        each handshake onto :attr:`context` (for a server that holds one context, aiohttp)."""
+        if self._front is None:
+            assert self.server, "a client context has no front"
+            self._front = self._build()  # its own: connections on :attr:`context` get no callback
+            self._front.sni_callback = self._switch
+        return self._front
+
     def _switch(self, conn: ssl.SSLObject | ssl.SSLSocket, server_name: str | None,
                 context: ssl.SSLContext) -> None:
         current = self.context
@@ -150,22 +167,31 @@ class ReloadingTls:
             conn.context = current
 
     def check(self) -> bool:
-        """Rebuild the context if its files changed: True when a new one is in use."""
+        """Load the files if they changed and have settled: True when a new context is in use."""
         self.next_check = self._clock() + self.interval_s
         stamp = _stamp(self._files)
         if stamp == self._stamp:
+            self._pending = None
             return False
-        self._stamp = stamp  # a failure is reported once; the files are read again when they change
+        if stamp != self._pending:
+            self._pending = stamp  # changed since the last look: wait for them to settle
+            return False
         try:
             facts = certificate_facts(self.settings)
             self._compatible(facts)
             context = self._build()
         except ValueError as exc:
+            if _stamp(self._files) != stamp:
+                return False  # changed while being read: read again next time
+            self._stamp, self._pending = stamp, None  # reported once; read again when they change
             self.failures += 1
             log.warning("TLS %s: the changed files are not used: %s. Still using the certificate loaded "
                         "before (expires %s); fix the files, they are read again when they change",
                         self.label, exc, _when(self.facts.not_after))
             return False
+        if _stamp(self._files) != stamp:
+            return False  # what was checked may not be what was loaded: again next time
+        self._stamp, self._pending = stamp, None
         self.context, self.facts = context, facts
         self.reloads += 1
         log.info("TLS %s: reloaded %s; the certificate expires %s", self.label, ", ".join(self._files),

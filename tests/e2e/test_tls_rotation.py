@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -20,11 +21,13 @@ from tests.conftest import BrokerProcess, free_port
 from tests.e2e import helpers
 
 
-def _served(port: int, ca: Path) -> bytes:
-    """The DER certificate a new TLS connection to ``port`` is served (verified with ``ca``)."""
+def _served(port: int, ca: Path, sni: bool = True) -> bytes:
+    """The DER certificate a new TLS connection to ``port`` is served (verified with
+    ``ca``; ``sni=False``: the client names no server, as librdkafka to an IP address)."""
     ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.check_hostname = sni
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
-            ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            ctx.wrap_socket(raw, server_hostname="localhost" if sni else None) as tls:
         der = tls.getpeercert(binary_form=True)
         assert der is not None
         return der
@@ -43,15 +46,55 @@ def _metrics(broker: BrokerProcess, ca: Path) -> dict[tuple[str, str], float]:
             if s.name.startswith("strata_tls_")}
 
 
-def _replace(src: tuple[Path, Path], dst: tuple[Path, Path]) -> None:
-    for a, b in zip(src, dst, strict=True):  # as Kubernetes swaps a secret's files: by rename
-        shutil.copyfile(a, b.with_suffix(".tmp"))
-        os.replace(b.with_suffix(".tmp"), b)
+class _Secret:
+    """A directory laid out as Kubernetes mounts a TLS secret: ``tls.crt`` and ``tls.key``
+    are symlinks through ``..data`` into a versioned folder; an update writes a new folder,
+    swaps ``..data`` in one rename and deletes the old folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.version = root, 0
+        root.mkdir()
+        for name in ("tls.crt", "tls.key"):
+            (root / name).symlink_to(Path("..data") / name)
+
+    @property
+    def files(self) -> tuple[Path, Path]:
+        return self.root / "tls.crt", self.root / "tls.key"
+
+    def put(self, cert: Path, key: Path) -> None:
+        self.version += 1
+        folder = self.root / f"..v{self.version}"
+        folder.mkdir()
+        shutil.copyfile(cert, folder / "tls.crt")
+        shutil.copyfile(key, folder / "tls.key")
+        (self.root / "..data_tmp").symlink_to(folder.name)
+        os.replace(self.root / "..data_tmp", self.root / "..data")
+        old = self.root / f"..v{self.version - 1}"
+        if old.exists():
+            shutil.rmtree(old)
+
+
+def _api_versions(tls: ssl.SSLSocket, correlation: int) -> int:
+    """Send ApiVersions v0 on an open connection: the correlation id answered."""
+    client = b"rotation-test"
+    body = struct.pack(">hhih", 18, 0, correlation, len(client)) + client
+    tls.sendall(struct.pack(">i", len(body)) + body)
+    head = b""
+    while len(head) < 8:
+        chunk = tls.recv(8 - len(head))
+        assert chunk, "the broker closed the connection"
+        head += chunk
+    size, answered = struct.unpack(">ii", head)
+    rest = size - 4
+    while rest:
+        rest -= len(tls.recv(rest))
+    return answered
 
 
 def test_a_running_broker_serves_a_replaced_certificate_and_loses_nothing(tmp_path, pki, kcat) -> None:  # type: ignore[no-untyped-def]
-    live = (tmp_path / "tls.crt", tmp_path / "tls.key")
-    _replace((pki.server_cert, pki.server_key), live)
+    secret = _Secret(tmp_path / "secret")
+    secret.put(pki.server_cert, pki.server_key)
+    live = secret.files
     tls_port = free_port()
     broker = BrokerProcess(
         tmp_path / "data", free_port(),
@@ -71,16 +114,25 @@ def test_a_running_broker_serves_a_replaced_certificate_and_loses_nothing(tmp_pa
         broker.start()
         helpers.create_topic(broker.bootstrap, topic)
         assert _served(tls_port, pki.ca) == _der(pki.server_cert)
-        before = helpers.producer(f"127.0.0.1:{tls_port}", **ssl_conf)  # its connection outlives the old certificate
+        old_ctx = ssl.create_default_context(cafile=str(pki.ca))
+        held = old_ctx.wrap_socket(socket.create_connection(("127.0.0.1", tls_port), timeout=10),
+                                   server_hostname="localhost")  # opened before the rotation, kept
+        assert _api_versions(held, 1) == 1
+        before = helpers.producer(f"127.0.0.1:{tls_port}", **ssl_conf)
         for i in range(100):
             before.produce(topic, value=b"before-%d" % i, on_delivery=on_delivery)
         assert before.flush(30) == 0
 
         rotated = pki.server("rotated")
-        _replace(rotated, live)
+        secret.put(*rotated)
         helpers.wait_until(lambda: _served(tls_port, pki.ca) == _der(rotated[0]),
                            "the SSL listener serving the new certificate", timeout=15)
+        assert _served(tls_port, pki.ca, sni=False) == _der(rotated[0])
         assert _served(broker.http_port, pki.ca) == _der(rotated[0])  # the HTTP listener too
+        assert _served(broker.http_port, pki.ca, sni=False) == _der(rotated[0])
+        assert held.getpeercert(binary_form=True) == _der(pki.server_cert)
+        assert _api_versions(held, 2) == 2  # the connection from before still answers
+        held.close()
         for i in range(100):
             before.produce(topic, value=b"after-%d" % i, on_delivery=on_delivery)
         assert before.flush(30) == 0
@@ -95,7 +147,7 @@ def test_a_running_broker_serves_a_replaced_certificate_and_loses_nothing(tmp_pa
         expiry = x509.load_pem_x509_certificate(rotated[0].read_bytes()).not_valid_after_utc.timestamp()
         assert metrics[("strata_tls_certificate_expiry_timestamp_seconds", shared)] == expiry
 
-        live[1].write_bytes(pki.server("stray")[1].read_bytes())  # a key that is not the certificate's
+        secret.put(rotated[0], pki.server("stray")[1])  # a key that is not the certificate's
         helpers.wait_until(lambda: _metrics(broker, pki.ca)[("strata_tls_reload_failures_total", shared)] == 1,
                            "the broken key refused", timeout=15)
         assert _served(tls_port, pki.ca) == _der(rotated[0])
