@@ -162,13 +162,13 @@ def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
     tls13 = [s for s in suites if s.upper() in TLS13_SUITES]
     tls12 = [_openssl_name(s) for s in suites if s.upper() not in TLS13_SUITES]
     if suites:
+        if not tls13 and ssl.TLSVersion.TLSv1_3 in versions:
+            log.warning("ssl.cipher.suites lists no TLS 1.3 suite, so TLS 1.3 is off (Kafka's reading of the "
+                        "list); add TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256 to keep it")
         versions = [v for v in versions if (tls13 if v == ssl.TLSVersion.TLSv1_3 else tls12)]
         if not versions:
             raise ValueError(f"ssl.cipher.suites ({', '.join(suites)}) names no suite of the enabled "
                              f"protocols ({', '.join(settings.enabled_protocols)})")
-    if suites and not tls13 and ssl.TLSVersion.TLSv1_3 in map(_VERSIONS.get, settings.enabled_protocols):
-        log.warning("ssl.cipher.suites lists no TLS 1.3 suite, so TLS 1.3 is off (Kafka's reading of the "
-                    "list); add TLS_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256 to keep it")
     ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
     if tls12:
         try:

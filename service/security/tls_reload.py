@@ -176,22 +176,22 @@ class ReloadingTls:
         if stamp != self._pending:
             self._pending = stamp  # changed since the last look: wait for them to settle
             return False
+        error: ValueError | None = None
         try:
             facts = certificate_facts(self.settings)
             self._compatible(facts)
             context = self._build()
         except ValueError as exc:
-            if _stamp(self._files) != stamp:
-                return False  # changed while being read: read again next time
-            self._stamp, self._pending = stamp, None  # reported once; read again when they change
+            error = exc
+        if _stamp(self._files) != stamp:
+            return False  # changed while being read: what was checked may not be what was loaded
+        self._stamp, self._pending = stamp, None  # a failure is reported once; read again on a change
+        if error is not None:
             self.failures += 1
             log.warning("TLS %s: the changed files are not used: %s. Still using the certificate loaded "
                         "before (expires %s); fix the files, they are read again when they change",
-                        self.label, exc, _when(self.facts.not_after))
+                        self.label, error, _when(self.facts.not_after))
             return False
-        if _stamp(self._files) != stamp:
-            return False  # what was checked may not be what was loaded: again next time
-        self._stamp, self._pending = stamp, None
         self.context, self.facts = context, facts
         self.reloads += 1
         log.info("TLS %s: reloaded %s; the certificate expires %s", self.label, ", ".join(self._files),
