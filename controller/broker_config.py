@@ -22,14 +22,16 @@ from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
 __all__ = ["BrokerConfig", "ListenerConfig"]
 
 #: configs a listener may override as ``listener.name.<listener>.<config>`` (Kafka's
-#: listener-prefixed configs: TLS, SASL and the connection's authentication bounds);
+#: listener-prefixed configs: TLS, SASL, the connection's authentication bounds and the
+#: listener's connection limits);
 #: ``sasl.jaas.config`` also as ``listener.name.<listener>.<mechanism>.sasl.jaas.config``
 _LISTENER_PREFIX = "listener.name."
 _MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
 LISTENER_CONFIGS = frozenset(
     name for name in BROKER_CONFIGS
     if name.startswith(("ssl.", "sasl.")) and name != "sasl.mechanism.inter.broker.protocol"
-) | {"connections.max.reauth.ms", "connection.failed.authentication.delay.ms"}
+) | {"connections.max.reauth.ms", "connection.failed.authentication.delay.ms",
+   "max.connections", "max.connection.creation.rate"}
 
 
 def _listener_key(name: str) -> tuple[str, str, str] | None:
@@ -109,7 +111,8 @@ class BrokerConfig(_Typed):
                 if name.startswith(_LISTENER_PREFIX):
                     raise ValueError(
                         f"Unknown broker config name: {name} (a listener may override "
-                        "listener.name.<listener>.ssl.*, .sasl.* and .<mechanism>.sasl.jaas.config)")
+                        "listener.name.<listener>.ssl.*, .sasl.*, .<mechanism>.sasl.jaas.config, "
+                        ".max.connections and .max.connection.creation.rate)")
                 raise ValueError(f"Unknown broker config name: {name}")
             try:
                 normalized[name] = definition.normalize(str(value))

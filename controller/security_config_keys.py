@@ -19,6 +19,7 @@ from controller.configdef import ConfigDef, Validator, at_least
 __all__ = ["SASL_MECHANISMS", "SECURITY_CONFIGS"]
 
 _LONG_MAX = str(2**63 - 1)
+_INT_MAX = str(2**31 - 1)
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _CLIENT_AUTH = ("none", "requested", "required")
@@ -133,6 +134,24 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
               "Samples the remote fetch rate is measured over.", validator=at_least(1)),
     ConfigDef("remote.log.manager.fetch.quota.window.size.seconds", "int", "1",
               "Length of one sample of the remote fetch rate.", validator=at_least(1)),
+    # -- connections (Kafka's connection quotas; service/quotas/connections.py) ------------
+    ConfigDef("max.connections", "int", _INT_MAX,
+              "Connections the broker serves at once; beyond it listeners stop accepting until one "
+              "closes (the inter-broker listener, with others beside it, is exempt). Also per "
+              "listener as listener.name.<listener>.max.connections.", validator=at_least(0)),
+    ConfigDef("max.connections.per.ip", "int", _INT_MAX,
+              "Connections one IP address may have; more are closed at once.", validator=at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", "string", "",
+              "Per-address limits as HOST:COUNT,... (host names resolved at start), e.g. "
+              "10.0.0.7:500,batch-host:50."),
+    ConfigDef("max.connection.creation.rate", "int", _INT_MAX,
+              "New connections per second the broker accepts (not the inter-broker listener's); "
+              "over it, listeners wait before accepting. Also per listener as "
+              "listener.name.<listener>.max.connection.creation.rate.", validator=at_least(0)),
+    ConfigDef("connections.reserved.fds", "int", "-1",
+              "Open files kept from client connections for segments, the bucket and brokers: a "
+              "connection that would use one is closed and the listener pauses. -1: an eighth of "
+              "the open-files limit, at least 64 (Strata).", validator=at_least(-1)),
     # -- the HTTP listener (Strata) -------------------------------------------------------
     ConfigDef("http.ssl.enable", "boolean", "false",
               "Serve the HTTP listener over TLS with the ssl.keystore.* of the Kafka listeners "

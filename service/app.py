@@ -23,7 +23,8 @@ from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
 from service.http.auth import http_security
 from service.http.server import AdminHttpServer
-from service.quotas.manager import client_quotas
+from service.quotas.connections import connection_quotas
+from service.quotas.manager import QuotaManager, client_quotas
 from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
@@ -74,6 +75,9 @@ async def _serve(
         threads=config.get_int("remote.log.reader.threads"),
         cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),  # the tiered-fetch threads' CPUs
     )
+    quota_slot: list[QuotaManager] = []  # exists once the broker does; servers bind first
+    limits = connection_quotas(config, [spec.name for spec in settings.listeners], settings.inter_broker,
+                               ip_rate=lambda ip: quota_slot[0].ip_rate(ip) if quota_slot else None)
     servers: dict[str, KafkaServer] = {}
     broker: Broker | None = None
     admin = None
@@ -96,6 +100,8 @@ async def _serve(
                 connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
                 history=history,
                 security=securities[spec.name],
+                listener=spec.name,
+                limits=limits,
             )
             await server.start(serve=False)  # bound: the port is known; served once joined
             servers[spec.name] = server
@@ -108,12 +114,14 @@ async def _serve(
             inter_broker=inter_broker_security(config, settings, tls_sources),
         )
         authorizer = build_authorizer(config, broker)
-        router_slot.append(Router(broker, authorizer, client_quotas(config, broker.controller)))
+        quota_slot.append(client_quotas(config, broker.controller))
+        router_slot.append(Router(broker, authorizer, quota_slot[0]))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
             admin = AdminHttpServer(
                 broker, http_host, http_port,
                 connections=lambda: sum(s.connection_count for s in servers.values()),
+                limits=limits,
                 security=http_security(config, authorizer, credential_lookup(broker), tls_sources),
                 tls=tls_sources,
             )

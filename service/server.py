@@ -32,6 +32,9 @@ the dispatcher reads; before SASL authentication a frame is bounded by
 ``sasl.server.max.receive.size``, and after a failed authentication the connection
 closes once its answer is sent and ``connection.failed.authentication.delay.ms`` has
 passed.
+
+Limits: a :class:`~service.quotas.connections.ConnectionQuotas` shared by the broker's
+listeners decides which accepted connections are served (``max.connections`` and friends).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from typing import Any
 from local_tier.segment import FileRegion
 from service.eager import start_eagerly
 from service.protocol import FrameError
+from service.quotas.connections import ConnectionQuotas
 from service.request_memory import RequestMemoryPool
 from service.security.session import ListenerSecurity, Session
 from service.security.tls_transport import TlsHandshakeError, TlsTransport
@@ -90,8 +94,12 @@ class KafkaServer:
         connections_max_idle_ms: int = -1,
         history: HistorySender | None = None,
         security: ListenerSecurity | None = None,
+        listener: str = "PLAINTEXT",
+        limits: ConnectionQuotas | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        self.listener = listener
+        self._limits = limits
         self._history = history
         self.security = security or ListenerSecurity()
         self._host = host
@@ -125,6 +133,8 @@ class KafkaServer:
         sock.listen(1024)
         sock.setblocking(False)
         self._sock = sock
+        if self._limits is not None:
+            self._limits.register(self.listener, self.close_least_recent)
         if serve:
             self.serve()
 
@@ -157,18 +167,30 @@ class KafkaServer:
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._sock is not None
+        limits = self._limits
         while True:
+            if limits is not None:
+                await limits.before_accept(self.listener)  # room, and the creation rates
             try:
                 client, addr = await loop.sock_accept(self._sock)
             except OSError as exc:  # e.g. EMFILE: keep serving the connections we have
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
+            if limits is not None and not limits.screen(self.listener, client, addr[0]):
+                continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(self, client, f"{addr[0]}:{addr[1]}")
+            conn = Connection(self, client, f"{addr[0]}:{addr[1]}", addr[0])
             self._connections.add(conn)
             conn.start()
+
+    def close_least_recent(self) -> bool:
+        """Close the connection with the oldest traffic (a broker needs its slot); False: none."""
+        victim = min(self._connections, key=lambda c: c.last_active, default=None)
+        if victim is not None:
+            start_eagerly(asyncio.get_running_loop(), victim.close())  # closed in its first step
+        return victim is not None
 
     async def close(self) -> None:
         for task in (self._accept_task, self._sweep_task):
@@ -185,10 +207,11 @@ class KafkaServer:
 class Connection:
     """One client connection. Not thread-safe: lives on the event loop."""
 
-    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str) -> None:
+    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str, address: str = "") -> None:
         self.server = server
         self.sock = sock
         self.peer = peer
+        self.address = address  # the client's IP (its connection limits)
         self.session: Session = server.security.new_session(peer)
         loop = asyncio.get_running_loop()
         self.transport: Transport
@@ -247,6 +270,8 @@ class Connection:
         else:
             self._close_socket()
         self.server._connections.discard(self)
+        if self.server._limits is not None:
+            self.server._limits.release(self.server.listener, self.address)
         for callback in self._close_callbacks:
             try:
                 callback()
@@ -450,18 +475,13 @@ class Connection:
                 except Exception:
                     log.exception("handler failed; closing connection %s", self.peer)
                     break
-                if response is None:
-                    self.inflight -= 1
-                    if self.session.close_after_s is not None:
-                        await asyncio.sleep(self.session.close_after_s)
-                        break
-                    continue
-                if isinstance(response, bytes):
-                    await self.transport.send(response)
-                else:
-                    await self.transport.send_parts(response)
+                if response is not None:  # None: acks=0
+                    if isinstance(response, bytes):
+                        await self.transport.send(response)
+                    else:
+                        await self.transport.send_parts(response)
+                    self.last_active = loop.time()
                 self.inflight -= 1
-                self.last_active = loop.time()
                 if self.session.close_after_s is not None:  # a failed authentication
                     await asyncio.sleep(self.session.close_after_s)
                     break

@@ -90,7 +90,8 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, port: int, sets: Mapping[str, str] | None = None,
                  log_path: Path | None = None, args: list[str] | None = None,
-                 listeners: str | None = None, env: Mapping[str, str] | None = None) -> None:
+                 listeners: str | None = None, env: Mapping[str, str] | None = None,
+                 open_files: int | None = None) -> None:
         self.data_dir = Path(data_dir)
         self.port = port
         self.host = "127.0.0.1"
@@ -100,6 +101,7 @@ class BrokerProcess:
         #: `--listeners` instead of `--listen` ("{port}" is ``port``, the one waited for)
         self.listeners = None if listeners is None else listeners.format(port=port)
         self.env = dict(env or {})  # more environment, e.g. STRATA_BOOTSTRAP_USER
+        self.open_files = open_files  # the broker's open-files limit (soft and hard), e.g. 256
         self.http_port = free_port()
         self.admin_url = f"http://127.0.0.1:{self.http_port}"
         self.log_path = log_path or self.data_dir.parent / f"broker-{port}.log"
@@ -114,7 +116,11 @@ class BrokerProcess:
         for key, value in self.sets.items():
             extra += ["--set", f"{key}={value}"]
         where = ["--listen", self.bootstrap] if self.listeners is None else ["--listeners", self.listeners]
-        return [sys.executable, "-m", "service", "up", "--data-dir", str(self.data_dir),
+        python = [sys.executable]
+        if self.open_files is not None:  # as `ulimit -n N` before exec: the limit is the broker's own
+            python += ["-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                       f"({self.open_files}, {self.open_files})); os.execv(sys.executable, [sys.executable] + sys.argv[1:])"]
+        return [*python, "-m", "service", "up", "--data-dir", str(self.data_dir),
                 *where, "--http", f"127.0.0.1:{self.http_port}", *self.args, *extra]
 
     def start(self) -> BrokerProcess:

@@ -1,9 +1,10 @@
-"""``strata quotas``: client quotas as ``kafka-configs.sh --entity-type users|clients`` sets them.
+"""``strata quotas``: client quotas as ``kafka-configs.sh --entity-type users|clients|ips`` sets them.
 
     strata quotas --alter --entity-type users --entity-name alice --add-config producer_byte_rate=1048576
     strata quotas --alter --entity-type users --entity-default --entity-type clients --entity-name app \\
         --add-config consumer_byte_rate=2097152,request_percentage=50
     strata quotas --alter --entity-type users --entity-name alice --delete-config producer_byte_rate
+    strata quotas --alter --entity-type ips --entity-name 10.0.0.7 --add-config connection_creation_rate=20
     strata quotas --describe [--entity-type users [--entity-name alice | --entity-default]]
 
 Each ``--entity-type`` takes the ``--entity-name`` or ``--entity-default`` after it.
@@ -23,7 +24,7 @@ from service.cli.up_options import parse_properties
 
 __all__ = ["register"]
 
-_TYPES = {"users": "user", "clients": "client-id", "user": "user", "client-id": "client-id"}
+_TYPES = {"users": "user", "clients": "client-id", "ips": "ip", "user": "user", "client-id": "client-id", "ip": "ip"}
 _KAFKA_PYTHON = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
                  "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
                  "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
@@ -37,7 +38,7 @@ class _Entity(argparse.Action):
         entities = list(getattr(namespace, "entities", None) or [])
         if option == "--entity-type":
             if values not in _TYPES:
-                raise argparse.ArgumentError(self, f"entity type must be users or clients, not {values!r}")
+                raise argparse.ArgumentError(self, f"entity type must be users, clients or ips, not {values!r}")
             entities.append([_TYPES[values], ...])
         elif not entities or entities[-1][1] is not ...:
             raise argparse.ArgumentError(self, f"{option} goes after an --entity-type")
@@ -49,15 +50,16 @@ class _Entity(argparse.Action):
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add ``quotas`` to the ``strata`` CLI."""
     p = subparsers.add_parser("quotas", parents=[bootstrap_parent()],
-                              help="client quotas by user and client id (kafka-configs.sh)")
+                              help="client quotas by user and client id, connection quotas by IP (kafka-configs.sh)")
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--alter", action="store_true")
     action.add_argument("--describe", action="store_true")
-    p.add_argument("--entity-type", action=_Entity, dest="entities", metavar="users|clients")
+    p.add_argument("--entity-type", action=_Entity, dest="entities", metavar="users|clients|ips")
     p.add_argument("--entity-name", action=_Entity, dest="entities", metavar="NAME")
     p.add_argument("--entity-default", action=_Entity, dest="entities", nargs=0)
     p.add_argument("--add-config", default="", metavar="K=V,...",
-                   help="producer_byte_rate, consumer_byte_rate, request_percentage")
+                   help="producer_byte_rate, consumer_byte_rate, request_percentage; for ips: "
+                        "connection_creation_rate")
     p.add_argument("--delete-config", default="", metavar="K,...")
     p.set_defaults(func=guarded(_quotas), entities=None)
 
@@ -88,14 +90,15 @@ def _quotas(args: argparse.Namespace) -> int:
         DescribeClientQuotasRequest,
     )
 
-    entities = [(t, n) for t, n in args.entities or [] if n is not ...]
-    if len(entities) != len(args.entities or []):
+    named = [(t, n) for t, n in args.entities or [] if n is not ...]
+    if args.alter and len(named) != len(args.entities or []):
         raise CliError("each --entity-type needs an --entity-name or --entity-default")
     admin = _admin(args)
     try:
-        if args.describe:
+        if args.describe:  # a type without a name: every entity of that type (match type 2)
             components = [DescribeClientQuotasRequest.ComponentData(
-                entity_type=t, match_type=1 if n is None else 0, match=n) for t, n in entities]
+                entity_type=t, match_type=2 if n is ... else 1 if n is None else 0,
+                match=None if n is ... else n) for t, n in args.entities or []]
             answer = admin._manager.run(admin._manager.send, DescribeClientQuotasRequest(components=components,
                                                                                          strict=False))
             if answer.error_code:
@@ -106,7 +109,7 @@ def _quotas(args: argparse.Namespace) -> int:
                 values = ", ".join(f"{v.key}={v.value:g}" for v in entry.values)
                 print(f"{who}\t{values}")
             return 0
-        if not entities:
+        if not named:
             raise CliError("--alter needs --entity-type with --entity-name or --entity-default")
         ops = []
         for pair in filter(None, args.add_config.split(",")):
@@ -117,7 +120,7 @@ def _quotas(args: argparse.Namespace) -> int:
         ops += [AlterClientQuotasRequest.EntryData.OpData(key=k.strip(), value=0.0, remove=True)
                 for k in filter(None, args.delete_config.split(","))]
         entry = AlterClientQuotasRequest.EntryData(
-            entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entities],
+            entity=[AlterClientQuotasRequest.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in named],
             ops=ops)
         answer = admin._manager.run(admin._manager.send, AlterClientQuotasRequest(entries=[entry], validate_only=False))
         for result in answer.entries:

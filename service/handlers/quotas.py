@@ -5,7 +5,8 @@ Quotas live in the cluster metadata (section ``client_quotas``,
 the active controller) and needs ALTER_CONFIGS on the cluster; DescribeClientQuotas is
 answered from this broker's metadata and needs DESCRIBE_CONFIGS (the router checks
 that one). Entities: ``user`` and ``client-id`` (a null name is ``<default>``); keys:
-``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``.
+``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``; or ``ip`` alone,
+key ``connection_creation_rate`` (KIP-612, :mod:`service.quotas.connections`).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from service.http.exporter import kafka_exporter_families
 from service.http.state import group_lag, partition_state
 from service.http.views import AdminView
 from service.latency import LatencyHistograms
+from service.quotas.connections import ConnectionQuotas
 from service.security.tls_reload import TlsSources
 from service.version import python_version, strata_version
 
@@ -84,10 +85,12 @@ def _bound(bound: float) -> str:
 class BrokerCollector(Collector):
     """Everything ``/metrics`` shows, read from the broker when scraped."""
 
-    def __init__(self, broker: AdminView, connections: Any, tls: TlsSources | None = None) -> None:
+    def __init__(self, broker: AdminView, connections: Any, tls: TlsSources | None = None,
+                 limits: ConnectionQuotas | None = None) -> None:
         self._broker = broker
         self._connections = connections  # () -> int
         self._tls = tls
+        self._limits = limits
 
     def collect(self) -> Iterator[Any]:
         b = self._broker
@@ -134,6 +137,7 @@ class BrokerCollector(Collector):
         yield from self._tiering()
         yield from self._groups()
         yield from self._tls_families()
+        yield from self._connection_limits()
         yield from kafka_exporter_families(b)
 
     def _partitions(self) -> Iterator[Any]:
@@ -289,6 +293,30 @@ class BrokerCollector(Collector):
                 family.add_metric([s.label], getattr(s, attr))
             yield family
 
+    def _connection_limits(self) -> Iterator[Any]:
+        limits = self._limits
+        if limits is None:
+            return
+        yield _gauge("strata_listener_connections", "Open Kafka connections, by listener.", ["listener"],
+                     [((name,), n) for name, n in sorted(limits.by_listener.items())])
+        yield _gauge("strata_connections_max",
+                     "Connections the broker serves before its listeners stop accepting: max.connections, "
+                     "or the open-files limit less connections.reserved.fds if lower.", [],
+                     [((), min(limits.max_connections, limits.fd_limit - limits.fd_reserve))])
+        refused = CounterMetricFamily("strata_connections_refused",
+                                      "Connections closed unserved, by listener and reason "
+                                      "(max_connections_per_ip, ip_connection_rate, open_files).",
+                                      labels=["listener", "reason"])
+        for (listener, reason), n in sorted(limits.refused.items()):
+            refused.add_metric([listener, reason], n)
+        yield refused
+        throttled = CounterMetricFamily("strata_connection_accept_throttle_seconds",
+                                        "Time listeners waited before accepting, over max.connection.creation.rate.",
+                                        labels=["listener"])
+        for listener, seconds in sorted(limits.accept_throttle_s.items()):
+            throttled.add_metric([listener], seconds)
+        yield throttled
+
 
 def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=labels)
@@ -307,9 +335,10 @@ class _Collected(Collector):
         return iter(self._families)
 
 
-def gather(broker: AdminView, connections: Any, tls: TlsSources | None = None) -> list[Any]:
+def gather(broker: AdminView, connections: Any, tls: TlsSources | None = None,
+           limits: ConnectionQuotas | None = None) -> list[Any]:
     """Every broker family, read now (on the event loop: the broker's state is not thread-safe)."""
-    return list(BrokerCollector(broker, connections, tls).collect())
+    return list(BrokerCollector(broker, connections, tls, limits).collect())
 
 
 def exposition(families: list[Any]) -> bytes:

@@ -37,6 +37,7 @@ from service.http.history import History
 from service.http.metrics import exposition, gather
 from service.http.openapi import OPENAPI
 from service.http.views import AdminView
+from service.quotas.connections import ConnectionQuotas
 from service.security.tls_reload import TlsSources
 
 __all__ = ["AdminHttpServer"]
@@ -88,16 +89,18 @@ class AdminHttpServer:
 
     def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int],
                  history_interval_s: float = 2.0, security: HttpSecurity | None = None,
-                 tls: TlsSources | None = None) -> None:
+                 tls: TlsSources | None = None, limits: ConnectionQuotas | None = None) -> None:
         """``connections()`` is the Kafka listener's count of open client connections;
         ``security``: TLS, authentication and ACLs (:mod:`service.http.auth`); ``tls``:
-        the broker's :class:`~service.security.tls_reload.TlsSources`, for ``/metrics``."""
+        the broker's :class:`~service.security.tls_reload.TlsSources` and ``limits`` its
+        :class:`~service.quotas.connections.ConnectionQuotas`, for ``/metrics``."""
         self._broker = broker
         self.security = security or HttpSecurity()
         self._host = host
         self._port = port
         self._connections = connections
         self._tls = tls
+        self._limits = limits
         self._runner: web.AppRunner | None = None
         self._sampler: asyncio.Task[None] | None = None
         self.history = History(broker, interval_s=history_interval_s)
@@ -173,7 +176,7 @@ class AdminHttpServer:
                             headers={"Cache-Control": "max-age=300"})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        families = gather(self._broker, self._connections, self._tls)  # the broker's state: here, on the loop
+        families = gather(self._broker, self._connections, self._tls, self._limits)  # the broker's state: here, on the loop
         body = await asyncio.get_running_loop().run_in_executor(None, exposition, families)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

@@ -2,7 +2,9 @@
 
     [{"entity": {"user": "alice", "client-id": null}, "values": {"producer_byte_rate": 1048576.0}}]
 
-An entity names a ``user`` and/or a ``client-id``; ``null`` is Kafka's ``<default>``.
+An entity names a ``user`` and/or a ``client-id``, or an ``ip`` alone (KIP-612's
+``connection_creation_rate``, read by :mod:`service.quotas.connections` through
+:func:`ip_rates`); ``null`` is Kafka's ``<default>``.
 :func:`quota_for` resolves a (user, client id) in Kafka's order (user+client, user+
 default client, user, default user+client, default user+default client, default user,
 client, default client) and says which entity matched (its sensor is per matched
@@ -15,16 +17,19 @@ Pure functions over JSON values; thread-safe.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from local_tier.errors import ErrorCode
 
-__all__ = ["KEYS", "SECTION", "alter_quotas", "describe_quotas", "quota_for"]
+__all__ = ["IP_KEYS", "IP_RATE_KEY", "KEYS", "SECTION", "alter_quotas", "describe_quotas", "ip_rates", "quota_for"]
 
 SECTION = "client_quotas"
 KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage"})
-_TYPES = ("user", "client-id")
+IP_RATE_KEY = "connection_creation_rate"
+IP_KEYS = frozenset({IP_RATE_KEY})
+_TYPES = ("user", "client-id", "ip")
 Entity = tuple[tuple[str, str | None], ...]  # ((type, name or None for <default>), ...) sorted by type
 
 #: Kafka's resolution order: (user part, client part); "x" the actual name, None <default>, "-" absent
@@ -60,13 +65,47 @@ def _validate(entity: Sequence[tuple[str, str | None]], ops: Sequence[tuple[str,
         return "Invalid quota entity: each entity type at most once, at least one"
     unknown = [t for t in types if t not in _TYPES]
     if unknown:
-        return f"Unsupported quota entity type {unknown[0]} (Strata: user, client-id)"
+        return f"Unsupported quota entity type {unknown[0]} (Strata: user, client-id, ip)"
+    keys = KEYS
+    if "ip" in types:
+        if len(types) > 1:
+            return "Invalid quota entity combination, IP entity should not be combined with User or ClientId"
+        name = dict(entity)["ip"]
+        if name is not None and _address(name) is None:
+            return f"{name} is not a valid IP address (Strata keeps IP quotas by address, not host name)"
+        keys = IP_KEYS
     for key, value, remove in ops:
-        if key not in KEYS:
-            return f"Unsupported quota key {key} (one of {', '.join(sorted(KEYS))})"
+        if key not in keys:
+            return f"Invalid configuration key {key} (one of {', '.join(sorted(keys))} for this entity)"
         if not remove and not value > 0:
             return f"Quota {key} must be positive, got {value}"
+        if not remove and key in IP_KEYS and (value % 1 or value > 2**31 - 1):
+            return f"{key} must be a whole number of connections per second up to {2**31 - 1}"
     return None
+
+
+def _address(name: str) -> str | None:
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return None
+    return str(getattr(address, "ipv4_mapped", None) or address)
+
+
+def ip_rates(section: Any) -> tuple[dict[str, float], float | None]:
+    """The ``connection_creation_rate`` of each address that has one, and the ``<default>``
+    ip's (None: no default)."""
+    rates: dict[str, float] = {}
+    default = None
+    for entity, values in _index(section).items():
+        names = dict(entity)
+        if set(names) != {"ip"} or IP_RATE_KEY not in values:
+            continue
+        if names["ip"] is None:
+            default = float(values[IP_RATE_KEY])
+        elif (address := _address(names["ip"])) is not None:
+            rates[address] = float(values[IP_RATE_KEY])
+    return rates, default
 
 
 def alter_quotas(section: Any, entries: Sequence[tuple[Sequence[tuple[str, str | None]], Sequence[tuple[str, float, bool]]]],

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from service.quotas.entities import SECTION, quota_for
+from service.quotas.entities import SECTION, ip_rates, quota_for
 
 __all__ = ["FETCH", "PRODUCE", "REQUEST", "ByteRateLimit", "QuotaManager", "Rate", "client_quotas"]
 
@@ -74,6 +74,8 @@ class QuotaManager:
         self._cached: tuple[int, Any, frozenset[str]] = (-2, None, frozenset())
         self._sensors: dict[tuple[str, Any, str, str], Rate] = {}
         self._swept = 0.0
+        #: (revision, (connection_creation_rate by address, the <default> ip's)) of the newest metadata
+        self._ip_cached: tuple[int, tuple[dict[str, float], float | None]] = (-2, ({}, None))
 
     def _current(self) -> tuple[int, Any, frozenset[str]]:
         revision = self._revision()
@@ -92,6 +94,15 @@ class QuotaManager:
     def has(self, key: str) -> bool:
         """Whether any client has a ``key`` quota (nothing to measure otherwise)."""
         return key in self._current()[2]
+
+    def ip_rate(self, address: str) -> float | None:
+        """The ``connection_creation_rate`` quota of ``address`` (normalised, as
+        :mod:`ipaddress` writes it): its own, else the ``<default>`` ip's, else None."""
+        revision, section, kinds = self._current()
+        if self._ip_cached[0] != revision:
+            self._ip_cached = (revision, ip_rates(section) if "connection_creation_rate" in kinds else ({}, None))
+        rates, default = self._ip_cached[1]
+        return rates.get(address, default)
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
         """Record ``value`` (bytes, or milliseconds of request time) for (user, client id);

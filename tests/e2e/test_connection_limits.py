@@ -1,0 +1,167 @@
+"""Connection limits on a real broker: a flood of connections from other addresses cannot
+use up the broker's open files (it keeps its controller lease, its established clients and
+its admin API, and everything acknowledged is read back), ``max.connections.per.ip`` and
+its overrides close the connection beyond, and an IP over its ``connection_creation_rate``
+quota (``strata quotas --entity-type ips``) has its extra connections held and closed
+unserved. The flood comes from 127.0.0.2 and up (all of 127/8 is loopback on Linux); the
+test's own clients from 127.0.0.1."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from tests.e2e.helpers import consume, create_topic, producer, topic_name, wait_until
+
+#: ApiVersions v0 with correlation id 1 and client id "flood"
+_API_VERSIONS = struct.pack(">hhih", 18, 0, 1, 5) + b"flood"
+
+
+@contextmanager
+def connections_from(address: str, count: int, port: int) -> Iterator[list[socket.socket]]:
+    """``count`` TCP connections to the broker from ``address`` (the kernel completes them
+    from the listen backlog whether or not the broker accepted them yet)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((address, 0))
+            s.settimeout(5)
+            s.connect(("127.0.0.1", port))
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
+def probe(socks: list[socket.socket], wait_s: float = 2.0) -> tuple[list[socket.socket], dict[socket.socket, float]]:
+    """Send ApiVersions on each; (those answered, those the broker closed → seconds from the
+    probe to the close) after ``wait_s``. The rest wait unaccepted."""
+    served: list[socket.socket] = []
+    closed: dict[socket.socket, float] = {}
+    started = time.monotonic()
+    with selectors.DefaultSelector() as sel:
+        for s in socks:
+            try:
+                s.sendall(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
+            except OSError:
+                closed[s] = 0.0
+                continue
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        while sel.get_map() and time.monotonic() < started + wait_s:
+            for key, _ in sel.select(0.1):
+                s = key.fileobj
+                assert isinstance(s, socket.socket)
+                sel.unregister(s)
+                try:
+                    data = s.recv(4)
+                except OSError:
+                    data = b""
+                (served.append(s) if data else closed.__setitem__(s, time.monotonic() - started))
+    for s in socks:
+        s.setblocking(True)
+    return served, closed
+
+
+def metrics(broker: Any) -> str:
+    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def counter(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name}{{{want}}} in /metrics")
+
+
+def test_a_connection_flood_cannot_use_up_the_brokers_open_files(start_broker: Any) -> None:
+    broker = start_broker(open_files=256)  # connections.reserved.fds: 64 of them kept for files
+    topic = topic_name("flood")
+    create_topic(broker.bootstrap, topic)
+    acked: list[bytes] = []
+    p = producer(broker.bootstrap)  # connected before the flood, from 127.0.0.1
+
+    def produce(prefix: str) -> None:
+        for i in range(100):
+            p.produce(topic, f"{prefix}-{i}".encode(), partition=0,
+                      on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+        assert p.flush(30) == 0
+
+    produce("before")
+    assert len(acked) == 100
+    with connections_from("127.0.0.2", 150, broker.port) as one, \
+            connections_from("127.0.0.3", 150, broker.port) as two:
+        served, _ = probe(one + two)
+        # the flood takes what the open files allow for connections, not the reserve
+        assert 120 <= len(served) < 192, len(served)
+        produce("during")  # the established producer goes on
+        assert len(acked) == 200
+        with urllib.request.urlopen(f"{broker.admin_url}/v1/health", timeout=5) as health:
+            assert health.status == 200
+        text = metrics(broker)
+        assert counter(text, "strata_connections_refused_total", reason="open_files") >= 1
+        assert 'strata_connections_max 192.0' in text
+    log = broker.log_text()
+    assert "Too many open files" not in log
+    assert "cannot read the controller lease" not in log
+    assert log.count("refusing a connection from") <= 3  # a flood is not a flood of log lines
+    read = [m.value() for m in consume(broker.bootstrap, topic, [0], len(acked))]
+    assert read == acked
+
+
+def strata_quotas(broker: Any, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "service", "quotas", *args, "-b", broker.bootstrap],
+                          cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+def test_per_ip_limits_and_ip_connection_rate_quotas(start_broker: Any) -> None:
+    broker = start_broker(sets={"max.connections.per.ip": "4", "max.connections.per.ip.overrides": "127.0.0.3:6,127.0.0.1:100",
+                                "quota.window.num": "2", "quota.window.size.seconds": "1"})
+    with connections_from("127.0.0.2", 7, broker.port) as socks:
+        served, closed = probe(socks)
+        assert (len(served), len(closed)) == (4, 3)
+        served[0].close()  # its slot is free once the broker sees it closed
+
+        def one_more_is_served() -> bool:
+            with connections_from("127.0.0.2", 1, broker.port) as again:
+                return len(probe(again, 1.0)[0]) == 1
+
+        wait_until(one_more_is_served, "a slot of 127.0.0.2 freed", timeout=10)
+    with connections_from("127.0.0.3", 8, broker.port) as socks:
+        served, closed = probe(socks)
+        assert (len(served), len(closed)) == (6, 2)  # its override
+    text = metrics(broker)
+    assert counter(text, "strata_connections_refused_total", reason="max_connections_per_ip") >= 5
+
+    strata_quotas(broker, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.4",
+                  "--add-config", "connection_creation_rate=2")
+    assert "ip=127.0.0.4\tconnection_creation_rate=2" in strata_quotas(broker, "--describe", "--entity-type", "ips")
+    with connections_from("127.0.0.4", 4, broker.port) as socks:
+        served, closed = probe(socks, 3.0)
+        # two a second: the other two are held unserved for the throttle time, then closed
+        assert (len(served), len(closed)) == (2, 2)
+        assert min(closed.values()) >= 0.3  # (3/s - 2/s) / 2/s x 1 s = 0.5 s, not at once
+    with connections_from("127.0.0.5", 3, broker.port) as socks:  # another address: no quota
+        assert len(probe(socks)[0]) == 3
+    assert counter(metrics(broker), "strata_connections_refused_total", reason="ip_connection_rate") == 2
+    topic = topic_name("limits")  # the test's own clients, on 127.0.0.1's override, go on
+    create_topic(broker.bootstrap, topic)
+    p = producer(broker.bootstrap)
+    p.produce(topic, b"x")
+    assert p.flush(30) == 0
