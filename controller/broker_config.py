@@ -19,7 +19,7 @@ from controller.config_keys import BROKER_CONFIGS, TOPIC_CONFIGS
 from controller.configdef import ConfigDef, InvalidConfigValue
 from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
 
-__all__ = ["BrokerConfig", "ListenerConfig"]
+__all__ = ["BrokerConfig", "ListenerConfig", "TypedConfig"]
 
 #: configs a listener may override as ``listener.name.<listener>.<config>`` (Kafka's
 #: listener-prefixed configs: TLS, SASL, the connection's authentication bounds and the
@@ -68,7 +68,7 @@ _FALLBACKS: Mapping[str, tuple[tuple[str, int], ...]] = {
 }
 
 
-class _Typed:
+class TypedConfig:
     """``get_str``/``get_int``/``get_bool`` over a ``get(name) -> str | None``."""
 
     def get(self, name: str) -> str | None:
@@ -87,7 +87,7 @@ class _Typed:
         return self.get_str(name) == "true"
 
 
-class BrokerConfig(_Typed):
+class BrokerConfig(TypedConfig):
     """Validated broker overrides on top of Kafka's defaults.
 
     Invariant: every key of ``overrides`` is in ``BROKER_CONFIGS`` and its value is
@@ -260,7 +260,7 @@ def _entry(
     )
 
 
-class ListenerConfig(_Typed):
+class ListenerConfig(TypedConfig):
     """A :class:`BrokerConfig` as one listener sees it: ``get`` answers the listener's
     ``listener.name.<listener>.<config>`` override where there is one, else the broker's
     value. Immutable; thread-safe."""

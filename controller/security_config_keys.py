@@ -137,12 +137,13 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
     # -- connections (Kafka's connection quotas; service/quotas/connections.py) ------------
     ConfigDef("max.connections", "int", _INT_MAX,
               "Connections the broker serves at once; beyond it listeners stop accepting until one "
-              "closes (the inter-broker listener, with others beside it, is exempt). Also per "
-              "listener as listener.name.<listener>.max.connections.", validator=at_least(0)),
+              "closes (the inter-broker listener, with others beside it, is exempt from this "
+              "broker-wide limit). Also per listener as listener.name.<listener>.max.connections.",
+              validator=at_least(0)),
     ConfigDef("max.connections.per.ip", "int", _INT_MAX,
               "Connections one IP address may have; more are closed at once.", validator=at_least(0)),
     ConfigDef("max.connections.per.ip.overrides", "string", "",
-              "Per-address limits as HOST:COUNT,... (host names resolved at start), e.g. "
+              "Per-address limits as HOST:COUNT,... (host names resolved when the value is applied), e.g. "
               "10.0.0.7:500,batch-host:50."),
     ConfigDef("max.connection.creation.rate", "int", _INT_MAX,
               "New connections per second the broker accepts (not the inter-broker listener's); "

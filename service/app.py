@@ -18,12 +18,14 @@ from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
 from service.broker import Broker, cancel_and_wait
 from service.cluster.identity import DataDirOwnerError
+from service.dynamic_config import SECTION as DYNAMIC_SECTION
+from service.dynamic_config import EffectiveConfig
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
 from service.http.auth import http_security
 from service.http.server import AdminHttpServer
-from service.quotas.connections import connection_quotas
+from service.quotas.connections import connection_quotas, connection_settings
 from service.quotas.manager import QuotaManager, client_quotas
 from service.security.authorizer import build_authorizer
 from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
@@ -78,6 +80,7 @@ async def _serve(
     quota_slot: list[QuotaManager] = []  # exists once the broker does; servers bind first
     limits = connection_quotas(config, [spec.name for spec in settings.listeners], settings.inter_broker,
                                ip_rate=lambda ip: quota_slot[0].ip_rate(ip) if quota_slot else None)
+    resolved_overrides: dict[str, dict[str, int]] = {}  # max.connections.per.ip.overrides, resolved once
     servers: dict[str, KafkaServer] = {}
     broker: Broker | None = None
     admin = None
@@ -114,7 +117,10 @@ async def _serve(
             inter_broker=inter_broker_security(config, settings, tls_sources),
         )
         authorizer = build_authorizer(config, broker)
-        quota_slot.append(client_quotas(config, broker.controller))
+        dynamic = _dynamic_configs(config, broker)
+        limits.follow(lambda: broker.controller.revision, lambda: connection_settings(
+            dynamic(), [spec.name for spec in settings.listeners], resolved_overrides))
+        quota_slot.append(client_quotas(config, broker.controller, dynamic))
         router_slot.append(Router(broker, authorizer, quota_slot[0]))
         if http:
             http_host, http_port = parse_hostport(http, 9644)
@@ -170,6 +176,21 @@ async def _serve(
         if broker is not None:
             broker.close()
         print("strata: stopped cleanly", flush=True)
+
+
+def _dynamic_configs(config: BrokerConfig, broker: Broker) -> Callable[[], EffectiveConfig]:
+    """The broker's configs with the dynamic ones of its newest metadata (kafka-configs.sh
+    --entity-type brokers), made again only when the metadata changed."""
+    cached: list[tuple[int, EffectiveConfig]] = []
+
+    def current() -> EffectiveConfig:
+        revision = broker.controller.revision
+        if not cached or cached[0][0] != revision:
+            section = broker.controller.metadata.section(DYNAMIC_SECTION) if revision >= 0 else None
+            cached[:] = [(revision, EffectiveConfig(config, broker.node_id, section))]
+        return cached[0][1]
+
+    return current
 
 
 async def _until_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

@@ -1,41 +1,35 @@
 """The Kafka-protocol TCP server: read frames, dispatch, write responses in order.
 
-Each connection has a reader (frames in, one handler call each, in arrival
-order) and a writer (responses out in request order). Handlers may run
-concurrently (a long-polling Fetch does not stop the reader), but responses
-leave in the order the requests came, as Kafka requires. How responses reach the socket
-(``sendfile`` from the page cache, history on sender threads) is
-:mod:`service.sending`.
+Each connection has a reader (frames in, one handler call each, in arrival order) and a
+writer (responses out in request order). Handlers may run concurrently (a long-polling Fetch
+does not stop the reader), but responses leave in the order the requests came, as Kafka
+requires. How responses reach the socket (``sendfile`` from the page cache, history on
+sender threads) is :mod:`service.sending`.
 
-A malformed frame, an unknown API key or an unsupported version closes that one
-connection with a log line; so does any failure of a handler, and any error of
-the reader itself (a connection never keeps a dead reader). The broker and
-other connections carry on.
+A malformed frame, an unknown API key or an unsupported version closes that one connection
+with a log line; so does any failure of a handler, and any error of the reader itself (a
+connection never keeps a dead reader). The broker and other connections carry on.
 
 Memory: a request's declared size is reserved in the shared
-:class:`~service.request_memory.RequestMemoryPool` (``queued.max.request.bytes``)
-before its body is read, and returned when its handler is done; bodies are
-received in steps as their bytes arrive, never allocated whole up front.
-A connection keeps up to two request buffers of 1-8 MiB its finished requests
-no longer view, for its next large requests (a fresh buffer costs its zero-fill and
-page faults on every produce request); they are outside that pool. Connections
-with no traffic and no request in progress for
-``connections.max.idle.ms`` are closed, as are half-received requests that stall
-while others wait for their memory.
+:class:`~service.request_memory.RequestMemoryPool` (``queued.max.request.bytes``) before its
+body is read, and returned when its handler is done; bodies are received in steps as their
+bytes arrive, never allocated whole up front. A connection keeps up to two request buffers
+of 1-8 MiB its finished requests no longer view, for its next large requests (a fresh buffer
+costs its zero-fill and page faults on every produce request); they are outside that pool.
+Connections with no traffic and no request in progress for ``connections.max.idle.ms`` are
+closed, as are half-received requests that stall while others wait for their memory.
 
 Security: each server is one listener (``listeners``); its
-:class:`~service.security.session.ListenerSecurity` says whether connections speak
-TLS (a :class:`~service.security.tls_transport.TlsTransport` under the same loop,
-the handshake first) and SASL. Each connection has a
-:class:`~service.security.session.Session` (principal, authentication state) that
-the dispatcher reads; before SASL authentication a frame is bounded by
-``sasl.server.max.receive.size``, and after a failed authentication the connection
-closes once its answer is sent and ``connection.failed.authentication.delay.ms`` has
-passed.
+:class:`~service.security.session.ListenerSecurity` says whether connections speak TLS (a
+:class:`~service.security.tls_transport.TlsTransport` under the same loop, the handshake
+first) and SASL. Each connection has a :class:`~service.security.session.Session`
+(principal, authentication state) that the dispatcher reads; before SASL authentication a
+frame is bounded by ``sasl.server.max.receive.size``, and after a failed authentication the
+connection closes once its answer is sent and ``connection.failed.authentication.delay.ms``
+has passed.
 
 Limits: a :class:`~service.quotas.connections.ConnectionQuotas` shared by the broker's
-listeners decides which accepted connections are served (``max.connections`` and friends).
-"""
+listeners decides which accepted connections are served (``max.connections`` and friends)."""
 
 from __future__ import annotations
 
@@ -177,20 +171,27 @@ class KafkaServer:
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            if limits is not None and not limits.screen(self.listener, client, addr[0]):
+            admitted = False
+            try:
+                if limits and not (admitted := await limits.screen(self.listener, client, addr[0])):
+                    continue
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = Connection(self, client, f"{addr[0]}:{addr[1]}")
+            except Exception:  # noqa: BLE001 - one connection must not stop the listener
+                log.exception("cannot set up connection %s:%s; closed", addr[0], addr[1])
+                client.close()
+                if admitted and limits is not None:
+                    limits.release(self.listener, addr[0])
                 continue
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(self, client, f"{addr[0]}:{addr[1]}", addr[0])
             self._connections.add(conn)
             conn.start()
 
     def close_least_recent(self) -> bool:
         """Close the connection with the oldest traffic (a broker needs its slot); False: none."""
-        victim = min(self._connections, key=lambda c: c.last_active, default=None)
-        if victim is not None:
-            start_eagerly(asyncio.get_running_loop(), victim.close())  # closed in its first step
-        return victim is not None
+        if (old := min(self._connections, key=lambda c: c.last_active, default=None)) is not None:
+            start_eagerly(asyncio.get_running_loop(), old.close())  # closed in its first step
+        return old is not None
 
     async def close(self) -> None:
         for task in (self._accept_task, self._sweep_task):
@@ -207,11 +208,11 @@ class KafkaServer:
 class Connection:
     """One client connection. Not thread-safe: lives on the event loop."""
 
-    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str, address: str = "") -> None:
+    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str) -> None:
         self.server = server
         self.sock = sock
         self.peer = peer
-        self.address = address  # the client's IP (its connection limits)
+        self.address = peer.rpartition(":")[0]  # the client's IP (its connection limits)
         self.session: Session = server.security.new_session(peer)
         loop = asyncio.get_running_loop()
         self.transport: Transport

@@ -161,7 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "one shared object store (default file://DATA_DIR/bucket); Ctrl-C stops them all")
     up.set_defaults(func=_cmd_up)
 
-    from service.cli import acls, console, consumer_groups, quotas, topics, transactions, users
+    from service.cli import (
+        acls,
+        configs,
+        console,
+        consumer_groups,
+        quotas,
+        topics,
+        transactions,
+        users,
+    )
     from service.cli.perf import command as perf
 
     topics.register(sub)
@@ -171,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     users.register(sub)
     acls.register(sub)
     quotas.register(sub)
+    configs.register(sub)
     perf.register(sub)
     return parser
 

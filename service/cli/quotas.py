@@ -22,7 +22,7 @@ from typing import Any
 from service.cli.common import CLIENT_ID, CLIENT_TIMEOUT_S, CliError, bootstrap_parent, guarded
 from service.cli.up_options import parse_properties
 
-__all__ = ["register"]
+__all__ = ["kafka_configs_parser", "kafka_python_admin", "register"]
 
 _TYPES = {"users": "user", "clients": "client-id", "ips": "ip", "user": "user", "client-id": "client-id", "ip": "ip"}
 _KAFKA_PYTHON = {"security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
@@ -47,13 +47,19 @@ class _Entity(argparse.Action):
         namespace.entities = entities
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add ``quotas`` to the ``strata`` CLI."""
-    p = subparsers.add_parser("quotas", parents=[bootstrap_parent()],
-                              help="client quotas by user and client id, connection quotas by IP (kafka-configs.sh)")
+def kafka_configs_parser(subparsers: argparse._SubParsersAction[Any], name: str, what: str) -> Any:
+    """A sub-command taking ``--alter`` or ``--describe``, as kafka-configs.sh does."""
+    p = subparsers.add_parser(name, parents=[bootstrap_parent()], help=what)
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--alter", action="store_true")
     action.add_argument("--describe", action="store_true")
+    return p
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``quotas`` to the ``strata`` CLI."""
+    p = kafka_configs_parser(subparsers, "quotas",
+                             "client quotas by user and client id, connection quotas by IP (kafka-configs.sh)")
     p.add_argument("--entity-type", action=_Entity, dest="entities", metavar="users|clients|ips")
     p.add_argument("--entity-name", action=_Entity, dest="entities", metavar="NAME")
     p.add_argument("--entity-default", action=_Entity, dest="entities", nargs=0)
@@ -64,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(func=guarded(_quotas), entities=None)
 
 
-def _admin(args: argparse.Namespace) -> Any:
+def kafka_python_admin(args: argparse.Namespace) -> Any:
+    """A kafka-python admin client (``--command-config`` translated from librdkafka names)."""
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
 
@@ -93,7 +100,7 @@ def _quotas(args: argparse.Namespace) -> int:
     named = [(t, n) for t, n in args.entities or [] if n is not ...]
     if args.alter and len(named) != len(args.entities or []):
         raise CliError("each --entity-type needs an --entity-name or --entity-default")
-    admin = _admin(args)
+    admin = kafka_python_admin(args)
     try:
         if args.describe:  # a type without a name: every entity of that type (match type 2)
             components = [DescribeClientQuotasRequest.ComponentData(

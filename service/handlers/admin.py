@@ -3,6 +3,7 @@ DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, DescribeCluster."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
 from typing import Any
@@ -14,6 +15,9 @@ from local_tier.errors import (
     KafkaError,
     UnknownTopicIdError,
 )
+from service.dynamic_config import SECTION as BROKER_SECTION
+from service.dynamic_config import alter as alter_broker
+from service.dynamic_config import describe as describe_broker
 from service.handlers.authz import require_cluster, require_topic
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
@@ -178,10 +182,9 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
             _require_configs(ctx, rtype, res.resource_name, Op.DESCRIBE_CONFIGS)
             if rtype == RESOURCE_TOPIC:
                 entries = controller.describe_topic_config(res.resource_name, keys)
-            elif rtype == RESOURCE_BROKER:
-                if res.resource_name not in ("", str(ctx.broker.node_id)):
-                    raise InvalidRequestError(f"unknown broker {res.resource_name!r}")
-                entries = controller.describe_broker_config(keys)
+            elif rtype == RESOURCE_BROKER:  # static and dynamic configs (service.dynamic_config)
+                entries = describe_broker(ctx.broker.config, controller.metadata.section(BROKER_SECTION),
+                                          res.resource_name, ctx.broker.node_id, keys)
             else:
                 raise InvalidRequestError(f"resource type {rtype} is not supported")
             fields["configs"] = tuple(
@@ -216,14 +219,15 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
     for res in request.resources:
         fields = _resource_fields(res)
         try:
-            _require_configs(ctx, int(res.resource_type), res.resource_name, Op.ALTER_CONFIGS)
-            if int(res.resource_type) != RESOURCE_TOPIC:
-                raise InvalidRequestError(
-                    "only topic configs can be altered at run time; "
-                    "change broker configs with `strata up --set KEY=VALUE` and restart"
-                )
+            rtype = int(res.resource_type)
+            _require_configs(ctx, rtype, res.resource_name, Op.ALTER_CONFIGS)
             ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
-            await broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+            if rtype == RESOURCE_BROKER:
+                await _alter_broker(ctx, res.resource_name, ops, bool(request.validate_only), replace_all=False)
+            elif rtype == RESOURCE_TOPIC:
+                await broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+            else:
+                raise InvalidRequestError(f"Unknown resource type {rtype}")
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "IncrementalAlterConfigs", exc))
         results.append(build(mod.AlterConfigsResourceResponse, **fields))
@@ -238,9 +242,9 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
 
     A topic's configs not in the request return to their defaults (Kafka's
     semantics; KafkaJS's ``alterConfigs`` and ``kafka-configs.sh`` before 2.3 use
-    it). Broker resources (this node's id, or "" for the cluster default) are
-    accepted as Kafka accepts them, but Strata has no dynamically updatable broker
-    config: an empty set succeeds, any key is INVALID_REQUEST.
+    it). On a broker resource (a broker id, or "" for the cluster default) the set
+    replaces that resource's dynamic configs (:mod:`service.dynamic_config`); a config
+    Strata cannot change at run time is INVALID_REQUEST.
     """
     broker = ctx.broker
     mod = response_module(33, ctx.version)
@@ -267,22 +271,25 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
                 ops += [(key, _SET, value) for key, value in configs.items()]
                 await broker.alter_topic_configs(res.resource_name, ops, validate_only)
             elif rtype == RESOURCE_BROKER:
-                if res.resource_name not in ("", str(broker.node_id)):
-                    raise InvalidRequestError(
-                        f"Unexpected broker id, expected {broker.node_id}, "
-                        f"but received {res.resource_name}"
-                    )
-                if configs:
-                    raise InvalidRequestError(
-                        f"Cannot update these configs dynamically: {sorted(configs)} "
-                        "(Strata reads broker configs at start: `strata up --set KEY=VALUE`)"
-                    )
+                await _alter_broker(ctx, res.resource_name, [(k, _SET, v) for k, v in configs.items()],
+                                    validate_only, replace_all=True)
             else:
                 raise InvalidRequestError(f"Unknown resource type {rtype}")
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "AlterConfigs", exc))
         results.append(build(mod.AlterConfigsResourceResponse, **fields))
     return build(mod.AlterConfigsResponse, throttle_time=0, responses=tuple(results))
+
+
+async def _alter_broker(ctx: RequestContext, resource: str, ops: list[tuple[str, int, str | None]],
+                        validate_only: bool, *, replace_all: bool) -> None:
+    """Dynamic broker configs, a controller write (the request was forwarded to it)."""
+
+    def change(current: Any) -> tuple[Any, None]:
+        updated = alter_broker(current, resource, ops, replace_all=replace_all)
+        return (current if validate_only else updated), None
+
+    await asyncio.to_thread(ctx.broker.active_controller().alter_section, BROKER_SECTION, change)
 
 
 #: DescribeCluster v1's endpoint types (Kafka's ``EndpointType``): a broker's listener serves BROKER

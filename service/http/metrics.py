@@ -300,8 +300,8 @@ class BrokerCollector(Collector):
         yield _gauge("strata_listener_connections", "Open Kafka connections, by listener.", ["listener"],
                      [((name,), n) for name, n in sorted(limits.by_listener.items())])
         yield _gauge("strata_connections_max",
-                     "Connections the broker serves before its listeners stop accepting: max.connections, "
-                     "or the open-files limit less connections.reserved.fds if lower.", [],
+                     "The most connections the broker serves: max.connections, or the open-files limit "
+                     "less connections.reserved.fds if lower (the broker's own files count against it).", [],
                      [((), min(limits.max_connections, limits.fd_limit - limits.fd_reserve))])
         refused = CounterMetricFamily("strata_connections_refused",
                                       "Connections closed unserved, by listener and reason "

@@ -3,8 +3,10 @@
 
 One per broker, shared by its Kafka listeners. Each listener's accept loop calls
 :meth:`ConnectionQuotas.before_accept` (waits for room and for the creation rates)
-and, once a socket is accepted, :meth:`ConnectionQuotas.admit`; an admitted
-connection is :meth:`ConnectionQuotas.release`\\d exactly once when it closes.
+and, once a socket is accepted, :meth:`ConnectionQuotas.screen` (room again, as another
+listener may have taken it, then :meth:`ConnectionQuotas.admit`); an admitted
+connection is :meth:`ConnectionQuotas.release`\\d exactly once when it closes. Limits
+change at run time through :meth:`ConnectionQuotas.follow` (dynamic broker configs).
 
 Kafka's semantics:
 
@@ -17,20 +19,22 @@ Kafka's semantics:
   beyond its address's limit is closed at once (on every listener).
 - ``max.connection.creation.rate`` (broker, except the inter-broker listener) and
   ``listener.name.<l>.max.connection.creation.rate``: the listener waits before its
-  next accept for as long as the rate is over.
+  next accept for as long as the rate is over, at most one quota window at a time.
 - The ``connection_creation_rate`` client quota of an ``ip`` entity (or the ``<default>``
   ip): a connection over it is held, unserved, for the throttle time and then closed;
-  it is not counted in the rate (``kafka-configs.sh --entity-type ips``).
+  it is not counted in the rate (``kafka-configs.sh --entity-type ips``). Held sockets are
+  bounded (a quarter of the reserve below); beyond that they are closed at once.
 
 Strata's open-files guard: a broker that runs out of file descriptors cannot open
 segment files or reach its bucket, loses its controller lease and stops serving
 everyone, so one client opening connections in a loop could take it down. The
 process's soft open-files limit is raised to its hard limit at start (as the JVM
-does), and ``connections.reserved.fds`` descriptors are kept for everything else: a
-connection accepted on a descriptor inside the reserve is closed at once and the
-listener pauses until a connection closes (on the inter-broker listener it is kept, and
-another listener's least recently active connection is closed) (Linux gives out the lowest free
-descriptor, so a new socket numbered ``n`` means ``n`` descriptors are open).
+does), and ``connections.reserved.fds`` descriptors are kept for everything else. Linux
+gives out the lowest free descriptor, so a new socket numbered ``n`` means ``n``
+descriptors are open: a connection accepted on a descriptor inside the reserve is
+closed at once, and the listener pauses until a connection closes or a second has
+passed (files may have closed meanwhile). On the inter-broker listener, beside others,
+it is kept, and another listener's least recently active connection is closed.
 
 Rates are Kafka's sampled rates (:class:`service.quotas.manager.Rate`, ``quota.window.num``
 samples of ``quota.window.size.seconds``). Logs of refused connections are
@@ -49,12 +53,13 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from service.quotas.manager import Rate
 
-__all__ = ["Admission", "ConnectionQuotas", "connection_quotas", "raise_open_files_limit"]
+__all__ = ["Admission", "ConnectionQuotas", "ConnectionSettings", "ListenerLimits", "connection_quotas",
+           "connection_settings", "raise_open_files_limit"]
 
 log = logging.getLogger("strata.connections")
 
@@ -89,6 +94,17 @@ class ListenerLimits:
     creation_rate: int = _UNLIMITED
 
 
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """The limits as configured (statically, or dynamically: service.dynamic_config)."""
+
+    max_connections: int = _UNLIMITED
+    per_ip: int = _UNLIMITED
+    per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    creation_rate: int = _UNLIMITED
+    listeners: Mapping[str, ListenerLimits] = field(default_factory=dict)
+
+
 class ConnectionQuotas:
     """See the module docstring."""
 
@@ -108,31 +124,62 @@ class ConnectionQuotas:
         window_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        overrides = {_normal_ip(ip): n for ip, n in (per_ip_overrides or {}).items()}
-        if per_ip == 0 and not overrides:
-            raise ValueError("max.connections.per.ip can be 0 only with max.connections.per.ip.overrides "
-                             "(else no client could connect)")
-        self.max_connections = max_connections
-        self._per_ip, self._overrides = per_ip, overrides
-        self._listeners = dict(listeners or {})
         self._protected = protected
         self.fd_limit, self.fd_reserve = fd_limit, fd_reserve
         self._ip_rate = ip_rate
         self._samples, self._window = samples, window_s
         self._clock = clock
         self._broker_rate = (creation_rate, Rate(samples, window_s))
-        self._listener_rates = {name: Rate(samples, window_s) for name in self._listeners}
+        self._listener_rates: dict[str, Rate] = {}
+        self._waiters: list[asyncio.Future[None]] = []
+        self.reconfigure(ConnectionSettings(max_connections, per_ip, dict(per_ip_overrides or {}), creation_rate,
+                                            dict(listeners or {})))
         self._ip_sensors: dict[str, Rate] = {}
+        self._swept = 0.0
+        #: sockets held unserved until their IP's throttle time has passed, and how many may be
+        self.held = 0
+        self._max_held = max(16, fd_reserve // 4) if fd_reserve else 1024
         self.total = 0
         self.by_listener: Counter[str] = Counter()
         self._by_ip: Counter[str] = Counter()
         #: refused connections by (listener, reason); seconds listeners waited on creation rates
         self.refused: Counter[tuple[str, str]] = Counter()
         self.accept_throttle_s: Counter[str] = Counter()
-        self._waiters: list[asyncio.Future[None]] = []
         self._fd_short = False
         self._evictors: dict[str, Callable[[], bool]] = {}
         self._logged: dict[str, float] = {}
+        self._follow: tuple[Callable[[], int], Callable[[], ConnectionSettings]] | None = None
+        self._revision = -2
+
+    def reconfigure(self, settings: ConnectionSettings) -> None:
+        """New limits (raises ValueError for settings no client could connect with); the
+        connections already open stay."""
+        overrides = {_normal_ip(ip): n for ip, n in settings.per_ip_overrides.items()}
+        if settings.per_ip == 0 and not overrides:
+            raise ValueError("max.connections.per.ip can be 0 only with max.connections.per.ip.overrides "
+                             "(else no client could connect)")
+        self.max_connections = settings.max_connections
+        self._per_ip, self._overrides = settings.per_ip, overrides
+        self._listeners = dict(settings.listeners)
+        self._broker_rate = (settings.creation_rate, self._broker_rate[1])
+        self._wake()  # a limit may have gone up
+
+    def follow(self, revision: Callable[[], int], settings: Callable[[], ConnectionSettings]) -> None:
+        """Take ``settings()`` again whenever ``revision()`` changes (dynamic broker configs)."""
+        self._follow = (revision, settings)
+
+    def _sync(self) -> None:
+        if self._follow is None:
+            return
+        revision, settings = self._follow
+        now = revision()
+        if now == self._revision:
+            return
+        self._revision = now
+        try:
+            self.reconfigure(settings())
+        except ValueError as exc:
+            log.warning("keeping the connection limits as they were: %s", exc)
 
     def limits(self, listener: str) -> ListenerLimits:
         return self._listeners.get(listener, ListenerLimits())
@@ -154,7 +201,17 @@ class ConnectionQuotas:
 
     async def before_accept(self, listener: str) -> None:
         """Return once ``listener`` may accept its next connection (see the module docstring)."""
+        await self._wait_for_room(listener)
+        delay = self._creation_delay(listener)
+        if delay > 0:
+            self.accept_throttle_s[listener] += delay
+            self._log_refusal(f"rate:{listener}", "listener %s: connections come faster than "
+                              "max.connection.creation.rate; accepting the next in %.0f ms", listener, delay * 1000)
+            await asyncio.sleep(delay)
+
+    async def _wait_for_room(self, listener: str) -> None:
         loop = asyncio.get_running_loop()
+        self._sync()
         while not self._room(listener):
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
@@ -165,12 +222,7 @@ class ConnectionQuotas:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
-        delay = self._creation_delay(listener)
-        if delay > 0:
-            self.accept_throttle_s[listener] += delay
-            self._log_refusal(f"rate:{listener}", "listener %s: connections come faster than "
-                              "max.connection.creation.rate; accepting the next in %.0f ms", listener, delay * 1000)
-            await asyncio.sleep(delay)
+            self._sync()
 
     def _creation_delay(self, listener: str) -> float:
         now = self._clock()
@@ -183,13 +235,14 @@ class ConnectionQuotas:
             if bound >= _UNLIMITED:
                 continue
             measured, window = rate.measure(now)
-            if measured > bound:
-                delay = max(delay, (measured - bound) / bound * window)
-        return min(delay, self._samples * self._window)
+            if measured > bound:  # 0: no new connection, one window's wait at a time
+                delay = max(delay, (measured - bound) / bound * window if bound > 0 else self._window)
+        return min(delay, self._window)  # Kafka bounds a connection throttle to one window
 
     def admit(self, listener: str, ip: str, fd: int) -> Admission:
         """The fate of a connection just accepted on ``listener`` from ``ip`` on descriptor
         ``fd``; an admitted one is counted until :meth:`release`."""
+        self._sync()
         protected = self._is_protected(listener)
         fd_short = fd >= self.fd_limit - self.fd_reserve
         if fd_short and not protected:
@@ -220,17 +273,24 @@ class ConnectionQuotas:
             self._evict_other(listener)
         return _ADMITTED
 
-    def screen(self, listener: str, sock: socket.socket, ip: str) -> bool:
-        """:meth:`admit` a socket just accepted; a refused one is closed, now or (an IP over
-        its creation rate) once its throttle time has passed, unserved."""
-        verdict = self.admit(listener, ip, sock.fileno())
+    async def screen(self, listener: str, sock: socket.socket, ip: str) -> bool:
+        """:meth:`admit` a socket just accepted, once there is room (another listener may have
+        taken the last of it since :meth:`before_accept`); a refused one is closed, now or
+        (an IP over its creation rate) once its throttle time has passed, unserved."""
+        await self._wait_for_room(listener)
+        verdict = self.admit(listener, ip, sock.fileno())  # no await since the room was seen
         if verdict.admitted:
             return True
-        if verdict.delay_s > 0:
-            asyncio.get_running_loop().call_later(verdict.delay_s, sock.close)
+        if verdict.delay_s > 0 and self.held < self._max_held:  # held ones use descriptors too: bounded
+            self.held += 1
+            asyncio.get_running_loop().call_later(verdict.delay_s, self._close_held, sock)
         else:
             sock.close()
         return False
+
+    def _close_held(self, sock: socket.socket) -> None:
+        self.held -= 1
+        sock.close()
 
     def _ip_throttle(self, address: str) -> float:
         quota = self._ip_rate(address)
@@ -238,6 +298,11 @@ class ConnectionQuotas:
             self._ip_sensors.pop(address, None)
             return 0.0
         now = self._clock()
+        if now - self._swept >= 60:  # sensors of addresses gone quiet hold nothing: drop them
+            self._swept = now
+            horizon = now - self._samples * self._window
+            for quiet in [a for a, r in self._ip_sensors.items() if r.last_used < horizon]:
+                del self._ip_sensors[quiet]
         sensor = self._ip_sensors.get(address)
         if sensor is None:
             sensor = self._ip_sensors[address] = Rate(self._samples, self._window)
@@ -246,7 +311,7 @@ class ConnectionQuotas:
         if rate <= quota:
             return 0.0
         sensor.record(-1, now)  # a refused connection does not count (Kafka's unrecord)
-        return min((rate - quota) / quota * window, self._samples * self._window)
+        return min((rate - quota) / quota * window, self._window)
 
     def _evict_other(self, listener: str) -> None:
         for name, count in self.by_listener.most_common():
@@ -265,6 +330,10 @@ class ConnectionQuotas:
         if self._by_ip[address] <= 0:
             del self._by_ip[address]
         self._fd_short = False
+        self._wake()
+
+    def _wake(self) -> None:
+        """Listeners waiting for room look again."""
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -345,18 +414,32 @@ def connection_quotas(config: Any, listeners: list[str], protected: str | None,
     if fd_limit - reserve < 1024:
         log.warning("at most %d client connections: the open-files limit is %d and %d are kept for files; "
                     "raise the limit (ulimit -n) for more", fd_limit - reserve, fd_limit, reserve)
-    per_listener = {}
-    for name in listeners:
-        view = config.for_listener(name)
-        per_listener[name] = ListenerLimits(view.get_int("max.connections"),
-                                            view.get_int("max.connection.creation.rate"))
-    return ConnectionQuotas(
-        max_connections=config.get_int("max.connections"),
-        per_ip=config.get_int("max.connections.per.ip"),
-        per_ip_overrides=parse_overrides(config.get("max.connections.per.ip.overrides") or ""),
-        creation_rate=config.get_int("max.connection.creation.rate"),
-        listeners=per_listener,
+    quotas = ConnectionQuotas(
         protected=protected if len(listeners) > 1 else None,
         fd_limit=fd_limit, fd_reserve=reserve, ip_rate=ip_rate,
         samples=config.get_int("quota.window.num"), window_s=config.get_int("quota.window.size.seconds"),
+    )
+    quotas.reconfigure(connection_settings(config, listeners))
+    return quotas
+
+
+def connection_settings(config: Any, listeners: list[str], resolved: dict[str, dict[str, int]] | None = None
+                        ) -> ConnectionSettings:
+    """The limits a broker config view gives (``resolved``: overrides already parsed, by text)."""
+    text = config.get("max.connections.per.ip.overrides") or ""
+    if resolved is None or text not in resolved:
+        parsed = parse_overrides(text)
+        if resolved is not None:
+            resolved.clear()
+            resolved[text] = parsed
+    else:
+        parsed = resolved[text]
+    return ConnectionSettings(
+        max_connections=config.get_int("max.connections"),
+        per_ip=config.get_int("max.connections.per.ip"),
+        per_ip_overrides=parsed,
+        creation_rate=config.get_int("max.connection.creation.rate"),
+        listeners={name: ListenerLimits(config.for_listener(name).get_int("max.connections"),
+                                        config.for_listener(name).get_int("max.connection.creation.rate"))
+                   for name in listeners},
     )

@@ -64,10 +64,11 @@ class QuotaManager:
     """Client quotas over the newest metadata's ``client_quotas`` section."""
 
     def __init__(self, revision: Callable[[], int], section: Callable[[], Any], samples: int, window_s: float,
-                 clock: Callable[[], float] = time.monotonic, remote_fetch: ByteRateLimit | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, remote_fetch: ByteRateLimit | None = None,
+                 remote_rate: Callable[[], int] | None = None) -> None:
         self._revision, self._section = revision, section
-        #: the broker's remote-read byte rate (KIP-956)
-        self.remote_fetch = remote_fetch or ByteRateLimit(2**63 - 1, samples, window_s, clock)
+        self._remote_fetch = remote_fetch or ByteRateLimit(2**63 - 1, samples, window_s, clock)
+        self._remote_rate = remote_rate  # its bound as the newest metadata says (a dynamic config)
         self._samples, self._window = samples, window_s
         self._clock = clock
         #: (revision, the quotas section, the quota keys any entity has) of the newest metadata
@@ -77,11 +78,19 @@ class QuotaManager:
         #: (revision, (connection_creation_rate by address, the <default> ip's)) of the newest metadata
         self._ip_cached: tuple[int, tuple[dict[str, float], float | None]] = (-2, ({}, None))
 
+    @property
+    def remote_fetch(self) -> ByteRateLimit:
+        """The broker's remote-read byte rate (KIP-956), its bound the newest."""
+        self._current()
+        return self._remote_fetch
+
     def _current(self) -> tuple[int, Any, frozenset[str]]:
         revision = self._revision()
         if self._cached[0] != revision:
             section = self._section() if revision >= 0 else None
             self._cached = (revision, section, frozenset(k for item in section or () for k in item["values"]))
+            if self._remote_rate is not None and revision >= 0:
+                self._remote_fetch.bytes_per_second = self._remote_rate()
         return self._cached
 
     def _quotas(self) -> Any:
@@ -162,11 +171,14 @@ class ByteRateLimit:
             self._rate.record(size, self._clock())
 
 
-def client_quotas(config: Any, image: Any) -> QuotaManager:
-    """The broker's client quota manager, reading quotas from its metadata image."""
+def client_quotas(config: Any, image: Any, effective: Callable[[], Any] | None = None) -> QuotaManager:
+    """The broker's client quota manager, reading quotas from its metadata image;
+    ``effective()``: the broker's configs with the dynamic ones (the remote-read rate is one)."""
     remote = ByteRateLimit(config.get_int("remote.log.manager.fetch.max.bytes.per.second"),
                            config.get_int("remote.log.manager.fetch.quota.window.num"),
                            config.get_int("remote.log.manager.fetch.quota.window.size.seconds"))
+    rate = None if effective is None else (
+        lambda: effective().get_int("remote.log.manager.fetch.max.bytes.per.second"))
     return QuotaManager(lambda: image.revision, lambda: image.metadata.section(SECTION),
                         config.get_int("quota.window.num"), config.get_int("quota.window.size.seconds"),
-                        remote_fetch=remote)
+                        remote_fetch=remote, remote_rate=rate)

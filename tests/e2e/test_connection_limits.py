@@ -3,7 +3,7 @@ use up the broker's open files (it keeps its controller lease, its established c
 its admin API, and everything acknowledged is read back), ``max.connections.per.ip`` and
 its overrides close the connection beyond, and an IP over its ``connection_creation_rate``
 quota (``strata quotas --entity-type ips``) has its extra connections held and closed
-unserved. The flood comes from 127.0.0.2 and up (all of 127/8 is loopback on Linux); the
+unserved, and the limits change at run time as dynamic broker configs. The flood comes from 127.0.0.2 and up (all of 127/8 is loopback on Linux); the
 test's own clients from 127.0.0.1."""
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from confluent_kafka.admin import ConfigResource, ConfigSource
+
 from tests.conftest import REPO_ROOT, subprocess_env
-from tests.e2e.helpers import consume, create_topic, producer, topic_name, wait_until
+from tests.e2e.helpers import admin, consume, create_topic, producer, topic_name, wait_until
 
 #: ApiVersions v0 with correlation id 1 and client id "flood"
 _API_VERSIONS = struct.pack(">hhih", 18, 0, 1, 5) + b"flood"
@@ -165,3 +167,50 @@ def test_per_ip_limits_and_ip_connection_rate_quotas(start_broker: Any) -> None:
     p = producer(broker.bootstrap)
     p.produce(topic, b"x")
     assert p.flush(30) == 0
+
+
+def strata_configs(broker: Any, *args: str, ok: bool = True) -> str:
+    done = subprocess.run([sys.executable, "-m", "service", "configs", "--entity-type", "brokers", *args,
+                           "-b", broker.bootstrap], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert (done.returncode == 0) == ok, done
+    return done.stdout + done.stderr
+
+
+def test_connection_limits_change_at_run_time_as_dynamic_broker_configs(start_broker: Any) -> None:
+    """`strata configs` (kafka-configs.sh --entity-type brokers --entity-default | --entity-name 1):
+    applied without a restart, kept across one; confluent-kafka's DescribeConfigs shows them."""
+    broker = start_broker()
+    client = admin(broker.bootstrap)
+
+    def described() -> dict[str, Any]:
+        res = ConfigResource(ConfigResource.Type.BROKER, "1")
+        return dict(client.describe_configs([res])[res].result(30))
+
+    def served_from(address: str, count: int) -> int:
+        with connections_from(address, count, broker.port) as socks:
+            return len(probe(socks)[0])
+
+    strata_configs(broker, "--entity-default", "--alter",
+                   "--add-config", "max.connections.per.ip=3,max.connections.per.ip.overrides=127.0.0.1:100")
+    assert served_from("127.0.0.2", 5) == 3
+    strata_configs(broker, "--entity-name", "1", "--alter", "--add-config", "max.connections.per.ip=1")
+    assert served_from("127.0.0.3", 3) == 1  # this broker's own beats the cluster default
+    entry = described()["max.connections.per.ip"]
+    assert (entry.value, entry.source, entry.is_read_only) == ("1", ConfigSource.DYNAMIC_BROKER_CONFIG.value, False)
+    assert ("max.connections.per.ip=1 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:max.connections.per.ip=1, "
+            "DYNAMIC_DEFAULT_BROKER_CONFIG:max.connections.per.ip=3, DEFAULT_CONFIG:max.connections.per.ip=2147483647}"
+            ) in strata_configs(broker, "--entity-name", "1", "--describe")
+    shown = strata_configs(broker, "--entity-default", "--describe")
+    assert "max.connections.per.ip=3 " in shown and "max.connections.per.ip.overrides=127.0.0.1:100" in shown
+    refused = strata_configs(broker, "--entity-name", "1", "--alter", "--add-config", "log.retention.ms=1", ok=False)
+    assert "Cannot update these configs dynamically" in refused  # what Strata reads only at start
+
+    broker.restart()  # kept in the cluster metadata
+    client = admin(broker.bootstrap)
+    assert described()["max.connections.per.ip"].value == "1"
+    assert served_from("127.0.0.4", 3) == 1
+    strata_configs(broker, "--entity-name", "1", "--alter", "--delete-config", "max.connections.per.ip")
+    strata_configs(broker, "--entity-default", "--alter", "--delete-config", "max.connections.per.ip")
+    assert served_from("127.0.0.5", 5) == 5
+    assert described()["max.connections.per.ip"].source == ConfigSource.DEFAULT_CONFIG.value

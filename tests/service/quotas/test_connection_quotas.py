@@ -131,7 +131,60 @@ async def test_a_listeners_own_creation_rate_is_waited_for() -> None:
     for i in range(30):
         quotas.admit("SSL", f"10.0.0.{i}", LOW_FD)
     await asyncio.wait_for(quotas.before_accept("SSL"), 1)
-    assert quotas.accept_throttle_s["SSL"] == pytest.approx(0.02)  # (3000 - 1000) / 1000 x 10 ms, capped
+    assert quotas.accept_throttle_s["SSL"] == pytest.approx(0.01)  # (3000 - 1000) / 1000 x 10 ms, one window at most
+
+
+@on_a_loop
+async def test_a_creation_rate_of_zero_waits_a_window_at_a_time() -> None:
+    quotas = connection_quotas(BrokerConfig({"max.connection.creation.rate": "0", "quota.window.size.seconds": "1"}),
+                               ["PLAINTEXT"], "PLAINTEXT", ip_rate=lambda ip: None)
+    assert quotas.admit("PLAINTEXT", "10.0.0.1", LOW_FD).admitted
+    assert quotas._creation_delay("PLAINTEXT") == 1.0  # Kafka allows 0: no division by it
+
+
+class FakeSocket:
+    def __init__(self, fd: int = LOW_FD) -> None:
+        self.fd, self.closed = fd, False
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@on_a_loop
+async def test_screen_looks_for_room_again_so_listeners_cannot_overshoot_together() -> None:
+    quotas = ConnectionQuotas(max_connections=1)
+    await asyncio.gather(quotas.before_accept("PLAINTEXT"), quotas.before_accept("SSL"))  # both saw room
+    assert await quotas.screen("PLAINTEXT", FakeSocket(), "10.0.0.1")  # type: ignore[arg-type]
+    late = asyncio.ensure_future(quotas.screen("SSL", FakeSocket(), "10.0.0.2"))  # type: ignore[arg-type]
+    await asyncio.sleep(0.05)
+    assert not late.done() and quotas.total == 1  # it waits with its socket, not over the limit
+    quotas.release("PLAINTEXT", "10.0.0.1")
+    assert await asyncio.wait_for(late, 1) and quotas.total == 1
+
+
+@on_a_loop
+async def test_held_sockets_are_bounded_and_closed_after_their_throttle() -> None:
+    quotas = ConnectionQuotas(ip_rate=lambda ip: 20.0, samples=2, window_s=0.05, fd_reserve=64, fd_limit=10_000)
+    socks = [FakeSocket() for _ in range(30)]
+    served = [await quotas.screen("PLAINTEXT", s, "10.0.0.7") for s in socks]  # type: ignore[arg-type]
+    assert served.count(True) == 1 and quotas.held == 16  # max(16, 64 // 4)
+    assert sum(s.closed for s in socks) == 30 - 1 - 16  # the rest closed at once
+    await asyncio.sleep(0.2)
+    assert quotas.held == 0 and sum(s.closed for s in socks) == 29
+
+
+def test_quiet_addresses_rate_sensors_are_dropped() -> None:
+    now = [0.0]
+    quotas = ConnectionQuotas(ip_rate=lambda ip: 100.0, samples=2, window_s=1.0, clock=lambda: now[0])
+    for i in range(1000):
+        quotas.admit("PLAINTEXT", f"10.0.{i // 250}.{i % 250}", LOW_FD)
+        now[0] += 0.001
+    now[0] += 120
+    quotas.admit("PLAINTEXT", "10.9.9.9", LOW_FD)
+    assert len(quotas._ip_sensors) == 1
 
 
 def test_an_ip_over_its_creation_rate_is_throttled_and_not_counted() -> None:
@@ -183,6 +236,9 @@ def test_the_broker_raises_its_open_files_limit_and_reserves_an_eighth() -> None
     assert quotas.fd_limit == hard and quotas.fd_reserve == max(64, hard // 8)
     assert quotas.limits("SSL") == ListenerLimits(7, 30)  # the listener's own, else the broker's
     assert quotas.limits("PLAINTEXT").max_connections == 2**31 - 1
-    with pytest.raises(ValueError, match="leaves no descriptor"):
-        connection_quotas(BrokerConfig({"connections.reserved.fds": str(hard)}), ["PLAINTEXT"], "PLAINTEXT",
-                          ip_rate=lambda ip: None)
+    try:
+        with pytest.raises(ValueError, match="leaves no descriptor"):
+            connection_quotas(BrokerConfig({"connections.reserved.fds": str(hard)}), ["PLAINTEXT"], "PLAINTEXT",
+                              ip_rate=lambda ip: None)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

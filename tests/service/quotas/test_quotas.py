@@ -64,3 +64,13 @@ def test_a_request_time_throttle_is_at_most_one_window() -> None:
     bytes_section, _ = alter_quotas(None, [([("client-id", None)], [(PRODUCE, 1_000.0, False)])], False)
     by_bytes = QuotaManager(lambda: 1, lambda: bytes_section, 11, 1.0, clock=lambda: now[0])
     assert by_bytes.record(PRODUCE, "alice", "app", 1_000_000) > 1_000
+
+
+def test_the_remote_read_rate_follows_its_dynamic_config() -> None:
+    revision, bound = [1], [1000]
+    quotas = QuotaManager(lambda: revision[0], lambda: None, 11, 1.0, remote_rate=lambda: bound[0])
+    assert quotas.remote_fetch.bytes_per_second == 1000
+    bound[0] = 5
+    assert quotas.remote_fetch.bytes_per_second == 1000  # read again only with new metadata
+    revision[0] = 2
+    assert quotas.remote_fetch.bytes_per_second == 5

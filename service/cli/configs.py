@@ -1,0 +1,100 @@
+"""``strata configs``: dynamic broker configs, as ``kafka-configs.sh --entity-type brokers`` sets them.
+
+    strata configs --entity-type brokers --entity-default --alter --add-config max.connections.per.ip=100
+    strata configs --entity-type brokers --entity-name 2 --alter --delete-config max.connections
+    strata configs --entity-type brokers --entity-name 1 --describe [--all]
+
+``--entity-default`` is the cluster-wide default every broker takes unless it has its
+own value (which librdkafka and kafka-python cannot name: this command speaks
+IncrementalAlterConfigs and DescribeConfigs through kafka-python's protocol classes).
+What may change at run time: docs/operations.md ("Connection limits"); topic configs
+are ``strata topics alter``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from service.cli.common import CliError, guarded
+from service.cli.quotas import kafka_configs_parser, kafka_python_admin
+
+__all__ = ["register"]
+
+_BROKER = 4
+_SET, _DELETE = 0, 1
+_SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG"}
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add ``configs`` to the ``strata`` CLI."""
+    p = kafka_configs_parser(subparsers, "configs", "dynamic broker configs (kafka-configs.sh --entity-type brokers)")
+    p.add_argument("--entity-type", required=True, choices=["brokers"])
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--entity-name", metavar="BROKER_ID", help="one broker's own configs")
+    which.add_argument("--entity-default", action="store_true", help="the cluster-wide default")
+    p.add_argument("--add-config", default="", metavar="K=V,...")
+    p.add_argument("--delete-config", default="", metavar="K,...")
+    p.add_argument("--all", action="store_true", help="--describe every config, not only the dynamic ones")
+    p.set_defaults(func=guarded(_configs))
+
+
+def _configs(args: argparse.Namespace) -> int:
+    resource = "" if args.entity_default else str(args.entity_name)
+    if resource and not resource.isdigit():
+        raise CliError(f"--entity-name is a broker id, not {resource!r}")
+    node = int(resource) if resource else None  # a broker's own configs are asked of that broker
+    admin = kafka_python_admin(args)
+    try:
+        if args.describe:
+            _describe(admin, resource, node, args.all)
+            return 0
+        _alter(admin, resource, node, args.add_config, args.delete_config)
+        print("configs updated")
+        return 0
+    finally:
+        admin.close()
+
+
+def _send(admin: Any, request: Any, node: int | None) -> Any:
+    return admin._manager.run(admin._manager.send, request, node)
+
+
+def _alter(admin: Any, resource: str, node: int | None, add: str, delete: str) -> None:
+    from kafka.protocol.admin import IncrementalAlterConfigsRequest as Request
+
+    ops = []
+    for pair in filter(None, (p.strip() for p in add.split(","))):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise CliError(f"--add-config takes K=V, got {pair!r}")
+        ops.append(Request.AlterConfigsResource.AlterableConfig(name=key.strip(), config_operation=_SET,
+                                                                value=value.strip()))
+    ops += [Request.AlterConfigsResource.AlterableConfig(name=k.strip(), config_operation=_DELETE, value=None)
+            for k in filter(None, delete.split(","))]
+    if not ops:
+        raise CliError("--alter needs --add-config or --delete-config")
+    answer = _send(admin, Request(resources=[Request.AlterConfigsResource(
+        resource_type=_BROKER, resource_name=resource, configs=ops)], validate_only=False), node)
+    for result in answer.responses:
+        if result.error_code:
+            raise CliError(f"the broker refused: {result.error_message} (error {result.error_code})")
+
+
+def _describe(admin: Any, resource: str, node: int | None, everything: bool) -> None:
+    from kafka.protocol.admin import DescribeConfigsRequest as Request
+
+    answer = _send(admin, Request(resources=[Request.DescribeConfigsResource(
+        resource_type=_BROKER, resource_name=resource, configuration_keys=None)], include_synonyms=True), node)
+    (result,) = answer.results
+    if result.error_code:
+        raise CliError(f"the broker refused: {result.error_message} (error {result.error_code})")
+    who = "the cluster default" if not resource else f"broker {resource}"
+    print(f"{'Configs' if everything else 'Dynamic configs'} for {who}:")
+    for entry in sorted(result.configs, key=lambda e: e.name):
+        if not everything and entry.config_source not in (2, 3):
+            continue
+        value = "(sensitive)" if entry.is_sensitive else entry.value
+        synonyms = ", ".join(f"{_SOURCES.get(s.source, s.source)}:{s.name}={s.value}" for s in entry.synonyms or ())
+        print(f"  {entry.name}={value} sensitive={str(entry.is_sensitive).lower()} synonyms={{{synonyms}}}")

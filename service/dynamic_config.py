@@ -1,0 +1,208 @@
+"""Dynamic broker configs: Kafka's ``kafka-configs.sh --entity-type brokers
+(--entity-name N | --entity-default) --alter``, for the configs Strata can change
+without a restart (:data:`DYNAMIC`: the connection limits, and KIP-956's remote-read rate).
+
+They live in the cluster metadata's section ``broker_configs``, one object per broker id
+and one for the cluster-wide default (docs/adr/0022-dynamic-broker-configs.md)::
+
+    {"default": {"max.connections.per.ip": "100"}, "2": {"listener.name.ssl.max.connections": "5000"}}
+
+Values are stored normalised (:meth:`ConfigDef.normalize`). Precedence is Kafka's:
+this broker's dynamic value, then the cluster default's, then the static one
+(``strata up --set``/``--config``), then the config's default; a listener's
+``listener.name.<l>.<config>`` at any of the first three levels beats the
+unprefixed config at any level.
+
+:func:`alter` is IncrementalAlterConfigs and AlterConfigs on a broker resource (a pure
+function of the stored section, run by the active controller); :class:`EffectiveConfig`
+is what the broker reads; :func:`describe` answers DescribeConfigs. Pure functions and
+immutable views; thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from controller.broker_config import BrokerConfig, TypedConfig
+from controller.config_keys import BROKER_CONFIGS
+from controller.configdef import InvalidConfigValue
+from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
+from local_tier.errors import InvalidConfigError, InvalidRequestError
+
+__all__ = ["DEFAULT", "DYNAMIC", "SECTION", "EffectiveConfig", "alter", "describe", "validate_overrides"]
+
+SECTION = "broker_configs"
+DEFAULT = "default"  # the cluster-wide default's key in the section
+DYNAMIC = frozenset({
+    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
+    "max.connection.creation.rate", "remote.log.manager.fetch.max.bytes.per.second",
+})
+#: dynamic configs a listener may override as ``listener.name.<listener>.<config>``
+LISTENER_DYNAMIC = frozenset({"max.connections", "max.connection.creation.rate"})
+_PREFIX = "listener.name."
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
+
+
+def _base(name: str) -> str | None:
+    """The config that checks ``name`` if it may change at run time, else None."""
+    if name in DYNAMIC:
+        return name
+    if name.startswith(_PREFIX):
+        listener, _, config = name[len(_PREFIX):].partition(".")
+        if listener and config in LISTENER_DYNAMIC:
+            return config
+    return None
+
+
+def _key(resource: str) -> str:
+    """The section key of a broker resource name: ``""`` is the cluster default."""
+    if resource == "":
+        return DEFAULT
+    if not resource.isdigit():
+        raise InvalidRequestError(f"broker resource name must be a broker id or empty (the cluster "
+                                  f"default), not {resource!r}")
+    return str(int(resource))
+
+
+def validate_overrides(text: str) -> None:
+    """``max.connections.per.ip.overrides`` syntax (host names are resolved where applied)."""
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip("[] ") or not count.strip().isdigit():
+            raise InvalidConfigError(f"Invalid value {text} for configuration max.connections.per.ip.overrides: "
+                                     f"{item!r} is not HOST:COUNT")
+
+
+def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]], *,
+          replace_all: bool) -> dict[str, dict[str, str]] | None:
+    """The section after IncrementalAlterConfigs ``(name, op, value)`` ops on broker
+    ``resource`` (``replace_all``: AlterConfigs, whose set replaces the resource's dynamic
+    configs); raises InvalidRequestError / InvalidConfigError as Kafka answers."""
+    key = _key(resource)
+    static = sorted(name for name, _, _ in ops if _base(name) is None)
+    if static:
+        unknown = [n for n in static if n not in BROKER_CONFIGS and not n.startswith(_PREFIX)]
+        if unknown:
+            raise InvalidConfigError(f"Unknown broker config name: {unknown[0]}")
+        raise InvalidRequestError(
+            f"Cannot update these configs dynamically: {static} (Strata changes only "
+            f"{', '.join(sorted(DYNAMIC))} at run time; set the others with `strata up --set KEY=VALUE` "
+            "and restart)")
+    current = {k: dict(v) for k, v in (section or {}).items()}
+    values = {} if replace_all else dict(current.get(key, {}))
+    for name, op, value in ops:
+        if op == _DELETE:
+            values.pop(name, None)
+            values.pop(name.lower() if name.startswith(_PREFIX) else name, None)
+            continue
+        if op in (_APPEND, _SUBTRACT):
+            raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
+        if op != _SET or value is None:
+            raise InvalidRequestError(f"Unknown or null config operation for {name}")
+        base = _base(name)
+        assert base is not None
+        if name != base:  # listener.name.<listener>.<config>: listener names in lower case, as Kafka's prefix
+            name = f"{_PREFIX}{name[len(_PREFIX):-len(base) - 1].lower()}.{base}"
+        try:
+            values[name] = BROKER_CONFIGS[base].normalize(value)
+        except InvalidConfigValue as exc:
+            raise InvalidConfigError(str(exc)) from None
+        if base == "max.connections.per.ip.overrides":
+            validate_overrides(values[name])
+    if values.get("max.connections.per.ip") == "0" and not values.get("max.connections.per.ip.overrides"):
+        raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
+                                 "max.connections.per.ip.overrides property is set.")
+    if values:
+        current[key] = dict(sorted(values.items()))
+    else:
+        current.pop(key, None)
+    return current or None
+
+
+class EffectiveConfig(TypedConfig):
+    """The broker's configs with the dynamic ones over the static ones (module docstring)."""
+
+    def __init__(self, static: BrokerConfig, node_id: int, section: Any) -> None:
+        self.static = static
+        #: this broker's dynamic configs, then the cluster default's
+        self.levels: tuple[Mapping[str, str], ...] = tuple(
+            (section or {}).get(k, {}) for k in (str(node_id), DEFAULT))
+
+    def sourced(self) -> zip[tuple[Mapping[str, str], ConfigSource]]:
+        return zip(self.levels, (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                   strict=True)
+
+    def get(self, name: str) -> str | None:
+        for level in self.levels:
+            if name in level:
+                return level[name]
+        return self.static.get(name)
+
+    def for_listener(self, listener: str) -> _ListenerView:
+        return _ListenerView(self, listener.lower())
+
+    def dynamic(self, name: str) -> tuple[str, ConfigSource] | None:
+        """``name``'s dynamic value and its level, or None."""
+        for level, source in self.sourced():
+            if name in level:
+                return level[name], source
+        return None
+
+
+class _ListenerView(TypedConfig):
+    def __init__(self, config: EffectiveConfig, listener: str) -> None:
+        self._config, self._listener = config, listener
+
+    def get(self, name: str) -> str | None:
+        prefixed = f"{_PREFIX}{self._listener}.{name}"
+        for level in self._config.levels:
+            if prefixed in level:
+                return level[prefixed]
+        static = self._config.static.for_listener(self._listener)
+        if name in static.overridden:
+            return static.get(name)
+        return self._config.get(name)
+
+
+def describe(static: BrokerConfig, section: Any, resource: str, node_id: int,
+             keys: Collection[str] | None) -> list[ConfigEntry]:
+    """DescribeConfigs of broker ``resource``, as Kafka: this broker's every config with
+    its source and synonyms (the dynamic ones alterable), or for ``""`` only the cluster
+    default's dynamic configs."""
+    key = _key(resource)
+    if key == DEFAULT:
+        own = (section or {}).get(DEFAULT, {})
+        names = sorted(own) if keys is None else sorted(set(keys) & set(own))
+        return [_dynamic_entry(n, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, None, [], own[n]) for n in names]
+    if key != str(node_id):
+        raise InvalidRequestError(f"Unexpected broker id, expected {node_id} or empty string, but received {resource}")
+    effective = EffectiveConfig(static, node_id, section)
+    entries = []
+    for entry in static.entries(keys):
+        found = effective.dynamic(entry.name) if entry.name in DYNAMIC else None
+        if found is not None:
+            entries.append(_dynamic_entry(entry.name, found[1], effective, list(entry.synonyms)))
+        else:
+            entries.append(replace(entry, read_only=entry.name not in DYNAMIC))
+    prefixed = sorted({n for level in effective.levels for n in level if n.startswith(_PREFIX)})
+    for name in prefixed if keys is None else sorted(set(keys) & set(prefixed)):
+        found = effective.dynamic(name)
+        assert found is not None
+        entries.append(_dynamic_entry(name, found[1], effective, []))
+    return entries
+
+
+def _dynamic_entry(name: str, source: ConfigSource, effective: EffectiveConfig | None,
+                   lower: list[ConfigSynonym], value: str | None = None) -> ConfigEntry:
+    """An entry whose value is dynamic: its synonyms are the dynamic levels that set it,
+    then ``lower`` (the static chain)."""
+    synonyms = [] if effective is None else [
+        ConfigSynonym(name, level[name], level_source) for level, level_source in effective.sourced() if name in level]
+    if effective is None:
+        synonyms.append(ConfigSynonym(name, value, source))
+    definition = BROKER_CONFIGS[_base(name) or name]
+    return ConfigEntry(name=name, value=synonyms[0].value, source=source, read_only=False, is_default=False,
+                       sensitive=False, config_type=definition.config_type, documentation=definition.documentation,
+                       synonyms=tuple(synonyms + lower))
