@@ -25,6 +25,7 @@ import logging
 import mimetypes
 from collections.abc import Awaitable, Callable
 from importlib import resources
+from typing import Any
 
 from aiohttp import web
 
@@ -81,6 +82,32 @@ _ANSWERED_WHILE_STARTING = frozenset({"/v1/health", "/v1/ready", "/v1/openapi.js
 _STARTUP_WAIT_S = 30.0
 
 
+class _Screened:
+    """One HTTP connection's protocol: closed at once when it would use the descriptors the
+    broker keeps (:meth:`ConnectionQuotas.files_allow`), else aiohttp's handler (every other
+    call goes straight to it)."""
+
+    def __init__(self, handler: Any, limits: ConnectionQuotas) -> None:
+        self._handler: Any = handler
+        self._limits = limits
+
+    def connection_made(self, transport: Any) -> None:
+        sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername") or ("?",)
+        if sock is not None and not self._limits.files_allow("HTTP", str(peer[0]), sock.fileno()):
+            self._handler = None
+            transport.abort()
+            return
+        self._handler.connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._handler is not None:
+            self._handler.connection_lost(exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handler, name)
+
+
 class AdminHttpServer:
     """The HTTP listener of one broker, and the sampler of its counters' history.
 
@@ -102,6 +129,7 @@ class AdminHttpServer:
         self._tls = tls
         self._limits = limits
         self._runner: web.AppRunner | None = None
+        self._listening: asyncio.Server | None = None
         self._sampler: asyncio.Task[None] | None = None
         self.history = History(broker, interval_s=history_interval_s)
         self.port = port
@@ -148,17 +176,24 @@ class AdminHttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=self.security.ssl_context)
-        await site.start()
-        server = getattr(site, "_server", None)
-        if server is not None and server.sockets:
-            self.port = int(server.sockets[0].getsockname()[1])
+        handler, limits = self._runner.server, self._limits
+        assert handler is not None
+        # the listening socket is ours, not an aiohttp site's: each connection is screened by
+        # the open-files guard before aiohttp sees it (a flood of HTTP connections must not
+        # use up the descriptors the broker needs for its files and its bucket)
+        self._listening = await asyncio.get_running_loop().create_server(
+            (lambda: _Screened(handler(), limits)) if limits is not None else handler,
+            self._host, self._port, ssl=self.security.ssl_context, backlog=128, reuse_address=True)
+        if self._listening.sockets:
+            self.port = int(self._listening.sockets[0].getsockname()[1])
         self._sampler = asyncio.create_task(self.history.run(), name="http-history")
 
     async def close(self) -> None:
         if self._sampler is not None:
             self._sampler.cancel()
             await asyncio.gather(self._sampler, return_exceptions=True)
+        if self._listening is not None:
+            self._listening.close()
         if self._runner is not None:
             await self._runner.cleanup()
 

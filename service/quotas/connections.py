@@ -247,10 +247,7 @@ class ConnectionQuotas:
         fd_short = fd >= self.fd_limit - self.fd_reserve
         if fd_short and not protected:
             self._fd_short = True
-            return self._refuse(listener, OPEN_FILES, "listener %s: refusing a connection from %s: %d of the "
-                                "%d open files are in use and connections.reserved.fds (%d) are kept for "
-                                "segments and the bucket; raise the open-files limit (ulimit -n) or set "
-                                "max.connections", listener, ip, fd, self.fd_limit, self.fd_reserve)
+            return self._refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
         address = _normal_ip(ip)
         limit = self._overrides.get(address, self._per_ip)
         if self._by_ip[address] >= limit:
@@ -291,6 +288,21 @@ class ConnectionQuotas:
     def _close_held(self, sock: socket.socket) -> None:
         self.held -= 1
         sock.close()
+
+    def files_allow(self, listener: str, ip: str, fd: int) -> bool:
+        """Whether a connection on descriptor ``fd`` leaves the second half of the reserve
+        alone: the one limit of the HTTP listener (its connections are not Kafka's, counted in
+        none of the others). The operator's health checks and metrics still answer when Kafka
+        clients have taken all they may; a flood of HTTP connections leaves half the reserve."""
+        if fd < self.fd_limit - self.fd_reserve // 2:
+            return True
+        self._refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
+        return False
+
+    def _files_short(self, listener: str, ip: str, fd: int) -> tuple[Any, ...]:
+        return ("listener %s: refusing a connection from %s: %d of the %d open files are in use and "
+                "connections.reserved.fds (%d) are kept for segments and the bucket; raise the open-files "
+                "limit (ulimit -n) or set max.connections", listener, ip, fd, self.fd_limit, self.fd_reserve)
 
     def _ip_throttle(self, address: str) -> float:
         quota = self._ip_rate(address)

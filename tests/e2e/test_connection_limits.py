@@ -8,6 +8,7 @@ test's own clients from 127.0.0.1."""
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import struct
@@ -76,9 +77,51 @@ def probe(socks: list[socket.socket], wait_s: float = 2.0) -> tuple[list[socket.
     return served, closed
 
 
+def closed_by_the_broker(socks: list[socket.socket], wait_s: float = 1.0) -> list[socket.socket]:
+    """The connections the other end closed within ``wait_s`` (nothing is sent on them)."""
+    closed = []
+    with selectors.DefaultSelector() as sel:
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        deadline = time.monotonic() + wait_s
+        while sel.get_map() and time.monotonic() < deadline:
+            for key, _ in sel.select(0.1):
+                sel.unregister(key.fileobj)
+                try:
+                    data = key.fileobj.recv(1)  # type: ignore[union-attr]
+                except OSError:
+                    data = b""
+                if not data:
+                    closed.append(key.fileobj)
+    return closed  # type: ignore[return-value]
+
+
+def hundreds(p: Any, topic: str, acked: list[bytes]) -> Any:
+    """``produce(prefix)``: 100 records to partition 0, waited for; the acknowledged in ``acked``."""
+    def produce(prefix: str) -> None:
+        for i in range(100):
+            p.produce(topic, f"{prefix}-{i}".encode(), partition=0,
+                      on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
+        assert p.flush(30) == 0
+
+    return produce
+
+
+def open_files(broker: Any) -> int:
+    return len(os.listdir(f"/proc/{broker.pid}/fd"))
+
+
 def metrics(broker: Any) -> str:
     with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as answer:
         return str(answer.read().decode())
+
+
+def answered(call: Any, *args: Any) -> Any:
+    """``call(*args)``, or None when the connection was refused (descriptors still short)."""
+    try:
+        return call(*args)
+    except OSError:
+        return None
 
 
 def counter(text: str, name: str, **labels: str) -> float:
@@ -94,13 +137,7 @@ def test_a_connection_flood_cannot_use_up_the_brokers_open_files(start_broker: A
     topic = topic_name("flood")
     create_topic(broker.bootstrap, topic)
     acked: list[bytes] = []
-    p = producer(broker.bootstrap)  # connected before the flood, from 127.0.0.1
-
-    def produce(prefix: str) -> None:
-        for i in range(100):
-            p.produce(topic, f"{prefix}-{i}".encode(), partition=0,
-                      on_delivery=lambda err, msg: acked.append(msg.value()) if err is None else None)
-        assert p.flush(30) == 0
+    produce = hundreds(producer(broker.bootstrap), topic, acked)  # connected before the flood, from 127.0.0.1
 
     produce("before")
     assert len(acked) == 100
@@ -109,6 +146,7 @@ def test_a_connection_flood_cannot_use_up_the_brokers_open_files(start_broker: A
         served, _ = probe(one + two)
         # the flood takes what the open files allow for connections, not the reserve
         assert 120 <= len(served) < 192, len(served)
+        assert open_files(broker) <= 200
         produce("during")  # the established producer goes on
         assert len(acked) == 200
         with urllib.request.urlopen(f"{broker.admin_url}/v1/health", timeout=5) as health:
@@ -120,6 +158,29 @@ def test_a_connection_flood_cannot_use_up_the_brokers_open_files(start_broker: A
     assert "Too many open files" not in log
     assert "cannot read the controller lease" not in log
     assert log.count("refusing a connection from") <= 3  # a flood is not a flood of log lines
+    read = [m.value() for m in consume(broker.bootstrap, topic, [0], len(acked))]
+    assert read == acked
+
+
+def test_a_flood_of_http_connections_cannot_use_up_the_brokers_open_files(start_broker: Any) -> None:
+    broker = start_broker(open_files=256)
+    topic = topic_name("http-flood")
+    create_topic(broker.bootstrap, topic)
+    acked: list[bytes] = []
+    produce = hundreds(producer(broker.bootstrap), topic, acked)
+
+    produce("before")
+    with connections_from("127.0.0.2", 150, broker.http_port) as one, \
+            connections_from("127.0.0.3", 150, broker.http_port) as two:
+        closed = closed_by_the_broker(one + two)
+        assert len(closed) >= 60  # beyond what the open files allow HTTP: closed at once
+        assert open_files(broker) <= 232  # half the 64 kept for files (a few in passing), not all 256
+        produce("during")
+    assert len(acked) == 200
+    log = broker.log_text()
+    assert "Too many open files" not in log and "cannot read the controller lease" not in log
+    text = wait_until(lambda: answered(metrics, broker), "/metrics once the flood's connections are seen closed")
+    assert counter(text, "strata_connections_refused_total", listener="HTTP", reason="open_files") >= 60
     read = [m.value() for m in consume(broker.bootstrap, topic, [0], len(acked))]
     assert read == acked
 
