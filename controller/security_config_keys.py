@@ -164,6 +164,9 @@ SECURITY_CONFIGS: tuple[ConfigDef, ...] = (
               "How HTTP requests authenticate: basic (a SCRAM user's password, over TLS only), "
               "mtls (a client certificate); empty: no authentication (Strata).",
               valid_values=_HTTP_AUTH),
+    ConfigDef("http.max.connections", "int", "256",
+              "Connections the HTTP listener serves at once; more are closed at once (Strata).",
+              validator=at_least(1)),
     ConfigDef("http.authentication.open.paths", "list", "/v1/health,/v1/ready",
               "Paths answered without authentication, e.g. add /metrics for a scraper (Strata)."),
 )

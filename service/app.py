@@ -16,10 +16,11 @@ from fetch.affinity import parse_cpu_list
 from local_tier.errors import KafkaError
 from local_tier.records import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
-from service.broker import Broker, cancel_and_wait
+from service.broker import Broker
 from service.cluster.identity import DataDirOwnerError
 from service.dynamic_config import SECTION as DYNAMIC_SECTION
 from service.dynamic_config import EffectiveConfig
+from service.eager import cancel_and_wait
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
@@ -80,7 +81,7 @@ async def _serve(
     quota_slot: list[QuotaManager] = []  # exists once the broker does; servers bind first
     limits = connection_quotas(config, [spec.name for spec in settings.listeners], settings.inter_broker,
                                ip_rate=lambda ip: quota_slot[0].ip_rate(ip) if quota_slot else None)
-    resolved_overrides: dict[str, dict[str, int]] = {}  # max.connections.per.ip.overrides, resolved once
+    resolved_overrides: dict[str, Any] = {}  # max.connections.per.ip.overrides, read once per value
     servers: dict[str, KafkaServer] = {}
     broker: Broker | None = None
     admin = None
@@ -127,7 +128,7 @@ async def _serve(
             admin = AdminHttpServer(
                 broker, http_host, http_port,
                 connections=lambda: sum(s.connection_count for s in servers.values()),
-                limits=limits,
+                limits=limits, max_connections=config.get_int("http.max.connections"),
                 security=http_security(config, authorizer, credential_lookup(broker), tls_sources),
                 tls=tls_sources,
             )

@@ -22,7 +22,6 @@ metadata poll and blocking object store calls run on threads of their own).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import resource
 from collections import Counter
@@ -76,7 +75,7 @@ from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
 from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 
-__all__ = ["Broker", "cancel_and_wait"]
+__all__ = ["Broker"]
 
 log = logging.getLogger("strata.broker")
 
@@ -466,10 +465,4 @@ class Broker:
             if d.size:
                 self.bytes_out[d.topic] += d.size
                 self.records_out[d.topic] += d.records
-
-
-async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 

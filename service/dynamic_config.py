@@ -60,7 +60,7 @@ def _key(resource: str) -> str:
     """The section key of a broker resource name: ``""`` is the cluster default."""
     if resource == "":
         return DEFAULT
-    if not resource.isdigit():
+    if not (resource.isascii() and resource.isdigit()):
         raise InvalidRequestError(f"broker resource name must be a broker id or empty (the cluster "
                                   f"default), not {resource!r}")
     return str(int(resource))
@@ -76,18 +76,23 @@ def validate_overrides(text: str) -> None:
 
 
 def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]], *,
-          replace_all: bool) -> dict[str, dict[str, str]] | None:
+          replace_all: bool, static: BrokerConfig | None = None) -> dict[str, dict[str, str]] | None:
     """The section after IncrementalAlterConfigs ``(name, op, value)`` ops on broker
     ``resource`` (``replace_all``: AlterConfigs, whose set replaces the resource's dynamic
-    configs); raises InvalidRequestError / InvalidConfigError as Kafka answers."""
+    configs); raises InvalidRequestError / InvalidConfigError as Kafka answers. ``static``:
+    the static configs the result is checked with (the controller's; brokers of one cluster
+    normally share theirs). Deleting a config that is not set is no change, as in Kafka."""
     key = _key(resource)
-    static = sorted(name for name, _, _ in ops if _base(name) is None)
-    if static:
-        unknown = [n for n in static if n not in BROKER_CONFIGS and not n.startswith(_PREFIX)]
+    names = [name for name, _, _ in ops]
+    if len(set(names)) != len(names):
+        raise InvalidRequestError("Error due to duplicate config keys")
+    fixed = sorted(name for name, op, _ in ops if _base(name) is None and op != _DELETE)
+    if fixed:
+        unknown = [n for n in fixed if n not in BROKER_CONFIGS and not n.startswith(_PREFIX)]
         if unknown:
             raise InvalidConfigError(f"Unknown broker config name: {unknown[0]}")
         raise InvalidRequestError(
-            f"Cannot update these configs dynamically: {static} (Strata changes only "
+            f"Cannot update these configs dynamically: {fixed} (Strata changes only "
             f"{', '.join(sorted(DYNAMIC))} at run time; set the others with `strata up --set KEY=VALUE` "
             "and restart)")
     current = {k: dict(v) for k, v in (section or {}).items()}
@@ -111,14 +116,23 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
             raise InvalidConfigError(str(exc)) from None
         if base == "max.connections.per.ip.overrides":
             validate_overrides(values[name])
-    if values.get("max.connections.per.ip") == "0" and not values.get("max.connections.per.ip.overrides"):
-        raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
-                                 "max.connections.per.ip.overrides property is set.")
     if values:
         current[key] = dict(sorted(values.items()))
     else:
         current.pop(key, None)
+    _check_per_ip(current, key, static or BrokerConfig())
     return current or None
+
+
+def _check_per_ip(section: Mapping[str, Mapping[str, str]], key: str, static: BrokerConfig) -> None:
+    """Kafka's rule on the merged configs: ``max.connections.per.ip`` 0 needs overrides. For the
+    cluster default, each broker with no value of its own inherits it (checked as broker "-1")."""
+    brokers = [key] if key != DEFAULT else ["-1", *(k for k in section if k != DEFAULT)]
+    for broker in brokers:
+        merged = EffectiveConfig(static, int(broker), section)
+        if merged.get_int("max.connections.per.ip") == 0 and not merged.get("max.connections.per.ip.overrides"):
+            raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
+                                     "max.connections.per.ip.overrides property is set.")
 
 
 class EffectiveConfig(TypedConfig):

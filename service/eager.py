@@ -10,12 +10,13 @@ Not thread-safe: runs on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import types
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
-__all__ = ["start_eagerly"]
+__all__ = ["cancel_and_wait", "start_eagerly"]
 
 
 def start_eagerly(loop: asyncio.AbstractEventLoop, awaitable: Awaitable[Any]) -> asyncio.Future[Any]:
@@ -77,3 +78,10 @@ class _Rest(Coroutine[Any, Any, Any]):
 
 
 _SENT = object()
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel ``task`` and wait until it has ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from local_tier.segment import FileRegion
-from service.eager import start_eagerly
+from service.eager import cancel_and_wait, start_eagerly
 from service.protocol import FrameError
 from service.quotas.connections import ConnectionQuotas
 from service.request_memory import RequestMemoryPool
@@ -196,9 +196,7 @@ class KafkaServer:
     async def close(self) -> None:
         for task in (self._accept_task, self._sweep_task):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
         if self._sock is not None:
             self._sock.close()
         for conn in list(self._connections):

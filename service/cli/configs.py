@@ -1,6 +1,8 @@
 """``strata configs``: dynamic broker configs, as ``kafka-configs.sh --entity-type brokers`` sets them.
 
     strata configs --entity-type brokers --entity-default --alter --add-config max.connections.per.ip=100
+    strata configs --entity-type brokers --entity-default --alter \
+        --add-config 'max.connections.per.ip.overrides=[10.0.0.7:500,batch-host:50]'
     strata configs --entity-type brokers --entity-name 2 --alter --delete-config max.connections
     strata configs --entity-type brokers --entity-name 1 --describe [--all]
 
@@ -19,7 +21,7 @@ from typing import Any
 from service.cli.common import CliError, guarded
 from service.cli.quotas import kafka_configs_parser, kafka_python_admin
 
-__all__ = ["register"]
+__all__ = ["parse_add_config", "register"]
 
 _BROKER = 4
 _SET, _DELETE = 0, 1
@@ -42,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def _configs(args: argparse.Namespace) -> int:
     resource = "" if args.entity_default else str(args.entity_name)
-    if resource and not resource.isdigit():
+    if resource and not (resource.isascii() and resource.isdigit()):
         raise CliError(f"--entity-name is a broker id, not {resource!r}")
     node = int(resource) if resource else None  # a broker's own configs are asked of that broker
     admin = kafka_python_admin(args)
@@ -57,6 +59,29 @@ def _configs(args: argparse.Namespace) -> int:
         admin.close()
 
 
+def parse_add_config(text: str) -> list[tuple[str, str]]:
+    """``--add-config`` as kafka-configs.sh reads it: ``K=V`` pairs split on commas, a value
+    with commas of its own in brackets (``max.connections.per.ip.overrides=[10.0.0.1:5,h:7]``)."""
+    pairs, depth, start = [], 0, 0
+    for i, char in enumerate(text + ","):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            pair = text[start:i].strip()
+            start = i + 1
+            if not pair:
+                continue
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"--add-config takes K=V, got {pair!r}")
+            value = value.strip()
+            if value.startswith("[") and value.endswith("]"):
+                value = value[1:-1]
+            pairs.append((key.strip(), value))
+    if depth:
+        raise CliError(f"--add-config has an unclosed '[': {text!r}")
+    return pairs
+
+
 def _send(admin: Any, request: Any, node: int | None) -> Any:
     return admin._manager.run(admin._manager.send, request, node)
 
@@ -64,13 +89,8 @@ def _send(admin: Any, request: Any, node: int | None) -> Any:
 def _alter(admin: Any, resource: str, node: int | None, add: str, delete: str) -> None:
     from kafka.protocol.admin import IncrementalAlterConfigsRequest as Request
 
-    ops = []
-    for pair in filter(None, (p.strip() for p in add.split(","))):
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise CliError(f"--add-config takes K=V, got {pair!r}")
-        ops.append(Request.AlterConfigsResource.AlterableConfig(name=key.strip(), config_operation=_SET,
-                                                                value=value.strip()))
+    ops = [Request.AlterConfigsResource.AlterableConfig(name=key, config_operation=_SET, value=value)
+           for key, value in parse_add_config(add)]
     ops += [Request.AlterConfigsResource.AlterableConfig(name=k.strip(), config_operation=_DELETE, value=None)
             for k in filter(None, delete.split(","))]
     if not ops:

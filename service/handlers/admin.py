@@ -215,11 +215,14 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
 async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(44, ctx.version)
+    seen = Counter((int(r.resource_type), r.resource_name) for r in request.resources)
     results = []
     for res in request.resources:
         fields = _resource_fields(res)
         try:
             rtype = int(res.resource_type)
+            if rtype == RESOURCE_BROKER and seen[(rtype, res.resource_name)] > 1:
+                raise InvalidRequestError("Each resource must appear at most once.")
             _require_configs(ctx, rtype, res.resource_name, Op.ALTER_CONFIGS)
             ops = [(c.name, int(c.config_operation), c.value) for c in res.configs]
             if rtype == RESOURCE_BROKER:
@@ -286,7 +289,7 @@ async def _alter_broker(ctx: RequestContext, resource: str, ops: list[tuple[str,
     """Dynamic broker configs, a controller write (the request was forwarded to it)."""
 
     def change(current: Any) -> tuple[Any, None]:
-        updated = alter_broker(current, resource, ops, replace_all=replace_all)
+        updated = alter_broker(current, resource, ops, replace_all=replace_all, static=ctx.broker.config)
         return (current if validate_only else updated), None
 
     await asyncio.to_thread(ctx.broker.active_controller().alter_section, BROKER_SECTION, change)

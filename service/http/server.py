@@ -25,7 +25,6 @@ import logging
 import mimetypes
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
 
 from aiohttp import web
 
@@ -35,6 +34,7 @@ from service.http.auth import HttpSecurity
 from service.http.common import ApiError, error_response
 from service.http.group_routes import GroupRoutes
 from service.http.history import History
+from service.http.listening import HttpListener
 from service.http.metrics import exposition, gather
 from service.http.openapi import OPENAPI
 from service.http.views import AdminView
@@ -82,32 +82,6 @@ _ANSWERED_WHILE_STARTING = frozenset({"/v1/health", "/v1/ready", "/v1/openapi.js
 _STARTUP_WAIT_S = 30.0
 
 
-class _Screened:
-    """One HTTP connection's protocol: closed at once when it would use the descriptors the
-    broker keeps (:meth:`ConnectionQuotas.files_allow`), else aiohttp's handler (every other
-    call goes straight to it)."""
-
-    def __init__(self, handler: Any, limits: ConnectionQuotas) -> None:
-        self._handler: Any = handler
-        self._limits = limits
-
-    def connection_made(self, transport: Any) -> None:
-        sock = transport.get_extra_info("socket")
-        peer = transport.get_extra_info("peername") or ("?",)
-        if sock is not None and not self._limits.files_allow("HTTP", str(peer[0]), sock.fileno()):
-            self._handler = None
-            transport.abort()
-            return
-        self._handler.connection_made(transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        if self._handler is not None:
-            self._handler.connection_lost(exc)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._handler, name)
-
-
 class AdminHttpServer:
     """The HTTP listener of one broker, and the sampler of its counters' history.
 
@@ -116,11 +90,13 @@ class AdminHttpServer:
 
     def __init__(self, broker: AdminView, host: str, port: int, *, connections: Callable[[], int],
                  history_interval_s: float = 2.0, security: HttpSecurity | None = None,
-                 tls: TlsSources | None = None, limits: ConnectionQuotas | None = None) -> None:
+                 tls: TlsSources | None = None, limits: ConnectionQuotas | None = None,
+                 max_connections: int = 256) -> None:
         """``connections()`` is the Kafka listener's count of open client connections;
         ``security``: TLS, authentication and ACLs (:mod:`service.http.auth`); ``tls``:
         the broker's :class:`~service.security.tls_reload.TlsSources` and ``limits`` its
-        :class:`~service.quotas.connections.ConnectionQuotas`, for ``/metrics``."""
+        :class:`~service.quotas.connections.ConnectionQuotas`, for ``/metrics`` and the
+        open-files guard; ``max_connections``: ``http.max.connections``."""
         self._broker = broker
         self.security = security or HttpSecurity()
         self._host = host
@@ -128,8 +104,9 @@ class AdminHttpServer:
         self._connections = connections
         self._tls = tls
         self._limits = limits
+        self._max_connections = max_connections  # http.max.connections
         self._runner: web.AppRunner | None = None
-        self._listening: asyncio.Server | None = None
+        self._listening: HttpListener | None = None
         self._sampler: asyncio.Task[None] | None = None
         self.history = History(broker, interval_s=history_interval_s)
         self.port = port
@@ -176,16 +153,14 @@ class AdminHttpServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self._app(), access_log=None)
         await self._runner.setup()
-        handler, limits = self._runner.server, self._limits
+        handler = self._runner.server
         assert handler is not None
-        # the listening socket is ours, not an aiohttp site's: each connection is screened by
-        # the open-files guard before aiohttp sees it (a flood of HTTP connections must not
-        # use up the descriptors the broker needs for its files and its bucket)
-        self._listening = await asyncio.get_running_loop().create_server(
-            (lambda: _Screened(handler(), limits)) if limits is not None else handler,
-            self._host, self._port, ssl=self.security.ssl_context, backlog=128, reuse_address=True)
-        if self._listening.sockets:
-            self.port = int(self._listening.sockets[0].getsockname()[1])
+        # the socket is ours, not an aiohttp site's: each connection is screened before its
+        # TLS handshake (service.http.listening)
+        self._listening = HttpListener(self._host, self._port, handler, lambda: len(handler.connections),
+                                       ssl_context=self.security.ssl_context, limits=self._limits,
+                                       max_connections=self._max_connections)
+        self.port = await self._listening.start()
         self._sampler = asyncio.create_task(self.history.run(), name="http-history")
 
     async def close(self) -> None:
@@ -193,7 +168,7 @@ class AdminHttpServer:
             self._sampler.cancel()
             await asyncio.gather(self._sampler, return_exceptions=True)
         if self._listening is not None:
-            self._listening.close()
+            await self._listening.close()
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -100,7 +100,8 @@ class ConnectionSettings:
 
     max_connections: int = _UNLIMITED
     per_ip: int = _UNLIMITED
-    per_ip_overrides: Mapping[str, int] = field(default_factory=dict)
+    #: None: the configured overrides could not be read (a host name that does not resolve)
+    per_ip_overrides: Mapping[str, int] | None = field(default_factory=dict)
     creation_rate: int = _UNLIMITED
     listeners: Mapping[str, ListenerLimits] = field(default_factory=dict)
 
@@ -151,15 +152,25 @@ class ConnectionQuotas:
         self._follow: tuple[Callable[[], int], Callable[[], ConnectionSettings]] | None = None
         self._revision = -2
 
-    def reconfigure(self, settings: ConnectionSettings) -> None:
-        """New limits (raises ValueError for settings no client could connect with); the
-        connections already open stay."""
-        overrides = {_normal_ip(ip): n for ip, n in settings.per_ip_overrides.items()}
-        if settings.per_ip == 0 and not overrides:
-            raise ValueError("max.connections.per.ip can be 0 only with max.connections.per.ip.overrides "
-                             "(else no client could connect)")
+    def reconfigure(self, settings: ConnectionSettings, *, strict: bool = True) -> None:
+        """New limits; the connections already open stay. Settings no client could connect
+        with (``max.connections.per.ip`` 0 without overrides), or overrides that could not be
+        read (None), raise ValueError when ``strict`` (at start), else keep the per-IP limits
+        as they were, with a warning, and take the rest (a dynamic change)."""
+        per_ip, overrides = settings.per_ip, settings.per_ip_overrides
+        problem = None
+        if overrides is None:
+            problem = "max.connections.per.ip.overrides could not be read (see the log)"
+        elif per_ip == 0 and not overrides:
+            problem = "max.connections.per.ip can be 0 only with max.connections.per.ip.overrides"
+        if problem is not None:
+            if strict:
+                raise ValueError(f"{problem} (else no client could connect)")
+            log.warning("keeping the per-IP connection limits as they were: %s", problem)
+            per_ip, overrides = self._per_ip, self._overrides
+        assert overrides is not None
         self.max_connections = settings.max_connections
-        self._per_ip, self._overrides = settings.per_ip, overrides
+        self._per_ip, self._overrides = per_ip, {_normal_ip(ip): n for ip, n in overrides.items()}
         self._listeners = dict(settings.listeners)
         self._broker_rate = (settings.creation_rate, self._broker_rate[1])
         self._wake()  # a limit may have gone up
@@ -176,10 +187,7 @@ class ConnectionQuotas:
         if now == self._revision:
             return
         self._revision = now
-        try:
-            self.reconfigure(settings())
-        except ValueError as exc:
-            log.warning("keeping the connection limits as they were: %s", exc)
+        self.reconfigure(settings(), strict=False)
 
     def limits(self, listener: str) -> ListenerLimits:
         return self._listeners.get(listener, ListenerLimits())
@@ -215,10 +223,12 @@ class ConnectionQuotas:
         while not self._room(listener):
             waiter: asyncio.Future[None] = loop.create_future()
             self._waiters.append(waiter)
+            # while files are short, or limits may change (dynamic configs), look again each second
+            retry = _FD_RETRY_S if self._fd_short or self._follow is not None else None
             try:
-                await asyncio.wait_for(waiter, _FD_RETRY_S if self._fd_short else None)
+                await asyncio.wait_for(waiter, retry)
             except TimeoutError:
-                self._fd_short = False  # look again: files may have been closed meanwhile
+                self._fd_short = False  # files may have been closed meanwhile
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
@@ -247,15 +257,15 @@ class ConnectionQuotas:
         fd_short = fd >= self.fd_limit - self.fd_reserve
         if fd_short and not protected:
             self._fd_short = True
-            return self._refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
+            return self.refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
         address = _normal_ip(ip)
         limit = self._overrides.get(address, self._per_ip)
         if self._by_ip[address] >= limit:
-            return self._refuse(listener, PER_IP, "listener %s: refusing a connection from %s: it has the "
+            return self.refuse(listener, PER_IP, "listener %s: refusing a connection from %s: it has the "
                                 "%d connections max.connections.per.ip allows", listener, ip, limit)
         delay = self._ip_throttle(address)
         if delay > 0:
-            refusal = self._refuse(listener, IP_THROTTLED, "listener %s: %s opens connections faster than "
+            refusal = self.refuse(listener, IP_THROTTLED, "listener %s: %s opens connections faster than "
                                    "its connection_creation_rate quota; closing one after %.0f ms",
                                    listener, ip, delay * 1000)
             return Admission(refusal.reason, delay)
@@ -296,7 +306,7 @@ class ConnectionQuotas:
         clients have taken all they may; a flood of HTTP connections leaves half the reserve."""
         if fd < self.fd_limit - self.fd_reserve // 2:
             return True
-        self._refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
+        self.refuse(listener, OPEN_FILES, *self._files_short(listener, ip, fd))
         return False
 
     def _files_short(self, listener: str, ip: str, fd: int) -> tuple[Any, ...]:
@@ -354,7 +364,8 @@ class ConnectionQuotas:
     def connections_from(self, ip: str) -> int:
         return self._by_ip[_normal_ip(ip)]
 
-    def _refuse(self, listener: str, reason: str, message: str, *args: Any) -> Admission:
+    def refuse(self, listener: str, reason: str, message: str, *args: Any) -> Admission:
+        """Count (and log, rate-limited) a connection closed unserved."""
         self.refused[listener, reason] += 1
         self._log_refusal(f"{reason}:{listener}", message, *args)
         return Admission(reason)
@@ -435,17 +446,25 @@ def connection_quotas(config: Any, listeners: list[str], protected: str | None,
     return quotas
 
 
-def connection_settings(config: Any, listeners: list[str], resolved: dict[str, dict[str, int]] | None = None
+def connection_settings(config: Any, listeners: list[str], resolved: dict[str, Any] | None = None
                         ) -> ConnectionSettings:
-    """The limits a broker config view gives (``resolved``: overrides already parsed, by text)."""
+    """The limits a broker config view gives. ``resolved`` (a dynamic change): the overrides
+    read before, by text, failures too, so a host name is looked up once per value, and an
+    unreadable value gives None (kept as it was) rather than an error."""
     text = config.get("max.connections.per.ip.overrides") or ""
-    if resolved is None or text not in resolved:
+    parsed: dict[str, int] | None
+    if resolved is None:
         parsed = parse_overrides(text)
-        if resolved is not None:
-            resolved.clear()
-            resolved[text] = parsed
-    else:
+    elif text in resolved:
         parsed = resolved[text]
+    else:
+        try:
+            parsed = parse_overrides(text)
+        except ValueError as exc:
+            log.warning("%s", exc)
+            parsed = None
+        resolved.clear()
+        resolved[text] = parsed
     return ConnectionSettings(
         max_connections=config.get_int("max.connections"),
         per_ip=config.get_int("max.connections.per.ip"),

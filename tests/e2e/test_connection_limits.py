@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import selectors
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import ConfigResource, ConfigSource
 
 from tests.conftest import REPO_ROOT, subprocess_env
@@ -111,8 +113,9 @@ def open_files(broker: Any) -> int:
     return len(os.listdir(f"/proc/{broker.pid}/fd"))
 
 
-def metrics(broker: Any) -> str:
-    with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=5) as answer:
+def metrics(broker: Any, context: ssl.SSLContext | None = None) -> str:
+    url = broker.admin_url.replace("http://", "https://") if context is not None else broker.admin_url
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5, context=context) as answer:
         return str(answer.read().decode())
 
 
@@ -162,8 +165,14 @@ def test_a_connection_flood_cannot_use_up_the_brokers_open_files(start_broker: A
     assert read == acked
 
 
-def test_a_flood_of_http_connections_cannot_use_up_the_brokers_open_files(start_broker: Any) -> None:
-    broker = start_broker(open_files=256)
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+def test_a_flood_of_http_connections_cannot_use_up_the_brokers_open_files(start_broker: Any, pki: Any,
+                                                                           tls: bool) -> None:
+    """Over HTTPS the flood never starts its handshakes: each is screened before one."""
+    https = {"args": ["--ssl-cert", str(pki.server_cert), "--ssl-key", str(pki.server_key)],
+             "sets": {"http.ssl.enable": "true"}} if tls else {}
+    broker = start_broker(open_files=256, **https)
+    context = ssl.create_default_context(cafile=str(pki.ca)) if tls else None
     topic = topic_name("http-flood")
     create_topic(broker.bootstrap, topic)
     acked: list[bytes] = []
@@ -179,7 +188,8 @@ def test_a_flood_of_http_connections_cannot_use_up_the_brokers_open_files(start_
     assert len(acked) == 200
     log = broker.log_text()
     assert "Too many open files" not in log and "cannot read the controller lease" not in log
-    text = wait_until(lambda: answered(metrics, broker), "/metrics once the flood's connections are seen closed")
+    text = wait_until(lambda: answered(metrics, broker, context),
+                      "/metrics once the flood's connections are seen closed")
     assert counter(text, "strata_connections_refused_total", listener="HTTP", reason="open_files") >= 60
     read = [m.value() for m in consume(broker.bootstrap, topic, [0], len(acked))]
     assert read == acked

@@ -94,3 +94,19 @@ def test_describe_shows_dynamic_sources_and_the_defaults_own_list() -> None:
     assert [e.name for e in describe(static, section, "1", 1, ["max.connections"])] == ["max.connections"]
     with pytest.raises(KafkaError):
         describe(static, section, "2", 1, None)  # another broker's: asked of that broker, as Kafka
+
+
+def test_the_zero_per_ip_rule_is_checked_on_the_merged_configs() -> None:
+    with_overrides = altered(None, "", ("max.connections.per.ip.overrides", SET, "10.0.0.1:5"))
+    assert altered(with_overrides, "1", ("max.connections.per.ip", SET, "0"))["1"] == {"max.connections.per.ip": "0"}
+    zero_default = altered(with_overrides, "", ("max.connections.per.ip", SET, "0"))
+    assert refusal(zero_default, "1", ("max.connections.per.ip.overrides", SET, ""))[0] == ErrorCode.invalid_config
+    assert refusal(zero_default, "", ("max.connections.per.ip.overrides", DELETE, None))[0] == ErrorCode.invalid_config
+    static = BrokerConfig({"max.connections.per.ip.overrides": "10.0.0.2:1"})
+    assert alter(None, "1", [("max.connections.per.ip", SET, "0")], replace_all=False, static=static)
+
+
+def test_broker_resources_and_keys_are_checked_before_anything_is_written() -> None:
+    assert refusal(None, "\u00b2", ("max.connections", SET, "5"))[0] == ErrorCode.invalid_request  # not ASCII digits
+    assert refusal(None, "1", ("max.connections", SET, "5"), ("max.connections", SET, "6"))[0] == ErrorCode.invalid_request
+    assert altered(None, "1", ("log.retention.ms", DELETE, None)) is None  # deleting what is not set: no change

@@ -18,8 +18,10 @@ from service.quotas.connections import (
     OPEN_FILES,
     PER_IP,
     ConnectionQuotas,
+    ConnectionSettings,
     ListenerLimits,
     connection_quotas,
+    connection_settings,
     parse_overrides,
 )
 from service.quotas.entities import alter_quotas, describe_quotas, ip_rates
@@ -242,3 +244,31 @@ def test_the_broker_raises_its_open_files_limit_and_reserves_an_eighth() -> None
                               ip_rate=lambda ip: None)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@on_a_loop
+async def test_a_raised_limit_frees_a_listener_waiting_at_the_old_one() -> None:
+    revision, limit = [1], [1]
+    quotas = ConnectionQuotas()
+    quotas.follow(lambda: revision[0], lambda: ConnectionSettings(max_connections=limit[0]))
+    await quotas.before_accept("PLAINTEXT")
+    assert quotas.admit("PLAINTEXT", "10.0.0.1", LOW_FD).admitted
+    waiting = asyncio.ensure_future(quotas.before_accept("PLAINTEXT"))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    revision[0], limit[0] = 2, 100  # a dynamic config raised the limit; no connection closed
+    await asyncio.wait_for(waiting, 3)
+
+
+def test_a_dynamic_change_no_client_could_use_keeps_the_per_ip_limits_and_takes_the_rest() -> None:
+    quotas = ConnectionQuotas(per_ip=3)
+    quotas.reconfigure(ConnectionSettings(max_connections=50, per_ip=0), strict=False)
+    assert quotas.max_connections == 50 and quotas._per_ip == 3
+    quotas.reconfigure(ConnectionSettings(max_connections=60, per_ip=5, per_ip_overrides=None), strict=False)
+    assert quotas.max_connections == 60 and quotas._per_ip == 3  # unreadable overrides: per-IP as it was
+    with pytest.raises(ValueError, match="could not be read"):
+        quotas.reconfigure(ConnectionSettings(per_ip_overrides=None))  # at start: refused
+    resolved: dict[str, Any] = {}
+    config = BrokerConfig({"max.connections.per.ip.overrides": "no-such-host.invalid:4"})
+    assert connection_settings(config, [], resolved).per_ip_overrides is None
+    assert resolved == {"no-such-host.invalid:4": None}  # looked up once per value, failures too
