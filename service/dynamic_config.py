@@ -29,7 +29,7 @@ from controller.broker_config import BrokerConfig, TypedConfig
 from controller.config_keys import BROKER_CONFIGS
 from controller.configdef import InvalidConfigValue
 from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
-from local_tier.errors import InvalidConfigError, InvalidRequestError
+from local_tier.errors import InvalidRequestError
 
 __all__ = ["DEFAULT", "DYNAMIC", "SECTION", "EffectiveConfig", "alter", "describe", "validate_overrides"]
 
@@ -71,7 +71,7 @@ def validate_overrides(text: str) -> None:
     for item in filter(None, (part.strip() for part in text.split(","))):
         host, sep, count = item.rpartition(":")
         if not sep or not host.strip("[] ") or not count.strip().isdigit():
-            raise InvalidConfigError(f"Invalid value {text} for configuration max.connections.per.ip.overrides: "
+            raise InvalidRequestError(f"Invalid value {text} for configuration max.connections.per.ip.overrides: "
                                      f"{item!r} is not HOST:COUNT")
 
 
@@ -79,7 +79,8 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
           replace_all: bool, static: BrokerConfig | None = None) -> dict[str, dict[str, str]] | None:
     """The section after IncrementalAlterConfigs ``(name, op, value)`` ops on broker
     ``resource`` (``replace_all``: AlterConfigs, whose set replaces the resource's dynamic
-    configs); raises InvalidRequestError / InvalidConfigError as Kafka answers. ``static``:
+    configs); raises InvalidRequestError, which is what Kafka answers for a broker config
+    it cannot apply (KAFKA-13609 keeps it so, not INVALID_CONFIG). ``static``:
     the static configs the result is checked with (the controller's; brokers of one cluster
     normally share theirs). Deleting a config that is not set is no change, as in Kafka."""
     key = _key(resource)
@@ -90,7 +91,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
     if fixed:
         unknown = [n for n in fixed if n not in BROKER_CONFIGS and not n.startswith(_PREFIX)]
         if unknown:
-            raise InvalidConfigError(f"Unknown broker config name: {unknown[0]}")
+            raise InvalidRequestError(f"Unknown broker config name: {unknown[0]}")
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {fixed} (Strata changes only "
             f"{', '.join(sorted(DYNAMIC))} at run time; set the others with `strata up --set KEY=VALUE` "
@@ -103,7 +104,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
             values.pop(name.lower() if name.startswith(_PREFIX) else name, None)
             continue
         if op in (_APPEND, _SUBTRACT):
-            raise InvalidConfigError(f"Config value append is not allowed for config key: {name}")
+            raise InvalidRequestError(f"Config value append is not allowed for config key: {name}")
         if op != _SET or value is None:
             raise InvalidRequestError(f"Unknown or null config operation for {name}")
         base = _base(name)
@@ -113,7 +114,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
         try:
             values[name] = BROKER_CONFIGS[base].normalize(value)
         except InvalidConfigValue as exc:
-            raise InvalidConfigError(str(exc)) from None
+            raise InvalidRequestError(str(exc)) from None
         if base == "max.connections.per.ip.overrides":
             validate_overrides(values[name])
     if values:
@@ -131,7 +132,7 @@ def _check_per_ip(section: Mapping[str, Mapping[str, str]], key: str, static: Br
     for broker in brokers:
         merged = EffectiveConfig(static, int(broker), section)
         if merged.get_int("max.connections.per.ip") == 0 and not merged.get("max.connections.per.ip.overrides"):
-            raise InvalidConfigError("max.connections.per.ip can be set to zero only if "
+            raise InvalidRequestError("max.connections.per.ip can be set to zero only if "
                                      "max.connections.per.ip.overrides property is set.")
 
 

@@ -43,13 +43,13 @@ def test_alter_keeps_each_brokers_and_the_defaults_dynamic_configs() -> None:
 def test_alter_refuses_what_cannot_change_and_bad_values_as_kafka() -> None:
     code, message = refusal(None, "1", ("log.retention.ms", SET, "1"), ("max.connections", SET, "5"))
     assert code == ErrorCode.invalid_request and "Cannot update these configs dynamically: ['log.retention.ms']" in message
-    assert refusal(None, "1", ("no.such.config", SET, "1"))[0] == ErrorCode.invalid_config
+    assert refusal(None, "1", ("no.such.config", SET, "1"))[0] == ErrorCode.invalid_request
     assert refusal(None, "1", ("listener.name.ssl.ssl.keystore.location", SET, "/x"))[0] == ErrorCode.invalid_request
-    assert refusal(None, "1", ("max.connections", SET, "lots"))[0] == ErrorCode.invalid_config
-    assert refusal(None, "1", ("max.connections", SET, "-1"))[0] == ErrorCode.invalid_config
-    assert refusal(None, "1", ("max.connections", APPEND, "1"))[0] == ErrorCode.invalid_config
-    assert refusal(None, "1", ("max.connections.per.ip.overrides", SET, "10.0.0.1"))[0] == ErrorCode.invalid_config
-    assert refusal(None, "1", ("max.connections.per.ip", SET, "0"))[0] == ErrorCode.invalid_config
+    assert refusal(None, "1", ("max.connections", SET, "lots"))[0] == ErrorCode.invalid_request
+    assert refusal(None, "1", ("max.connections", SET, "-1"))[0] == ErrorCode.invalid_request
+    assert refusal(None, "1", ("max.connections", APPEND, "1"))[0] == ErrorCode.invalid_request
+    assert refusal(None, "1", ("max.connections.per.ip.overrides", SET, "10.0.0.1"))[0] == ErrorCode.invalid_request
+    assert refusal(None, "1", ("max.connections.per.ip", SET, "0"))[0] == ErrorCode.invalid_request
     assert refusal(None, "broker-1", ("max.connections", SET, "5"))[0] == ErrorCode.invalid_request
     zero_with_overrides = altered(None, "1", ("max.connections.per.ip", SET, "0"),
                                   ("max.connections.per.ip.overrides", SET, "10.0.0.1:5"))
@@ -100,8 +100,8 @@ def test_the_zero_per_ip_rule_is_checked_on_the_merged_configs() -> None:
     with_overrides = altered(None, "", ("max.connections.per.ip.overrides", SET, "10.0.0.1:5"))
     assert altered(with_overrides, "1", ("max.connections.per.ip", SET, "0"))["1"] == {"max.connections.per.ip": "0"}
     zero_default = altered(with_overrides, "", ("max.connections.per.ip", SET, "0"))
-    assert refusal(zero_default, "1", ("max.connections.per.ip.overrides", SET, ""))[0] == ErrorCode.invalid_config
-    assert refusal(zero_default, "", ("max.connections.per.ip.overrides", DELETE, None))[0] == ErrorCode.invalid_config
+    assert refusal(zero_default, "1", ("max.connections.per.ip.overrides", SET, ""))[0] == ErrorCode.invalid_request
+    assert refusal(zero_default, "", ("max.connections.per.ip.overrides", DELETE, None))[0] == ErrorCode.invalid_request
     static = BrokerConfig({"max.connections.per.ip.overrides": "10.0.0.2:1"})
     assert alter(None, "1", [("max.connections.per.ip", SET, "0")], replace_all=False, static=static)
 
