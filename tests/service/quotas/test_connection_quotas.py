@@ -11,6 +11,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.configs import BrokerConfig
 from service.quotas.connections import (
@@ -272,3 +274,54 @@ def test_a_dynamic_change_no_client_could_use_keeps_the_per_ip_limits_and_takes_
     config = BrokerConfig({"max.connections.per.ip.overrides": "no-such-host.invalid:4"})
     assert connection_settings(config, [], resolved).per_ip_overrides is None
     assert resolved == {"no-such-host.invalid:4": None}  # looked up once per value, failures too
+
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("open"), st.sampled_from(["CLIENTS", "SSL", "BROKER"]), st.integers(1, 4),
+              st.integers(0, 300)),
+    st.tuples(st.just("close"), st.integers(0, 50)),
+    st.tuples(st.just("limits"), st.integers(0, 6), st.integers(0, 4)),
+), max_size=80)
+
+
+@given(_STEPS)
+@settings(max_examples=200, deadline=None, database=None)
+def test_counts_stay_true_to_the_connections_through_any_opens_closes_and_changes(steps: list[Any]) -> None:
+    evicted: list[tuple[str, str]] = []
+    quotas = ConnectionQuotas(max_connections=5, per_ip=2, protected="BROKER", fd_limit=256, fd_reserve=64)
+    open_: list[tuple[str, str]] = []
+
+    def evict_from(listener: str) -> Any:
+        def evict() -> bool:
+            victims = [c for c in open_ if c[0] == listener]
+            if not victims:
+                return False
+            open_.remove(victims[0])
+            evicted.append(victims[0])
+            quotas.release(*victims[0])
+            return True
+        return evict
+
+    for name in ("CLIENTS", "SSL", "BROKER"):
+        quotas.register(name, evict_from(name))
+    for step in steps:
+        if step[0] == "open":
+            _, listener, host, fd = step
+            ip = f"10.0.0.{host}"
+            if not quotas._room(listener):
+                continue  # the accept loop would wait here
+            before, full = quotas.total, quotas.total >= quotas.max_connections
+            others = any(c[0] != "BROKER" for c in open_)
+            if quotas.admit(listener, ip, fd).admitted:
+                open_.append((listener, ip))
+                assert listener == "BROKER" or not full  # only the brokers' listener goes past the limit
+                if listener == "BROKER" and full and others:
+                    assert quotas.total == before  # ... and a client's connection made room
+        elif step[0] == "close" and open_:
+            quotas.release(*open_.pop(step[1] % len(open_)))
+        elif step[0] == "limits":
+            quotas.reconfigure(ConnectionSettings(max_connections=step[1], per_ip=step[2] or 1), strict=False)
+        assert quotas.total == len(open_) == sum(quotas.by_listener.values())
+        assert all(quotas.connections_from(ip) == sum(1 for _, i in open_ if i == ip) for _, ip in open_)
+        assert min(quotas.by_listener.values(), default=0) >= 0
+    assert all(listener != "BROKER" for listener, _ in evicted)  # brokers' connections are never the ones closed
