@@ -19,13 +19,13 @@ from controller.config_keys import BROKER_CONFIGS, TOPIC_CONFIGS
 from controller.configdef import ConfigDef, InvalidConfigValue
 from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
 
-__all__ = ["BrokerConfig", "ListenerConfig", "TypedConfig"]
+__all__ = ["LISTENER_PREFIX", "BrokerConfig", "ListenerConfig", "TypedConfig", "listener_key"]
 
 #: configs a listener may override as ``listener.name.<listener>.<config>`` (Kafka's
 #: listener-prefixed configs: TLS, SASL, the connection's authentication bounds and the
 #: listener's connection limits);
 #: ``sasl.jaas.config`` also as ``listener.name.<listener>.<mechanism>.sasl.jaas.config``
-_LISTENER_PREFIX = "listener.name."
+LISTENER_PREFIX = "listener.name."
 _MECHANISMS = ("plain", "scram-sha-256", "scram-sha-512")
 LISTENER_CONFIGS = frozenset(
     name for name in BROKER_CONFIGS
@@ -34,13 +34,13 @@ LISTENER_CONFIGS = frozenset(
    "max.connections", "max.connection.creation.rate"}
 
 
-def _listener_key(name: str) -> tuple[str, str, str] | None:
+def listener_key(name: str) -> tuple[str, str, str] | None:
     """``listener.name.<listener>.<config>`` → (listener in lower case, config, the broker
     config whose definition checks it), the config possibly ``<mechanism>.sasl.jaas.config``;
     None when ``name`` is not one."""
-    if not name.startswith(_LISTENER_PREFIX):
+    if not name.startswith(LISTENER_PREFIX):
         return None
-    listener, _, config = name[len(_LISTENER_PREFIX):].partition(".")
+    listener, _, config = name[len(LISTENER_PREFIX):].partition(".")
     if not listener:
         return None
     if config in LISTENER_CONFIGS:
@@ -98,7 +98,7 @@ class BrokerConfig(TypedConfig):
         normalized: dict[str, str] = {}
         by_listener: dict[tuple[str, str], str] = {}
         for name, value in (overrides or {}).items():
-            prefixed = _listener_key(name)
+            prefixed = listener_key(name)
             if prefixed is not None:
                 listener, config, base = prefixed
                 try:
@@ -108,7 +108,7 @@ class BrokerConfig(TypedConfig):
                 continue
             definition = BROKER_CONFIGS.get(name)
             if definition is None:
-                if name.startswith(_LISTENER_PREFIX):
+                if name.startswith(LISTENER_PREFIX):
                     raise ValueError(
                         f"Unknown broker config name: {name} (a listener may override "
                         "listener.name.<listener>.ssl.*, .sasl.*, .<mechanism>.sasl.jaas.config, "

@@ -25,11 +25,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from controller.broker_config import BrokerConfig, TypedConfig
+from controller.broker_config import LISTENER_PREFIX, BrokerConfig, TypedConfig, listener_key
 from controller.config_keys import BROKER_CONFIGS
 from controller.configdef import InvalidConfigValue
 from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
 from local_tier.errors import InvalidRequestError
+from service.quotas.connections import override_pairs
 
 __all__ = ["DEFAULT", "DYNAMIC", "SECTION", "EffectiveConfig", "alter", "describe", "validate_overrides"]
 
@@ -41,7 +42,6 @@ DYNAMIC = frozenset({
 })
 #: dynamic configs a listener may override as ``listener.name.<listener>.<config>``
 LISTENER_DYNAMIC = frozenset({"max.connections", "max.connection.creation.rate"})
-_PREFIX = "listener.name."
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
 
 
@@ -49,11 +49,14 @@ def _base(name: str) -> str | None:
     """The config that checks ``name`` if it may change at run time, else None."""
     if name in DYNAMIC:
         return name
-    if name.startswith(_PREFIX):
-        listener, _, config = name[len(_PREFIX):].partition(".")
-        if listener and config in LISTENER_DYNAMIC:
-            return config
-    return None
+    prefixed = listener_key(name)
+    return prefixed[2] if prefixed is not None and prefixed[2] in LISTENER_DYNAMIC else None
+
+
+def _canonical(name: str) -> str:
+    """``name`` as stored: a listener's prefix with its listener in lower case (Kafka's prefix)."""
+    prefixed = listener_key(name)
+    return name if prefixed is None else f"{LISTENER_PREFIX}{prefixed[0]}.{prefixed[1]}"
 
 
 def _key(resource: str) -> str:
@@ -68,11 +71,10 @@ def _key(resource: str) -> str:
 
 def validate_overrides(text: str) -> None:
     """``max.connections.per.ip.overrides`` syntax (host names are resolved where applied)."""
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        host, sep, count = item.rpartition(":")
-        if not sep or not host.strip("[] ") or not count.strip().isdigit():
-            raise InvalidRequestError(f"Invalid value {text} for configuration max.connections.per.ip.overrides: "
-                                     f"{item!r} is not HOST:COUNT")
+    try:
+        override_pairs(text)
+    except ValueError as exc:
+        raise InvalidRequestError(f"Invalid value {text} for configuration {exc}") from None
 
 
 def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]], *,
@@ -89,7 +91,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
         raise InvalidRequestError("Error due to duplicate config keys")
     fixed = sorted(name for name, op, _ in ops if _base(name) is None and op != _DELETE)
     if fixed:
-        unknown = [n for n in fixed if n not in BROKER_CONFIGS and not n.startswith(_PREFIX)]
+        unknown = [n for n in fixed if n not in BROKER_CONFIGS and not n.startswith(LISTENER_PREFIX)]
         if unknown:
             raise InvalidRequestError(f"Unknown broker config name: {unknown[0]}")
         raise InvalidRequestError(
@@ -100,8 +102,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
     values = {} if replace_all else dict(current.get(key, {}))
     for name, op, value in ops:
         if op == _DELETE:
-            values.pop(name, None)
-            values.pop(name.lower() if name.startswith(_PREFIX) else name, None)
+            values.pop(_canonical(name), None)
             continue
         if op in (_APPEND, _SUBTRACT):
             raise InvalidRequestError(f"Config value append is not allowed for config key: {name}")
@@ -109,8 +110,7 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
             raise InvalidRequestError(f"Unknown or null config operation for {name}")
         base = _base(name)
         assert base is not None
-        if name != base:  # listener.name.<listener>.<config>: listener names in lower case, as Kafka's prefix
-            name = f"{_PREFIX}{name[len(_PREFIX):-len(base) - 1].lower()}.{base}"
+        name = _canonical(name)
         try:
             values[name] = BROKER_CONFIGS[base].normalize(value)
         except InvalidConfigValue as exc:
@@ -171,7 +171,7 @@ class _ListenerView(TypedConfig):
         self._config, self._listener = config, listener
 
     def get(self, name: str) -> str | None:
-        prefixed = f"{_PREFIX}{self._listener}.{name}"
+        prefixed = f"{LISTENER_PREFIX}{self._listener}.{name}"
         for level in self._config.levels:
             if prefixed in level:
                 return level[prefixed]
@@ -201,7 +201,7 @@ def describe(static: BrokerConfig, section: Any, resource: str, node_id: int,
             entries.append(_dynamic_entry(entry.name, found[1], effective, list(entry.synonyms)))
         else:
             entries.append(replace(entry, read_only=entry.name not in DYNAMIC))
-    prefixed = sorted({n for level in effective.levels for n in level if n.startswith(_PREFIX)})
+    prefixed = sorted({n for level in effective.levels for n in level if n.startswith(LISTENER_PREFIX)})
     for name in prefixed if keys is None else sorted(set(keys) & set(prefixed)):
         found = effective.dynamic(name)
         assert found is not None

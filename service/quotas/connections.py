@@ -59,7 +59,7 @@ from typing import Any
 from service.quotas.manager import Rate
 
 __all__ = ["Admission", "ConnectionQuotas", "ConnectionSettings", "ListenerLimits", "connection_quotas",
-           "connection_settings", "raise_open_files_limit"]
+           "connection_settings", "override_pairs", "parse_overrides", "raise_open_files_limit"]
 
 log = logging.getLogger("strata.connections")
 
@@ -386,17 +386,24 @@ def _normal_ip(ip: str) -> str:
     return str(mapped or address)
 
 
-def parse_overrides(text: str) -> dict[str, int]:
-    """``max.connections.per.ip.overrides``: ``host-or-ip:count`` pairs, comma-separated
-    (host names are resolved once, at start, as Kafka does)."""
-    out: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+def override_pairs(text: str) -> list[tuple[str, int]]:
+    """``max.connections.per.ip.overrides``, ``host-or-ip:count`` pairs, comma-separated, as
+    read (raises ValueError naming the config and the pair that is not one)."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
         host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
         if not sep or not host or not count.strip().isdigit():
             raise ValueError(f"max.connections.per.ip.overrides: {item!r} is not HOST:COUNT")
-        host = host.strip().strip("[]")
+        pairs.append((host, int(count)))
+    return pairs
+
+
+def parse_overrides(text: str) -> dict[str, int]:
+    """:func:`override_pairs` by address (host names resolved now, as Kafka does when it
+    applies the value)."""
+    out: dict[str, int] = {}
+    for host, count in override_pairs(text):
         try:
             addresses = [str(ipaddress.ip_address(host))]
         except ValueError:
@@ -405,7 +412,7 @@ def parse_overrides(text: str) -> dict[str, int]:
             except OSError as exc:
                 raise ValueError(f"max.connections.per.ip.overrides: cannot resolve {host!r}: {exc}") from None
         for address in addresses:
-            out[address] = int(count)
+            out[address] = count
     return out
 
 

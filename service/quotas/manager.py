@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from service.quotas.entities import SECTION, ip_rates, quota_for
+from service.quotas.entities import IP_RATE_KEY, SECTION, ip_rates, quota_for
 
 __all__ = ["FETCH", "PRODUCE", "REQUEST", "ByteRateLimit", "QuotaManager", "Rate", "client_quotas"]
 
@@ -75,8 +75,8 @@ class QuotaManager:
         self._cached: tuple[int, Any, frozenset[str]] = (-2, None, frozenset())
         self._sensors: dict[tuple[str, Any, str, str], Rate] = {}
         self._swept = 0.0
-        #: (revision, (connection_creation_rate by address, the <default> ip's)) of the newest metadata
-        self._ip_cached: tuple[int, tuple[dict[str, float], float | None]] = (-2, ({}, None))
+        #: connection_creation_rate by address, and the <default> ip's, of the newest metadata
+        self._ip_rates: tuple[dict[str, float], float | None] = ({}, None)
 
     @property
     def remote_fetch(self) -> ByteRateLimit:
@@ -89,6 +89,7 @@ class QuotaManager:
         if self._cached[0] != revision:
             section = self._section() if revision >= 0 else None
             self._cached = (revision, section, frozenset(k for item in section or () for k in item["values"]))
+            self._ip_rates = ip_rates(section) if IP_RATE_KEY in self._cached[2] else ({}, None)
             if self._remote_rate is not None and revision >= 0:
                 self._remote_fetch.bytes_per_second = self._remote_rate()
         return self._cached
@@ -107,10 +108,8 @@ class QuotaManager:
     def ip_rate(self, address: str) -> float | None:
         """The ``connection_creation_rate`` quota of ``address`` (normalised, as
         :mod:`ipaddress` writes it): its own, else the ``<default>`` ip's, else None."""
-        revision, section, kinds = self._current()
-        if self._ip_cached[0] != revision:
-            self._ip_cached = (revision, ip_rates(section) if "connection_creation_rate" in kinds else ({}, None))
-        rates, default = self._ip_cached[1]
+        self._current()
+        rates, default = self._ip_rates
         return rates.get(address, default)
 
     def record(self, key: str, user: str, client_id: str, value: float) -> int:
