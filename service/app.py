@@ -6,6 +6,7 @@ import asyncio
 import errno
 import logging
 import signal
+import ssl
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -74,6 +75,11 @@ async def _serve(
                     "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
     tls_sources = TlsSources()  # every TLS context, following its certificate files
     securities = listener_securities(config, settings, tls_sources)
+    if any(security.tls_source is not None for security in securities.values()):
+        from service.security.tls_engine import openssl_version
+
+        log.info("TLS listeners: %s (the cryptography wheel's; the ssl module's is %s)",
+                 openssl_version(), ssl.OPENSSL_VERSION)
     history = HistorySender(
         threads=config.get_int("remote.log.reader.threads"),
         cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),  # the tiered-fetch threads' CPUs

@@ -11,15 +11,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-__all__ = ["Pki", "memory_handshake", "pki"]
+__all__ = ["Pki", "listener_handshake", "memory_handshake", "pki"]
 
 
 class Pki:
@@ -105,14 +107,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pki]:
 
 
 def memory_handshake(server: ssl.SSLContext, client: ssl.SSLContext,
-                     server_hostname: str | None = "localhost") -> ssl.SSLObject:
+                     server_hostname: str | None = "localhost",
+                     session: ssl.SSLSession | None = None) -> ssl.SSLObject:
     """A real TLS handshake between two contexts, over memory BIOs, and one record from
     the client (TLS 1.3 servers check a client certificate only then): the client's
     :class:`ssl.SSLObject` (``cipher()``, ``getpeercert()``); ``ssl.SSLError`` if refused.
-    ``server_hostname=None`` sends no SNI (the client must not check the host name)."""
+    ``server_hostname=None`` sends no SNI (the client must not check the host name);
+    ``session``: one to resume. The client has read the server's session tickets, if any."""
     s_in, s_out, c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
     srv = server.wrap_bio(s_in, s_out, server_side=True)
-    cli = client.wrap_bio(c_in, c_out, server_hostname=server_hostname)
+    cli = client.wrap_bio(c_in, c_out, server_hostname=server_hostname, session=session)
     done = {"srv": False, "cli": False}
     for _ in range(20):
         for name, side in (("cli", cli), ("srv", srv)):
@@ -128,5 +132,48 @@ def memory_handshake(server: ssl.SSLContext, client: ssl.SSLContext,
             cli.write(b"ping")
             s_in.write(c_out.read())
             assert srv.read(4) == b"ping"
+            c_in.write(s_out.read())
+            with contextlib.suppress(ssl.SSLWantReadError):
+                cli.read(1)  # takes in the session tickets
             return cli
+    raise AssertionError("the handshake did not finish")
+
+
+def listener_handshake(server: Any, client: ssl.SSLContext, server_hostname: str | None = "localhost",
+                       session: ssl.SSLSession | None = None) -> tuple[ssl.SSLObject, Any]:
+    """:func:`memory_handshake` against a Kafka listener's context (``OpenSSL.SSL.Context``,
+    service.security.tls_engine): the client's :class:`ssl.SSLObject` and the listener's
+    ``OpenSSL.SSL.Connection`` (its peer certificate); ``ssl.SSLError`` or
+    ``OpenSSL.SSL.Error`` if refused."""
+    from OpenSSL import SSL
+
+    srv = SSL.Connection(server, None)
+    srv.set_accept_state()
+    c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    cli = client.wrap_bio(c_in, c_out, server_hostname=server_hostname, session=session)
+    done = {"srv": False, "cli": False}
+
+    def pump() -> None:
+        if data := c_out.read():
+            srv.bio_write(data)
+        with contextlib.suppress(SSL.WantReadError):
+            while True:
+                c_in.write(srv.bio_read(1 << 16))
+
+    steps = (("cli", cli.do_handshake, ssl.SSLWantReadError), ("srv", srv.do_handshake, SSL.WantReadError))
+    for _ in range(20):
+        for name, step, wants_more in steps:
+            if not done[name]:
+                with contextlib.suppress(wants_more):
+                    step()
+                    done[name] = True
+            pump()
+        if all(done.values()):
+            cli.write(b"ping")
+            pump()
+            assert srv.recv(4) == b"ping"
+            pump()
+            with contextlib.suppress(ssl.SSLWantReadError):
+                cli.read(1)  # takes in the session tickets
+            return cli, srv
     raise AssertionError("the handshake did not finish")

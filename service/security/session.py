@@ -15,16 +15,18 @@ Not thread-safe: a session lives on its connection's event loop.
 
 from __future__ import annotations
 
-import ssl
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.security.listeners import SecurityProtocol
 from service.security.principal import ANONYMOUS, KafkaPrincipal
 from service.security.principal_mapping import PrincipalMapper
 from service.security.tls import rfc2253_subject
 from service.security.tls_reload import ReloadingTls
+
+if TYPE_CHECKING:
+    from OpenSSL import SSL
 
 __all__ = ["API_VERSIONS", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "ListenerSecurity", "Session"]
 
@@ -39,7 +41,8 @@ class ListenerSecurity:
 
     name: str = "PLAINTEXT"
     protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
-    tls: ssl.SSLContext | None = None
+    #: the listener's TLS context (service.security.tls_engine.listener_context), when fixed
+    tls: SSL.Context | None = None
     tls_handshake_timeout_s: float = 10.0
     principal_mapper: PrincipalMapper | None = None
     #: SASL mechanisms offered (SaslHandshake's list)
@@ -51,9 +54,9 @@ class ListenerSecurity:
     #: the listener's certificate files, followed (service.security.tls_reload); over ``tls``
     tls_source: ReloadingTls | None = None
 
-    def tls_context(self) -> ssl.SSLContext | None:
+    def tls_context(self) -> SSL.Context | None:
         """The context a new connection handshakes with: the files' latest, if followed."""
-        return self.tls if self.tls_source is None else self.tls_source.context
+        return self.tls if self.tls_source is None else self.tls_source.listener_context
 
     def new_session(self, peer: str) -> Session:
         return Session(self, peer)

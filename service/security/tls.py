@@ -34,7 +34,8 @@ from service.security.tls13_suites import TLS13_SUITES, set_tls13_suites
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TlsSettings", "client_context", "rfc2253_subject", "server_context", "tls_settings"]
+__all__ = ["ProtocolPlan", "TlsSettings", "client_context", "keystore_error", "keystore_files", "memory_file", "protocol_plan",
+           "rfc2253_subject", "server_context", "tls_settings", "truststore_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +155,24 @@ def client_context(settings: TlsSettings) -> ssl.SSLContext:
     return ctx
 
 
-def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
+@dataclass(frozen=True, slots=True)
+class ProtocolPlan:
+    """The TLS versions and suites ``ssl.*`` configs allow, for either TLS library
+    (:func:`protocol_plan`): ``tls12``/``tls13`` are empty for OpenSSL's defaults."""
+
+    minimum: ssl.TLSVersion
+    maximum: ssl.TLSVersion
+    tls12: tuple[str, ...]  # OpenSSL names
+    tls13: tuple[str, ...]
+
+
+def protocol_plan(settings: TlsSettings) -> ProtocolPlan:
     """Versions and suites. ``ssl.cipher.suites`` lists the suites of every version, as
     Kafka's (JSSE's) does: an enabled version none of whose suites is listed is off."""
     versions = sorted(_VERSIONS[p] for p in settings.enabled_protocols)
     suites = settings.cipher_suites
-    tls13 = [s for s in suites if s.upper() in TLS13_SUITES]
-    tls12 = [_openssl_name(s) for s in suites if s.upper() not in TLS13_SUITES]
+    tls13 = tuple(s.upper() for s in suites if s.upper() in TLS13_SUITES)
+    tls12 = tuple(_openssl_name(s) for s in suites if s.upper() not in TLS13_SUITES)
     if suites:
         if not tls13 and ssl.TLSVersion.TLSv1_3 in versions:
             log.warning("ssl.cipher.suites lists no TLS 1.3 suite, so TLS 1.3 is off (Kafka's reading of the "
@@ -169,36 +181,31 @@ def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
         if not versions:
             raise ValueError(f"ssl.cipher.suites ({', '.join(suites)}) names no suite of the enabled "
                              f"protocols ({', '.join(settings.enabled_protocols)})")
-    ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
-    if tls12:
+    return ProtocolPlan(versions[0], versions[-1], tls12,
+                        tls13 if ssl.TLSVersion.TLSv1_3 in versions else ())
+
+
+def _common(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
+    plan = protocol_plan(settings)
+    ctx.minimum_version, ctx.maximum_version = plan.minimum, plan.maximum
+    if plan.tls12:
         try:
-            ctx.set_ciphers(":".join(tls12))
+            ctx.set_ciphers(":".join(plan.tls12))
         except ssl.SSLError:
-            raise ValueError(f"ssl.cipher.suites: OpenSSL knows none of {', '.join(tls12)}") from None
-    if tls13 and ssl.TLSVersion.TLSv1_3 in versions:
+            raise ValueError(f"ssl.cipher.suites: OpenSSL knows none of {', '.join(plan.tls12)}") from None
+    if plan.tls13:
         try:
-            set_tls13_suites(ctx, tls13)
+            set_tls13_suites(ctx, plan.tls13)
         except ValueError as exc:
             raise ValueError(f"ssl.cipher.suites: {exc}") from None
 
 
 def _load_keystore(ctx: ssl.SSLContext, settings: TlsSettings) -> None:
-    password = settings.key_password
     try:
-        if settings.keystore_location:
-            ctx.load_cert_chain(settings.keystore_location, password=password)
-        elif settings.certificate_location:
-            ctx.load_cert_chain(settings.certificate_location, settings.key_location, password=password)
-        else:
-            assert settings.certificate_chain and settings.private_key
-            with _memory_file(settings.certificate_chain) as chain, _memory_file(settings.private_key) as key:
-                ctx.load_cert_chain(chain, key, password=password)
+        with keystore_files(settings) as (chain, key):
+            ctx.load_cert_chain(chain, key, password=settings.key_password)
     except (ssl.SSLError, OSError) as exc:
-        where = settings.keystore_location or (
-            f"{settings.certificate_location} and {settings.key_location}" if settings.certificate_location
-            else "ssl.keystore.certificate.chain / ssl.keystore.key")
-        raise ValueError(f"cannot load the TLS key and certificate from {where}: "
-                         f"{getattr(exc, 'reason', None) or exc.strerror or exc}") from None
+        raise keystore_error(settings, getattr(exc, "reason", None) or exc.strerror or str(exc)) from None
 
 
 def _load_truststore(ctx: ssl.SSLContext, settings: TlsSettings, purpose: ssl.Purpose) -> None:
@@ -210,13 +217,37 @@ def _load_truststore(ctx: ssl.SSLContext, settings: TlsSettings, purpose: ssl.Pu
         else:
             ctx.load_default_certs(purpose)
     except (ssl.SSLError, OSError) as exc:
-        where = settings.truststore_location or "ssl.truststore.certificates"
-        raise ValueError(f"cannot load the trusted certificates from {where}: "
-                         f"{getattr(exc, 'reason', None) or exc}") from None
+        raise truststore_error(settings, getattr(exc, "reason", None) or str(exc)) from None
 
 
 @contextlib.contextmanager
-def _memory_file(text: str) -> Iterator[str]:
+def keystore_files(settings: TlsSettings) -> Iterator[tuple[str, str | None]]:
+    """(certificate chain file, key file or None when the chain's file holds the key):
+    the files of ``settings``' keystore, the inline PEM through :func:`memory_file`."""
+    if settings.keystore_location:
+        yield settings.keystore_location, None
+    elif settings.certificate_location:
+        yield settings.certificate_location, settings.key_location
+    else:
+        assert settings.certificate_chain and settings.private_key
+        with memory_file(settings.certificate_chain) as chain, memory_file(settings.private_key) as key:
+            yield chain, key
+
+
+def keystore_error(settings: TlsSettings, reason: str) -> ValueError:
+    where = settings.keystore_location or (
+        f"{settings.certificate_location} and {settings.key_location}" if settings.certificate_location
+        else "ssl.keystore.certificate.chain / ssl.keystore.key")
+    return ValueError(f"cannot load the TLS key and certificate from {where}: {reason}")
+
+
+def truststore_error(settings: TlsSettings, reason: str) -> ValueError:
+    where = settings.truststore_location or "ssl.truststore.certificates"
+    return ValueError(f"cannot load the trusted certificates from {where}: {reason}")
+
+
+@contextlib.contextmanager
+def memory_file(text: str) -> Iterator[str]:
     """A path OpenSSL can read ``text`` from, backed by memory only."""
     fd = os.memfd_create("strata-tls", os.MFD_CLOEXEC)
     try:

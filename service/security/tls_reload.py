@@ -20,8 +20,9 @@ with, as in Kafka. Files that fail a check leave the working context in place, l
 warning naming the reason, and are read again when they change next. Inline PEM
 (``ssl.keystore.certificate.chain``) has no file to follow and never reloads.
 
-The Kafka listeners and the inter-broker client take :attr:`ReloadingTls.context` for
-each new connection. aiohttp holds one :class:`ssl.SSLContext` for good, so the HTTP
+The Kafka listeners take :attr:`ReloadingTls.listener_context` (their TLS library's,
+:mod:`service.security.tls_engine`) and the inter-broker client :attr:`ReloadingTls.context`
+for each new connection; both are built from the same files and replaced together. aiohttp holds one :class:`ssl.SSLContext` for good, so the HTTP
 listener is given :attr:`ReloadingTls.front`, whose server-name callback (OpenSSL calls it
 for every ClientHello, with or without SNI) moves each handshake onto the current context.
 
@@ -40,8 +41,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.security.tls import TlsSettings, client_context, server_context
+
+if TYPE_CHECKING:
+    from OpenSSL import SSL
 
 __all__ = ["CertificateFacts", "ReloadingTls", "TlsSources", "certificate_facts"]
 
@@ -130,8 +135,8 @@ class ReloadingTls:
                                         settings.key_location, settings.truststore_location) if p)
         self._stamp = _stamp(self._files)
         self._pending: Stamp | None = None  # changed files waiting one interval to settle
-        #: the context new connections use
-        self.context = self._build()
+        #: the context new connections use (the ssl module's: HTTP listener, inter-broker client)
+        self.context, self.listener_context = self._build()
         self.facts = certificate_facts(settings)
         self._front: ssl.SSLContext | None = None
         self.reloads = 0
@@ -147,8 +152,15 @@ class ReloadingTls:
     def follows_files(self) -> bool:
         return bool(self._files) and self.settings.reload_interval_ms > 0
 
-    def _build(self) -> ssl.SSLContext:
-        return (server_context if self.server else client_context)(self.settings)
+    def _build(self) -> tuple[ssl.SSLContext, SSL.Context | None]:
+        """The ``ssl`` module's context, and for a server the Kafka listeners' own
+        (:mod:`service.security.tls_engine`), from the same settings."""
+        if not self.server:
+            return client_context(self.settings), None
+        from service.security.tls_engine import check_bindings, listener_context
+
+        check_bindings()
+        return server_context(self.settings), listener_context(self.settings)
 
     @property
     def front(self) -> ssl.SSLContext:
@@ -156,7 +168,7 @@ class ReloadingTls:
         each handshake onto :attr:`context` (for a server that holds one context, aiohttp)."""
         if self._front is None:
             assert self.server, "a client context has no front"
-            self._front = self._build()  # its own: connections on :attr:`context` get no callback
+            self._front = server_context(self.settings)  # its own: connections on :attr:`context` get no callback
             self._front.sni_callback = self._switch
         return self._front
 
@@ -180,7 +192,7 @@ class ReloadingTls:
         try:
             facts = certificate_facts(self.settings)
             self._compatible(facts)
-            context = self._build()
+            context, listener = self._build()
         except ValueError as exc:
             error = exc
         if _stamp(self._files) != stamp:
@@ -192,7 +204,7 @@ class ReloadingTls:
                         "before (expires %s); fix the files, they are read again when they change",
                         self.label, error, _when(self.facts.not_after))
             return False
-        self.context, self.facts = context, facts
+        self.context, self.listener_context, self.facts = context, listener, facts
         self.reloads += 1
         log.info("TLS %s: reloaded %s; the certificate expires %s", self.label, ", ".join(self._files),
                  _when(facts.not_after))

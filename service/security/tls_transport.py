@@ -1,28 +1,34 @@
-"""TLS under the connection loop: :class:`TlsTransport` (``ssl.SSLObject`` over two
-``MemoryBIO``\\s on the non-blocking socket).
+"""TLS under the connection loop: :class:`TlsTransport`, a pyOpenSSL connection over two
+memory BIOs on the non-blocking socket, in the OpenSSL of :mod:`service.security.tls_engine`.
 
 The connection loop is unchanged: it reads frames and writes responses in order
 through the :class:`service.transport.Transport` calls; this class encrypts and
-decrypts in between.
+decrypts in between. The handshake goes through pyOpenSSL; records go through
+``cryptography``'s C bindings (``SSL_read``/``SSL_write``/``BIO_*``), one call per record
+and none of pyOpenSSL's per-call buffers.
+
+Receiving: ciphertext is read from the socket into the connection's buffer (64 KiB,
+grown to 256 KiB once a read fills it), handed to OpenSSL 64 KiB at a time, and
+decrypted straight into the request body, as many TLS records per call as are at hand
+(librdkafka sends about one record per buffer piece, so this loop is the hot path of a
+TLS produce).
 
 Sending: ``sendfile`` cannot encrypt, so a response's file regions are read with
-``preadv`` into one reused buffer of ``CHUNK_BYTES`` (small parts are copied beside
-them; large in-memory parts, history from the bucket, are encrypted where they lie),
-each chunk encrypted in one ``SSLObject.write`` and its ciphertext sent, one chunk per
-event-loop step. (Encrypting on a thread pool, pipelined with the reads and sends, was
-measured slower on 2 cores: more CPU for the broker and the client, bench/tls.py.)
-
-Receiving: ciphertext is read into one reused buffer and decrypted straight into the
-request body, as many TLS records per call as are at hand (librdkafka sends about
-one record per message, so this loop is the hot path of a TLS produce).
+``preadv`` into a buffer of ``CHUNK_BYTES`` shared by the thread's connections (small
+parts are copied beside them; large in-memory parts, history from the bucket, are
+encrypted where they lie). A chunk is encrypted a record at a time into the
+connection's ciphertext buffer and sent, one chunk per event-loop step. The shared
+buffer is filled and encrypted with no ``await`` in between, so no other connection
+touches it meanwhile; the memory BIOs never hold more than a record or a slice.
 
 The handshake is bounded: at most ``max_handshake_bytes`` from the client and
 ``timeout_s`` in all, else the connection is closed (a client that stalls or sends
 garbage costs one connection, nothing else).
 
 Not thread-safe: lives on the event loop of its connection. Ciphertext leaves in the
-order it was taken from the outgoing BIO: taking and sending happen under one asyncio
-lock (the reader takes it too, for TLS 1.3 key updates).
+order OpenSSL wrote it: taking it from the outgoing BIO and sending happen under one
+asyncio lock (the reader takes it too, for what a read makes OpenSSL write, as TLS 1.3
+key updates).
 """
 
 from __future__ import annotations
@@ -30,22 +36,49 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import ssl
+import threading
 from collections.abc import Iterator
 from typing import Any
 
+from OpenSSL import SSL
+
 from local_tier.segment import FileRegion
+from service.security.tls_engine import ffi, lib, peer_certificate, ssl_error_reason
 from service.transport import Parts
 
 __all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport"]
 
 #: plaintext encrypted and sent per event-loop step
 CHUNK_BYTES = 256 * 1024
-_RECV_BYTES = 256 * 1024
+_RECORD = 16 * 1024  # TLS's largest plaintext record
+_CIPHERTEXT_BYTES = CHUNK_BYTES + 16 * 1024  # a chunk's records with their overhead, and slack
+_RECV_FIRST, _RECV_MOST = 64 * 1024, 256 * 1024
+_SLICE = 64 * 1024  # ciphertext handed to OpenSSL at a time
+_WANT_READ, _ZERO_RETURN = lib.SSL_ERROR_WANT_READ, lib.SSL_ERROR_ZERO_RETURN
+
+_shared = threading.local()  # the plaintext chunk buffer of this thread's connections
 
 
 class TlsHandshakeError(ConnectionError):
     """The TLS handshake failed, stalled or was too large: the connection is closed."""
+
+
+def _chunk_buffer() -> tuple[memoryview, Any]:
+    """This thread's plaintext chunk buffer and its C pointer."""
+    pair = getattr(_shared, "chunk", None)
+    if pair is None:
+        buffer = bytearray(CHUNK_BYTES)
+        pair = _shared.chunk = (memoryview(buffer), ffi.from_buffer(buffer))
+    return pair
+
+
+def _errors() -> str:
+    """OpenSSL's error queue as text, emptied (a stale entry would confuse the next call)."""
+    reasons = []
+    while code := lib.ERR_get_error():
+        text = lib.ERR_reason_error_string(code)
+        reasons.append(ffi.string(text).decode() if text != ffi.NULL else f"error {code:#x}")
+    return "; ".join(reasons) or "the connection failed"
 
 
 class TlsTransport:
@@ -55,22 +88,28 @@ class TlsTransport:
         self,
         loop: asyncio.AbstractEventLoop,
         sock: socket.socket,
-        context: ssl.SSLContext,
+        context: SSL.Context,
         *,
         timeout_s: float = 10.0,
         max_handshake_bytes: int = 256 * 1024,
     ) -> None:
         self._loop = loop
         self._sock = sock
-        self._in = ssl.MemoryBIO()
-        self._out = ssl.MemoryBIO()
-        self._ssl = context.wrap_bio(self._in, self._out, server_side=True)
-        self._read: Any = self._ssl._sslobj.read  # type: ignore[attr-defined]  # skips ssl.py's wrapper
+        self._conn = SSL.Connection(context, None)
+        self._conn.set_accept_state()
+        self._ssl, self._in, self._out = self._conn._ssl, self._conn._into_ssl, self._conn._from_ssl
         self._timeout_s = timeout_s
         self._max_handshake_bytes = max_handshake_bytes
         self._send_lock = asyncio.Lock()
-        self._buffer: memoryview | None = None
-        self._recv_buffer: memoryview | None = None
+        # ciphertext from the socket, handed over a slice at a time (made at the first read
+        # after the handshake: a connection that never gets there costs no buffers)
+        self._recv_buffer = bytearray()
+        self._recv_ptr: Any = None
+        self._held_from = self._held_to = 0  # what of it OpenSSL has not been given yet
+        self._grow_recv = False
+        self._small: memoryview | None = None  # recv(): a frame's first bytes
+        self._cipher = bytearray()  # ciphertext on its way to the socket (sent under the lock)
+        self._cipher_ptr: Any = None
 
     async def handshake(self) -> None:
         try:
@@ -82,9 +121,9 @@ class TlsTransport:
         received = 0
         while True:
             try:
-                self._ssl.do_handshake()
+                self._conn.do_handshake()
                 break
-            except ssl.SSLWantReadError:
+            except SSL.WantReadError:
                 await self._flush()
                 data = await self._loop.sock_recv(self._sock, 64 * 1024)
                 if not data:
@@ -94,71 +133,80 @@ class TlsTransport:
                     raise TlsHandshakeError(
                         f"TLS handshake larger than {self._max_handshake_bytes} bytes"
                     ) from None
-                self._in.write(data)
-            except ssl.SSLError as exc:
+                self._conn.bio_write(data)
+            except SSL.Error as exc:
                 await self._flush_quietly()  # the alert, so the client sees why
-                raise TlsHandshakeError(f"TLS handshake failed: {exc.reason or exc}") from None
+                raise TlsHandshakeError(f"TLS handshake failed: {ssl_error_reason(exc)}") from None
         await self._flush()
 
     def peer_certificate(self) -> dict[str, Any] | None:
-        cert = self._ssl.getpeercert()
-        return cert or None
+        return peer_certificate(self._conn)
 
     @property
     def version(self) -> str | None:
-        return self._ssl.version()
+        return self._conn.get_protocol_version_name()
 
     # -- receiving ----------------------------------------------------------------------
 
     async def recv(self, size: int) -> bytes:
-        while True:
-            try:
-                data = self._ssl.read(size)
-            except ssl.SSLWantReadError:
-                if not await self._fill():
-                    return b""
-                continue
-            except ssl.SSLZeroReturnError:
-                return b""
-            except ssl.SSLError as exc:
-                raise ConnectionError(f"TLS: {exc.reason or exc}") from None
-            if self._out.pending:
-                await self._flush()
-            return data
+        if self._small is None:
+            self._small = memoryview(bytearray(_RECORD))
+        view = self._small[: min(size, _RECORD)]
+        got = await self.recv_into(view)
+        return bytes(view[:got])
 
     async def recv_into(self, view: memoryview) -> int:
         """As many whole TLS records as are at hand, decrypted straight into ``view``."""
-        got, size = 0, len(view)
-        read = self._read  # the C method: clients like librdkafka send a record per message,
-        while True:        # so this loop runs about once per KiB received
-            try:
-                while got < size:
-                    got += read(size - got, view[got:])
-            except ssl.SSLWantReadError:
-                if got:
+        size = len(view)
+        if not size:
+            return 0
+        ptr, got = ffi.from_buffer(view), 0
+        read, ssl_ = lib.SSL_read, self._ssl
+        lib.ERR_clear_error()
+        while True:
+            while got < size:  # clients like librdkafka send a record per piece: this runs per KiB
+                n = read(ssl_, ptr + got, size - got)
+                if n <= 0:
                     break
+                got += n
+            if got:
+                break
+            error = lib.SSL_get_error(ssl_, n)
+            if error == _WANT_READ:
                 if not await self._fill():
                     return 0
                 continue
-            except ssl.SSLZeroReturnError:
-                return got
-            except ssl.SSLError as exc:
-                raise ConnectionError(f"TLS: {exc.reason or exc}") from None
-            break
-        if self._out.pending:
+            if error == _ZERO_RETURN:
+                return 0
+            raise ConnectionError(f"TLS: {_errors()}")
+        if self._pending_out():
             await self._flush()
         return got
 
     async def _fill(self) -> bool:
-        """More ciphertext from the socket into the SSL object; False at end of stream."""
-        if self._out.pending:
-            await self._flush()
-        if self._recv_buffer is None:
-            self._recv_buffer = memoryview(bytearray(_RECV_BYTES))
-        got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
-        if not got:
-            return False
-        self._in.write(self._recv_buffer[:got])
+        """More ciphertext into OpenSSL: the next slice of what the socket gave, else a read
+        from the socket; False at end of stream."""
+        if self._held_from == self._held_to:
+            if self._pending_out():
+                await self._flush()
+            if self._recv_ptr is None:
+                self._recv_buffer = bytearray(_RECV_FIRST)
+                self._recv_ptr = ffi.from_buffer(self._recv_buffer)
+            got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
+            if not got:
+                return False
+            self._held_from, self._held_to = 0, got
+            if got == len(self._recv_buffer) and got < _RECV_MOST:  # a busy connection reads more at once
+                self._grow_recv = True
+        start = self._held_from
+        size = min(_SLICE, self._held_to - start)
+        if lib.BIO_write(self._in, self._recv_ptr + start, size) != size:
+            raise ConnectionError(f"TLS: {_errors()}")
+        self._held_from = start + size
+        if self._held_from == self._held_to and self._grow_recv:
+            self._grow_recv = False
+            self._recv_buffer = bytearray(_RECV_MOST)
+            self._recv_ptr = ffi.from_buffer(self._recv_buffer)
         return True
 
     # -- sending ------------------------------------------------------------------------
@@ -167,29 +215,37 @@ class TlsTransport:
         view = memoryview(data)
         async with self._send_lock:
             for start in range(0, len(view), CHUNK_BYTES):
-                await self._loop.sock_sendall(self._sock, self._encrypt_now(view[start : start + CHUNK_BYTES]))
+                piece = view[start : start + CHUNK_BYTES]
+                await self._send_encrypted(self._encrypt(ffi.from_buffer(piece), len(piece)))
 
     async def send_parts(self, parts: Parts) -> None:
         """A response chunk by chunk, one chunk per event-loop step (module docstring)."""
-        if self._buffer is None:
-            self._buffer = memoryview(bytearray(CHUNK_BYTES))
         async with self._send_lock:
-            for count, chunk in enumerate(self._chunks(parts)):
-                if count:
+            chunks = self._chunks(parts)
+            first = True
+            while True:
+                if not first:
                     await asyncio.sleep(0)  # other connections go on between chunks
-                await self._loop.sock_sendall(self._sock, self._encrypt_now(chunk))
+                first = False
+                # filled and encrypted with no await between: the thread's buffer is free again after
+                chunk = next(chunks, None)
+                if chunk is None:
+                    return
+                ptr, length = chunk
+                await self._send_encrypted(self._encrypt(ptr, length))
 
-    def _chunks(self, parts: Parts) -> Iterator[memoryview]:
-        """The plaintext of ``parts`` in views of at most ``CHUNK_BYTES`` (of the one buffer,
-        filled again only when the caller advances this generator: after encrypting)."""
-        assert self._buffer is not None
-        buffer, fill = self._buffer, 0
+    def _chunks(self, parts: Parts) -> Iterator[tuple[Any, int]]:
+        """The plaintext of ``parts`` in pieces of at most ``CHUNK_BYTES``, as (C pointer,
+        length): of the thread's buffer, or of a large part where it lies. The buffer is
+        filled only when the caller advances this generator, and holds nothing across it."""
+        buffer, base = _chunk_buffer()
+        fill = 0
         for part in parts:
             if isinstance(part, FileRegion):
                 fd, position, left = part.file.fileno(), part.position, part.length
                 while left:
                     if fill == CHUNK_BYTES:
-                        yield buffer[:fill]
+                        yield base, fill
                         fill = 0
                     want = min(left, CHUNK_BYTES - fill)
                     got = os.preadv(fd, [buffer[fill : fill + want]], position)
@@ -200,38 +256,72 @@ class TlsTransport:
             view = memoryview(part)
             if len(view) >= CHUNK_BYTES:  # large buffers (history) are encrypted where they are
                 if fill:
-                    yield buffer[:fill]
+                    yield base, fill
                     fill = 0
+                where = ffi.from_buffer(view)
                 for start in range(0, len(view), CHUNK_BYTES):
-                    yield view[start : start + CHUNK_BYTES]
+                    yield where + start, min(CHUNK_BYTES, len(view) - start)
                 continue
             while len(view):
                 if fill == CHUNK_BYTES:
-                    yield buffer[:fill]
+                    yield base, fill
                     fill = 0
                 take = min(len(view), CHUNK_BYTES - fill)
                 buffer[fill : fill + take] = view[:take]
                 fill += take
                 view = view[take:]
         if fill:
-            yield buffer[:fill]
+            yield base, fill
 
-    def _encrypt_now(self, plaintext: memoryview) -> bytes:
-        """The ciphertext of ``plaintext``, with anything else pending before it (callers hold
-        the send lock, so it leaves in this order)."""
-        self._ssl.write(plaintext)
-        return self._out.read()
+    def _encrypt(self, ptr: Any, length: int) -> int:
+        """Encrypt ``length`` bytes at ``ptr`` into the ciphertext buffer, after whatever
+        OpenSSL had written before them; the ciphertext's length. Callers hold the send lock."""
+        self._cipher_room(length)
+        out = 0
+        write, take, ssl_, bio = lib.SSL_write, lib.BIO_read, self._ssl, self._out
+        done = 0
+        while done < length:  # a record per call (pyOpenSSL's partial writes): the BIO holds one
+            n = write(ssl_, ptr + done, min(length - done, _RECORD))
+            if n <= 0:
+                raise ConnectionError(f"TLS: {_errors()}")
+            done += n
+            while (got := take(bio, self._cipher_ptr + out, len(self._cipher) - out)) > 0:
+                out += got
+                if out == len(self._cipher):
+                    self._grow_cipher()
+        return out
+
+    def _cipher_room(self, length: int) -> None:
+        """A ciphertext buffer for ``length`` bytes of plaintext (grown, never shrunk)."""
+        need = min(_CIPHERTEXT_BYTES, length + length // 512 + 1024)
+        if len(self._cipher) < need:
+            self._cipher = bytearray(need)
+            self._cipher_ptr = ffi.from_buffer(self._cipher)
+
+    def _grow_cipher(self) -> None:
+        bigger = bytearray(len(self._cipher) * 2)
+        bigger[: len(self._cipher)] = self._cipher
+        self._cipher, self._cipher_ptr = bigger, ffi.from_buffer(bigger)
+
+    async def _send_encrypted(self, length: int) -> None:
+        if length:
+            await self._loop.sock_sendall(self._sock, memoryview(self._cipher)[:length])
+
+    def _pending_out(self) -> bool:
+        return bool(lib.BIO_get_mem_data(self._out, ffi.NULL) > 0)
 
     async def _flush(self) -> None:
         async with self._send_lock:
-            while True:
-                pending = self._out.read()
-                if not pending:
+            while self._pending_out():
+                self._cipher_room(_RECORD)
+                got = lib.BIO_read(self._out, self._cipher_ptr, len(self._cipher))
+                if got <= 0:
                     return
-                await self._loop.sock_sendall(self._sock, pending)
+                await self._send_encrypted(got)
 
     async def _flush_quietly(self) -> None:
         try:
             await asyncio.wait_for(self._flush(), 1.0)
         except (OSError, TimeoutError):
             pass
+

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from OpenSSL import SSL
 
 from service.security.tls import TlsSettings
 from service.security.tls_reload import ReloadingTls, TlsSources
-from tests.security_fixtures import Pki, memory_handshake
+from tests.security_fixtures import Pki, listener_handshake, memory_handshake
 
 
 def _settings(cert: Path | None = None, key: Path | None = None, truststore: Path | None = None,
@@ -31,11 +32,15 @@ def _settings(cert: Path | None = None, key: Path | None = None, truststore: Pat
     )
 
 
-def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, sni: bool = True) -> bytes:
-    """The DER certificate the client was served (``ssl.SSLError`` if refused)."""
+def _handshake(server: ssl.SSLContext | SSL.Context, client: ssl.SSLContext, sni: bool = True) -> bytes:
+    """The DER certificate the client was served by an ``ssl`` module context or a Kafka
+    listener's (``ssl.SSLError`` or ``OpenSSL.SSL.Error`` if refused)."""
     if not sni:
         client.check_hostname = False
-    der = memory_handshake(server, client, "localhost" if sni else None).getpeercert(binary_form=True)
+    name = "localhost" if sni else None
+    cli = (memory_handshake(server, client, name) if isinstance(server, ssl.SSLContext)
+           else listener_handshake(server, client, name)[0])
+    der = cli.getpeercert(binary_form=True)
     assert der is not None
     return der
 
@@ -81,8 +86,9 @@ def live(tmp_path: Path, pki: Pki) -> tuple[Path, Path]:
 @pytest.mark.parametrize("atomic", [True, False], ids=["renamed", "rewritten"])
 def test_new_handshakes_get_the_replaced_certificate(live, pki, atomic) -> None:  # type: ignore[no-untyped-def]
     source = ReloadingTls("listener SSL", _settings(*live), server=True)
-    http = source.front  # what aiohttp holds, for good; the Kafka listeners take .context per connection
+    http = source.front  # what aiohttp holds, for good; the Kafka listeners take .listener_context per connection
     assert _handshake(source.context, _client(pki)) == _der(pki.server_cert)
+    assert _handshake(source.listener_context, _client(pki)) == _der(pki.server_cert)
     assert _handshake(http, _client(pki)) == _der(pki.server_cert)
     assert not source.check()  # nothing changed: nothing rebuilt
     nxt = pki.server("rotated")
@@ -90,6 +96,7 @@ def test_new_handshakes_get_the_replaced_certificate(live, pki, atomic) -> None:
     assert _reload(source)
     assert _handshake(source.context, _client(pki)) == _der(nxt[0])
     assert _handshake(source.context, _client(pki), sni=False) == _der(nxt[0])
+    assert _handshake(source.listener_context, _client(pki)) == _der(nxt[0])
     assert _handshake(http, _client(pki)) == _der(nxt[0])
     assert _handshake(http, _client(pki), sni=False) == _der(nxt[0])  # OpenSSL calls back without SNI too
     assert (source.reloads, source.failures) == (1, 0)
@@ -123,6 +130,7 @@ def test_files_that_do_not_load_leave_the_working_certificate(live, pki, caplog)
     live[0].unlink()
     assert not _reload(source)
     assert _handshake(source.context, _client(pki)) == _der(nxt_cert)
+    assert _handshake(source.listener_context, _client(pki)) == _der(nxt_cert)
     assert (source.reloads, source.failures) == (1, 3)
 
 
@@ -162,12 +170,15 @@ def test_a_new_truststore_admits_client_certificates_of_a_new_ca(live, pki, tmp_
     newcomer = _client(pki, other.client("newcomer"))
     with pytest.raises(ssl.SSLError):
         _handshake(source.front, newcomer)
+    with pytest.raises((ssl.SSLError, SSL.Error)):
+        _handshake(source.listener_context, _client(pki, other.client("newcomer")))
     truststore.write_bytes(pki.ca.read_bytes() + other.ca.read_bytes())
     assert _reload(source)
-    for server in (source.context, source.front):  # the front's switch keeps client authentication
+    # the front's switch keeps client authentication
+    for server in (source.context, source.front, source.listener_context):
         assert _handshake(server, _client(pki, other.client("newcomer"))) == _der(pki.server_cert)
         assert _handshake(server, _client(pki, pki.client("alice"))) == _der(pki.server_cert)
-        with pytest.raises(ssl.SSLError):  # no certificate: still required
+        with pytest.raises((ssl.SSLError, SSL.Error)):  # no certificate: still required
             _handshake(server, _client(pki))
     assert source.facts.truststore_not_after == pytest.approx(min(_not_after(pki.ca), _not_after(other.ca)))
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import os
 import socket
 import ssl
 import struct
@@ -18,14 +20,16 @@ from local_tier.segment import FileRegion
 from service.security.listeners import SecurityProtocol
 from service.security.principal_mapping import PrincipalMapper
 from service.security.session import ListenerSecurity
-from service.security.tls import server_context, tls_settings
+from service.security.tls import tls_settings
+from service.security.tls_engine import listener_context
 from service.server import KafkaServer
 from tests.security_fixtures import Pki
 
 
 class Echo:
     """Answers each frame with the principal of its connection; frames of api key 1 get a
-    response of file regions (``region`` bytes of ``path``) to exercise the encrypted send."""
+    response of file regions (``region`` bytes of ``path``) to exercise the encrypted send,
+    frames of api key 2 the SHA-256 of the whole frame (the decrypted receive)."""
 
     def __init__(self, file: Any, size: int) -> None:
         self.file, self.size = file, size
@@ -36,6 +40,9 @@ class Echo:
             region = FileRegion(self.file, 0, self.size, 0)
             head = struct.pack(">ii", 4 + self.size, cid)
             return [head, region]
+        if api == 2:
+            digest = hashlib.sha256(frame).digest()
+            return struct.pack(">ii", 4 + len(digest), cid) + digest
         body = str(conn.session.principal).encode()
         return struct.pack(">ii", 4 + len(body), cid) + body
 
@@ -92,7 +99,7 @@ def tls_server(pki: Pki, tmp_path: Any) -> Iterator[Any]:
         config = BrokerConfig({"ssl.keystore.location": str(pki.keystore),
                                "ssl.truststore.location": str(pki.ca), "ssl.client.auth": client_auth})
         security = ListenerSecurity(
-            "SSL", SecurityProtocol.SSL, server_context(tls_settings(config)), timeout_s,
+            "SSL", SecurityProtocol.SSL, listener_context(tls_settings(config)), timeout_s,
             PrincipalMapper(r"RULE:^CN=([^,]+),OU=eng,.*$/$1/L,DEFAULT"))
         server = KafkaServer(Echo(file, blob.stat().st_size), "127.0.0.1", 0, security=security)
         asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
@@ -170,3 +177,54 @@ def test_garbage_and_stalled_handshakes_cost_their_own_connection_only(pki: Pki,
     finally:
         for s in (garbage, stalled, flood):
             s.close()
+
+
+def _big_request(cid: int, size: int) -> tuple[bytes, bytes]:
+    """A frame of api key 2 with ``size`` random bytes after its header, and the SHA-256
+    of the frame the server sees (the bytes after the size prefix)."""
+    body = struct.pack(">hhi", 2, 0, cid) + b"\xff\xff" + os.urandom(size)
+    return struct.pack(">i", len(body)) + body, hashlib.sha256(body).digest()
+
+
+def test_a_large_request_is_decrypted_whole_across_many_socket_reads(pki: Pki, tls_server: Any) -> None:
+    port = tls_server()
+    frame, digest = _big_request(11, 5 * 1024 * 1024 + 12345)  # many records, reads and slices
+    with client(pki, port) as sock:
+        sock.sendall(frame)
+        assert read_frame(sock) == struct.pack(">i", 11) + digest
+        sock.sendall(request(18, 12))  # and the connection goes on
+        assert read_frame(sock).endswith(b"User:ANONYMOUS")
+
+
+def test_a_request_in_tiny_records_is_put_together_in_order(pki: Pki, tls_server: Any) -> None:
+    """librdkafka writes a TLS record per piece of its buffer: a request may come in
+    hundreds of small records, some cut across socket reads."""
+    port = tls_server()
+    frame, digest = _big_request(21, 40_000)
+    with client(pki, port) as sock:
+        step = 0
+        for start in range(0, len(frame), 37):  # a record per send: 37 bytes of plaintext each
+            sock.sendall(frame[start : start + 37])
+            step += 1
+        assert step > 1000
+        sock.sendall(request(18, 22))
+        assert read_frame(sock) == struct.pack(">i", 21) + digest
+        assert read_frame(sock).endswith(b"User:ANONYMOUS")
+
+
+def test_connections_sending_file_regions_at_once_each_get_their_own_bytes(pki: Pki, tls_server: Any) -> None:
+    """Connections of one thread share its plaintext chunk buffer; their responses take
+    turns chunk by chunk, and none may see another's bytes."""
+    import concurrent.futures
+
+    port = tls_server()
+    expected = bytes(range(256)) * 4096 * 3
+
+    def fetch(cid: int) -> bool:
+        with client(pki, port) as sock:
+            sock.sendall(request(1, cid) + request(1, cid + 1))
+            return (read_frame(sock) == struct.pack(">i", cid) + expected
+                    and read_frame(sock) == struct.pack(">i", cid + 1) + expected)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(fetch, range(100, 108, 2)))
