@@ -25,6 +25,7 @@ start whether they hold what the loop calls.
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
 from typing import Any
@@ -43,6 +44,8 @@ from service.security.tls import (
 
 __all__ = ["check_bindings", "ffi", "lib", "listener_context", "openssl_version", "peer_certificate",
            "ssl_error_reason"]
+
+log = logging.getLogger(__name__)
 
 lib: Any = Binding.lib
 ffi: Any = Binding.ffi
@@ -64,6 +67,7 @@ def check_bindings() -> None:
     """``RuntimeError`` naming what is missing when this pyOpenSSL or ``cryptography`` lacks
     a binding the record loop calls (the versions pyproject.toml allows all have them)."""
     missing = [name for name in _CALLS if not hasattr(lib, name)]
+    missing += [f"pyOpenSSL Context.{name}" for name in ("set_tls13_ciphersuites",) if not hasattr(SSL.Context, name)]
     probe = SSL.Connection(SSL.Context(SSL.TLS_SERVER_METHOD), None)
     missing += [f"pyOpenSSL Connection.{name}" for name in _CONNECTION_FIELDS if not hasattr(probe, name)]
     if missing:
@@ -135,7 +139,14 @@ def _load_keystore(ctx: SSL.Context, settings: TlsSettings) -> None:
             if pem is None:
                 reason = "no PEM private key in it"
             else:
-                key = load_pem_private_key(pem.group(0), password)
+                try:
+                    key = load_pem_private_key(pem.group(0), password)
+                except TypeError:  # a password for a key that has none: ignored, as the ssl module does
+                    if password is None:
+                        raise
+                    key = load_pem_private_key(pem.group(0), None)
+                    log.warning("ssl.key.password is set but the key of %s is not encrypted; the password is "
+                                "not used", key_file or chain)
                 if not isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey,
                                         ed448.Ed448PrivateKey, dsa.DSAPrivateKey)):
                     raise TypeError(f"a {type(key).__name__} cannot serve TLS")

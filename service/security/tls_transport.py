@@ -37,7 +37,7 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from OpenSSL import SSL
@@ -110,6 +110,7 @@ class TlsTransport:
         self._small: memoryview | None = None  # recv(): a frame's first bytes
         self._cipher = bytearray()  # ciphertext on its way to the socket (sent under the lock)
         self._cipher_ptr: Any = None
+        self._failure: str | None = None  # a bad record after good ones: raised at the next read
 
     async def handshake(self) -> None:
         try:
@@ -121,6 +122,7 @@ class TlsTransport:
         received = 0
         while True:
             try:
+                lib.ERR_clear_error()  # the thread's queue: another connection may have left an entry
                 self._conn.do_handshake()
                 break
             except SSL.WantReadError:
@@ -160,28 +162,44 @@ class TlsTransport:
         size = len(view)
         if not size:
             return 0
-        ptr, got = ffi.from_buffer(view), 0
+        if self._failure is not None:
+            raise ConnectionError(f"TLS: {self._failure}")
+        # the C view of ``view`` is let go however this ends: one left on it when an error or a
+        # cancellation unwinds keeps the memoryview from being released, and the collector
+        # that frees the two later reads freed memory (the process crashes)
+        with ffi.from_buffer(view) as ptr:
+            got = await self._read_records(ptr, size)
+        if self._pending_out():
+            await self._flush()
+        return got
+
+    async def _read_records(self, ptr: Any, size: int) -> int:
+        got = 0
         read, ssl_ = lib.SSL_read, self._ssl
-        lib.ERR_clear_error()
         while True:
+            lib.ERR_clear_error()  # the thread's queue: other connections ran while this one waited
+            n = 0
             while got < size:  # clients like librdkafka send a record per piece: this runs per KiB
                 n = read(ssl_, ptr + got, size - got)
                 if n <= 0:
                     break
                 got += n
-            if got:
-                break
+            if got == size:
+                return got
             error = lib.SSL_get_error(ssl_, n)
             if error == _WANT_READ:
+                if got:
+                    return got
                 if not await self._fill():
                     return 0
                 continue
             if error == _ZERO_RETURN:
-                return 0
-            raise ConnectionError(f"TLS: {_errors()}")
-        if self._pending_out():
-            await self._flush()
-        return got
+                return got
+            reason = _errors()
+            if got:  # what was decrypted before the bad record is handed over; the failure next
+                self._failure = reason
+                return got
+            raise ConnectionError(f"TLS: {reason}")
 
     async def _fill(self) -> bool:
         """More ciphertext into OpenSSL: the next slice of what the socket gave, else a read
@@ -215,26 +233,30 @@ class TlsTransport:
         view = memoryview(data)
         async with self._send_lock:
             for start in range(0, len(view), CHUNK_BYTES):
-                piece = view[start : start + CHUNK_BYTES]
-                await self._send_encrypted(self._encrypt(ffi.from_buffer(piece), len(piece)))
+                with ffi.from_buffer(view[start : start + CHUNK_BYTES]) as piece:
+                    length = self._encrypt(piece, len(piece))
+                await self._send_encrypted(length)
 
     async def send_parts(self, parts: Parts) -> None:
         """A response chunk by chunk, one chunk per event-loop step (module docstring)."""
         async with self._send_lock:
             chunks = self._chunks(parts)
-            first = True
-            while True:
-                if not first:
-                    await asyncio.sleep(0)  # other connections go on between chunks
-                first = False
-                # filled and encrypted with no await between: the thread's buffer is free again after
-                chunk = next(chunks, None)
-                if chunk is None:
-                    return
-                ptr, length = chunk
-                await self._send_encrypted(self._encrypt(ptr, length))
+            try:
+                first = True
+                while True:
+                    if not first:
+                        await asyncio.sleep(0)  # other connections go on between chunks
+                    first = False
+                    # filled and encrypted with no await between: the thread's buffer is free again after
+                    chunk = next(chunks, None)
+                    if chunk is None:
+                        return
+                    ptr, length = chunk
+                    await self._send_encrypted(self._encrypt(ptr, length))
+            finally:
+                chunks.close()  # lets go of the C view of a large part now, not when collected
 
-    def _chunks(self, parts: Parts) -> Iterator[tuple[Any, int]]:
+    def _chunks(self, parts: Parts) -> Generator[tuple[Any, int], None, None]:
         """The plaintext of ``parts`` in pieces of at most ``CHUNK_BYTES``, as (C pointer,
         length): of the thread's buffer, or of a large part where it lies. The buffer is
         filled only when the caller advances this generator, and holds nothing across it."""
@@ -258,9 +280,9 @@ class TlsTransport:
                 if fill:
                     yield base, fill
                     fill = 0
-                where = ffi.from_buffer(view)
-                for start in range(0, len(view), CHUNK_BYTES):
-                    yield where + start, min(CHUNK_BYTES, len(view) - start)
+                with ffi.from_buffer(view) as where:
+                    for start in range(0, len(view), CHUNK_BYTES):
+                        yield where + start, min(CHUNK_BYTES, len(view) - start)
                 continue
             while len(view):
                 if fill == CHUNK_BYTES:
@@ -279,6 +301,7 @@ class TlsTransport:
         self._cipher_room(length)
         out = 0
         write, take, ssl_, bio = lib.SSL_write, lib.BIO_read, self._ssl, self._out
+        lib.ERR_clear_error()
         done = 0
         while done < length:  # a record per call (pyOpenSSL's partial writes): the BIO holds one
             n = write(ssl_, ptr + done, min(length - done, _RECORD))

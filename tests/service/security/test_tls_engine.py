@@ -81,6 +81,18 @@ def test_an_encrypted_key_loads_with_its_password_only(pki: Pki, tmp_path: Path)
             listener_context(_settings(pki, **base, key_password=password))
 
 
+def test_a_password_for_a_key_that_has_none_is_ignored_as_the_ssl_module_does(
+    pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = _settings(pki, keystore_location=None, certificate_location=str(pki.server_cert),
+                         key_location=str(pki.server_key), key_password="not-needed")
+    server_context(settings)  # the ssl module's: no complaint
+    with caplog.at_level("WARNING", logger="service.security.tls_engine"):
+        context = listener_context(settings)
+    assert "not encrypted" in caplog.text
+    assert _served(context, _client(pki)) == ssl.PEM_cert_to_DER_cert(pki.server_cert.read_text())
+
+
 def test_a_key_that_is_not_the_certificates_or_a_missing_file_is_refused(pki: Pki, tmp_path: Path) -> None:
     stray_key = pki.server("stray")[1]
     with pytest.raises(ValueError, match="cannot load the TLS key and certificate"):

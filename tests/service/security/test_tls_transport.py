@@ -10,6 +10,7 @@ import os
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,20 +26,28 @@ from service.security.tls_engine import listener_context
 from service.server import KafkaServer
 from tests.security_fixtures import Pki
 
+REGION = 3 * 1024 * 1024  # the bytes of an api key 1 response (a file region)
+
+
+def region_start(cid: int) -> int:
+    """Where the file region answering correlation id ``cid`` starts: each its own bytes."""
+    return (cid * 4099) % 65536
+
 
 class Echo:
     """Answers each frame with the principal of its connection; frames of api key 1 get a
-    response of file regions (``region`` bytes of ``path``) to exercise the encrypted send,
-    frames of api key 2 the SHA-256 of the whole frame (the decrypted receive)."""
+    response of a file region (``REGION`` bytes from ``region_start(cid)`` of a random file)
+    to exercise the encrypted send, frames of api key 2 the SHA-256 of the whole frame (the
+    decrypted receive)."""
 
-    def __init__(self, file: Any, size: int) -> None:
-        self.file, self.size = file, size
+    def __init__(self, file: Any) -> None:
+        self.file = file
 
     async def dispatch(self, frame: Any, conn: Any) -> Any:
         api, _, cid = struct.unpack_from(">hhi", frame, 0)
         if api == 1:
-            region = FileRegion(self.file, 0, self.size, 0)
-            head = struct.pack(">ii", 4 + self.size, cid)
+            region = FileRegion(self.file, region_start(cid), REGION, 0)
+            head = struct.pack(">ii", 4 + REGION, cid)
             return [head, region]
         if api == 2:
             digest = hashlib.sha256(frame).digest()
@@ -92,7 +101,7 @@ def tls_server(pki: Pki, tmp_path: Any) -> Iterator[Any]:
     thread.start()
     servers: list[KafkaServer] = []
     blob = tmp_path / "blob"
-    blob.write_bytes(bytes(range(256)) * 4096 * 3)  # 3 MiB
+    blob.write_bytes(os.urandom(REGION + 65536))
     file = open(blob, "rb", buffering=0)  # noqa: SIM115 - closed at teardown
 
     def start(client_auth: str = "requested", timeout_s: float = 10.0) -> int:
@@ -101,11 +110,13 @@ def tls_server(pki: Pki, tmp_path: Any) -> Iterator[Any]:
         security = ListenerSecurity(
             "SSL", SecurityProtocol.SSL, listener_context(tls_settings(config)), timeout_s,
             PrincipalMapper(r"RULE:^CN=([^,]+),OU=eng,.*$/$1/L,DEFAULT"))
-        server = KafkaServer(Echo(file, blob.stat().st_size), "127.0.0.1", 0, security=security)
+        server = KafkaServer(Echo(file), "127.0.0.1", 0, security=security)
         asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
         servers.append(server)
         return server.port
 
+    start.loop = loop  # type: ignore[attr-defined]
+    start.blob = blob.read_bytes()  # type: ignore[attr-defined]
     yield start
     for server in servers:
         asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)
@@ -146,14 +157,19 @@ def test_a_required_client_certificate_refuses_a_client_without_one(pki: Pki, tl
         assert read_frame(sock).endswith(b"User:carol")
 
 
+def _region(tls_server: Any, cid: int) -> bytes:
+    """The response to api key 1 with correlation id ``cid``, as the client reads it."""
+    start = region_start(cid)
+    return struct.pack(">i", cid) + tls_server.blob[start : start + REGION]
+
+
 def test_file_regions_arrive_encrypted_whole_and_in_order_with_pipelined_requests(pki: Pki, tls_server: Any) -> None:
     port = tls_server()
-    expected = bytes(range(256)) * 4096 * 3
     with client(pki, port) as sock:
         sock.sendall(request(1, 1) + request(18, 2) + request(1, 3))
-        assert read_frame(sock) == struct.pack(">i", 1) + expected
+        assert read_frame(sock) == _region(tls_server, 1)
         assert read_frame(sock) == struct.pack(">i", 2) + b"User:ANONYMOUS"
-        assert read_frame(sock) == struct.pack(">i", 3) + expected
+        assert read_frame(sock) == _region(tls_server, 3)
 
 
 def test_garbage_and_stalled_handshakes_cost_their_own_connection_only(pki: Pki, tls_server: Any) -> None:
@@ -218,13 +234,120 @@ def test_connections_sending_file_regions_at_once_each_get_their_own_bytes(pki: 
     import concurrent.futures
 
     port = tls_server()
-    expected = bytes(range(256)) * 4096 * 3
 
     def fetch(cid: int) -> bool:
         with client(pki, port) as sock:
             sock.sendall(request(1, cid) + request(1, cid + 1))
-            return (read_frame(sock) == struct.pack(">i", cid) + expected
-                    and read_frame(sock) == struct.pack(">i", cid + 1) + expected)
+            return read_frame(sock) == _region(tls_server, cid) and read_frame(sock) == _region(tls_server, cid + 1)
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         assert all(pool.map(fetch, range(100, 108, 2)))
+
+
+class _Client:
+    """A client's socket after its handshake, with the TLS object and BIOs that make and
+    read its records (so that a test can send part of one, or a forged one)."""
+
+    def __init__(self, sock: socket.socket, tls: ssl.SSLObject, incoming: ssl.MemoryBIO,
+                 outgoing: ssl.MemoryBIO) -> None:
+        self.sock, self.tls, self.incoming, self.outgoing = sock, tls, incoming, outgoing
+
+    def records(self, plaintext: bytes) -> bytes:
+        self.tls.write(plaintext)
+        return self.outgoing.read()
+
+    def frame(self) -> bytes:
+        """The next response frame, after its size."""
+        data = b""
+        while True:
+            with contextlib.suppress(ssl.SSLWantReadError):
+                data += self.tls.read(1 << 20)
+            if len(data) >= 4 and len(data) >= 4 + struct.unpack_from(">i", data)[0]:
+                return data[4:]
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            self.incoming.write(chunk)
+
+
+def _established(pki: Pki, port: int) -> _Client:
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="localhost")
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    while True:
+        try:
+            tls.do_handshake()
+            break
+        except ssl.SSLWantReadError:
+            sock.sendall(outgoing.read())
+            incoming.write(sock.recv(65536))
+    sock.sendall(outgoing.read())
+    return _Client(sock, tls, incoming, outgoing)
+
+
+def _reset(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_clients_that_reset_or_forge_a_record_after_the_handshake_cost_only_their_connection(
+    pki: Pki, tls_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commonest ends of a connection, idle or halfway through a request, then the
+    collector: the connection goes, quietly, and the broker serves the next client (a C
+    view of a request buffer left behind by such an end crashed the process)."""
+    import gc
+    import logging
+
+    port = tls_server()
+    frame, _ = _big_request(31, 300_000)
+    with caplog.at_level(logging.DEBUG, logger="strata"):
+        for n in range(24):
+            conn = _established(pki, port)
+            if n % 3 == 1:  # halfway through a request's body
+                conn.sock.sendall(conn.records(frame[: len(frame) // 2]))
+            elif n % 3 == 2:  # a forged record after a good one, mid-body
+                conn.sock.sendall(conn.records(frame[:1000]) + bytes([23, 3, 3, 0, 40]) + bytes(40))
+            time.sleep(0.02)
+            _reset(conn.sock)
+            if n % 4 == 3:
+                time.sleep(0.05)
+                gc.collect()
+        time.sleep(0.2)
+        gc.collect()
+        with client(pki, port) as sock:
+            sock.sendall(request(18, 32))
+            assert read_frame(sock).endswith(b"User:ANONYMOUS")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def test_an_error_another_connection_left_in_the_threads_queue_does_not_end_this_one(
+    pki: Pki, tls_server: Any
+) -> None:
+    """OpenSSL's error queue is the thread's, shared by every connection on the loop: a
+    stale entry must not be read as this connection's (OpenSSL 3.x's SSL_get_error did)."""
+    from service.security.tls_engine import lib
+
+    port = tls_server()
+    conn = _established(pki, port)
+
+    def request_records(cid: int) -> bytes:
+        body = struct.pack(">hhi", 18, 0, cid) + b"\xff\xff"
+        return conn.records(struct.pack(">i", len(body)) + body)
+
+    async def leave_an_error() -> None:  # as a connection whose record failed would
+        lib.ERR_put_error(lib.ERR_LIB_EVP, 0, 1, b"elsewhere.c", 1)
+
+    conn.sock.sendall(request_records(40))
+    assert conn.frame() == struct.pack(">i", 40) + b"User:ANONYMOUS"  # the broker waits for the next
+    record = request_records(41)
+    asyncio.run_coroutine_threadsafe(leave_an_error(), tls_server.loop).result(5)
+    conn.sock.sendall(record[:7])  # the record cut in two: OpenSSL wants the rest
+    time.sleep(0.1)
+    asyncio.run_coroutine_threadsafe(leave_an_error(), tls_server.loop).result(5)
+    conn.sock.sendall(record[7:])
+    assert conn.frame() == struct.pack(">i", 41) + b"User:ANONYMOUS"
+    conn.sock.sendall(request_records(42))
+    assert conn.frame() == struct.pack(">i", 42) + b"User:ANONYMOUS"
+    conn.sock.close()
