@@ -7,6 +7,11 @@ optional: without a C compiler the source falls back to aiokafka's reader.
 their framing before they are appended (a few ns per record). Optional too:
 without it ``local_tier.records`` walks them in Python, about a hundred times
 slower, and the broker logs a warning at start.
+
+``service.security._tlsread`` is the record loop of a TLS produce: ciphertext into
+OpenSSL and records out into the request, in C. Optional: without it the loop runs in
+Python, a call per record (service/security/tls_transport.py). It needs no OpenSSL
+headers: it is given the functions of the OpenSSL the listeners use at start.
 """
 
 from setuptools import Extension, setup
@@ -15,5 +20,6 @@ setup(
     ext_modules=[
         Extension("spark._decode", ["spark/_decode.c"], optional=True),
         Extension("local_tier._recordscan", ["local_tier/_recordscan.c"], optional=True),
+        Extension("service.security._tlsread", ["service/security/_tlsread.c"], optional=True),
     ]
 )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 from cryptography.hazmat.bindings.openssl.binding import Binding
@@ -42,8 +43,8 @@ from service.security.tls import (
     truststore_error,
 )
 
-__all__ = ["check_bindings", "ffi", "lib", "listener_context", "openssl_version", "peer_certificate",
-           "ssl_error_reason"]
+__all__ = ["address", "c_record_loop", "check_bindings", "ffi", "lib", "listener_context", "openssl_version",
+           "peer_certificate", "ssl_error_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,30 @@ def check_bindings() -> None:
     if missing:
         raise RuntimeError(f"the TLS listeners need {', '.join(missing)}, which this pyOpenSSL "
                            f"{SSL.__name__} / cryptography does not have: install the versions pyproject.toml names")
+
+
+def c_record_loop() -> Callable[..., tuple[int, int, int]] | None:
+    """``read_records`` of ``service.security._tlsread`` bound to this OpenSSL's functions,
+    or None when the extension is not built (the record loop then runs in Python)."""
+    global _c_loop
+    if _c_loop is False:
+        try:  # setup.py builds it; optional
+            from service.security._tlsread import bind, read_records
+        except ImportError:  # without a compiler: the same loop in Python
+            _c_loop = None
+        else:
+            bind(*(int(ffi.cast("uintptr_t", getattr(lib, name)))
+                   for name in ("SSL_read", "SSL_get_error", "BIO_write", "ERR_clear_error")))
+            _c_loop = read_records
+    return _c_loop  # type: ignore[no-any-return]
+
+
+_c_loop: Any = False  # not looked for yet
+
+
+def address(cdata: Any) -> int:
+    """A pointer of the bindings (an ``SSL *``, a ``BIO *``) as the C loop takes it."""
+    return int(ffi.cast("uintptr_t", cdata))
 
 
 def openssl_version() -> str:

@@ -8,10 +8,13 @@ decrypts in between. The handshake goes through pyOpenSSL; records go through
 and none of pyOpenSSL's per-call buffers.
 
 Receiving: ciphertext is read from the socket into the connection's buffer (64 KiB,
-grown to 256 KiB once a read fills it), handed to OpenSSL 64 KiB at a time, and
-decrypted straight into the request body, as many TLS records per call as are at hand
-(librdkafka sends about one record per buffer piece, so this loop is the hot path of a
-TLS produce).
+grown to 1 MiB once a read fills it: on loopback each read that opens the window sends the
+client's queued segments from the broker's own system call, so fewer, larger reads cost
+the broker less, as a plaintext body read whole does), handed to OpenSSL 64 KiB at a
+time, and decrypted straight into the request body, as many TLS records per call as are
+at hand (librdkafka sends about one record per buffer piece, so this loop is the hot path
+of a TLS produce). The loop over slices and records is in C when
+``service.security._tlsread`` is built (``_tlsread.c``), in Python otherwise.
 
 Sending: ``sendfile`` cannot encrypt, so a response's file regions are read with
 ``preadv`` into a buffer of ``CHUNK_BYTES`` shared by the thread's connections (small
@@ -37,13 +40,20 @@ import asyncio
 import os
 import socket
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from OpenSSL import SSL
 
 from local_tier.segment import FileRegion
-from service.security.tls_engine import ffi, lib, peer_certificate, ssl_error_reason
+from service.security.tls_engine import (
+    address,
+    c_record_loop,
+    ffi,
+    lib,
+    peer_certificate,
+    ssl_error_reason,
+)
 from service.transport import Parts
 
 __all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport"]
@@ -52,7 +62,7 @@ __all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport"]
 CHUNK_BYTES = 256 * 1024
 _RECORD = 16 * 1024  # TLS's largest plaintext record
 _CIPHERTEXT_BYTES = CHUNK_BYTES + 16 * 1024  # a chunk's records with their overhead, and slack
-_RECV_FIRST, _RECV_MOST = 64 * 1024, 256 * 1024
+_RECV_FIRST, _RECV_MOST = 64 * 1024, 1024 * 1024
 _SLICE = 64 * 1024  # ciphertext handed to OpenSSL at a time
 _WANT_READ, _ZERO_RETURN = lib.SSL_ERROR_WANT_READ, lib.SSL_ERROR_ZERO_RETURN
 
@@ -111,6 +121,8 @@ class TlsTransport:
         self._cipher = bytearray()  # ciphertext on its way to the socket (sent under the lock)
         self._cipher_ptr: Any = None
         self._failure: str | None = None  # a bad record after good ones: raised at the next read
+        self._c_read = c_record_loop()  # the record loop in C (service/security/_tlsread.c), if built
+        self._c_args = (address(self._ssl), address(self._in))
 
     async def handshake(self) -> None:
         try:
@@ -164,14 +176,39 @@ class TlsTransport:
             return 0
         if self._failure is not None:
             raise ConnectionError(f"TLS: {self._failure}")
-        # the C view of ``view`` is let go however this ends: one left on it when an error or a
-        # cancellation unwinds keeps the memoryview from being released, and the collector
-        # that frees the two later reads freed memory (the process crashes)
-        with ffi.from_buffer(view) as ptr:
-            got = await self._read_records(ptr, size)
+        if self._c_read is not None:
+            got = await self._read_records_in_c(self._c_read, view, size)
+        else:
+            # the C view of ``view`` is let go however this ends: one left on it when an error
+            # or a cancellation unwinds keeps the memoryview from being released, and the
+            # collector that frees the two later reads freed memory (the process crashes)
+            with ffi.from_buffer(view) as ptr:
+                got = await self._read_records(ptr, size)
         if self._pending_out():
             await self._flush()
         return got
+
+    async def _read_records_in_c(self, read: Callable[..., tuple[int, int, int]], view: memoryview,
+                                 size: int) -> int:
+        """:meth:`_read_records` with the loop over slices and records in C."""
+        got = 0
+        while True:
+            got, self._held_from, error = read(*self._c_args, self._recv_buffer, self._held_from,
+                                               self._held_to, _SLICE, view, got)
+            if got == size:
+                return got
+            if error == _WANT_READ:  # the ciphertext at hand is used up
+                if got:
+                    return got
+                if not await self._receive():
+                    return 0
+                continue
+            if error == _ZERO_RETURN:
+                return got
+            if got:  # what was decrypted before the bad record is handed over; the failure next
+                self._failure = _errors()
+                return got
+            raise ConnectionError(f"TLS: {_errors()}")
 
     async def _read_records(self, ptr: Any, size: int) -> int:
         got = 0
@@ -204,27 +241,30 @@ class TlsTransport:
     async def _fill(self) -> bool:
         """More ciphertext into OpenSSL: the next slice of what the socket gave, else a read
         from the socket; False at end of stream."""
-        if self._held_from == self._held_to:
-            if self._pending_out():
-                await self._flush()
-            if self._recv_ptr is None:
-                self._recv_buffer = bytearray(_RECV_FIRST)
-                self._recv_ptr = ffi.from_buffer(self._recv_buffer)
-            got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
-            if not got:
-                return False
-            self._held_from, self._held_to = 0, got
-            if got == len(self._recv_buffer) and got < _RECV_MOST:  # a busy connection reads more at once
-                self._grow_recv = True
+        if self._held_from == self._held_to and not await self._receive():
+            return False
         start = self._held_from
         size = min(_SLICE, self._held_to - start)
         if lib.BIO_write(self._in, self._recv_ptr + start, size) != size:
             raise ConnectionError(f"TLS: {_errors()}")
         self._held_from = start + size
-        if self._held_from == self._held_to and self._grow_recv:
-            self._grow_recv = False
-            self._recv_buffer = bytearray(_RECV_MOST)
+        return True
+
+    async def _receive(self) -> bool:
+        """A read from the socket into the receive buffer, all of which OpenSSL has had;
+        False at end of stream."""
+        if self._pending_out():
+            await self._flush()
+        if self._recv_ptr is None or self._grow_recv:
+            self._recv_buffer = bytearray(_RECV_MOST if self._grow_recv else _RECV_FIRST)
             self._recv_ptr = ffi.from_buffer(self._recv_buffer)
+            self._grow_recv = False
+        got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
+        if not got:
+            return False
+        self._held_from, self._held_to = 0, got
+        # a busy connection reads more at once, from the next read on
+        self._grow_recv = got == len(self._recv_buffer) and got < _RECV_MOST
         return True
 
     # -- sending ------------------------------------------------------------------------

@@ -91,10 +91,20 @@ def closed(sock: socket.socket) -> bool:
     return True
 
 
-@pytest.fixture
-def tls_server(pki: Pki, tmp_path: Any) -> Iterator[Any]:
-    """start(client_auth) → port of a TLS listener served by a loop on a thread."""
+@pytest.fixture(params=["C loop", "Python loop"])
+def tls_server(pki: Pki, tmp_path: Any, request: pytest.FixtureRequest,
+               monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """start(client_auth) → port of a TLS listener served by a loop on a thread; with the
+    record loop in C (service/security/_tlsread.c) and in Python, its fallback."""
     import threading
+
+    from service.security import tls_transport
+
+    if request.param == "C loop":
+        if tls_transport.c_record_loop() is None:
+            pytest.skip("service.security._tlsread is not built (pip install -e . builds it)")
+    else:
+        monkeypatch.setattr(tls_transport, "c_record_loop", lambda: None)
 
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
