@@ -15,13 +15,14 @@ import contextlib
 import datetime
 import ipaddress
 import ssl
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["Pki", "listener_handshake", "memory_handshake", "pki"]
+__all__ = ["Pki", "client_records", "listener_handshake", "memory_handshake", "pki"]
 
 
 class Pki:
@@ -151,6 +152,7 @@ def listener_handshake(server: Any, client: ssl.SSLContext, server_hostname: str
     srv.set_accept_state()
     c_in, c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
     cli = client.wrap_bio(c_in, c_out, server_hostname=server_hostname, session=session)
+    _CLIENT_OUT[cli] = c_out
     done = {"srv": False, "cli": False}
 
     def pump() -> None:
@@ -177,3 +179,12 @@ def listener_handshake(server: Any, client: ssl.SSLContext, server_hostname: str
                 cli.read(1)  # takes in the session tickets
             return cli, srv
     raise AssertionError("the handshake did not finish")
+
+
+_CLIENT_OUT: weakref.WeakKeyDictionary[ssl.SSLObject, ssl.MemoryBIO] = weakref.WeakKeyDictionary()
+
+
+def client_records(client: ssl.SSLObject, plaintext: bytes) -> bytes:
+    """The TLS records a client of :func:`listener_handshake` makes of ``plaintext``."""
+    client.write(plaintext)
+    return _CLIENT_OUT[client].read()

@@ -116,7 +116,10 @@ class TlsTransport:
         self._recv_buffer = bytearray()
         self._recv_ptr: Any = None
         self._held_from = self._held_to = 0  # what of it OpenSSL has not been given yet
-        self._grow_recv = False
+        #: the most the receive and ciphertext buffers held at once (what a busy moment cost)
+        self.peak_buffer_bytes = 0
+        self._grow_recv = False  # the last read filled the buffer: the next one gets 1 MiB
+        self._quiet = True  # the last read brought less than 64 KiB: buffers go back to small
         self._small: memoryview | None = None  # recv(): a frame's first bytes
         self._cipher = bytearray()  # ciphertext on its way to the socket (sent under the lock)
         self._cipher_ptr: Any = None
@@ -155,6 +158,11 @@ class TlsTransport:
 
     def peer_certificate(self) -> dict[str, Any] | None:
         return peer_certificate(self._conn)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """What the receive and ciphertext buffers hold now (OpenSSL's own not counted)."""
+        return len(self._recv_buffer) + len(self._cipher)
 
     @property
     def version(self) -> str | None:
@@ -224,11 +232,11 @@ class TlsTransport:
             if got == size:
                 return got
             error = lib.SSL_get_error(ssl_, n)
-            if error == _WANT_READ:
-                if got:
+            if error == _WANT_READ:  # as the C loop: what the socket gave is used up before returning
+                if got and self._held_from == self._held_to:
                     return got
                 if not await self._fill():
-                    return 0
+                    return got
                 continue
             if error == _ZERO_RETURN:
                 return got
@@ -252,19 +260,26 @@ class TlsTransport:
 
     async def _receive(self) -> bool:
         """A read from the socket into the receive buffer, all of which OpenSSL has had;
-        False at end of stream."""
+        False at end of stream.
+
+        A connection whose read filled its buffer reads 1 MiB at a time from then on; one
+        whose read brought less than 64 KiB goes back to 64 KiB, and gives up its ciphertext
+        buffer when no response is on its way: an idle connection holds no large buffer."""
         if self._pending_out():
             await self._flush()
-        if self._recv_ptr is None or self._grow_recv:
-            self._recv_buffer = bytearray(_RECV_MOST if self._grow_recv else _RECV_FIRST)
+        if self._quiet and not self._send_lock.locked() and len(self._cipher) > _RECORD + 1024:
+            self._cipher, self._cipher_ptr = bytearray(), None  # made again by the next response
+        want = _RECV_MOST if self._grow_recv else _RECV_FIRST if self._quiet else len(self._recv_buffer)
+        if self._recv_ptr is None or want != len(self._recv_buffer):
+            self._recv_buffer = bytearray(want or _RECV_FIRST)
             self._recv_ptr = ffi.from_buffer(self._recv_buffer)
-            self._grow_recv = False
+            self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
         got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
         if not got:
             return False
         self._held_from, self._held_to = 0, got
-        # a busy connection reads more at once, from the next read on
         self._grow_recv = got == len(self._recv_buffer) and got < _RECV_MOST
+        self._quiet = got < _RECV_FIRST
         return True
 
     # -- sending ------------------------------------------------------------------------
@@ -360,6 +375,7 @@ class TlsTransport:
         if len(self._cipher) < need:
             self._cipher = bytearray(need)
             self._cipher_ptr = ffi.from_buffer(self._cipher)
+            self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
 
     def _grow_cipher(self) -> None:
         bigger = bytearray(len(self._cipher) * 2)

@@ -18,7 +18,7 @@ from service.security.tls_engine import (
     openssl_version,
     peer_certificate,
 )
-from tests.security_fixtures import Pki, listener_handshake, memory_handshake
+from tests.security_fixtures import Pki, client_records, listener_handshake, memory_handshake
 
 
 def _settings(pki: Pki, **changes: Any) -> TlsSettings:
@@ -190,3 +190,30 @@ def test_no_session_is_resumed(pki: Pki) -> None:
     second, conn = listener_handshake(ctx, client, session=first.session)
     assert not second.session_reused
     assert rfc2253_subject(peer_certificate(conn) or {}).startswith("CN=gail,")
+
+
+def test_the_c_record_loop_decrypts_what_it_is_given_and_leaves_no_error_behind(pki: Pki) -> None:
+    """service/security/_tlsread.c, called directly: records out of ciphertext handed over a
+    slice at a time, the thread's error queue emptied of another connection's entry, and
+    arguments out of range refused."""
+    from service.security.tls_engine import address, c_record_loop, lib
+
+    read = c_record_loop()
+    if read is None:
+        pytest.skip("service.security._tlsread is not built (pip install -e . builds it)")
+    client, conn = listener_handshake(listener_context(_settings(pki)), _client(pki))
+    plaintext = bytes(range(256)) * 400  # 100 KiB: seven records
+    ciphertext = client_records(client, plaintext)
+    target = bytearray(len(plaintext))
+    lib.ERR_put_error(lib.ERR_LIB_EVP, 0, 1, b"elsewhere.c", 1)  # as a failed connection would leave
+    got, start, error = read(address(conn._ssl), address(conn._into_ssl), ciphertext, 0, len(ciphertext),
+                             5000, target, 0)
+    assert (got, start, error) == (len(plaintext), len(ciphertext), 0)
+    assert bytes(target) == plaintext
+    assert lib.ERR_peek_error() == 0
+    got, start, error = read(address(conn._ssl), address(conn._into_ssl), b"", 0, 0, 5000, target, 0)
+    assert (got, start, error) == (0, 0, lib.SSL_ERROR_WANT_READ)
+    for bad in ((b"", 1, 0, 5000, target, 0), (b"xy", 0, 3, 5000, target, 0), (b"", 0, 0, 0, target, 0),
+                (b"", 0, 0, 5000, target, len(target) + 1)):
+        with pytest.raises(ValueError, match="out of range"):
+            read(address(conn._ssl), address(conn._into_ssl), *bad)

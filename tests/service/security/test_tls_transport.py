@@ -126,6 +126,7 @@ def tls_server(pki: Pki, tmp_path: Any, request: pytest.FixtureRequest,
         return server.port
 
     start.loop = loop  # type: ignore[attr-defined]
+    start.servers = servers  # type: ignore[attr-defined]
     start.blob = blob.read_bytes()  # type: ignore[attr-defined]
     yield start
     for server in servers:
@@ -361,3 +362,23 @@ def test_an_error_another_connection_left_in_the_threads_queue_does_not_end_this
     conn.sock.sendall(request_records(42))
     assert conn.frame() == struct.pack(">i", 42) + b"User:ANONYMOUS"
     conn.sock.close()
+
+
+def test_a_connection_gone_quiet_after_a_burst_holds_no_large_buffer(pki: Pki, tls_server: Any) -> None:
+    """A busy connection reads 1 MiB at a time and encrypts a chunk at a time; once it is
+    quiet its buffers go back to small ones (thousands of idle connections must not each
+    keep a megabyte)."""
+    port = tls_server()
+    frame, digest = _big_request(51, 4 * 1024 * 1024)
+    with client(pki, port) as sock:
+        sock.sendall(frame + request(1, 52))  # a burst in, a file region out
+        assert read_frame(sock) == struct.pack(">i", 51) + digest
+        assert read_frame(sock) == _region(tls_server, 52)
+        for cid in (53, 54):  # small requests: quiet reads
+            sock.sendall(request(18, cid))
+            assert read_frame(sock).endswith(b"User:ANONYMOUS")
+        time.sleep(0.1)
+        (conn,) = tls_server.servers[0]._connections
+        peak, quiet = conn.transport.peak_buffer_bytes, conn.transport.buffer_bytes
+    assert peak >= 1024 * 1024  # the burst: 1 MiB reads
+    assert quiet <= 64 * 1024 + 17 * 1024, (peak, quiet)
