@@ -11,12 +11,15 @@ little as a client can, so the broker is what runs out of CPU:
 * ``produce``: one record batch of 1,000 records of 1 KiB (``local_tier.records``),
   built once and sent in a Produce v3 request (acks=1) again and again, 8 in flight;
   every response is checked: no error, and base offsets 1,000 apart from 0.
-* ``consume``: Fetch v4 from offset 0 up to ``RECORDS`` (64 MiB a response), every batch
-  checked: its CRC-32C, and offsets that follow each other.
+* ``consume``: Fetch v4 from offset 0 up to ``RECORDS``, two requests in flight (each for a
+  whole number of batches, about 16 MiB), every batch checked: its CRC-32C, and offsets
+  that follow each other.
 
 Over TLS (``--ca``: the broker's CA; the certificate chain is verified) it uses the
-OpenSSL in ``cryptography``'s wheel through pyOpenSSL, as the broker's listeners do, and
-writes whole requests, so the broker gets full 16 KiB records, as from the Java client.
+OpenSSL in ``cryptography``'s wheel through pyOpenSSL over memory BIOs, and the broker's
+own C record loop (``service.security._tlsread``) to decrypt, reading and writing the
+socket a MiB at a time; it writes whole requests, so the broker gets full 16 KiB records,
+as from the Java client.
 Prints one JSON line: records, seconds, MB/s, the client's own CPU seconds, the TLS
 version and suite.
 """
@@ -58,36 +61,72 @@ class Wire:
         if ca is None:
             self._send_raw, self._recv_raw = self.sock.sendall, self.sock.recv_into
             return
-        from cryptography.hazmat.bindings.openssl.binding import Binding
         from OpenSSL import SSL
 
-        lib, ffi = Binding.lib, Binding.ffi
+        from service.security.tls_engine import address, c_record_loop, ffi, lib
+
         ctx = SSL.Context(SSL.TLS_CLIENT_METHOD)
         ctx.load_verify_locations(ca)
         ctx.set_verify(SSL.VERIFY_PEER)
-        conn = SSL.Connection(ctx, self.sock)
+        conn = SSL.Connection(ctx, None)  # memory BIOs: the socket is read and written a MiB at a time
         conn.set_tlsext_host_name(host.encode() if not host[0].isdigit() else b"localhost")
         conn.set_connect_state()
-        conn.do_handshake()
+        while True:
+            try:
+                conn.do_handshake()
+                break
+            except SSL.WantReadError:
+                self._drain(conn)
+                conn.bio_write(self.sock.recv(65536))
+        self._drain(conn)
         self.tls = {"version": conn.get_protocol_version_name(), "cipher": conn.get_cipher_name() or ""}
-        ssl_ = conn._ssl
+        ssl_, rbio, wbio = conn._ssl, conn._into_ssl, conn._from_ssl
         self._conn = conn  # keeps the SSL object alive
+        out = bytearray(2 << 20)
+        out_ptr = ffi.from_buffer(out)
+        held = bytearray(1 << 20)
+        state = [0, 0]  # ciphertext in ``held`` not yet given to OpenSSL
+        read_records = c_record_loop()  # the broker's own record loop (service/security/_tlsread.c)
+        if read_records is None:
+            raise SystemExit("bench/tls_loadgen.py needs service.security._tlsread (pip install -e . builds it)")
+        args = (address(ssl_), address(rbio))
 
         def send(data: bytes | memoryview) -> None:
-            ptr, n, done = ffi.from_buffer(data), len(data), 0
-            while done < n:
-                w = lib.SSL_write(ssl_, ptr + done, n - done)
-                if w <= 0:
-                    raise OSError(f"TLS write failed ({lib.SSL_get_error(ssl_, w)})")
-                done += w
+            """Encrypted a record at a time into ``out``, sent a MiB or so at a time."""
+            with ffi.from_buffer(data) as ptr:
+                n, done, filled = len(data), 0, 0
+                while done < n:
+                    w = lib.SSL_write(ssl_, ptr + done, min(n - done, 16384))
+                    if w <= 0:
+                        raise OSError(f"TLS write failed ({lib.SSL_get_error(ssl_, w)})")
+                    done += w
+                    while (got := lib.BIO_read(wbio, out_ptr + filled, len(out) - filled)) > 0:
+                        filled += got
+                    if filled > len(out) // 2 or done == n:
+                        self.sock.sendall(memoryview(out)[:filled])
+                        filled = 0
 
         def recv_into(view: memoryview) -> int:
-            n = lib.SSL_read(ssl_, ffi.from_buffer(view), len(view))
-            if n <= 0:
-                raise OSError(f"TLS read failed ({lib.SSL_get_error(ssl_, n)})")
-            return int(n)
+            while True:
+                got, state[0], error = read_records(*args, held, state[0], state[1], 256 << 10, view, 0)
+                if got:
+                    return got
+                if error != lib.SSL_ERROR_WANT_READ:
+                    raise OSError(f"TLS read failed ({error})")
+                state[0], state[1] = 0, self.sock.recv_into(held)
+                if not state[1]:
+                    return 0
 
         self._send_raw, self._recv_raw = send, recv_into
+
+    def _drain(self, conn: Any) -> None:
+        from OpenSSL import SSL
+
+        try:
+            while True:
+                self.sock.sendall(conn.bio_read(65536))
+        except SSL.WantReadError:
+            pass
 
     def send(self, *parts: bytes) -> None:
         for part in parts:
@@ -142,34 +181,63 @@ def produce(wire: Wire, topic: bytes, records: int) -> None:
         answered += 1
 
 
+def _fetch(wire: Wire, topic: bytes, correlation: int, offset: int, max_bytes: int) -> None:
+    head = _header(1, 4, correlation)
+    body = (struct.pack(">iiiib", -1, 500, 1, max_bytes, 0) + struct.pack(">ih", 1, len(topic)) + topic
+            + struct.pack(">iiqi", 1, 0, offset, max_bytes))
+    wire.send(struct.pack(">i", len(head) + len(body)) + head + body)
+
+
+def _batches(frame: memoryview, correlation: int, offset: int) -> tuple[int, int]:
+    """Check a Fetch v4 response for ``offset`` (every whole batch's CRC-32C, offsets that
+    follow each other); the offset after its last whole batch, and the first batch's size."""
+    (got,) = struct.unpack_from(">i", frame, 0)
+    (name_len,) = struct.unpack_from(">h", frame, 12)
+    pos = 14 + name_len + 4
+    _, error, _high, _lso, aborted = struct.unpack_from(">ihqqi", frame, pos)
+    pos += 26 + max(aborted, 0) * 16
+    (size,) = struct.unpack_from(">i", frame, pos)
+    pos += 4
+    end, first = pos + size, 0
+    if got != correlation or error:
+        raise SystemExit(f"fetch {correlation} at offset {offset}: correlation {got}, error {error}")
+    while pos + 61 <= end:
+        base, length = struct.unpack_from(">qi", frame, pos)
+        if pos + 12 + length > end:
+            break  # a partial batch at the end of the response
+        (crc,) = struct.unpack_from(">I", frame, pos + 17)
+        (last_delta,) = struct.unpack_from(">i", frame, pos + 23)
+        if base != offset or crc32c(frame[pos + 21 : pos + 12 + length]) != crc:
+            raise SystemExit(f"batch at {base} (expected {offset}): {'bad CRC' if base == offset else 'a gap'}")
+        first = first or 12 + length
+        offset = base + last_delta + 1
+        pos += 12 + length
+    return offset, first
+
+
 def consume(wire: Wire, topic: bytes, records: int) -> None:
-    offset, correlation = 0, 0
+    """Fetch from 0 to ``records``, two requests in flight: the first response tells the
+    batches' size, and each later request asks for a whole number of them (16 MiB or so)
+    from where the one before will end, so the broker always has the next to serve."""
+    offset, batch_bytes = _batches(_fetch_one(wire, topic, 0, 64 << 20), 0, 0)
+    if not batch_bytes:
+        raise SystemExit("the first fetch returned no whole batch")
+    per_fetch = max(1, (16 << 20) // batch_bytes)
+    asked, pending, correlation = offset, [], 1
     while offset < records:
-        head = _header(1, 4, correlation)
-        body = (struct.pack(">iiiib", -1, 500, 1, 64 << 20, 0) + struct.pack(">ih", 1, len(topic)) + topic
-                + struct.pack(">iiqi", 1, 0, offset, 64 << 20))
-        wire.send(struct.pack(">i", len(head) + len(body)) + head + body)
-        frame = wire.frame()
-        correlation += 1
-        (name_len,) = struct.unpack_from(">h", frame, 12)
-        pos = 14 + name_len + 4
-        _, error, _high, _lso, aborted = struct.unpack_from(">ihqqi", frame, pos)
-        pos += 26 + max(aborted, 0) * 16
-        (size,) = struct.unpack_from(">i", frame, pos)
-        pos += 4
-        end = pos + size
-        if error:
-            raise SystemExit(f"fetch at offset {offset}: error {error}")
-        while pos + 61 <= end:
-            base, length = struct.unpack_from(">qi", frame, pos)
-            if pos + 12 + length > end:
-                break  # a partial batch at the end of the response
-            (crc,) = struct.unpack_from(">I", frame, pos + 17)
-            (last_delta,) = struct.unpack_from(">i", frame, pos + 23)
-            if base != offset or crc32c(frame[pos + 21 : pos + 12 + length]) != crc:
-                raise SystemExit(f"batch at {base} (expected {offset}): {'bad CRC' if base == offset else 'a gap'}")
-            offset = base + last_delta + 1
-            pos += 12 + length
+        while len(pending) < 2 and asked < records:
+            _fetch(wire, topic, correlation, asked, per_fetch * batch_bytes)
+            pending.append((correlation, asked))
+            correlation, asked = correlation + 1, asked + per_fetch * PER_BATCH
+        expected_correlation, expected_offset = pending.pop(0)
+        offset, _ = _batches(wire.frame(), expected_correlation, expected_offset)
+        if offset != min(expected_offset + per_fetch * PER_BATCH, records):
+            raise SystemExit(f"fetch at {expected_offset} ended at {offset}: batches of unequal size?")
+
+
+def _fetch_one(wire: Wire, topic: bytes, offset: int, max_bytes: int) -> memoryview:
+    _fetch(wire, topic, 0, offset, max_bytes)
+    return wire.frame()
 
 
 def main() -> int:
