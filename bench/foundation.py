@@ -381,7 +381,7 @@ def run_dd(work_dir: Path, nbytes: int) -> dict:
             "mb_per_s": copied / secs / 1e6}
 
 
-def prewarm_memory(work_dir: Path, gib: float) -> dict:
+def prewarm_memory(work_dir: Path, gib: float, *, quiet: bool = False) -> dict:
     """Write and delete a gib-sized file through the page cache before measuring.
 
     On this kind of VM the first touch of a guest memory page is several times
@@ -389,16 +389,18 @@ def prewarm_memory(work_dir: Path, gib: float) -> dict:
     2.4 s on fresh memory and 0.23 s right after). Without this step whichever of
     broker, kcat or dd happens to touch fresh memory first pays that cost, and the
     ratios are noise. The figures here are for a machine whose memory is warm, as
-    on a long-running server.
+    on a long-running server. ``quiet``: no log lines (a bench that warms before each run).
     """
     if gib <= 0:
         return {"gib": 0}
     target = work_dir / "prewarm.bin"
     cmd = [DD, "if=/dev/zero", f"of={target}", "bs=1M", f"count={int(gib * 1024)}"]
-    log(f"pre-warming {gib:g} GiB of memory through the page cache: {shlex.join(cmd)}")
+    if not quiet:
+        log(f"pre-warming {gib:g} GiB of memory through the page cache: {shlex.join(cmd)}")
     wall, proc, _ = timed_child(cmd, text=True)
     target.unlink(missing_ok=True)
-    log(f"    took {wall:.1f} s")
+    if not quiet:
+        log(f"    took {wall:.1f} s")
     return {"gib": gib, "command": shlex.join(cmd), "seconds": wall,
             "dd_output": proc.stderr.strip().splitlines()[-1] if proc.stderr else ""}
 

@@ -85,11 +85,8 @@ def _summarise(runs: dict, who: str) -> dict:
 
 
 def _warm(work: Path) -> None:
-    """Write and delete WARM_GIB through the page cache, quietly (module docstring)."""
-    target = work / "warm.bin"
-    foundation.subprocess.run([foundation.DD, "if=/dev/zero", f"of={target}", "bs=1M",
-                               f"count={int(WARM_GIB * 1024)}"], capture_output=True, check=True)
-    target.unlink()
+    """Write and delete WARM_GIB through the page cache before a produce run (module docstring)."""
+    foundation.prewarm_memory(work, WARM_GIB, quiet=True)
 
 
 def _cpu_per_gib(run: dict) -> str:
@@ -365,44 +362,42 @@ class _Ends:
     handshaken; the server end is called as the broker calls it."""
 
     def __init__(self, library: str, settings, client: ssl.SSLContext) -> None:  # type: ignore[no-untyped-def]
-        self.c_in, self.c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.cli = client.wrap_bio(self.c_in, self.c_out, server_hostname="localhost")
         if library == "ssl module":
             from service.security.tls import server_context
 
+            self.c_in, self.c_out = ssl.MemoryBIO(), ssl.MemoryBIO()
+            self.cli = client.wrap_bio(self.c_in, self.c_out, server_hostname="localhost")
             self.s_in, self.s_out = ssl.MemoryBIO(), ssl.MemoryBIO()
             self.srv = server_context(settings).wrap_bio(self.s_in, self.s_out, server_side=True)
             self._read = self.srv._sslobj.read  # type: ignore[attr-defined]  # the C method, as before tls_engine
             self.feed, self.decrypt, self.encrypt = self.s_in.write, self._std_decrypt, self._std_encrypt
-            server_step, to_server, from_server = self.srv.do_handshake, self.s_in.write, self.s_out.read
-        else:
-            from OpenSSL import SSL
-
+            self.records = self._std_records
+        else:  # the listeners' library, its records read by the broker's own step (the C loop if built)
             from service.security.tls_engine import ffi, lib, listener_context
+            from service.security.tls_transport import record_step
+            from tests.security_fixtures import client_records, listener_handshake
 
             self.lib, self.ffi = lib, ffi
-            self.conn = SSL.Connection(listener_context(settings), None)
-            self.conn.set_accept_state()
+            self.cli, self.conn = listener_handshake(listener_context(settings), client)
+            self.records = lambda plaintext: client_records(self.cli, plaintext)
+            self.step = record_step(self.conn)
             self.out = bytearray(CHUNK + 65536)
             self.out_ptr = ffi.from_buffer(self.out)
             self.feed, self.decrypt, self.encrypt = self._ossl_feed, self._ossl_decrypt, self._ossl_encrypt
-            server_step, to_server = self.conn.do_handshake, self.conn.bio_write
-
-            def from_server() -> bytes:
-                try:
-                    return self.conn.bio_read(1 << 16)
-                except SSL.WantReadError:
-                    return b""
+            return
         for _ in range(6):
-            for step in (self.cli.do_handshake, server_step):
+            for step in (self.cli.do_handshake, self.srv.do_handshake):
                 try:
                     step()
-                except Exception as exc:  # either library's "wants to read"
-                    if "WantRead" not in type(exc).__name__:
-                        raise
+                except ssl.SSLWantReadError:
+                    pass
             if data := self.c_out.read():
-                to_server(data)
-            self.c_in.write(from_server())
+                self.s_in.write(data)
+            self.c_in.write(self.s_out.read())
+
+    def _std_records(self, plaintext: bytes) -> bytes:
+        self.cli.write(plaintext)
+        return self.c_out.read()
 
     def _std_decrypt(self, buf: memoryview, got: int) -> int:
         try:
@@ -416,12 +411,10 @@ class _Ends:
         self.s_out.read()
 
     def _ossl_feed(self, data: bytes) -> None:
-        self.lib.BIO_write(self.conn._into_ssl, data, len(data))
+        self.fed = data
 
     def _ossl_decrypt(self, buf: memoryview, got: int) -> int:
-        lib, ssl_, ptr = self.lib, self.conn._ssl, self.ffi.from_buffer(buf)
-        while (n := lib.SSL_read(ssl_, ptr + got, len(buf) - got)) > 0:
-            got += n
+        got, _, _ = self.step(self.fed, 0, len(self.fed), 64 << 10, buf, got)
         return got
 
     def _ossl_encrypt(self, chunk: memoryview) -> None:
@@ -453,12 +446,8 @@ def openssl_floor(pki, record_sizes: tuple[int, ...] = (1040, 16384), total: int
             for _ in range(3):
                 ends = _Ends(library, settings, client)
                 payload, per_chunk = b"\x5a" * size, max(1, (256 << 10) // size)  # ciphertext 256 KiB at a time
-                chunks = []
-                for i in range(count):
-                    ends.cli.write(payload)
-                    if i % per_chunk == per_chunk - 1:
-                        chunks.append(ends.c_out.read())
-                chunks.append(ends.c_out.read())
+                chunks = [b"".join(ends.records(payload) for _ in range(min(per_chunk, count - i)))
+                          for i in range(0, count, per_chunk)]
                 buf = memoryview(bytearray(count * size + 1))
                 got = 0
                 t0 = time.perf_counter()

@@ -34,8 +34,8 @@ from service.security.tls13_suites import TLS13_SUITES, set_tls13_suites
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProtocolPlan", "TlsSettings", "client_context", "keystore_error", "keystore_files", "memory_file", "protocol_plan",
-           "rfc2253_subject", "server_context", "tls_settings", "truststore_error"]
+__all__ = ["ProtocolPlan", "TlsSettings", "client_context", "keystore_error", "keystore_files", "memory_file",
+           "protocol_plan", "rfc2253_subject", "server_context", "tls_settings", "truststore_error"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ start whether they hold what the loop calls.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import ssl
@@ -64,9 +65,11 @@ _VERIFY = {"none": SSL.VERIFY_NONE, "requested": SSL.VERIFY_PEER,
            "required": SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT}
 
 
+@functools.cache
 def check_bindings() -> None:
     """``RuntimeError`` naming what is missing when this pyOpenSSL or ``cryptography`` lacks
-    a binding the record loop calls (the versions pyproject.toml allows all have them)."""
+    a binding the record loop calls (the versions pyproject.toml allows all have them);
+    looked at once a process."""
     missing = [name for name in _CALLS if not hasattr(lib, name)]
     missing += [f"pyOpenSSL Context.{name}" for name in ("set_tls13_ciphersuites",) if not hasattr(SSL.Context, name)]
     probe = SSL.Connection(SSL.Context(SSL.TLS_SERVER_METHOD), None)
@@ -76,23 +79,16 @@ def check_bindings() -> None:
                            f"{SSL.__name__} / cryptography does not have: install the versions pyproject.toml names")
 
 
+@functools.cache
 def c_record_loop() -> Callable[..., tuple[int, int, int]] | None:
     """``read_records`` of ``service.security._tlsread`` bound to this OpenSSL's functions,
     or None when the extension is not built (the record loop then runs in Python)."""
-    global _c_loop
-    if _c_loop is False:
-        try:  # setup.py builds it; optional
-            from service.security._tlsread import bind, read_records
-        except ImportError:  # without a compiler: the same loop in Python
-            _c_loop = None
-        else:
-            bind(*(int(ffi.cast("uintptr_t", getattr(lib, name)))
-                   for name in ("SSL_read", "SSL_get_error", "BIO_write", "ERR_clear_error")))
-            _c_loop = read_records
-    return _c_loop  # type: ignore[no-any-return]
-
-
-_c_loop: Any = False  # not looked for yet
+    try:  # setup.py builds it; optional
+        from service.security._tlsread import bind, read_records
+    except ImportError:  # without a compiler: the same loop in Python
+        return None
+    bind(*(address(getattr(lib, name)) for name in ("SSL_read", "SSL_get_error", "BIO_write", "ERR_clear_error")))
+    return read_records  # type: ignore[no-any-return]
 
 
 def address(cdata: Any) -> int:

@@ -22,9 +22,10 @@ warning naming the reason, and are read again when they change next. Inline PEM
 
 The Kafka listeners take :attr:`ReloadingTls.listener_context` (their TLS library's,
 :mod:`service.security.tls_engine`) and the inter-broker client :attr:`ReloadingTls.context`
-for each new connection; both are built from the same files and replaced together. aiohttp holds one :class:`ssl.SSLContext` for good, so the HTTP
-listener is given :attr:`ReloadingTls.front`, whose server-name callback (OpenSSL calls it
-for every ClientHello, with or without SNI) moves each handshake onto the current context.
+for each new connection; both are built from the same files and replaced together.
+aiohttp holds one :class:`ssl.SSLContext` for good, so the HTTP listener is given
+:attr:`ReloadingTls.front`, whose server-name callback (OpenSSL calls it for every
+ClientHello, with or without SNI) moves each handshake onto the current context.
 
 ``/metrics`` shows each context's certificate expiry, its truststore's earliest expiry
 and its reloads (:mod:`service.http.metrics`). Not thread-safe: checked on the event loop.
@@ -168,7 +169,7 @@ class ReloadingTls:
         each handshake onto :attr:`context` (for a server that holds one context, aiohttp)."""
         if self._front is None:
             assert self.server, "a client context has no front"
-            self._front = server_context(self.settings)  # its own: connections on :attr:`context` get no callback
+            self._front = server_context(self.settings)  # its own: :attr:`context`'s connections get no callback
             self._front.sni_callback = self._switch
         return self._front
 

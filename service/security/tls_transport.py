@@ -37,6 +37,7 @@ key updates).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import socket
 import threading
@@ -56,7 +57,7 @@ from service.security.tls_engine import (
 )
 from service.transport import Parts
 
-__all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport"]
+__all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport", "record_step"]
 
 #: plaintext encrypted and sent per event-loop step
 CHUNK_BYTES = 256 * 1024
@@ -91,6 +92,42 @@ def _errors() -> str:
     return "; ".join(reasons) or "the connection failed"
 
 
+def _read_records_in_python(ssl_: Any, rbio: Any, source: bytearray, start: int, end: int, slice_: int,
+                            target: memoryview, got: int) -> tuple[int, int, int]:
+    """``service.security._tlsread.read_records`` in Python (its docstring), for a broker
+    built without a C compiler: a cffi call per record. The C views of the buffers live only
+    for this call, which has no ``await`` (one left on a memoryview after an error crashed
+    the process once the collector freed the two)."""
+    size = len(target)
+    with ffi.from_buffer(target) as out, ffi.from_buffer(source) as src:
+        while True:
+            lib.ERR_clear_error()  # the thread's queue: only this read's errors may be in it
+            n = 0
+            while got < size:
+                n = lib.SSL_read(ssl_, out + got, size - got)
+                if n <= 0:
+                    break
+                got += n
+            if got == size:
+                return got, start, 0
+            error = lib.SSL_get_error(ssl_, n)
+            if error != _WANT_READ or start == end:
+                return got, start, error
+            give = min(end - start, slice_)
+            if lib.BIO_write(rbio, src + start, give) != give:
+                return got, start, -1
+            start += give
+
+
+def record_step(conn: SSL.Connection) -> Callable[..., tuple[int, int, int]]:
+    """``step(source, start, end, slice, target, got) -> (got, start, error)`` for a
+    memory-BIO connection: ``_tlsread.read_records`` bound to it, or its Python twin."""
+    c_read = c_record_loop()  # the record loop in C (service/security/_tlsread.c), if built
+    if c_read is not None:
+        return functools.partial(c_read, address(conn._ssl), address(conn._into_ssl))
+    return functools.partial(_read_records_in_python, conn._ssl, conn._into_ssl)
+
+
 class TlsTransport:
     """See the module docstring."""
 
@@ -114,7 +151,6 @@ class TlsTransport:
         # ciphertext from the socket, handed over a slice at a time (made at the first read
         # after the handshake: a connection that never gets there costs no buffers)
         self._recv_buffer = bytearray()
-        self._recv_ptr: Any = None
         self._held_from = self._held_to = 0  # what of it OpenSSL has not been given yet
         #: the most the receive and ciphertext buffers held at once (what a busy moment cost)
         self.peak_buffer_bytes = 0
@@ -124,8 +160,7 @@ class TlsTransport:
         self._cipher = bytearray()  # ciphertext on its way to the socket (sent under the lock)
         self._cipher_ptr: Any = None
         self._failure: str | None = None  # a bad record after good ones: raised at the next read
-        self._c_read = c_record_loop()  # the record loop in C (service/security/_tlsread.c), if built
-        self._c_args = (address(self._ssl), address(self._in))
+        self._step = record_step(self._conn)
 
     async def handshake(self) -> None:
         try:
@@ -184,25 +219,18 @@ class TlsTransport:
             return 0
         if self._failure is not None:
             raise ConnectionError(f"TLS: {self._failure}")
-        if self._c_read is not None:
-            got = await self._read_records_in_c(self._c_read, view, size)
-        else:
-            # the C view of ``view`` is let go however this ends: one left on it when an error
-            # or a cancellation unwinds keeps the memoryview from being released, and the
-            # collector that frees the two later reads freed memory (the process crashes)
-            with ffi.from_buffer(view) as ptr:
-                got = await self._read_records(ptr, size)
+        got = await self._read_records(view, size)
         if self._pending_out():
             await self._flush()
         return got
 
-    async def _read_records_in_c(self, read: Callable[..., tuple[int, int, int]], view: memoryview,
-                                 size: int) -> int:
-        """:meth:`_read_records` with the loop over slices and records in C."""
+    async def _read_records(self, view: memoryview, size: int) -> int:
+        """Records into ``view`` by :attr:`_step` (the C loop or its Python twin), reading the
+        socket when the ciphertext at hand is used up."""
         got = 0
         while True:
-            got, self._held_from, error = read(*self._c_args, self._recv_buffer, self._held_from,
-                                               self._held_to, _SLICE, view, got)
+            got, self._held_from, error = self._step(self._recv_buffer, self._held_from, self._held_to,
+                                                     _SLICE, view, got)
             if got == size:
                 return got
             if error == _WANT_READ:  # the ciphertext at hand is used up
@@ -218,46 +246,6 @@ class TlsTransport:
                 return got
             raise ConnectionError(f"TLS: {_errors()}")
 
-    async def _read_records(self, ptr: Any, size: int) -> int:
-        got = 0
-        read, ssl_ = lib.SSL_read, self._ssl
-        while True:
-            lib.ERR_clear_error()  # the thread's queue: other connections ran while this one waited
-            n = 0
-            while got < size:  # clients like librdkafka send a record per piece: this runs per KiB
-                n = read(ssl_, ptr + got, size - got)
-                if n <= 0:
-                    break
-                got += n
-            if got == size:
-                return got
-            error = lib.SSL_get_error(ssl_, n)
-            if error == _WANT_READ:  # as the C loop: what the socket gave is used up before returning
-                if got and self._held_from == self._held_to:
-                    return got
-                if not await self._fill():
-                    return got
-                continue
-            if error == _ZERO_RETURN:
-                return got
-            reason = _errors()
-            if got:  # what was decrypted before the bad record is handed over; the failure next
-                self._failure = reason
-                return got
-            raise ConnectionError(f"TLS: {reason}")
-
-    async def _fill(self) -> bool:
-        """More ciphertext into OpenSSL: the next slice of what the socket gave, else a read
-        from the socket; False at end of stream."""
-        if self._held_from == self._held_to and not await self._receive():
-            return False
-        start = self._held_from
-        size = min(_SLICE, self._held_to - start)
-        if lib.BIO_write(self._in, self._recv_ptr + start, size) != size:
-            raise ConnectionError(f"TLS: {_errors()}")
-        self._held_from = start + size
-        return True
-
     async def _receive(self) -> bool:
         """A read from the socket into the receive buffer, all of which OpenSSL has had;
         False at end of stream.
@@ -270,9 +258,8 @@ class TlsTransport:
         if self._quiet and not self._send_lock.locked() and len(self._cipher) > _RECORD + 1024:
             self._cipher, self._cipher_ptr = bytearray(), None  # made again by the next response
         want = _RECV_MOST if self._grow_recv else _RECV_FIRST if self._quiet else len(self._recv_buffer)
-        if self._recv_ptr is None or want != len(self._recv_buffer):
-            self._recv_buffer = bytearray(want or _RECV_FIRST)
-            self._recv_ptr = ffi.from_buffer(self._recv_buffer)
+        if want != len(self._recv_buffer):
+            self._recv_buffer = bytearray(want)
             self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
         got = await self._loop.sock_recv_into(self._sock, self._recv_buffer)
         if not got:
