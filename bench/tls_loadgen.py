@@ -136,19 +136,24 @@ class Wire:
         """The next response, after its size (valid until the next call)."""
         if self._start == self._end:
             self._start = self._end = 0
-        if len(self._buf) - self._start < (8 << 20):  # room for the next reads: move what is left down
-            left = self._end - self._start
-            self._buf[:left] = self._buf[self._start : self._end]
-            self._start, self._end = 0, left
+        if len(self._buf) - self._start < 64:  # room for at least the next size
+            self._move_down()
         while self._end - self._start < 4:
             self._end += self._read()
         size = 4 + struct.unpack_from(">i", self._buf, self._start)[0]
-        if self._start + size > len(self._buf):
+        if size > len(self._buf):
             raise SystemExit(f"a response of {size} bytes is larger than this client's buffer")
+        if self._start + size > len(self._buf):  # room for the whole response: what is left moves down
+            self._move_down()
         while self._end - self._start < size:
             self._end += self._read()
         start, self._start = self._start, self._start + size
         return self._view[start + 4 : start + size]
+
+    def _move_down(self) -> None:
+        left = self._end - self._start
+        self._buf[:left] = self._buf[self._start : self._end]
+        self._start, self._end = 0, left
 
     def _read(self) -> int:
         got = self._recv_raw(self._view[self._end :])
