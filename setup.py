@@ -3,9 +3,9 @@
 ``spark._decode`` decodes record batches column-wise for the Spark source. It is
 optional: without a C compiler the source falls back to aiokafka's reader.
 
-``local_tier._recordscan`` walks the records of every produced batch to check
+``common.record._recordscan`` walks the records of every produced batch to check
 their framing before they are appended (a few ns per record). Optional too:
-without it ``local_tier.records`` walks them in Python, about a hundred times
+without it ``common.record.batch`` walks them in Python, about a hundred times
 slower, and the broker logs a warning at start.
 
 ``service.security._tlsread`` is the record loop of a TLS produce: ciphertext into
@@ -19,7 +19,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension("spark._decode", ["spark/_decode.c"], optional=True),
-        Extension("local_tier._recordscan", ["local_tier/_recordscan.c"], optional=True),
+        Extension("common.record._recordscan", ["common/record/_recordscan.c"], optional=True),
         Extension("service.security._tlsread", ["service/security/_tlsread.c"], optional=True),
     ]
 )

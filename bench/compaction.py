@@ -51,10 +51,10 @@ _REPLAYED = re.compile(r"from (\d+) __consumer_offsets record")
 
 
 def throughput(args: argparse.Namespace) -> dict:
+    from common.record.batch import build_batch, decode_batch, iter_batches
     from local_tier.cleaning.manager import CleanerConfig, LogCleaner
     from local_tier.config import LogConfig
     from local_tier.log import Log
-    from local_tier.records import build_batch, decode_batch, iter_batches
 
     work = Path(tempfile.mkdtemp(prefix="strata-bench-compaction-"))
     config = LogConfig(segment_bytes=16 * 1024 * 1024, cleanup_policy="compact",  # type: ignore[call-arg]

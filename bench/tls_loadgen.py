@@ -8,7 +8,7 @@ TLS record and a system call per piece of its buffer), and on a machine where cl
 broker share the cores that cost is in every end-to-end figure. This client spends as
 little as a client can, so the broker is what runs out of CPU:
 
-* ``produce``: one record batch of 1,000 records of 1 KiB (``local_tier.records``),
+* ``produce``: one record batch of 1,000 records of 1 KiB (``common.record.batch``),
   built once and sent in a Produce v3 request (acks=1) again and again, 8 in flight;
   every response is checked: no error, and base offsets 1,000 apart from 0.
 * ``consume``: Fetch v4 from offset 0 up to ``RECORDS``, two requests in flight (each for a
@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from crc32c import crc32c
 
-from local_tier.records import build_batch
+from common.record.batch import build_batch
 
 PER_BATCH = 1000
 IN_FLIGHT = 8

@@ -6,13 +6,12 @@ compare-and-set, see ``docs/adr/0001-metadata-in-the-object-store.md`` and
 active-controller role of a broker in a cluster (a lease in the bucket decides
 which broker, ``docs/adr/0009-controller-lease.md``); :class:`MetadataView` is
 what every broker reads; :class:`Controller` is the single-node writer without
-a lease. :mod:`controller.configs` holds the config vocabulary.
+a lease. :mod:`common.config` holds the config vocabulary.
 """
 
 from __future__ import annotations
 
-from controller.cluster_controller import ClusterController, Reassignment
-from controller.configs import (
+from common.config import (
     BROKER_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
@@ -20,6 +19,7 @@ from controller.configs import (
     InvalidConfigValue,
     validate_topic_config,
 )
+from controller.cluster_controller import ClusterController, Reassignment
 from controller.errors import (
     BrokerIdNotRegisteredError,
     ControllerFencedError,

@@ -1,5 +1,10 @@
 """The active-controller role of a broker in a cluster: :class:`ClusterController`.
 
+Over 500 lines because taking the lease, the first write at a new epoch, the loop that
+renews it and fences brokers, and the controller APIs it serves all decide on the same
+"still active at this epoch" state; the decisions themselves are apart (membership,
+placement, partition changes, topic changes, the commit rule).
+
 Every broker runs one. It competes for the controller lease
 (:mod:`controller.lease`); the one that holds it is the *active controller*:
 
@@ -40,7 +45,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
+from common.errors import KafkaError
 from controller.document import ClusterMetadata
 from controller.errors import (
     BrokerIdNotRegisteredError,
@@ -76,7 +82,6 @@ from controller.replication_control import (
 )
 from controller.topic_changes import Placement, require
 from controller.writer import MetadataWriter
-from local_tier.errors import KafkaError
 from remote_tier.store import ObjectStore
 
 __all__ = ["ClusterController", "Reassignment"]

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from controller.document import ClusterMetadata
 from controller.metadata_store import MetadataStore
 from controller.placement import PlacementBroker

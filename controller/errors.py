@@ -1,14 +1,14 @@
-"""Controller errors that ``local_tier.errors`` does not (yet) define.
+"""Controller errors that ``common.errors`` does not (yet) define.
 
 All are ``KafkaError`` subclasses with their Kafka code, so request handlers
 treat them like every other Kafka error::
 
-    KafkaError (local_tier.errors)
+    KafkaError (common.errors)
     ├── NotControllerError                NOT_CONTROLLER (41, retriable)
     │   └── ControllerFencedError         NOT_CONTROLLER: a higher controller epoch wrote
     ├── TopicDeletionDisabledError        TOPIC_DELETION_DISABLED (73)
     ├── InvalidReplicaAssignmentError     INVALID_REPLICA_ASSIGNMENT (39)
-    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH (74; re-exported from local_tier.errors)
+    ├── FencedLeaderEpochError            FENCED_LEADER_EPOCH (74; re-exported from common.errors)
     ├── StaleBrokerEpochError             STALE_BROKER_EPOCH (77)
     ├── PreferredLeaderNotAvailableError  PREFERRED_LEADER_NOT_AVAILABLE (80, retriable)
     ├── EligibleLeadersNotAvailableError  ELIGIBLE_LEADERS_NOT_AVAILABLE (83, retriable)
@@ -26,12 +26,12 @@ retry against the new controller either way); it exists so the controller can
 tell "another controller took over, step down" from "the compare-and-set kept
 losing, try again".
 
-Note: ``local_tier.errors.for_code`` does not know these codes.
+Note: ``common.errors.for_code`` does not know these codes.
 """
 
 from __future__ import annotations
 
-from local_tier.errors import ErrorCode, FencedLeaderEpochError, KafkaError
+from common.errors import ErrorCode, FencedLeaderEpochError, KafkaError
 
 __all__ = [
     "BrokerIdNotRegisteredError",

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from remote_tier.store import (
     ObjectNotFound,
     ObjectStore,

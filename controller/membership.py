@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+from common.errors import InvalidRequestError
 from controller.document import ClusterMetadata
 from controller.errors import DuplicateBrokerRegistrationError, InconsistentClusterIdError
 from controller.registrations import BrokerRegistration, Endpoint
@@ -43,7 +44,6 @@ from controller.replication_control import (
     start_controlled_shutdown,
     unfence_broker,
 )
-from local_tier.errors import InvalidRequestError
 
 __all__ = [
     "BrokerControlState",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from controller.document import ClusterMetadata
 from controller.records import ConfigEntry, TopicInfo
 from controller.registrations import PartitionRegistration

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from local_tier.errors import KafkaStorageError
+from common.errors import KafkaStorageError
 from remote_tier.store import (
     ObjectNotFound,
     ObjectStore,

@@ -32,8 +32,8 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from common.errors import InvalidReplicationFactorError
 from controller.errors import InvalidReplicaAssignmentError
-from local_tier.errors import InvalidReplicationFactorError
 
 __all__ = ["PlacementBroker", "ReplicaPlacer", "rack_alternated", "validate_manual_assignment"]
 

@@ -1,4 +1,5 @@
-"""The records of cluster metadata: brokers, topics and described config entries.
+"""The records of cluster metadata: brokers and topics (described config entries re-exported
+from :mod:`common.config.entries`).
 
 All are frozen (immutable, hashable where their fields are) and therefore safe to
 share between threads; a change produces a new record.
@@ -9,11 +10,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from types import MappingProxyType
-from typing import NamedTuple
 
-from controller.configdef import ConfigType
+from common.config.configdef import ConfigType
+from common.config.entries import ConfigEntry, ConfigSource, ConfigSynonym
 
 __all__ = [
     "BrokerInfo",
@@ -57,44 +57,3 @@ class TopicInfo:
 
     def __hash__(self) -> int:
         return hash((self.name, self.topic_id, self.partitions, self.created_ms))
-
-
-class ConfigSource(IntEnum):
-    """Kafka's DescribeConfigs ``config_source`` ids (``TOPIC_CONFIG`` is an alias of 1)."""
-
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
-
-
-class ConfigSynonym(NamedTuple):
-    """One place a config's value may come from, in precedence order."""
-
-    name: str
-    value: str | None
-    source: ConfigSource
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    """One row of a DescribeConfigs answer.
-
-    ``value`` is None for a sensitive config or a config without a value.
-    ``synonyms`` lists where the value could come from, highest precedence first;
-    ``source`` is that of the first one.
-    """
-
-    name: str
-    value: str | None
-    source: ConfigSource
-    read_only: bool
-    is_default: bool
-    sensitive: bool
-    config_type: ConfigType
-    documentation: str
-    synonyms: tuple[ConfigSynonym, ...] = ()

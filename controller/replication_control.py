@@ -19,6 +19,12 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from common.errors import (
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 from controller.document import ClusterMetadata
 from controller.errors import (
     ElectionNotNeededError,
@@ -43,12 +49,6 @@ from controller.partition_change import (
 from controller.placement import validate_manual_assignment
 from controller.records import TopicInfo
 from controller.registrations import NO_LEADER, LeaderRecoveryState, PartitionRegistration
-from local_tier.errors import (
-    InvalidRequestError,
-    KafkaError,
-    UnknownTopicIdError,
-    UnknownTopicOrPartitionError,
-)
 
 __all__ = [
     "AlterPartitionResult",

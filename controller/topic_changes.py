@@ -22,19 +22,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
-from controller.broker_config import BrokerConfig
-from controller.config_keys import (
+from common.config.broker import BrokerConfig
+from common.config.keys import (
     TOPIC_CONFIGS,
     check_topic_config_combination,
     validate_topic_config,
 )
-from controller.document import ClusterMetadata
-from controller.errors import InvalidReplicaAssignmentError
-from controller.placement import PlacementBroker, ReplicaPlacer, validate_manual_assignment
-from controller.records import TopicInfo
-from controller.registrations import PartitionRegistration
-from controller.replication_control import new_partition
-from local_tier.errors import (
+from common.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -43,6 +37,12 @@ from local_tier.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from controller.document import ClusterMetadata
+from controller.errors import InvalidReplicaAssignmentError
+from controller.placement import PlacementBroker, ReplicaPlacer, validate_manual_assignment
+from controller.records import TopicInfo
+from controller.registrations import PartitionRegistration
+from controller.replication_control import new_partition
 
 __all__ = [
     "AlterConfigOp", "Placement", "TopicChanges", "check_topic_name", "default_replication_factor",

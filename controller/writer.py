@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
+from common.errors import KafkaError
 from controller.commit import MetadataCommitter, Snapshot, StaleSnapshot
 from controller.document import ClusterMetadata
 from controller.errors import ControllerFencedError, NotControllerError, TopicDeletionDisabledError
@@ -39,7 +40,6 @@ from controller.registrations import (
 )
 from controller.replication_control import check_broker_epoch
 from controller.topic_changes import Placement, TopicChanges, new_cluster_id
-from local_tier.errors import KafkaError
 
 __all__ = ["MetadataWriter", "allocate_producer_ids"]
 

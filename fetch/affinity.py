@@ -19,26 +19,10 @@ import logging
 import os
 import threading
 
-__all__ = ["parse_cpu_list", "pin_current_thread"]
+__all__ = ["pin_current_thread"]
 
 log = logging.getLogger("strata.affinity")
 _warned = threading.Event()
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """CPUs of a Linux-style list ("1", "2-3", "0,2-5"); empty for ""; ValueError if malformed."""
-    cpus: set[int] = set()
-    for item in text.replace(" ", "").split(","):
-        if not item:
-            continue
-        low, sep, high = item.partition("-")
-        if not low.isdigit() or (sep and not high.isdigit()):
-            raise ValueError(f"not a CPU list: {text!r} (expected e.g. 1 or 2-3 or 0,2-5)")
-        first, last = int(low), int(high) if sep else int(low)
-        if last < first:
-            raise ValueError(f"not a CPU list: {text!r} ({item} runs backwards)")
-        cpus.update(range(first, last + 1))
-    return frozenset(cpus)
 
 
 def pin_current_thread(cpus: frozenset[int]) -> bool:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from local_tier.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class LogSource(Protocol):
 
 
 class RemotePlanner(Protocol):
-    """The tiered part of a partition (see ``service.tiering``)."""
+    """The tiered part of a partition (see ``remote_tier.log_manager``)."""
 
     def log_start_offset(self, topic: str, partition: int, local: Log, *, exact: bool = True) -> int:
         """The whole log's start offset (the bucket's, when it holds older data).

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from common.errors import ErrorCode
 from fetch.planner import PartitionData, PartitionFetch
-from local_tier.errors import ErrorCode
 
 __all__ = [
     "EVICTION_MS",

@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from local_tier.config import LogConfig
-from local_tier.epoch import LeaderEpochCache
-from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
-from local_tier.log import FetchDataInfo, Log, LogAppendInfo
-from local_tier.manager import LogManager
-from local_tier.records import (
+from common.record.batch import (
     BatchHeader,
     Compression,
     Record,
@@ -17,6 +12,11 @@ from local_tier.records import (
     decode_batch,
     validate_batches,
 )
+from local_tier.config import LogConfig
+from local_tier.epoch import LeaderEpochCache
+from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
+from local_tier.log import FetchDataInfo, Log, LogAppendInfo
+from local_tier.manager import LogManager
 from local_tier.segment import FileRegion, LogSegment
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 ``LogConfig`` is what a partition's log needs to know; it is built from the
 effective topic configs (topic overrides on top of broker defaults), whose names,
-types, defaults and validation live in :mod:`controller.configs`. Values reaching
+types, defaults and validation live in :mod:`common.config`. Values reaching
 :meth:`LogConfig.from_properties` have already been validated there.
 """
 

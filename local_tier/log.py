@@ -19,24 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from local_tier.checkpoint import fsync_dir
-from local_tier.cleaning.cleaner import LastRecord
-from local_tier.cleaning.keys import require_keys
-from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
-from local_tier.cleaning.view import CleanableSegment, LogCleaningView
-from local_tier.config import LogConfig
-from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from local_tier.errors import (
+from common.errors import (
     InvalidRequestError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
-from local_tier.index import CorruptIndexError
-from local_tier.log_producers import analyze_append, apply_append, replay_segments
-from local_tier.producer_snapshot import write_snapshot
-from local_tier.producer_state import AppendOrigin, ProducerStateManager
-from local_tier.records import (
+from common.record.batch import (
     ValidatedRecords,
     check_replicated_batches,
     decode_batch,
@@ -44,6 +33,19 @@ from local_tier.records import (
     stamp_batch,
     validate_batches,
 )
+from local_tier.checkpoint import fsync_dir
+from local_tier.cleaning.cleaner import LastRecord
+from local_tier.cleaning.keys import require_keys
+from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
+from local_tier.cleaning.view import CleanableSegment, LogCleaningView
+from local_tier.config import LogConfig
+from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from local_tier.index import CorruptIndexError
+from local_tier.log_producers import analyze_append, apply_append, replay_segments
+from local_tier.ownership import Owned, owner_only
+from local_tier.producer_snapshot import write_snapshot
+from local_tier.producer_state import AppendOrigin, ProducerStateManager
+from local_tier.read_view import LogReadView
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
 from local_tier.txn_index import AbortedTxn, TxnSearch
 
@@ -97,7 +99,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class Log:
+class Log(Owned):
     """One partition's log in ``<log_dir>/<topic>-<partition>/``.
 
     Invariants: segments are sorted by base offset and contiguous (each one's
@@ -127,6 +129,7 @@ class Log:
         scheduler: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
+        self._init_owner()
         self.dir = dir
         self._topic = topic
         self._partition = partition
@@ -280,9 +283,11 @@ class Log:
         return self._partition
 
     @property
+    @owner_only
     def config(self) -> LogConfig:
         return self._config
 
+    @owner_only
     def update_config(self, config: LogConfig) -> None:
         """Apply new topic configs (index sizes apply to segments created from now on)."""
         self._config = config
@@ -290,40 +295,49 @@ class Log:
             segment.config = config
 
     @property
+    @owner_only
     def log_start_offset(self) -> int:
         return self._log_start_offset
 
     @property
+    @owner_only
     def log_end_offset(self) -> int:
         return self._segments[-1].next_offset
 
     @property
+    @owner_only
     def high_watermark(self) -> int:
         return self._high_watermark
 
     @property
+    @owner_only
     def recovery_point(self) -> int:
         with self._lock:
             return self._recovery_point
 
     @property
+    @owner_only
     def size_in_bytes(self) -> int:
         return sum(segment.size for segment in self._segments)
 
     @property
+    @owner_only
     def segments(self) -> list[LogSegment]:
         """The live segments, oldest first (a copy)."""
         return list(self._segments)
 
     @property
+    @owner_only
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
     @property
+    @owner_only
     def producer_state(self) -> ProducerStateManager:
         return self._producer_state
 
     @property
+    @owner_only
     def last_stable_offset(self) -> int:
         """Offsets below it hold no record of an open transaction (read_committed reads up to it)."""
         first_unstable = self._producer_state.first_unstable_offset
@@ -332,15 +346,18 @@ class Log:
         return min(first_unstable, self._high_watermark)
 
     @property
+    @owner_only
     def leader_epoch_cache(self) -> LeaderEpochCache:
         return self._leader_epoch_cache
 
     @property
+    @owner_only
     def last_flush_ms(self) -> int:
         return self._last_flush_ms
 
     # ------------------------------------------------------------------ append
 
+    @owner_only
     def append_as_leader(
         self,
         records: bytes | bytearray | memoryview,
@@ -471,6 +488,7 @@ class Log:
             return self.roll(now_ms)
         return segment
 
+    @owner_only
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset; fsync the old ones in the background.
 
@@ -510,15 +528,18 @@ class Log:
 
         self._submit(job)
 
+    @owner_only
     def take_producer_snapshot(self) -> None:
         """Write the producer snapshot at the log end now (clean shutdown)."""
         self._producer_state.map_end_offset = self.log_end_offset
         self._producer_state.take_snapshot()
 
+    @owner_only
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
         """``producer.id.expiration.ms``: forget idle producers without an open transaction."""
         return self._producer_state.remove_expired(now_ms, expiration_ms)
 
+    @owner_only
     def collect_aborted_txns(self, search: TxnSearch, *, min_base: int = 0) -> None:
         """Add the aborted transactions of the local segments to ``search``: from the segment
         holding its fetch offset on, skipping segments based below ``min_base`` (those a
@@ -530,6 +551,7 @@ class Log:
             if segment.base_offset >= min_base:
                 search.add(segment.txn_index.entries)
 
+    @owner_only
     def aborted_txns(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound)`` (read_committed fetches)."""
         search = TxnSearch(fetch_offset, upper_bound, [])
@@ -545,11 +567,13 @@ class Log:
 
     # ------------------------------------------------------------------ flush
 
+    @owner_only
     def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default: the log end), inline."""
         self._flush_up_to(self.log_end_offset if offset is None else offset, background=False)
         self._last_flush_ms = _now_ms() if now_ms is None else now_ms
 
+    @owner_only
     def schedule_flush(self, now_ms: int | None = None) -> None:
         """Like :meth:`flush` to the log end, but on the scheduler thread when there is one."""
         self._flush_up_to(self.log_end_offset, background=True)
@@ -582,6 +606,7 @@ class Log:
         else:
             job()
 
+    @owner_only
     def wait_for_flushes(self) -> None:
         """Block until background flushes submitted so far are done."""
         for future in self._pending_flushes:
@@ -590,6 +615,7 @@ class Log:
 
     # ------------------------------------------------------------------ read
 
+    @owner_only
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
         self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
@@ -601,6 +627,7 @@ class Log:
             f"[{self._log_start_offset}, {self.log_end_offset}]"
         )
 
+    @owner_only
     def read(
         self,
         start_offset: int,
@@ -628,6 +655,15 @@ class Log:
                 )
         return empty
 
+    @owner_only
+    def read_view(self) -> LogReadView:
+        """The segments and offsets as of now, to read on another thread (see
+        :mod:`local_tier.ownership`)."""
+        return LogReadView(
+            self.name, self._log_start_offset, self.log_end_offset, tuple(self._segments), tuple(self._bases)
+        )
+
+    @owner_only
     def fetch_offset_by_timestamp(
         self, timestamp: int, *, max_offset: int | None = None
     ) -> tuple[int, int] | None:
@@ -663,6 +699,7 @@ class Log:
 
     # ------------------------------------------------------------------ follower side
 
+    @owner_only
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
         """Append batches fetched from the leader as they are: offsets and leader epochs
         were assigned by the leader (Kafka's ``appendAsFollower``).
@@ -727,6 +764,7 @@ class Log:
             size=whole,
         )
 
+    @owner_only
     def truncate_to(self, offset: int) -> bool:
         """Remove every record at or above ``offset`` (a follower whose log diverged from
         its leader's, KIP-101); True if anything was removed. Never below the log start."""
@@ -751,6 +789,7 @@ class Log:
         _log.info("%s: truncated to offset %d", self.name, leo)
         return True
 
+    @owner_only
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (a new replica that takes the
         older part of the log from the bucket, KIP-405)."""
@@ -769,6 +808,7 @@ class Log:
         self._producer_state.delete_snapshots_below(2**63 - 1)
         _log.info("%s: starts empty at offset %d", self.name, offset)
 
+    @owner_only
     def start_from_remote(
         self, offset: int, epochs: list[tuple[int, int]], producer_snapshot: bytes | None
     ) -> None:
@@ -787,6 +827,7 @@ class Log:
 
     # ------------------------------------------------------------------ retention
 
+    @owner_only
     def delete_retention_segments(self, now_ms: int, *, remote_boundary: int | None = None) -> int:
         """Apply retention.ms, retention.bytes and the log start offset; returns segments deleted.
 
@@ -824,6 +865,7 @@ class Log:
             self._delete_stale_snapshots()
         return deleted
 
+    @owner_only
     def local_retention_waits_for_remote(self, now_ms: int, remote_boundary: int | None) -> bool:
         """Whether local retention would delete the oldest segment of this tiered log but
         the bucket does not hold it yet, as far as ``remote_boundary`` says (a follower's
@@ -897,6 +939,7 @@ class Log:
             self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
             self._pending_flushes.append(self._scheduler.submit(job))
 
+    @owner_only
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset (DeleteRecords, tiering); never beyond the high watermark."""
         if offset > self._high_watermark:
@@ -916,6 +959,7 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    @owner_only
     def cleaning_view(self) -> LogCleaningView:
         """What the cleaner needs, as of now (call on the owner thread; see ADR 0019)."""
         sealed = self._segments[:-1]
@@ -966,6 +1010,7 @@ class Log:
             return None
         return first
 
+    @owner_only
     def begin_swap(self, cleaned: LogSegment, replaced: list[LogSegment]) -> bool:
         """First half of swapping ``cleaned`` (its files ``*.cleaned``, fsynced) in for
         ``replaced``: rename its files ``*.swap`` (from then on a restart completes the swap).
@@ -981,6 +1026,7 @@ class Log:
         fsync_dir(self.dir)
         return True
 
+    @owner_only
     def finish_swap(self, cleaned: LogSegment, replaced: list[LogSegment], now_ms: int | None = None) -> bool:
         """Second half (after :meth:`begin_swap`): the replaced segments are renamed
         ``*.deleted`` and stay open ``file.delete.delay.ms`` for reads in flight, the cleaned
@@ -1007,6 +1053,7 @@ class Log:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @owner_only
     def close(self) -> None:
         """Wait for background flushes and close every file (idempotent)."""
         if self._closed:
@@ -1019,15 +1066,19 @@ class Log:
             segment.remove_files()
         self._pending_deletes.clear()
 
+    @owner_only
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         self.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _owner_label(self) -> str:
+        return f"Log({self.name})"
+
     def __repr__(self) -> str:
         return (
             f"Log({self.name}, log_start_offset={self._log_start_offset}, "
-            f"high_watermark={self._high_watermark}, log_end_offset={self.log_end_offset})"
+            f"high_watermark={self._high_watermark}, log_end_offset={self._segments[-1].next_offset})"
         )
 
 

@@ -12,17 +12,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from local_tier.control import read_marker
-from local_tier.errors import CorruptRecordError, InvalidRecordError
+from common.errors import CorruptRecordError, InvalidRecordError
+from common.record.batch import BatchHeader, ValidatedRecords
+from common.record.control import read_marker
+from local_tier.producer_entry import increment_sequence
 from local_tier.producer_state import (
     AppendOrigin,
     BatchMetadata,
     CompletedTxn,
     ProducerAppendInfo,
     ProducerStateManager,
-    increment_sequence,
 )
-from local_tier.records import BatchHeader, ValidatedRecords
 from local_tier.segment import LogSegment
 from local_tier.txn_index import AbortedTxn
 

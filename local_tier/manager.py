@@ -21,6 +21,7 @@ from local_tier.cleaning.local import Owner
 from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
 from local_tier.config import LogConfig
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
+from local_tier.ownership import Owned, owner_only
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
 
@@ -37,7 +38,7 @@ def parse_log_dir_name(name: str) -> tuple[str, int] | None:
     return topic, int(partition)
 
 
-class LogManager:
+class LogManager(Owned):
     """Owns the :class:`Log` of every partition in ``log_dir``.
 
     Files it holds: the partition directories, ``recovery-point-offset-checkpoint``,
@@ -56,6 +57,7 @@ class LogManager:
     """
 
     def __init__(self, log_dir: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
+        self._init_owner()
         self.log_dir = log_dir
         self.producer_id_expiration_ms = producer_id_expiration_ms
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -64,6 +66,7 @@ class LogManager:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
         self.cleaner: LogCleaner | None = None
 
+    @owner_only
     def start_cleaner(
         self, owner: Owner, config: CleanerConfig, eligible: Callable[[Log], bool] = lambda log: True,
         throttler: Throttler | None = None,
@@ -80,6 +83,7 @@ class LogManager:
             self.cleaner.start()
         return self.cleaner
 
+    @owner_only
     def load(self, config_for: Callable[[str], LogConfig]) -> None:
         """Open every partition dir; recover from the checkpointed recovery points after a crash."""
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
@@ -123,9 +127,11 @@ class LogManager:
             marker.unlink()
             fsync_dir(self.log_dir)
 
+    @owner_only
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
+    @owner_only
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
         """The partition's log, created empty in ``<topic>-<partition>/`` when missing."""
         log = self._logs.get((topic, partition))
@@ -142,14 +148,17 @@ class LogManager:
             self._logs[(topic, partition)] = log
         return log
 
+    @owner_only
     def all_logs(self) -> dict[tuple[str, int], Log]:
         return dict(self._logs)
 
+    @owner_only
     def update_config(self, topic: str, config: LogConfig) -> None:
         for (name, _), log in self._logs.items():
             if name == topic:
                 log.update_config(config)
 
+    @owner_only
     def delete_logs(self, topic: str) -> None:
         """Close the topic's logs, rename each dir to ``<dir>.<uuid>-delete``, then remove it."""
         for key in [key for key in self._logs if key[0] == topic]:
@@ -158,6 +167,7 @@ class LogManager:
             self.cleaner.forget(topic)
         self.checkpoint()
 
+    @owner_only
     def delete_log(self, topic: str, partition: int) -> None:
         """:meth:`delete_logs` for one partition (moved to another broker); no-op if absent."""
         if (topic, partition) in self._logs:
@@ -171,6 +181,7 @@ class LogManager:
         log.dir.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
+    @owner_only
     def checkpoint(self) -> bool:
         """Write the recovery points and log start offsets of every log, atomically.
 
@@ -197,6 +208,7 @@ class LogManager:
             _log.info("%s: checkpoints written again", self.log_dir)
         return True
 
+    @owner_only
     def checkpoint_high_watermarks(self) -> bool:
         """Write every log's high watermark (``replica.high.watermark.checkpoint.interval.ms``):
         a restarted replica exposes nothing its leader had not committed. False, having
@@ -214,6 +226,7 @@ class LogManager:
             {key: log.high_watermark for key, log in self._logs.items()},
         )
 
+    @owner_only
     def run_retention(
         self, now_ms: int, remote_boundary: Callable[[str, int], int | None] | None = None
     ) -> int:
@@ -233,6 +246,7 @@ class LogManager:
             self.checkpoint()
         return deleted
 
+    @owner_only
     def remove_expired_producers(self, now_ms: int) -> int:
         """``producer.id.expiration.ms`` over every log; returns the producers forgotten."""
         return sum(
@@ -240,12 +254,14 @@ class LogManager:
             for log in self._logs.values()
         )
 
+    @owner_only
     def run_flush(self, now_ms: int) -> None:
         """Flush (on the flush thread) every log whose flush.ms has elapsed."""
         for log in self._logs.values():
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
                 log.schedule_flush(now_ms)
 
+    @owner_only
     def shutdown(self) -> None:
         """Stop the cleaner; flush and close all logs, checkpoint, write the clean-shutdown
         marker, stop the flush thread."""

@@ -26,12 +26,10 @@ import struct
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-if TYPE_CHECKING:
-    from local_tier.producer_state import ProducerStateEntry
+from local_tier.producer_entry import BatchMetadata, ProducerStateEntry
 
 __all__ = [
     "SNAPSHOT_SUFFIX",
@@ -75,8 +73,6 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
 
 def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     """Parse snapshot bytes; :class:`CorruptSnapshotError` on anything malformed."""
-    from local_tier.producer_state import BatchMetadata, ProducerStateEntry
-
     if len(data) < _HEAD.size:
         raise CorruptSnapshotError(f"{len(data)} bytes is shorter than the snapshot header")
     version, crc, count = _HEAD.unpack_from(data)

@@ -27,17 +27,24 @@ on the broker's event loop thread.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from local_tier.errors import (
+from common.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
+)
+from local_tier.producer_entry import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NUM_BATCHES_TO_RETAIN,
+    BatchMetadata,
+    ProducerStateEntry,
 )
 from local_tier.producer_snapshot import (
     SNAPSHOT_SUFFIX,
@@ -61,10 +68,7 @@ __all__ = [
     "ProducerStateManager",
 ]
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-NUM_BATCHES_TO_RETAIN = 5
+
 _INT32_MAX = 2**31 - 1
 
 _log = logging.getLogger("strata.local_tier")
@@ -77,91 +81,6 @@ class AppendOrigin(Enum):
     CLIENT = "client"
     COORDINATOR = "coordinator"
     REPLICATION = "replication"
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """``sequence + increment`` wrapping past int32 max to 0, as Kafka's sequences do."""
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
-    return sequence + increment
-
-
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    if sequence < decrement:
-        return _INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """One retained batch of a producer: its last sequence and offsets."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-
-    @property
-    def first_seq(self) -> int:
-        return decrement_sequence(self.last_seq, self.offset_delta)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-@dataclass(slots=True)
-class ProducerStateEntry:
-    """What the partition knows of one producer id (mutable; copied by :meth:`copy`)."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    coordinator_epoch: int = -1
-    last_timestamp: int = -1
-    current_txn_first_offset: int | None = None
-    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
-
-    def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.producer_epoch,
-            self.coordinator_epoch,
-            self.last_timestamp,
-            self.current_txn_first_offset,
-            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
-        )
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.batches
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    def maybe_update_epoch(self, epoch: int) -> None:
-        """A new epoch forgets the old epoch's batches (their sequences restart at 0)."""
-        if epoch != self.producer_epoch:
-            self.batches.clear()
-            self.producer_epoch = epoch
-
-    def add_batch(self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int) -> None:
-        self.maybe_update_epoch(epoch)
-        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        self.last_timestamp = timestamp
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        """The retained batch with exactly this epoch and sequence range, if any."""
-        if epoch != self.producer_epoch:
-            return None
-        for batch in self.batches:
-            if batch.last_seq == last_seq and batch.first_seq == first_seq:
-                return batch
-        return None
 
 
 @dataclass(frozen=True, slots=True)

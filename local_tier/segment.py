@@ -21,10 +21,8 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from local_tier.config import LogConfig
-from local_tier.errors import CorruptRecordError, KafkaError
-from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
-from local_tier.records import (
+from common.errors import CorruptRecordError, KafkaError
+from common.record.batch import (
     BATCH_OVERHEAD,
     LOG_OVERHEAD,
     BatchHeader,
@@ -33,6 +31,8 @@ from local_tier.records import (
     iter_batches,
     read_batch_header,
 )
+from local_tier.config import LogConfig
+from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
 from local_tier.txn_index import TransactionIndex
 
 __all__ = ["DELETED_SUFFIX", "AppendMark", "FileRegion", "LogSegment", "segment_file_name"]

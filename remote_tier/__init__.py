@@ -20,6 +20,7 @@ from remote_tier.layout import PartitionLayout, SegmentFile
 from remote_tier.manifest import FORMAT_VERSION, ManifestStore, PartitionManifest, RemoteSegment
 from remote_tier.retrying import RetryingObjectStore
 from remote_tier.s3 import S3ObjectStore
+from remote_tier.storage_manager import RemoteStorageManager, SegmentSummary, summarize_segment
 from remote_tier.store import (
     ObjectInfo,
     ObjectNotFound,
@@ -30,7 +31,6 @@ from remote_tier.store import (
     clamp_range,
     get_with_etag,
 )
-from remote_tier.uploader import RemoteLogManager, SegmentSummary, summarize_segment
 from remote_tier.url import open_object_store
 
 __all__ = [
@@ -48,7 +48,7 @@ __all__ = [
     "PartitionLayout",
     "PartitionManifest",
     "PreconditionFailed",
-    "RemoteLogManager",
+    "RemoteStorageManager",
     "RemoteSegment",
     "RemoteStorageError",
     "RetryingObjectStore",

@@ -59,7 +59,7 @@ from local_tier.txn_index import AbortedTxn, TxnSearch, decode_aborted
 from remote_tier.errors import ObjectNotFound
 from remote_tier.layout import SegmentFile, new_upload_id
 from remote_tier.manifest import PartitionManifest, RemoteSegment, ReplacedSegment
-from remote_tier.uploader import RemoteLogManager, summarize_segment
+from remote_tier.storage_manager import RemoteStorageManager, summarize_segment
 
 __all__ = ["RemoteCompactionOutcome", "RemoteCompactionTask", "compact_remote", "expire_replaced"]
 
@@ -98,7 +98,7 @@ class RemoteCompactionOutcome:
 class _RemoteReader:
     """A segment's ``.log`` in the bucket, read with ranged GETs."""
 
-    def __init__(self, rlm: RemoteLogManager, segment: RemoteSegment, topic_id: uuid.UUID, partition: int) -> None:
+    def __init__(self, rlm: RemoteStorageManager, segment: RemoteSegment, topic_id: uuid.UUID, partition: int) -> None:
         self._rlm, self._segment, self._topic_id, self._partition = rlm, segment, topic_id, partition
 
     def read(self, position: int, size: int) -> bytes:
@@ -113,7 +113,7 @@ def _first_dirty(manifest: PartitionManifest) -> int:
     return max(start, manifest.cleaner_offset or 0)
 
 
-def _aborted_entries(rlm: RemoteLogManager, task: RemoteCompactionTask, manifest: PartitionManifest,
+def _aborted_entries(rlm: RemoteStorageManager, task: RemoteCompactionTask, manifest: PartitionManifest,
                      remote_end: int) -> list[list[AbortedTxn]]:
     """Every segment's aborted transactions, in offset order: the bucket's, then the disk's."""
     per_segment: list[list[AbortedTxn]] = []
@@ -135,7 +135,7 @@ def _aborted_for(entries: list[list[AbortedTxn]], start: int, upper: int) -> lis
 
 
 def compact_remote(
-    rlm: RemoteLogManager,
+    rlm: RemoteStorageManager,
     task: RemoteCompactionTask,
     offset_map: OffsetMap,
     io: CleanerIO,
@@ -219,7 +219,7 @@ def compact_remote(
 
 
 def _clean_and_upload(
-    rlm: RemoteLogManager,
+    rlm: RemoteStorageManager,
     task: RemoteCompactionTask,
     group: Sequence[SourceSegment],
     old: list[RemoteSegment],
@@ -275,7 +275,7 @@ def _clean_and_upload(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_snapshot(rlm: RemoteLogManager, task: RemoteCompactionTask, last: RemoteSegment, base: int,
+def _copy_snapshot(rlm: RemoteStorageManager, task: RemoteCompactionTask, last: RemoteSegment, base: int,
                    upload_id: str, keys: list[str]) -> int:
     """The producer snapshot at the group's end is the last replaced segment's (same end offset)."""
     if not last.producer_snapshot_bytes:
@@ -293,7 +293,7 @@ def _copy_snapshot(rlm: RemoteLogManager, task: RemoteCompactionTask, last: Remo
 
 
 def _swap(
-    rlm: RemoteLogManager,
+    rlm: RemoteStorageManager,
     task: RemoteCompactionTask,
     cleaned: list[tuple[list[RemoteSegment], RemoteSegment]],
     end_offset: int,
@@ -328,7 +328,7 @@ def _swap(
 
 
 def expire_replaced(
-    rlm: RemoteLogManager, topic_id: uuid.UUID, partition: int, *, now_ms: int, leader_epoch: int
+    rlm: RemoteStorageManager, topic_id: uuid.UUID, partition: int, *, now_ms: int, leader_epoch: int
 ) -> int:
     """Unlist the replaced objects whose grace period is over, then delete them; how many."""
     expired: list[ReplacedSegment] = []
@@ -348,7 +348,7 @@ def expire_replaced(
     return len(expired)
 
 
-def _delete(rlm: RemoteLogManager, keys: list[str]) -> None:
+def _delete(rlm: RemoteStorageManager, keys: list[str]) -> None:
     store = rlm.manifests.store
     for key in keys:
         try:

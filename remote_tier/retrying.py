@@ -8,7 +8,7 @@ Each call is retried on :class:`ObjectStoreUnavailable` only, at most
 Retrying a conditional put is safe: if the first attempt did happen and only its
 answer was lost, the retry gets :class:`PreconditionFailed`, and a
 compare-and-set cycle then re-reads and sees its own write (see
-``RemoteLogManager.upload_segment``). Retrying a plain ``put`` or ``put_file``
+``RemoteStorageManager.upload_segment``). Retrying a plain ``put`` or ``put_file``
 rewrites the same bytes, and ``delete`` is idempotent.
 
 Thread-safe if the wrapped store is (it holds no mutable state). Blocking, and

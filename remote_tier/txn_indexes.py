@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 from local_tier.txn_index import AbortedTxn, TxnSearch, decode_aborted
 from remote_tier.manifest import RemoteSegment
-from remote_tier.uploader import RemoteLogManager
+from remote_tier.storage_manager import RemoteStorageManager
 
 __all__ = ["RemoteTxnIndexes"]
 
@@ -22,7 +22,7 @@ _CACHE_ENTRIES = 4096  # decoded .txnindex objects (usually a few entries each)
 class RemoteTxnIndexes:
     """The remote segments' transaction indexes, fetched once per upload and kept decoded."""
 
-    def __init__(self, rlm: RemoteLogManager) -> None:
+    def __init__(self, rlm: RemoteStorageManager) -> None:
         self._rlm = rlm
         self._cache: OrderedDict[str, list[AbortedTxn]] = OrderedDict()
         self._lock = threading.Lock()

@@ -12,21 +12,22 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from controller.configs import BrokerConfig
-from fetch.affinity import parse_cpu_list
-from local_tier.errors import KafkaError
-from local_tier.records import RECORD_WALK_IN_C
+from common.config import BrokerConfig
+from common.config.configdef import parse_cpu_list
+from common.errors import KafkaError
+from common.record.batch import RECORD_WALK_IN_C
 from remote_tier.store import ObjectStore
 from service.broker import Broker
 from service.cluster.identity import DataDirOwnerError
 from service.dynamic_config import SECTION as DYNAMIC_SECTION
 from service.dynamic_config import EffectiveConfig
-from service.eager import cancel_and_wait
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
 from service.http.auth import http_security
 from service.http.server import AdminHttpServer
+from service.network.eager import cancel_and_wait
+from service.network.server import HistorySender, KafkaServer
 from service.quotas.connections import connection_quotas, connection_settings
 from service.quotas.manager import QuotaManager, client_quotas
 from service.security.authorizer import build_authorizer
@@ -34,7 +35,6 @@ from service.security.bootstrap import bootstrap_users, ensure_bootstrap_users
 from service.security.listeners import ListenerSettings, listener_settings
 from service.security.setup import inter_broker_security, listener_securities
 from service.security.tls_reload import TlsSources
-from service.server import HistorySender, KafkaServer
 
 __all__ = ["parse_hostport", "run_broker"]
 
@@ -71,7 +71,7 @@ async def _serve(
         loop.add_signal_handler(sig, stop.set)
 
     if not RECORD_WALK_IN_C:
-        log.warning("local_tier._recordscan is not built: produced records are checked in Python, "
+        log.warning("common.record._recordscan is not built: produced records are checked in Python, "
                     "about a hundred times slower (pip install -e . builds it; it needs a C compiler)")
     tls_sources = TlsSources()  # every TLS context, following its certificate files
     securities = listener_securities(config, settings, tls_sources)

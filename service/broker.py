@@ -29,8 +29,16 @@ from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.config import BrokerConfig
+from common.errors import (
+    ErrorCode,
+    InvalidPartitionsError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+)
+from common.latency import LatencyHistograms
+from common.record.batch import ValidatedRecords
 from controller.commit import Snapshot
-from controller.configs import BrokerConfig
 from controller.errors import NotControllerError
 from controller.events import MetadataEvent, TopicDeleted
 from controller.metadata import TopicInfo
@@ -38,19 +46,17 @@ from controller.metadata_view import MetadataView
 from controller.registrations import Endpoint, ProducerIdsBlock
 from fetch.planner import PartitionData
 from fetch.sessions import FetchSessionCache
+from fetch.tiered import TieredReader
 from fetch.waiter import AppendWaiters
+from local_tier.cleaning.settings import cleaner_config
 from local_tier.config import LogConfig
-from local_tier.errors import (
-    ErrorCode,
-    InvalidPartitionsError,
-    OffsetOutOfRangeError,
-    PolicyViolationError,
-)
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
+from local_tier.ownership import LoopOwner
 from local_tier.producer_state import AppendOrigin
-from local_tier.records import ValidatedRecords
+from remote_tier.cleaner import RemoteCleaner
 from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.log_manager import RemoteLogManager
 from remote_tier.store import ObjectStore
 from service.cluster.image import MetadataImage
 from service.cluster.node import ClusterNode, must_answer_locally
@@ -62,18 +68,14 @@ from service.cluster.topics import (
 )
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
-from service.latency import LatencyHistograms
-from service.log_cleaning import LoopOwner, cleaner_config
 from service.maintenance import run_maintenance
-from service.producer_ids import ProducerIdManager
-from service.remote_cleaning import RemoteCleaner
 from service.replication.barrier import note_append
 from service.replication.replica_manager import ReplicaManager
+from service.replication.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
 from service.replication.wiring import wire_replication
 from service.security.setup import InterBrokerSecurity
-from service.tiering import TieringService
 from service.transactions import TransactionCoordinator, start_transaction_coordinator
-from service.txn_markers import TransactionalInit, TxnCompletionHook, write_txn_markers
+from service.transactions.producer_ids import ProducerIdManager
 
 __all__ = ["Broker"]
 
@@ -127,7 +129,8 @@ class Broker:
         self.transaction_coordinator: TransactionalInit | None = None
         #: topic -> called when transaction markers land in its partitions (ADR 0011)
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
-        self.tiering = TieringService(self.object_store, config)
+        self.tiering = RemoteLogManager(self.object_store, config)
+        self.tiered_reads = TieredReader(self.tiering, config)
         self.remote_cleaner = RemoteCleaner(
             self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
         )
@@ -207,6 +210,7 @@ class Broker:
         self.replicas.shutdown()
         self.waiters.notify_all()
         self.remote_cleaner.close()
+        self.tiered_reads.close()
         self.tiering.close()
         self.logs.shutdown()
 
@@ -442,7 +446,7 @@ class Broker:
         committed: bool,
         partitions: Sequence[tuple[str, int]],
     ) -> dict[tuple[str, int], ErrorCode]:
-        """COMMIT/ABORT markers into ``partitions``: see :func:`service.txn_markers.write_txn_markers`."""
+        """COMMIT/ABORT markers into ``partitions``: see :func:`service.replication.txn_markers.write_txn_markers`."""
         return write_txn_markers(
             self,
             producer_id=producer_id,

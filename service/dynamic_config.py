@@ -25,11 +25,11 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from controller.broker_config import LISTENER_PREFIX, BrokerConfig, TypedConfig, listener_key
-from controller.config_keys import BROKER_CONFIGS
-from controller.configdef import InvalidConfigValue
-from controller.records import ConfigEntry, ConfigSource, ConfigSynonym
-from local_tier.errors import InvalidRequestError
+from common.config.broker import LISTENER_PREFIX, BrokerConfig, TypedConfig, listener_key
+from common.config.configdef import InvalidConfigValue
+from common.config.entries import ConfigEntry, ConfigSource, ConfigSynonym
+from common.config.keys import BROKER_CONFIGS
+from common.errors import InvalidRequestError
 from service.quotas.connections import override_pairs
 
 __all__ = ["DEFAULT", "DYNAMIC", "SECTION", "EffectiveConfig", "alter", "describe", "validate_overrides"]

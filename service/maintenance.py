@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from local_tier.manager import LogManager
+from remote_tier.log_manager import RemoteLogManager
 from service.replication.replica_manager import ReplicaManager
-from service.tiering import TieringService
 
 __all__ = ["MaintenanceHost", "run_maintenance"]
 
@@ -44,7 +44,7 @@ class MaintenanceHost(Protocol):
     def replicas(self) -> ReplicaManager: ...
 
     @property
-    def tiering(self) -> TieringService: ...
+    def tiering(self) -> RemoteLogManager: ...
 
     def restore_reserve(self) -> None: ...
 

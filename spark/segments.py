@@ -24,7 +24,7 @@ import pyarrow as pa
 from aiokafka.errors import CorruptRecordException
 from aiokafka.record._crecords import DefaultRecordBatch
 
-from local_tier.compression import decompress
+from common.record.compression import decompress
 from spark.bucket import Bucket
 from spark.options import StrataSourceError
 

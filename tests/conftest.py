@@ -15,6 +15,12 @@ stdout+stderr are kept in ``<tmp>/broker-<port>.log`` (``.log_text()``).
 from __future__ import annotations
 
 import os
+
+# Every Log and LogManager method marked owner_only checks its thread, in this process and
+# in every broker it starts (their environment is copied from this one): a thread that is
+# not a log's owner touching it fails the test (local_tier/ownership.py). Set before any
+# product module is imported, since the check is decided at import.
+os.environ.setdefault("STRATA_CHECK_LOG_OWNER", "1")
 import shutil
 import signal
 import socket
@@ -81,6 +87,36 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+#: every broker log of this process, with how far it was checked for ownership violations
+_BROKER_LOGS: dict[Path, int] = {}
+
+
+def owner_violations() -> list[str]:
+    """Lines of the broker logs written since the last call that report a thread touching a
+    log it does not own (``LogOwnerError``, raised with STRATA_CHECK_LOG_OWNER=1)."""
+    found = []
+    for path, checked in list(_BROKER_LOGS.items()):
+        try:
+            with open(path, "rb") as f:
+                f.seek(checked)
+                data = f.read()
+        except OSError:
+            continue
+        _BROKER_LOGS[path] = checked + len(data)
+        found += [f"{path.name}: {line}" for line in data.decode(errors="replace").splitlines()
+                  if "LogOwnerError" in line]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_log_owner_violations() -> Iterator[None]:
+    """Fails a test during which a broker it talks to logged a log-ownership violation."""
+    owner_violations()  # what earlier tests' brokers wrote is theirs
+    yield
+    if bad := owner_violations():
+        pytest.fail("a broker touched a log off its owner thread:\n" + "\n".join(bad[:20]))
+
+
 class BrokerProcess:
     """One ``python -m service up`` subprocess with a fixed data dir and port.
 
@@ -133,6 +169,7 @@ class BrokerProcess:
         self._log.write(f"\n===== strata test harness: start #{self.runs}: "
                         f"{' '.join(self.command())}\n".encode())
         self._log.flush()
+        _BROKER_LOGS.setdefault(self.log_path, 0)
         self.proc = subprocess.Popen(
             self.command(), cwd=REPO_ROOT, env={**subprocess_env(), **self.env},
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

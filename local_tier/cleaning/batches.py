@@ -23,10 +23,10 @@ from collections.abc import Sequence
 
 from crc32c import crc32c
 
-from local_tier._varint import read_varint, write_varint
-from local_tier.compression import Compression, compress, decompress
-from local_tier.errors import CorruptRecordError
-from local_tier.records import BATCH_OVERHEAD, LOG_OVERHEAD, BatchHeader
+from common.errors import CorruptRecordError
+from common.record._varint import read_varint, write_varint
+from common.record.batch import BATCH_OVERHEAD, LOG_OVERHEAD, BatchHeader
+from common.record.compression import Compression, compress, decompress
 
 __all__ = [
     "DELETE_HORIZON_BIT",

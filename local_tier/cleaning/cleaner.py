@@ -40,6 +40,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from common.errors import CorruptRecordError
+from common.record.batch import BATCH_OVERHEAD, BatchHeader, iter_batches, read_batch_header
 from local_tier.cleaning.batches import (
     batch_records,
     delete_horizon,
@@ -49,8 +51,6 @@ from local_tier.cleaning.batches import (
 )
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.txns import CleanedTransactions
-from local_tier.errors import CorruptRecordError
-from local_tier.records import BATCH_OVERHEAD, BatchHeader, iter_batches, read_batch_header
 from local_tier.txn_index import AbortedTxn
 
 __all__ = [

@@ -10,9 +10,9 @@ Pure function; thread-safe.
 
 from __future__ import annotations
 
+from common.errors import CorruptRecordError, InvalidRecordError
+from common.record.batch import ValidatedRecords
 from local_tier.cleaning.batches import batch_records, walk_records
-from local_tier.errors import CorruptRecordError, InvalidRecordError
-from local_tier.records import ValidatedRecords
 
 __all__ = ["require_keys"]
 

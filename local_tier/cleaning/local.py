@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from common.record.batch import BATCH_OVERHEAD, read_batch_header
 from local_tier.cleaning.cleaner import (
     CleanContext,
     CleanerIO,
@@ -33,7 +34,6 @@ from local_tier.cleaning.cleaner import (
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.swap import CLEANED_SUFFIX
 from local_tier.cleaning.view import CleanableSegment, LogCleaningView
-from local_tier.records import BATCH_OVERHEAD, read_batch_header
 from local_tier.segment import LogSegment
 from local_tier.txn_index import AbortedTxn, TxnSearch
 

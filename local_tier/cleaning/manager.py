@@ -298,17 +298,20 @@ class LogCleaner:
         return True
 
     def _grab_filthiest(self) -> tuple[Log, LogCleaningView, CleanableRange] | None:
-        logs = [
-            (key, log) for key, log in self._logs().items()
-            if log.config.compact and self._eligible(log)
-        ]
         with self._lock:
-            logs = [(k, lg) for k, lg in logs if k not in self._in_progress and k not in self._uncleanable]
-        if not logs:
+            skip = self._in_progress | set(self._uncleanable)
+
+        def compacted_views() -> list[tuple[Log, LogCleaningView] | None]:
+            """On the owner thread: the views of the compacted logs to consider."""
+            return [
+                (log, log.cleaning_view())
+                for key, log in self._logs().items()
+                if key not in skip and not log.closed and log.config.compact and self._eligible(log)
+            ]
+
+        views: list[tuple[Log, LogCleaningView] | None] = self._owner(compacted_views)
+        if not views:
             return None
-        views: list[tuple[Log, LogCleaningView] | None] = self._owner(
-            lambda: [(lg, lg.cleaning_view()) if not lg.closed else None for _, lg in logs]
-        )
         now = self._clock_ms()
         candidates = []
         for item in views:

@@ -31,8 +31,8 @@ import logging
 import os
 from pathlib import Path
 
+from common.record.batch import BATCH_OVERHEAD, iter_batches, read_batch_header
 from local_tier.checkpoint import fsync_dir
-from local_tier.records import BATCH_OVERHEAD, iter_batches, read_batch_header
 
 __all__ = ["CLEANED_SUFFIX", "SWAP_SUFFIX", "recover_swaps", "swap_end_offset"]
 

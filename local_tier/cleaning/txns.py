@@ -20,8 +20,8 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from local_tier.control import ControlType
-from local_tier.records import BatchHeader
+from common.record.batch import BatchHeader
+from common.record.control import ControlType
 from local_tier.txn_index import AbortedTxn
 
 __all__ = ["CleanedTransactions"]

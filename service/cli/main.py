@@ -56,7 +56,7 @@ def _remove(paths: list[Path]) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from controller.configs import BrokerConfig
+    from common.config import BrokerConfig
 
     if args.brokers is not None:
         from service.cli.local_cluster import run_local_cluster

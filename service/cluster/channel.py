@@ -33,14 +33,14 @@ from typing import Any, cast
 
 from kio.index import load_request_schema
 
-from local_tier.errors import (
+from common.errors import (
     BrokerNotAvailableError,
     KafkaError,
     RequestTimedOutError,
     UnsupportedVersionError,
 )
+from common.protocol.codec import build
 from service.cluster.wire import ResponseError, decode_response, encode_request, request_module
-from service.protocol import build
 from service.security.sasl_client import sasl_client
 from service.security.setup import InterBrokerSecurity
 

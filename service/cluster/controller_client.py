@@ -31,9 +31,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from common.errors import BrokerNotAvailableError, KafkaError, RequestTimedOutError
 from controller.errors import NotControllerError
 from controller.registrations import NO_LEADER
-from local_tier.errors import BrokerNotAvailableError, KafkaError, RequestTimedOutError
 from service.cluster.channel import PeerChannels
 
 __all__ = ["ControllerClient", "LocalController"]

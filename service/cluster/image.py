@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from controller.commit import Snapshot
 from controller.document import ClusterMetadata
 from controller.errors import NotControllerError

@@ -33,10 +33,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from common.errors import KafkaError
 from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpochError
 from controller.membership import HeartbeatReply, RegistrationRequest
 from controller.registrations import Endpoint
-from local_tier.errors import KafkaError
 from service.cluster.controller_client import ControllerClient
 from service.cluster.identity import NodeIdentity
 from service.cluster.wire import raise_for, request_module
@@ -125,7 +125,7 @@ class BrokerLifecycle:
 
         def fields(version: int) -> Any:
             mod = request_module(_API_REGISTRATION, version)
-            from service.protocol import build
+            from common.protocol.codec import build
 
             return build(
                 mod.BrokerRegistrationRequest,

@@ -34,13 +34,13 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
+from common.errors import KafkaError
 from controller.cluster_controller import ClusterController
 from controller.commit import Snapshot
 from controller.errors import NotControllerError
 from controller.metadata_view import MetadataView
 from controller.registrations import Endpoint
-from local_tier.errors import KafkaError
 from remote_tier.store import ObjectStore
 from service.cluster.channel import ChannelConfig, PeerChannels
 from service.cluster.controller_client import ControllerClient

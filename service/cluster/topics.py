@@ -16,14 +16,14 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from common.errors import TopicAlreadyExistsError
+from common.protocol.codec import build
 from controller.errors import NotControllerError
 from controller.records import TopicInfo
 from controller.registrations import ProducerIdsBlock
-from local_tier.errors import TopicAlreadyExistsError
 from service.cluster.image import MetadataImage
 from service.cluster.node import ClusterNode
 from service.cluster.wire import raise_for, request_module
-from service.protocol import build
 
 __all__ = [
     "allocate_producer_ids",

@@ -1,7 +1,7 @@
 """The client side of Kafka's protocol, for one broker talking to another: requests
 to bytes, response frames to kio entities, error codes to exceptions.
 
-The server side (:mod:`service.protocol`) decodes requests and encodes
+The server side (:mod:`common.protocol.codec`) decodes requests and encodes
 responses; this is the mirror image, with the same kio schemas, so a request a
 broker sends is exactly what a Kafka client would send. Sans I/O.
 """
@@ -21,7 +21,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 
 __all__ = [
     "ResponseError",

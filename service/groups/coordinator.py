@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.consumer import (
     ConsumerGroups,
     ConsumerHeartbeat,

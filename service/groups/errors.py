@@ -1,6 +1,6 @@
 """Errors of the group coordinator, one class per Kafka error code.
 
-They extend :class:`local_tier.errors.KafkaError` (the hierarchy is drawn there)
+They extend :class:`common.errors.KafkaError` (the hierarchy is drawn there)
 with the codes that only consumer groups use::
 
     KafkaError
@@ -34,7 +34,7 @@ append to the code a client sees.
 
 from __future__ import annotations
 
-from local_tier.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
+from common.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
 
 __all__ = [
     "CoordinatorNotAvailableError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection
 
-from local_tier.errors import KafkaError
+from common.errors import KafkaError
 from service.groups.group import GroupState
 from service.groups.requests import GroupConfig
 from service.groups.seams import Cancellable, Timer, cancel

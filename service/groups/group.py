@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 
 __all__ = [
     "CONSUMER_PROTOCOL_TYPE",

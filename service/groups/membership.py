@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Callable, Sequence
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.errors import storage_error
 from service.groups.group import (
     GroupMetadata,

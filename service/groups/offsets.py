@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.errors import storage_error
 from service.groups.group import (
     GroupMetadata,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.group import GroupMetadata, GroupState, JoinResult, MemberMetadata, SyncResult
 from service.groups.requests import GroupConfig
 from service.groups.seams import Timer, cancel

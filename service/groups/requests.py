@@ -9,25 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
+
+from common.config import broker_default, broker_default_int
 
 __all__ = ["GroupConfig", "GroupSummary", "JoinRequest", "MemberSummary", "SyncRequest"]
 
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
-    initial_rebalance_delay_ms: int = 3000
+    # Defaults of the broker configs (common/config/keys.py), written once there.
+    initial_rebalance_delay_ms: int = broker_default_int("group.initial.rebalance.delay.ms")
+    # Kafka's group.{min,max}.session.timeout.ms and the others below: not broker configs here
     min_session_timeout_ms: int = 6000
     max_session_timeout_ms: int = 1_800_000
-    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_ms: int = broker_default_int("offsets.retention.minutes") * 60_000
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
     new_member_join_timeout_ms: int = 300_000
     # The consumer group protocol (KIP-848): Kafka's group.consumer.* keys.
-    consumer_session_timeout_ms: int = 45_000
-    consumer_heartbeat_interval_ms: int = 5_000
-    consumer_max_size: int = 2**31 - 1
-    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
-    consumer_migration_policy: str = "bidirectional"
+    consumer_session_timeout_ms: int = broker_default_int("group.consumer.session.timeout.ms")
+    consumer_heartbeat_interval_ms: int = broker_default_int("group.consumer.heartbeat.interval.ms")
+    consumer_max_size: int = broker_default_int("group.consumer.max.size")
+    #: the first is the default
+    consumer_assignors: tuple[str, ...] = tuple(cast(list[str], broker_default("group.consumer.assignors")))
+    consumer_migration_policy: str = str(broker_default("group.consumer.migration.policy"))
 
 
 @dataclass(frozen=True, slots=True)

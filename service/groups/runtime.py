@@ -20,22 +20,23 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
-from controller.configs import BrokerConfig
+from common.config import BrokerConfig
+from common.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
+from common.record.batch import build_batch
+from common.record.control import marker_from
 from controller.events import MetadataListener, PartitionsCreated, TopicCreated, TopicDeleted
 from controller.records import TopicInfo
 from controller.registrations import PartitionRegistration
 from controller.topic_changes import default_replication_factor
-from local_tier.control import marker_from
-from local_tier.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
-from local_tier.records import build_batch
+from local_tier.read_view import LogReadView
+from local_tier.replay import iter_log_records
 from service.groups.coordinator import GroupCoordinator
 from service.groups.errors import CoordinatorNotAvailableError
 from service.groups.records import OFFSETS_TOPIC, partition_for
 from service.groups.requests import GroupConfig
-from service.log_replay import iter_log_records
 
 __all__ = [
     "OFFSETS_TOPIC_CONFIGS",
@@ -201,14 +202,22 @@ class BrokerOffsetLog:
         Aborted transactions are dropped; those with no marker yet are kept in
         :meth:`open_transactions` (``service.groups.txn_offsets``).
         """
-        self._open = {}
-        logs = sorted(
-            (p, log)
+        return self.replay_views(self.views(partition))
+
+    def views(self, partition: int | None = None) -> list[tuple[int, LogReadView]]:
+        """The ``__consumer_offsets`` logs (``partition`` only, when given) as read views:
+        taken on the loop, the logs' owner, so :meth:`replay_views` may run on a thread."""
+        return sorted(
+            (p, log.read_view())
             for (topic, p), log in self._broker.logs.all_logs().items()
             if topic == OFFSETS_TOPIC and partition in (None, p)
         )
-        for index, log in logs:
-            for header, record in iter_log_records(log):
+
+    def replay_views(self, views: list[tuple[int, LogReadView]]) -> Iterator[tuple[bytes, bytes | None]]:
+        """:meth:`replay` over views already taken (any thread)."""
+        self._open = {}
+        for index, view in views:
+            for header, record in iter_log_records(view):
                 if header.is_control:
                     held = self._open.pop((index, header.producer_id), [])
                     try:
@@ -347,7 +356,8 @@ class OffsetsLeadership:
     async def _load(self, index: int, generation: int) -> None:
         offset_log = BrokerOffsetLog(self._broker)  # one per load: it keeps the open transactions
         try:
-            records = await asyncio.to_thread(lambda: list(offset_log.replay(index)))
+            views = offset_log.views(index)  # on the loop; the replay reads them on a thread
+            records = await asyncio.to_thread(lambda: list(offset_log.replay_views(views)))
         except Exception:
             log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
             return

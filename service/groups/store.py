@@ -7,7 +7,7 @@ groups, in Kafka's record format (:mod:`service.groups.records`), each group's
 records in the partition :func:`~service.groups.records.partition_for` picks.
 
 Invariant: a write reaches the log before it takes effect in memory; an append
-that fails raises :class:`~local_tier.errors.KafkaError` and leaves the groups as
+that fails raises :class:`~common.errors.KafkaError` and leaves the groups as
 they were. :meth:`GroupStore.load` rebuilds the registry from the log at start
 (Kafka's ``GroupMetadataManager`` loading a partition); restored members get
 their session timers from the coordinator, not from here.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from local_tier.errors import KafkaError
+from common.errors import KafkaError
 from service.groups.group import (
     GroupMetadata,
     GroupState,

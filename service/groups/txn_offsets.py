@@ -26,7 +26,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.errors import storage_error
 from service.groups.group import GroupMetadata, OffsetAndMetadata, TopicPartition
 from service.groups.offsets import validate_offset_commit

@@ -14,9 +14,9 @@ import asyncio
 from collections import defaultdict
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
+from common.protocol.codec import build, response_module
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.security.acls import (
     CLUSTER_NAME,
     AclBinding,

@@ -8,13 +8,14 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from controller.configs import TOPIC_CONFIGS
-from local_tier.errors import (
+from common.config import TOPIC_CONFIGS
+from common.errors import (
     ErrorCode,
     InvalidRequestError,
     KafkaError,
     UnknownTopicIdError,
 )
+from common.protocol.codec import build, response_module
 from service.dynamic_config import SECTION as BROKER_SECTION
 from service.dynamic_config import alter as alter_broker
 from service.dynamic_config import describe as describe_broker
@@ -25,7 +26,6 @@ from service.handlers.operations import (
     ResourceType,
     authorized_operations,
 )
-from service.protocol import build, response_module
 from service.security.acls import CLUSTER_NAME
 from service.security.acls import AclOperation as Op
 from service.security.acls import ResourceType as Res

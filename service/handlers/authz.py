@@ -4,7 +4,7 @@ For the APIs whose every answer depends on one resource (a group's JoinGroup, a
 transactional id's EndTxn, the brokers' own APIs on the cluster, the cluster-wide
 reads), :func:`refusal` says which error code the request gets, the same checks
 Kafka's ``KafkaApis`` makes; the router then answers with that code alone
-(:func:`service.protocol.error_response`). Every other API checks its resources in
+(:func:`common.protocol.codec.error_response`). Every other API checks its resources in
 its handler (per topic, per group), through ``RequestContext.allowed``.
 
 Pure functions of the request context and body; thread-safe.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from local_tier.errors import (
+from common.errors import (
     ClusterAuthorizationFailedError,
     ErrorCode,
     GroupAuthorizationFailedError,

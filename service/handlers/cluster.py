@@ -13,13 +13,13 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from common.errors import ErrorCode, InvalidRequestError, KafkaError
+from common.protocol.codec import build, response_module
 from controller.errors import NotControllerError
 from controller.membership import RegistrationRequest
 from controller.registrations import Endpoint, LeaderRecoveryState
 from controller.replication_control import BrokerState, PartitionStateChange
-from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 
 __all__ = [
     "handle_allocate_producer_ids",

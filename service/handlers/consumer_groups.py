@@ -11,15 +11,15 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
+from common.protocol.codec import build, response_module
+from common.protocol.codec import timedelta_to_ms as _ms
 from service.groups.consumer import ConsumerHeartbeat
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
     authorized_operations,
 )
-from service.protocol import build, response_module
-from service.protocol import timedelta_to_ms as _ms
 from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["handle_consumer_group_describe", "handle_consumer_group_heartbeat"]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from service.protocol import RequestHeader
+from common.protocol.codec import RequestHeader
 from service.quotas.manager import REQUEST, QuotaManager
 from service.security.acls import AclOperation, ResourceType
 from service.security.authorizer import Authorizer
@@ -19,7 +19,7 @@ from service.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from service.broker import Broker
-    from service.server import Connection
+    from service.network.server import Connection
 
 __all__ = ["Handler", "RequestClock", "RequestContext"]
 

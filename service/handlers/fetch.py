@@ -12,13 +12,13 @@ import asyncio
 import logging
 from typing import Any
 
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import timedelta_to_ms
 from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
+from fetch.response import encode_fetch_response
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
-from local_tier.errors import ErrorCode, KafkaError
 from local_tier.segment import FileRegion
-from service.fetch_codec import encode_fetch_response
 from service.handlers.context import RequestContext
-from service.protocol import timedelta_to_ms
 from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
 from service.replication.read_replicas import (
@@ -27,7 +27,6 @@ from service.replication.read_replicas import (
     select_read_replicas,
 )
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from service.tiered_txns import read_committed
 
 __all__ = ["handle_fetch"]
 
@@ -160,12 +159,11 @@ async def _read_remote(broker: Any, data: list[Any], committed: bool = False) ->
     chunk cache for the consumer's next fetch); this response carries the local
     partitions and an empty one for it.
     """
-    tiering = broker.tiering
+    reads = broker.tiered_reads
     pending = [d for d in data if d.remote is not None]
     tasks = [
         asyncio.ensure_future(
-            read_committed(
-                tiering,
+            reads.read_committed(
                 d.remote.target,
                 d.remote.offset,
                 d.remote.max_bytes,
@@ -173,11 +171,11 @@ async def _read_remote(broker: Any, data: list[Any], committed: bool = False) ->
                 broker.log_for(d.topic, d.partition),
             )
             if committed
-            else tiering.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
+            else reads.read(d.remote.target, d.remote.offset, d.remote.max_bytes, d.remote.min_one_message)
         )
         for d in pending
     ]
-    done, _ = await asyncio.wait(tasks, timeout=tiering.fetch_max_wait_ms / 1000)
+    done, _ = await asyncio.wait(tasks, timeout=reads.fetch_max_wait_ms / 1000)
     for d, task in zip(pending, tasks):
         d.remote = None
         if task not in done:

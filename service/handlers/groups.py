@@ -15,8 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import build, response_module
+from common.protocol.codec import timedelta_to_ms as _ms
 from controller.records import BrokerInfo
-from local_tier.errors import ErrorCode, KafkaError
 from service.groups import GroupSummary, JoinRequest, JoinResult, SyncRequest, SyncResult
 from service.groups.group import MAX_GROUP_ID_LENGTH, OffsetAndMetadata, TopicPartition
 from service.groups.records import partition_for
@@ -27,8 +29,6 @@ from service.handlers.operations import (
     ResourceType,
     authorized_operations,
 )
-from service.protocol import build, response_module
-from service.protocol import timedelta_to_ms as _ms
 from service.security.acls import CLUSTER_NAME
 from service.security.acls import AclOperation as Op
 from service.transactions.runtime import ensure_transaction_state_topic

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from local_tier.epoch import UNDEFINED_EPOCH_OFFSET
-from local_tier.errors import (
+from common.errors import (
     ErrorCode,
     FencedLeaderEpochError,
     KafkaError,
     UnknownLeaderEpochError,
 )
+from common.protocol.codec import build, response_module
+from local_tier.epoch import UNDEFINED_EPOCH_OFFSET
 from local_tier.log import Log
 from service.handlers.authz import require_cluster, require_topic
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.security.acls import AclOperation
 
 __all__ = ["check_current_leader_epoch", "end_offset_for_epoch", "handle_offset_for_leader_epoch"]

@@ -2,7 +2,7 @@
 
 v1+ answer one offset per partition (kio entities); v0, which Kafka 4 dropped
 but Sarama-based tools still send, answers a list of offsets in Kafka's legacy
-manner (:func:`legacy_offsets`, encoded by :mod:`service.list_offsets_v0`).
+manner (:func:`legacy_offsets`, encoded by :mod:`service.handlers.list_offsets_v0`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import itertools
 import time
 from typing import Any
 
-from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
+from common.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
+from common.protocol.codec import build, response_module
 from local_tier.log import Log
-from service import list_offsets_v0
+from service.handlers import list_offsets_v0
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.security.acls import AclOperation
 
 __all__ = ["handle_list_offsets", "legacy_offsets"]
@@ -98,7 +98,7 @@ async def _lookup(
     else:
         found = None
         if tiering.enabled:
-            found = await tiering.offset_for_timestamp(topic, partition, ts, log)
+            found = await ctx.broker.tiered_reads.offset_for_timestamp(topic, partition, ts, log)
         if found is None:
             found = log.fetch_offset_by_timestamp(ts)
     if found is None or found[0] >= limit:

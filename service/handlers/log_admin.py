@@ -14,10 +14,10 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
+from common.protocol.codec import build, response_module
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.security.acls import AclOperation
 
 __all__ = ["handle_delete_records", "handle_describe_log_dirs"]

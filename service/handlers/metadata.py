@@ -31,7 +31,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from local_tier.errors import (
+from common.errors import (
     ErrorCode,
     InvalidRequestError,
     KafkaError,
@@ -40,6 +40,7 @@ from local_tier.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
+from common.protocol.codec import build, response_module
 from service.groups.records import OFFSETS_TOPIC
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
@@ -48,7 +49,6 @@ from service.handlers.operations import (
     ResourceType,
     authorized_operations,
 )
-from service.protocol import build, response_module
 from service.security.acls import CLUSTER_NAME, AclOperation
 
 __all__ = ["INTERNAL_TOPICS", "handle_metadata", "is_internal_topic"]

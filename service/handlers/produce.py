@@ -1,7 +1,7 @@
 """Produce (key 0): validate, append to the partition's log, answer per partition.
 
 Every partition's record set is validated before anything is appended: batch
-framing and CRC, then every record (``local_tier.records.validate_batches``;
+framing and CRC, then every record (``common.record.batch.validate_batches``;
 compressed batches are decompressed to check their records, as Kafka's broker
 does). A bad record set fails only its partition, with CORRUPT_MESSAGE (CRC,
 framing) or INVALID_RECORD (records that lie inside a correct CRC; per-record
@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from local_tier.compression import InflateLimitExceeded
-from local_tier.errors import (
+from common.errors import (
     CorruptRecordError,
     ErrorCode,
     InvalidRecordError,
@@ -37,9 +36,14 @@ from local_tier.errors import (
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
-from local_tier.records import ValidatedRecords, validate_batches
+from common.record.batch import ValidatedRecords, validate_batches
+from common.record.compression import InflateLimitExceeded
 from service.handlers.context import RequestContext
-from service.produce_codec import PartitionResult, ProduceRequestData, encode_produce_response
+from service.handlers.produce_codec import (
+    PartitionResult,
+    ProduceRequestData,
+    encode_produce_response,
+)
 from service.security.acls import AclOperation, ResourceType
 
 __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]

@@ -1,10 +1,10 @@
 """InitProducerId (key 22): producer ids and epochs for idempotent and transactional producers.
 
 Without a transactional id the answer comes from the broker's
-:class:`service.producer_ids.ProducerIdManager` (a new id at epoch 0, or the
+:class:`service.transactions.producer_ids.ProducerIdManager` (a new id at epoch 0, or the
 next epoch of the id the producer sends, KIP-360). With one, the request goes to
 the transaction coordinator (``Broker.transaction_coordinator``, a
-:class:`service.txn_markers.TransactionalInit`); until one is registered such
+:class:`service.replication.txn_markers.TransactionalInit`); until one is registered such
 requests get ``COORDINATOR_NOT_AVAILABLE``.
 """
 
@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import build, response_module
+from common.protocol.codec import timedelta_to_ms as _ms
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
-from service.protocol import timedelta_to_ms as _ms
-from service.txn_markers import InitProducerIdResult
+from service.replication.txn_markers import InitProducerIdResult
 
 __all__ = ["handle_init_producer_id"]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
+from common.protocol.codec import build, response_module
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.quotas.entities import SECTION, alter_quotas, describe_quotas
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from common.errors import ErrorCode, InvalidRequestError, KafkaError
+from common.protocol.codec import build, response_module
 from controller.errors import NotControllerError
 from controller.partition_change import Election
-from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 
 __all__ = [
     "handle_alter_partition_reassignments",

@@ -17,15 +17,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from controller.errors import NotControllerError
-from local_tier.errors import ErrorCode, InvalidRequestError, KafkaError
-from service.cluster.node import answering_locally
-from service.handlers import coordination
-from service.handlers.authz import refusal
-from service.handlers.context import Handler, RequestClock, RequestContext
-from service.handlers.coordination import GROUP_APIS
-from service.produce_codec import PRODUCE_VERSIONS, decode_produce_request
-from service.protocol import (
+from common.errors import ErrorCode, InvalidRequestError, KafkaError
+from common.protocol.codec import (
     FrameError,
     RequestHeader,
     build,
@@ -35,15 +28,22 @@ from service.protocol import (
     peek_api,
     response_module,
 )
+from controller.errors import NotControllerError
+from service.cluster.node import answering_locally
+from service.handlers import coordination
+from service.handlers.authz import refusal
+from service.handlers.context import Handler, RequestClock, RequestContext
+from service.handlers.coordination import GROUP_APIS
+from service.handlers.produce_codec import PRODUCE_VERSIONS, decode_produce_request
 from service.quotas.manager import PRODUCE, REQUEST
 from service.replication import barrier
 from service.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from service.broker import Broker
+    from service.network.server import Connection, Response
     from service.quotas.manager import QuotaManager
     from service.security.authorizer import Authorizer
-    from service.server import Connection, Response
 
 __all__ = [
     "ApiSpec",
@@ -167,7 +167,7 @@ def api_table() -> dict[int, ApiSpec]:
 @cache
 def hand_decoders() -> dict[tuple[int, int], Decoder]:
     """(api key, version) → decoder, for the versions kio has no schema for."""
-    from service import list_offsets_v0
+    from service.handlers import list_offsets_v0
 
     return {(2, 0): list_offsets_v0.decode_request}
 

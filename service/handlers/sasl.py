@@ -24,9 +24,9 @@ import logging
 import time
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
+from common.protocol.codec import FrameError, build, response_module
 from service.handlers.context import RequestContext
-from service.protocol import FrameError, build, response_module
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from service.security.credentials import (
     SECTION,

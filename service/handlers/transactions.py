@@ -20,13 +20,13 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import build, response_module
 from controller.topic_changes import check_topic_name
-from local_tier.errors import ErrorCode, KafkaError
 from service.groups.records import partition_for
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.handlers.groups import codes_by_topic, offsets_to_commit
-from service.protocol import build, response_module
 from service.security.acls import CLUSTER_NAME
 from service.security.acls import AclOperation as Op
 from service.security.acls import ResourceType as Res

@@ -1,6 +1,6 @@
 """WriteTxnMarkers (key 27): a transaction coordinator's COMMIT/ABORT markers for this broker's partitions.
 
-Each marker entry is written by :func:`service.txn_markers.write_txn_markers`,
+Each marker entry is written by :func:`service.replication.txn_markers.write_txn_markers`,
 the function the in-process coordinator calls directly; the answer lists the
 error code of every partition.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
+from common.protocol.codec import build, response_module
 from service.handlers.context import RequestContext
-from service.protocol import build, response_module
 from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 
 __all__ = ["handle_write_txn_markers"]

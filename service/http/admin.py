@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
+from common.errors import KafkaError
 from controller.controller import AlterConfigOp
-from local_tier.errors import KafkaError
 from service.http.browse import MAX_BYTES, MAX_PREVIEW, MAX_RECORDS, BrowseRequest, browse
 from service.http.common import (
     VISIBLE,

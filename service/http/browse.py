@@ -21,9 +21,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from common.errors import ErrorCode, KafkaError, RecordTooLargeError, for_code
+from common.record.batch import decode_batch, iter_batches
 from fetch.planner import PartitionFetch, read_partitions
-from local_tier.errors import ErrorCode, KafkaError, RecordTooLargeError, for_code
-from local_tier.records import decode_batch, iter_batches
 from local_tier.segment import FileRegion
 from service.http.views import PartitionsView
 
@@ -100,7 +100,7 @@ async def _offset_for_time(view: PartitionsView, req: BrowseRequest, log: Any) -
     assert req.timestamp is not None
     found = None
     if view.tiering.enabled:
-        found = await view.tiering.offset_for_timestamp(req.topic, req.partition, req.timestamp, log)
+        found = await view.tiered_reads.offset_for_timestamp(req.topic, req.partition, req.timestamp, log)
     if found is None:
         found = log.fetch_offset_by_timestamp(req.timestamp)
     if found is None or found[0] >= log.high_watermark:
@@ -117,7 +117,7 @@ async def _read(view: PartitionsView, req: BrowseRequest, offset: int,
     if part.error_code != ErrorCode.none:
         raise for_code(part.error_code)(part.error_message or "")
     if part.remote is not None:
-        parts = await view.tiering.read(part.remote.target, offset, budget, False)
+        parts = await view.tiered_reads.read(part.remote.target, offset, budget, False)
         return b"".join(bytes(p) for p in parts) or None, "remote"  # empty: the batch is too big
     if part.size > budget:
         return None, "local"  # the first batch alone is over the budget: not read

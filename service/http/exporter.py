@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, UntypedMetricFamily
 
-from local_tier.errors import KafkaError
+from common.errors import KafkaError
 from service.http.state import group_lag, member_count
 from service.http.views import AdminView
 

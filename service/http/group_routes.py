@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.group import parse_assignment
 from service.http.admin import page
 from service.http.common import VISIBLE, ApiError

@@ -27,7 +27,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from service.eager import cancel_and_wait
+from service.network.eager import cancel_and_wait
 from service.quotas.connections import ConnectionQuotas
 
 __all__ = ["HttpListener"]

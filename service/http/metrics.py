@@ -32,11 +32,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from local_tier.errors import KafkaError
+from common.errors import KafkaError
+from common.latency import LatencyHistograms
 from service.http.exporter import kafka_exporter_families
 from service.http.state import group_lag, partition_state
 from service.http.views import AdminView
-from service.latency import LatencyHistograms
 from service.quotas.connections import ConnectionQuotas
 from service.security.tls_reload import TlsSources
 from service.version import python_version, strata_version
@@ -237,9 +237,10 @@ class BrokerCollector(Collector):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
-        cache = t.reader.cache
+        reads = self._broker.tiered_reads
+        cache = reads.reader.cache
         yield _gauge("strata_tiered_fetch_queue_depth", "Distinct remote reads queued or running.", [],
-                     [((), t.reader.queue_depth)])
+                     [((), reads.reader.queue_depth)])
         hits = CounterMetricFamily("strata_tiered_fetch_chunk_cache_hits", "Chunk cache hits.")
         hits.add_metric([], cache.hits)
         yield hits
@@ -250,7 +251,7 @@ class BrokerCollector(Collector):
                      [((), cache.size_bytes)])
         yield _histogram("strata_remote_read_duration_seconds",
                          "Time a tiered read takes from its request to its data, queueing included.",
-                         "kind", t.read_latency)
+                         "kind", reads.read_latency)
 
     def _groups(self) -> Iterator[Any]:
         b = self._broker

@@ -28,7 +28,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.http.admin import AdminRoutes
 from service.http.auth import HttpSecurity
 from service.http.common import ApiError, error_response

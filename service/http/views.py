@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from common.latency import LatencyHistograms
 from controller.metadata import (
     BrokerInfo,
     ClusterMetadata,
@@ -27,13 +28,13 @@ from controller.metadata import (
     TopicInfo,
 )
 from fetch.sessions import FetchSessionCache
+from fetch.tiered import TieredReader
 from local_tier.log import Log
 from local_tier.manager import LogManager
+from remote_tier.log_manager import RemoteLogManager
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator
-from service.latency import LatencyHistograms
 from service.replication.replica_manager import ReplicaManager
-from service.tiering import TieringService
 
 __all__ = ["AdminView", "ClusterView", "MetricsView", "PartitionsView"]
 
@@ -43,7 +44,10 @@ class PartitionsView(Protocol):
     def logs(self) -> LogManager: ...
 
     @property
-    def tiering(self) -> TieringService: ...
+    def tiering(self) -> RemoteLogManager: ...
+
+    @property
+    def tiered_reads(self) -> TieredReader: ...
 
     def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
         """The local log of a partition this broker leads, or the KafkaError saying why not."""

@@ -21,7 +21,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 
 __all__ = ["IP_KEYS", "IP_RATE_KEY", "KEYS", "SECTION", "alter_quotas", "describe_quotas", "ip_rates", "quota_for"]
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any, Protocol
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 
 __all__ = ["Replicated", "note_append", "recording", "wait_replicated", "with_error"]
 

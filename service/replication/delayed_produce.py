@@ -22,7 +22,7 @@ import asyncio
 import heapq
 import itertools
 
-from local_tier.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError
+from common.errors import KafkaError, NotLeaderOrFollowerError, RequestTimedOutError
 from service.replication.partition import Partition
 
 __all__ = ["ProduceWaiters"]

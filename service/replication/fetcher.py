@@ -51,10 +51,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from local_tier.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
+from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
+from common.protocol.codec import build
 from service.cluster.channel import PeerChannels
 from service.cluster.wire import request_module
-from service.protocol import build
 from service.replication.partition import Partition
 
 __all__ = [
@@ -112,7 +112,7 @@ class FetcherConfig:
 
 
 class RemoteStart(Protocol):
-    """Where a replica starts after what the bucket holds (``service.tiering.RemoteStart``)."""
+    """Where a replica starts after what the bucket holds (``remote_tier.log_manager.RemoteStart``)."""
 
     @property
     def offset(self) -> int: ...

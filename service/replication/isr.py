@@ -27,12 +27,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import build
 from controller.registrations import LeaderRecoveryState
 from controller.replication_control import AlterPartitionResult, BrokerState, PartitionStateChange
-from local_tier.errors import ErrorCode, KafkaError
 from service.cluster.controller_client import ControllerClient
 from service.cluster.wire import raise_for, request_module
-from service.protocol import build
 from service.replication.partition import Partition
 
 __all__ = ["AlterPartitionManager"]

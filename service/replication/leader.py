@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
+from common.errors import ErrorCode, KafkaError
 from fetch.planner import PartitionData
 from fetch.waiter import AppendWaiters
-from local_tier.errors import ErrorCode, KafkaError
 from service.replication.replica_manager import FollowerFetch, ReplicaManager
 
 __all__ = ["LeaderHost", "read_for_follower"]

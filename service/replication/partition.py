@@ -43,14 +43,14 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from controller.errors import FencedLeaderEpochError
-from controller.registrations import NO_LEADER, PartitionRegistration
-from local_tier.errors import (
+from common.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
+from controller.errors import FencedLeaderEpochError
+from controller.registrations import NO_LEADER, PartitionRegistration
 from local_tier.log import Log
 
 __all__ = ["FollowerState", "Partition", "Transition"]

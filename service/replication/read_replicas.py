@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from common.errors import NotLeaderOrFollowerError
 from fetch.planner import PartitionData, PartitionFetch
-from local_tier.errors import NotLeaderOrFollowerError
 from local_tier.log import Log
 from service.replication.replica_manager import ReplicaManager
 

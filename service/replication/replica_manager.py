@@ -39,15 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from controller.document import ClusterMetadata
-from controller.registrations import PartitionRegistration
-from fetch.waiter import AppendWaiters
-from local_tier.config import LogConfig
-from local_tier.errors import (
+from common.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from controller.document import ClusterMetadata
+from controller.registrations import PartitionRegistration
+from fetch.waiter import AppendWaiters
+from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from service.replication.delayed_produce import ProduceWaiters

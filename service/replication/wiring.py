@@ -19,7 +19,8 @@ import uuid
 from collections.abc import Awaitable
 from typing import Any, Protocol
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
+from remote_tier.log_manager import RemoteLogManager
 from service.cluster.node import ClusterNode
 from service.groups import GroupCoordinator
 from service.groups.runtime import OffsetsHost, OffsetsLeadership
@@ -27,7 +28,6 @@ from service.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from service.replication.isr import AlterPartitionManager
 from service.replication.partition import Partition
 from service.replication.replica_manager import ReplicaManager
-from service.tiering import TieringService
 from service.transactions import TransactionCoordinator
 from service.transactions.runtime import TxnLeadership
 
@@ -47,7 +47,7 @@ class ReplicationHost(OffsetsHost, Protocol):
     def replicas(self) -> ReplicaManager: ...
 
     @property
-    def tiering(self) -> TieringService: ...
+    def tiering(self) -> RemoteLogManager: ...
 
     @property
     def groups(self) -> GroupCoordinator: ...

@@ -12,7 +12,7 @@
  * headers or library are needed to build this. The signatures below are OpenSSL's
  * public ones, unchanged since 1.1.0.
  *
- * Optional, as local_tier/_recordscan.c: without a C compiler the loop runs in Python.
+ * Optional, as common/record/_recordscan.c: without a C compiler the loop runs in Python.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.security.scram import (
     MAX_ITERATIONS,
     MECHANISMS,

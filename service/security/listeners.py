@@ -28,7 +28,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from controller.registrations import Endpoint
 
 __all__ = [

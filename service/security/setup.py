@@ -16,7 +16,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 
-from controller.broker_config import BrokerConfig, ListenerConfig
+from common.config.broker import BrokerConfig, ListenerConfig
 from service.security.jaas import parse_jaas_credentials
 from service.security.listeners import ListenerSettings, SecurityProtocol
 from service.security.principal_mapping import PrincipalMapper

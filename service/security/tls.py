@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from controller.broker_config import BrokerConfig, ListenerConfig
+from common.config.broker import BrokerConfig, ListenerConfig
 from service.security.tls13_suites import TLS13_SUITES, set_tls13_suites
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 memory BIOs on the non-blocking socket, in the OpenSSL of :mod:`service.security.tls_engine`.
 
 The connection loop is unchanged: it reads frames and writes responses in order
-through the :class:`service.transport.Transport` calls; this class encrypts and
+through the :class:`service.network.transport.Transport` calls; this class encrypts and
 decrypts in between. The handshake goes through pyOpenSSL; records go through
 ``cryptography``'s C bindings (``SSL_read``/``SSL_write``/``BIO_*``), one call per record
 and none of pyOpenSSL's per-call buffers.
@@ -47,6 +47,7 @@ from typing import Any
 from OpenSSL import SSL
 
 from local_tier.segment import FileRegion
+from service.network.transport import Parts
 from service.security.tls_engine import (
     address,
     c_record_loop,
@@ -55,7 +56,6 @@ from service.security.tls_engine import (
     peer_certificate,
     ssl_error_reason,
 )
-from service.transport import Parts
 
 __all__ = ["CHUNK_BYTES", "TlsHandshakeError", "TlsTransport", "record_step"]
 

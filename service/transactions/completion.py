@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.seams import Timer, cancel
 from service.transactions.metadata import TransactionMetadata, TxnState
 from service.transactions.seams import MarkerWriter, TxnConfig

@@ -29,8 +29,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.seams import Timer
+from service.replication.txn_markers import InitProducerIdResult as InitResult
 from service.transactions.completion import MarkerCompletion
 from service.transactions.metadata import (
     NO_PRODUCER_EPOCH,
@@ -40,7 +41,6 @@ from service.transactions.metadata import (
 )
 from service.transactions.seams import MarkerWriter, ProducerIds, TxnConfig, TxnStateLog
 from service.transactions.state import TxnPartition, TxnStateStore
-from service.txn_markers import InitProducerIdResult as InitResult
 
 __all__ = ["TransactionCoordinator", "TxnDescription"]
 
@@ -117,7 +117,7 @@ class TransactionCoordinator:
     async def init_producer_id(
         self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1
     ) -> InitResult:
-        """A producer id and epoch for ``transactional_id`` (:class:`service.txn_markers.TransactionalInit`).
+        """A producer id and epoch for ``transactional_id`` (:class:`service.replication.txn_markers.TransactionalInit`).
 
         ``producer_id``/``producer_epoch`` (InitProducerId v3+, KIP-360) are the
         ones the producer holds, or -1.

@@ -4,9 +4,9 @@
 calls: it builds the coordinator over the broker's local log of
 ``__transaction_state`` (:class:`BrokerTxnStateLog`), its marker writer and
 producer-id source (:class:`BrokerMarkers`, :class:`BrokerProducerIds`: the
-partition side's :func:`service.txn_markers.write_txn_markers` for the
+partition side's :func:`service.replication.txn_markers.write_txn_markers` for the
 partitions this broker leads, WriteTxnMarkers to the leader of every other one;
-:class:`service.producer_ids.ProducerIdManager`) and asyncio timers. It
+:class:`service.transactions.producer_ids.ProducerIdManager`) and asyncio timers. It
 coordinates no transactional id yet: :class:`TxnLeadership` loads a
 ``__transaction_state`` partition when this broker becomes its leader (with the
 partition's leader epoch as the coordinator epoch, as Kafka does), which
@@ -25,10 +25,11 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from controller.configs import BrokerConfig
+from common.config import BrokerConfig
+from common.errors import ErrorCode, KafkaError
+from common.record.batch import build_batch
 from controller.records import TopicInfo
-from local_tier.errors import ErrorCode, KafkaError
-from local_tier.records import build_batch
+from local_tier.replay import iter_log_records
 from service.cluster.wire import request_module
 from service.groups.runtime import (
     LoopTimer,
@@ -36,11 +37,10 @@ from service.groups.runtime import (
     create_internal_topic,
     ensure_internal_topic,
 )
-from service.log_replay import iter_log_records
-from service.producer_ids import ProducerIdManager
 from service.replication import barrier
 from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition
+from service.transactions.producer_ids import ProducerIdManager
 from service.transactions.records import TRANSACTION_STATE_TOPIC
 from service.transactions.seams import TxnConfig
 
@@ -120,7 +120,7 @@ class BrokerTxnStateLog:
         log = self._broker.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
         if log is None:
             return
-        for header, record in iter_log_records(log):
+        for header, record in iter_log_records(log.read_view()):
             if not header.is_control and record.key is not None:
                 yield record.key, record.value
 

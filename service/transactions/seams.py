@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from local_tier.errors import ErrorCode
+from common.config import broker_default_int
+from common.errors import ErrorCode
 from service.transactions.metadata import TopicPartition
 
 __all__ = ["MarkerWriter", "ProducerIds", "TxnConfig", "TxnStateLog"]
@@ -67,17 +68,13 @@ class ProducerIds(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
-    """The broker configs of the coordinator (Kafka's names and defaults)."""
+    """The broker configs of the coordinator (their defaults from common/config/keys.py)."""
 
-    #: transaction.max.timeout.ms
-    max_timeout_ms: int = 900_000
-    #: transaction.abort.timed.out.transaction.cleanup.interval.ms
-    abort_interval_ms: int = 10_000
-    #: transactional.id.expiration.ms
-    id_expiration_ms: int = 604_800_000
-    #: transaction.remove.expired.transaction.cleanup.interval.ms
-    expiration_interval_ms: int = 3_600_000
+    max_timeout_ms: int = broker_default_int("transaction.max.timeout.ms")
+    abort_interval_ms: int = broker_default_int("transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    id_expiration_ms: int = broker_default_int("transactional.id.expiration.ms")
+    expiration_interval_ms: int = broker_default_int("transaction.remove.expired.transaction.cleanup.interval.ms")
     #: transaction.markers.delay.ms (Strata, tests only): wait before writing markers
-    markers_delay_ms: int = 0
+    markers_delay_ms: int = broker_default_int("transaction.markers.delay.ms")
     #: pause between tries when a marker cannot be written
     marker_retry_ms: int = 100

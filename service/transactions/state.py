@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from local_tier.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
+from common.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
 from service.transactions.metadata import TransactionMetadata, TxnTransit
 from service.transactions.records import (
     TxnRecordFormatError,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
+from common.errors import ErrorCode, KafkaError
 from controller.records import TopicInfo
 from controller.registrations import PartitionRegistration
-from local_tier.errors import ErrorCode, KafkaError
 from service.cluster.wire import request_module
 from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import InvalidReplicationFactorError, InvalidRequestError
 from controller import ClusterController, Controller, InvalidReplicaAssignmentError
-from local_tier.errors import InvalidReplicationFactorError, InvalidRequestError
 from tests.controller.cluster_helpers import (
     register,
 )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import KafkaStorageError, TopicAlreadyExistsError
 from controller import (
     BrokerConfig,
     Controller,
@@ -20,7 +21,6 @@ from controller import (
     TopicCreated,
     TopicDeleted,
 )
-from local_tier.errors import KafkaStorageError, TopicAlreadyExistsError
 from remote_tier import FileSystemObjectStore, ObjectStore
 
 MakeController = Callable[..., Controller]

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
+from common.errors import ErrorCode, InvalidConfigError, InvalidRequestError
 from controller import AlterConfigOp, ConfigSource, Controller
-from local_tier.errors import ErrorCode, InvalidConfigError, InvalidRequestError
 
 MakeController = Callable[..., Controller]
 SET, DELETE, APPEND, SUBTRACT = (int(op) for op in AlterConfigOp)

@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from controller import Controller, NotControllerError, TopicDeletionDisabledError
-from local_tier.errors import (
+from common.errors import (
     ErrorCode,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -16,6 +15,7 @@ from local_tier.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from controller import Controller, NotControllerError, TopicDeletionDisabledError
 
 MakeController = Callable[..., Controller]
 

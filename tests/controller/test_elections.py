@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.errors import InvalidRequestError, UnknownTopicIdError
 from controller import (
     NO_LEADER,
     BrokerState,
@@ -26,7 +27,6 @@ from controller import (
     StaleBrokerEpochError,
 )
 from controller.partition_change import change_partition
-from local_tier.errors import InvalidRequestError, UnknownTopicIdError
 from tests.controller.cluster_helpers import (
     register,
 )

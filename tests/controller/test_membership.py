@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from common.errors import ErrorCode
 from controller import (
     NO_LEADER,
     BrokerIdNotRegisteredError,
@@ -17,7 +18,6 @@ from controller import (
     StaleBrokerEpochError,
 )
 from controller.registrations import Endpoint
-from local_tier.errors import ErrorCode
 from tests.controller.cluster_helpers import (
     SESSION_MS,
     TIMINGS,

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from common.errors import InvalidReplicationFactorError
 from controller import InvalidReplicaAssignmentError
 from controller.placement import (
     PlacementBroker,
@@ -15,7 +16,6 @@ from controller.placement import (
     rack_alternated,
     validate_manual_assignment,
 )
-from local_tier.errors import InvalidReplicationFactorError
 
 
 @st.composite

@@ -38,16 +38,16 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic as KNewTopic
 
+from common.protocol.codec import build
+from common.record.batch import build_batch
 from controller.commit import MetadataCommitter
 from controller.document import ClusterMetadata
 from controller.errors import ControllerFencedError
 from controller.metadata_store import ObjectStoreMetadataStore
-from local_tier.records import build_batch
 from remote_tier.filesystem import FileSystemObjectStore
 from service.cluster.channel import BrokerChannel, ChannelConfig
 from service.cluster.wire import request_module
 from service.handlers.router import api_table
-from service.protocol import build
 from tests.cluster_fixtures import FAST, Cluster
 from tests.conftest import BrokerProcess, free_port, subprocess_env
 from tests.s3_fixtures import MotoServer

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import ErrorCode, UnknownTopicOrPartitionError
+from common.record.batch import build_batch, decode_all
 from fetch.planner import PartitionFetch, read_partitions
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
-from local_tier.errors import ErrorCode, UnknownTopicOrPartitionError
 from local_tier.log import Log
-from local_tier.records import build_batch, decode_all
 
 
 class _Logs:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fetch.remote import ChunkCache, RemoteReader
+from common.errors import OffsetOutOfRangeError
+from common.record.batch import build_batch, decode_all
+from fetch.remote_reader import ChunkCache, RemoteReader
 from local_tier.config import LogConfig
-from local_tier.errors import OffsetOutOfRangeError
 from local_tier.log import Log
-from local_tier.records import build_batch, decode_all
 
 
 @dataclass(frozen=True)

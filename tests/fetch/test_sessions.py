@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from common.errors import ErrorCode
 from fetch.planner import PartitionData, PartitionFetch
 from fetch.sessions import (
     EVICTION_MS,
@@ -14,7 +15,6 @@ from fetch.sessions import (
     Kind,
     next_epoch,
 )
-from local_tier.errors import ErrorCode
 
 
 class Clock:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from common.record.batch import Compression, build_batch
 from local_tier.config import LogConfig
-from local_tier.records import Compression, build_batch
 
 __all__ = ["make_batch", "small_config"]
 

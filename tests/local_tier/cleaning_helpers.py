@@ -6,11 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
-from local_tier.config import LogConfig
-from local_tier.control import read_marker
-from local_tier.log import Log
-from local_tier.records import (
+from common.record.batch import (
     BatchHeader,
     Compression,
     Record,
@@ -18,6 +14,10 @@ from local_tier.records import (
     decode_batch,
     iter_batches,
 )
+from common.record.control import read_marker
+from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
+from local_tier.config import LogConfig
+from local_tier.log import Log
 
 __all__ = ["Clock", "Stored", "compact_config", "make_cleaner", "read_log", "write"]
 

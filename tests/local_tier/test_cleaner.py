@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from common.errors import InvalidRecordError
+from common.record.batch import Compression
 from local_tier.checkpoint import read_checkpoint
 from local_tier.cleaning.cleaner import CleanerIO, SourceSegment, group_segments_by_size
 from local_tier.cleaning.manager import CLEANER_CHECKPOINT, Throttler
-from local_tier.errors import InvalidRecordError
 from local_tier.log import Log
-from local_tier.records import Compression
 from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
 
 _dirs = itertools.count()
@@ -114,7 +114,7 @@ def test_idempotent_producer_state_survives_cleaning_and_a_rebuild(tmp_path: Pat
     for snapshot in (tmp_path / "t-0").glob("*.snapshot"):
         snapshot.unlink()  # the state must come back from the log itself
     log = Log(tmp_path / "t-0", "t", 0, compact_config(), needs_recovery=True)
-    from local_tier.records import build_batch
+    from common.record.batch import build_batch
 
     retry = build_batch([(b"a", b"2", (), 1000)], producer_id=5, producer_epoch=0, base_sequence=2)
     info = log.append_as_leader(retry, 0)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from common.record.batch import build_batch
+from common.record.control import build_marker_batch
 from local_tier.cleaning.manager import CleanerConfig, LogCleaner
-from local_tier.control import build_marker_batch
 from local_tier.log import Log
 from local_tier.producer_state import AppendOrigin
-from local_tier.records import build_batch
 from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
 
 POINTS = ("mapped", "cleaned", "swapping", "swapping-half", "swapped")

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import KafkaStorageError
+from common.record.batch import decode_all
 from local_tier.checkpoint import write_checkpoint
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT
-from local_tier.errors import KafkaStorageError
 from local_tier.index import TimeIndex
 from local_tier.log import Log
 from local_tier.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from local_tier.records import decode_all
 from tests.local_tier.batches import make_batch, small_config
 from tests.tmpfs_fixtures import fill
 

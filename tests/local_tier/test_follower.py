@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from local_tier.errors import CorruptRecordError, OffsetOutOfRangeError
+from common.errors import CorruptRecordError, OffsetOutOfRangeError
+from common.record.batch import decode_all, iter_batches, read_batch_header
 from local_tier.log import Log
-from local_tier.records import decode_all, iter_batches, read_batch_header
 from local_tier.split import copy_segment_tail
 from tests.local_tier.batches import make_batch, small_config
 
@@ -134,7 +134,13 @@ def test_a_follower_copies_the_batches_the_leaders_cleaner_compacted(
 ) -> None:
     """A compacted batch keeps its offset range with fewer records in it (Kafka's format):
     the follower takes it as it is (framing and CRC checked, as Kafka's follower does)."""
-    from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
+    from tests.local_tier.cleaning_helpers import (
+        Clock,
+        compact_config,
+        make_cleaner,
+        read_log,
+        write,
+    )
 
     leader = Log(tmp_path / "leader", "t", 0, compact_config(), needs_recovery=False)
     logs.append(leader)

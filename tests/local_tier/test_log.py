@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 import pytest
 
+from common.errors import OffsetOutOfRangeError
+from common.record.batch import decode_all, read_batch_header
 from local_tier.config import LogConfig
-from local_tier.errors import OffsetOutOfRangeError
 from local_tier.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
-from local_tier.records import decode_all, read_batch_header
 from tests.local_tier.batches import make_batch, small_config
 
 BATCH = len(make_batch(5))

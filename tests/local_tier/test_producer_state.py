@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from local_tier.config import LogConfig
-from local_tier.control import build_marker_batch
-from local_tier.errors import (
+from common.errors import (
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from common.record.batch import build_batch, decode_all
+from common.record.control import build_marker_batch
+from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from local_tier.producer_snapshot import decode_snapshot, encode_snapshot
 from local_tier.producer_state import AppendOrigin
-from local_tier.records import build_batch, decode_all
 from local_tier.txn_index import AbortedTxn
 from tests.local_tier.batches import small_config
 

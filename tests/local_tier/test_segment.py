@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from common.record.batch import decode_all, read_batch_header, stamp_batch
 from local_tier.index import CorruptIndexError
-from local_tier.records import decode_all, read_batch_header, stamp_batch
 from local_tier.segment import LogSegment
 from tests.local_tier.batches import make_batch, small_config
 

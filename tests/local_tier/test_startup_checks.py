@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from common.record.batch import decode_all, stamp_batch
 from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import CLEAN_SHUTDOWN_FILE, LogManager
-from local_tier.records import decode_all, stamp_batch
 from tests.local_tier.batches import make_batch, small_config
 
 BATCH = len(make_batch(5))

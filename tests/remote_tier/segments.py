@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+from common.record.batch import build_batch
 from local_tier.log import Log
-from local_tier.records import build_batch
 from tests.local_tier.batches import small_config
 
 __all__ = ["LocalSegment", "write_segments"]

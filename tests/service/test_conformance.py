@@ -564,7 +564,7 @@ def env(module_start_broker: Any) -> Iterator[Env]:
 
 #: versions kio has no schema for, decoded by hand (router.hand_decoders()), and the tests
 #: that cover them instead; a new one must be added here
-HAND_CODED = {(2, 0): "tests/service/test_list_offsets_v0.py, tests/e2e/test_list_offsets.py"}
+HAND_CODED = {(2, 0): "tests/service/handlers/test_list_offsets_v0.py, tests/e2e/test_list_offsets.py"}
 
 
 def _versions(api: int) -> list[int]:

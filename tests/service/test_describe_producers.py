@@ -9,16 +9,16 @@ from pathlib import Path
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 
-from controller.configs import BrokerConfig
+from common.config import BrokerConfig
+from common.errors import ErrorCode
+from common.protocol.codec import RequestHeader
+from common.record.batch import build_batch
 from controller.registrations import Endpoint
-from local_tier.errors import ErrorCode
-from local_tier.records import build_batch
 from service.broker import Broker
 from service.cli.main import UP_DEFAULTS
 from service.handlers.context import RequestContext
 from service.handlers.router import api_table
 from service.handlers.transactions import handle_describe_producers
-from service.protocol import RequestHeader
 
 
 def test_producer_state_and_a_partition_not_hosted_here(tmp_path: Path) -> None:

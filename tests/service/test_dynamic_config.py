@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from controller.broker_config import BrokerConfig
-from controller.records import ConfigSource
-from local_tier.errors import ErrorCode, KafkaError
+from common.config.broker import BrokerConfig
+from common.config.entries import ConfigSource
+from common.errors import ErrorCode, KafkaError
 from service.dynamic_config import EffectiveConfig, alter, describe
 from service.quotas.connections import ListenerLimits, connection_settings
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from local_tier.records import Compression, build_batch
+from common.record.batch import Compression, build_batch
 from spark.bucket import open_bucket
 from spark.options import StrataSourceError
 from spark.segments import Columns, SegmentRef, offset_for_timestamp, read_segment

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from local_tier.control import build_marker_batch
+from common.record.batch import Compression, build_batch
+from common.record.control import build_marker_batch
 from local_tier.producer_snapshot import encode_snapshot
 from local_tier.producer_state import ProducerStateEntry
-from local_tier.records import Compression, build_batch
 from local_tier.txn_index import AbortedTxn
 from spark import txns as txns_module
 from spark.bucket import open_bucket

@@ -48,7 +48,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.consumer.embedded import (
     decode_assignment,
     decode_subscription,

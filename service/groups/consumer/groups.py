@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.consumer.model import ConsumerGroup
 from service.groups.consumer.reconcile import Assignment
 from service.groups.consumer.records import (

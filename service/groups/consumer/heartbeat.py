@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 
-from local_tier.errors import ErrorCode, KafkaError
+from common.errors import ErrorCode, KafkaError
 from service.groups.consumer.assignors import ASSIGNORS, MemberSpec
 from service.groups.consumer.groups import ConsumerGroups
 from service.groups.consumer.model import ConsumerGroup, current_record, member_record

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.consumer.records import ClassicMemberMetadata
 
 __all__ = [

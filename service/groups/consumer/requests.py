@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from local_tier.errors import ErrorCode, InvalidRequestError
+from common.errors import ErrorCode, InvalidRequestError
 from service.groups.consumer.reconcile import Assignment, ConsumerMember
 from service.groups.errors import FencedMemberEpochError, UnsupportedAssignorError
 

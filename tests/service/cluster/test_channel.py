@@ -12,9 +12,9 @@ import struct
 
 import pytest
 
-from local_tier.errors import BrokerNotAvailableError, RequestTimedOutError
+from common.errors import BrokerNotAvailableError, RequestTimedOutError
+from common.protocol.codec import build, decode_request, encode_response, response_module
 from service.cluster.channel import BrokerChannel, ChannelConfig
-from service.protocol import build, decode_request, encode_response, response_module
 
 VERSIONS = {18: 3, 60: 1}
 

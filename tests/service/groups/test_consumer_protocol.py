@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups import GroupConfig, GroupCoordinator, JoinRequest
 from service.groups.consumer import ConsumerHeartbeat, HeartbeatResult
 from service.groups.consumer.records import decode, is_consumer_record

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from local_tier.errors import ErrorCode, KafkaStorageError
+from common.errors import ErrorCode, KafkaStorageError
 from service.groups import GroupConfig, GroupCoordinator, GroupState, JoinRequest, SyncRequest
 from service.groups.group import JoinResult, SyncResult
 from service.groups.records import (

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from local_tier.errors import ErrorCode
+from common.errors import ErrorCode
 from service.groups.consumer.reconcile import (
     ConsumerMember,
     FencedMemberEpoch,

@@ -8,10 +8,10 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from common.protocol.codec import RequestHeader
 from controller.errors import StaleBrokerEpochError
 from service.handlers.cluster import handle_broker_heartbeat
 from service.handlers.context import RequestContext
-from service.protocol import RequestHeader
 
 
 class _Controller:

@@ -1,4 +1,4 @@
-"""The picture of a partition's log (service/http/state.py) on real logs and a real TieringService:
+"""The picture of a partition's log (service/http/state.py) on real logs and a real RemoteLogManager:
 remote, local and both ranges and bytes, and upload lag that counts sealed segments only."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.record.batch import build_batch
 from local_tier.log import Log
-from local_tier.records import build_batch
 from remote_tier import FileSystemObjectStore
+from remote_tier.log_manager import RemoteLogManager
 from service.http.state import partition_state, topic_totals
-from service.tiering import TieringService
-from tests.service.test_tiering import FakeBroker, _config
+from tests.remote_tier.test_log_manager import FakeBroker, _config
 
 TOPIC = "picture"
 
@@ -36,7 +36,7 @@ def _sealed(log: Log) -> list[tuple[int, int, int]]:
 def test_upload_lag_counts_sealed_segments_only_and_both_is_the_overlap(tmp_path: Path) -> None:
     config = _config()
     broker: Any = FakeBroker(tmp_path, config)
-    broker.tiering = TieringService(FileSystemObjectStore(tmp_path / "bucket"), config)
+    broker.tiering = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), config)
     try:
         (log,) = broker.create_topic(TOPIC)
         _append(log, 40)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.configs import BrokerConfig
+from common.config import BrokerConfig
 from service.quotas.connections import (
     IP_THROTTLED,
     OPEN_FILES,

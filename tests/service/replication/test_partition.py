@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from controller.registrations import PartitionRegistration
-from local_tier.errors import (
+from common.errors import (
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
+from controller.registrations import PartitionRegistration
 from local_tier.log import Log
 from service.replication.fetcher import truncate_to_leader
 from service.replication.partition import Partition, Transition, monotonic_ms

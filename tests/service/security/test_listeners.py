@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from service.security.listeners import SecurityProtocol, listener_settings
 
 

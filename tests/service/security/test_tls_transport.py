@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from controller.broker_config import BrokerConfig
+from common.config.broker import BrokerConfig
 from local_tier.segment import FileRegion
+from service.network.server import KafkaServer
 from service.security.listeners import SecurityProtocol
 from service.security.principal_mapping import PrincipalMapper
 from service.security.session import ListenerSecurity
 from service.security.tls import tls_settings
 from service.security.tls_engine import listener_context
-from service.server import KafkaServer
 from tests.security_fixtures import Pki
 
 REGION = 3 * 1024 * 1024  # the bytes of an api key 1 response (a file region)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_tier.errors import ErrorCode, KafkaStorageError
+from common.errors import ErrorCode, KafkaStorageError
 from service.transactions.coordinator import TransactionCoordinator
 from service.transactions.metadata import TopicPartition
 from service.transactions.records import decode_txn_key, decode_txn_value, txn_partition_for

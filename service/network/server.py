@@ -1,0 +1,498 @@
+"""The Kafka-protocol TCP server: read frames, dispatch, write responses in order.
+
+Each connection has a reader (frames in, one handler call each, in arrival order) and a
+writer (responses out in request order). Handlers may run concurrently (a long-polling Fetch
+does not stop the reader), but responses leave in the order the requests came, as Kafka
+requires. How responses reach the socket (``sendfile`` from the page cache, history on
+sender threads) is :mod:`fetch.sending`.
+
+A malformed frame, an unknown API key or an unsupported version closes that one connection
+with a log line; so does any failure of a handler, and any error of the reader itself (a
+connection never keeps a dead reader). The broker and other connections carry on.
+
+Memory: a request's declared size is reserved in the shared
+:class:`~service.network.request_memory.RequestMemoryPool` (``queued.max.request.bytes``) before its
+body is read, and returned when its handler is done; bodies are received in steps as their
+bytes arrive, never allocated whole up front. A connection keeps up to two request buffers
+of 1-8 MiB its finished requests no longer view, for its next large requests (a fresh buffer
+costs its zero-fill and page faults on every produce request); they are outside that pool.
+Connections with no traffic and no request in progress for ``connections.max.idle.ms`` are
+closed, as are half-received requests that stall while others wait for their memory.
+
+Security: each server is one listener (``listeners``); its
+:class:`~service.security.session.ListenerSecurity` says whether connections speak TLS (a
+:class:`~service.security.tls_transport.TlsTransport` under the same loop, the handshake
+first) and SASL. Each connection has a :class:`~service.security.session.Session`
+(principal, authentication state) that the dispatcher reads; before SASL authentication a
+frame is bounded by ``sasl.server.max.receive.size``, and after a failed authentication the
+connection closes once its answer is sent and ``connection.failed.authentication.delay.ms``
+has passed.
+
+Limits: a :class:`~service.quotas.connections.ConnectionQuotas` shared by the broker's
+listeners decides which accepted connections are served (``max.connections`` and friends)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from common.protocol.codec import FrameError
+from fetch.sending import HistorySender
+from local_tier.segment import FileRegion
+from service.network.eager import cancel_and_wait, start_eagerly
+from service.network.request_memory import RequestMemoryPool
+from service.network.transport import PlainTransport, Transport
+from service.quotas.connections import ConnectionQuotas
+from service.security.session import ListenerSecurity, Session
+from service.security.tls_transport import TlsHandshakeError, TlsTransport
+
+__all__ = ["HistorySender", "KafkaServer", "Response"]  # HistorySender: see fetch.sending
+
+log = logging.getLogger("strata.server")
+
+_I32 = struct.Struct(">i")
+_READ_CHUNK = 256 * 1024
+#: a body being received grows by at most this much beyond what has arrived
+_BODY_STEP = 1024 * 1024
+#: what a growing body is extended with (no fresh zero-filled allocation per step)
+_ZEROS = memoryview(bytes(_BODY_STEP))
+#: request buffers a connection keeps for its next requests, and the largest it keeps
+_MAX_SPARES = 2
+_MAX_SPARE_BYTES = 8 * _BODY_STEP
+#: a half-received request that made no progress for this long is closed when
+#: other requests wait for memory (its reservation is what they wait for)
+STALLED_BODY_SECONDS = 10.0
+
+#: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
+Response = bytes | list[bytes | memoryview | FileRegion] | None
+
+
+class KafkaServer:
+    """Accepts connections on one listener; ``dispatcher`` turns frames into responses."""
+
+    def __init__(
+        self,
+        dispatcher: Any,
+        host: str,
+        port: int,
+        *,
+        max_request_bytes: int = 100 * 1024 * 1024,
+        max_inflight_per_connection: int = 100,
+        queued_max_request_bytes: int = -1,
+        connections_max_idle_ms: int = -1,
+        history: HistorySender | None = None,
+        security: ListenerSecurity | None = None,
+        listener: str = "PLAINTEXT",
+        limits: ConnectionQuotas | None = None,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self.listener = listener
+        self._limits = limits
+        self._history = history
+        self.security = security or ListenerSecurity()
+        self._host = host
+        self._port = port
+        self._max_request_bytes = max_request_bytes
+        self._max_inflight = max_inflight_per_connection
+        self.memory = RequestMemoryPool(queued_max_request_bytes)
+        self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
+        self._sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
+        self._connections: set[Connection] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._sock is not None
+        return int(self._sock.getsockname()[1])
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind and listen; with ``serve`` False, connections wait in the backlog until
+        :meth:`serve` (a broker binds first to know its port, and serves once it has
+        joined the cluster)."""
+        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self._host, self._port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._sock = sock
+        if self._limits is not None:
+            self._limits.register(self.listener, self.close_least_recent)
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        """Start accepting connections, and sweeping idle ones (idempotent)."""
+        if self._accept_task is None:
+            self._accept_task = asyncio.create_task(self._accept_loop(), name="kafka-accept")
+            self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
+
+    async def _sweep_loop(self) -> None:
+        """Close idle connections, and stalled half-read requests while memory is short."""
+        loop = asyncio.get_running_loop()
+        limits = [STALLED_BODY_SECONDS] + ([self._max_idle_s] if self._max_idle_s else [])
+        interval = max(0.05, min(5.0, min(limits) / 4))
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            short_of_memory = self.memory.waiting > 0
+            for conn in list(self._connections):
+                quiet = now - conn.last_active
+                if self._max_idle_s is not None and quiet > self._max_idle_s and conn.idle:
+                    log.info("closing connection %s: idle for %.0f s (connections.max.idle.ms)",
+                             conn.peer, quiet)
+                    await conn.close()
+                elif short_of_memory and conn.receiving_body and quiet > STALLED_BODY_SECONDS:
+                    log.warning("closing connection %s: its request stalled for %.0f s while others "
+                                "wait for request memory (queued.max.request.bytes)", conn.peer, quiet)
+                    await conn.close()
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        limits = self._limits
+        while True:
+            if limits is not None:
+                await limits.before_accept(self.listener)  # room, and the creation rates
+            try:
+                client, addr = await loop.sock_accept(self._sock)
+            except OSError as exc:  # e.g. EMFILE: keep serving the connections we have
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            admitted = False
+            try:
+                if limits and not (admitted := await limits.screen(self.listener, client, addr[0])):
+                    continue
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = Connection(self, client, f"{addr[0]}:{addr[1]}")
+            except Exception:  # noqa: BLE001 - one connection must not stop the listener
+                log.exception("cannot set up connection %s:%s; closed", addr[0], addr[1])
+                client.close()
+                if admitted and limits is not None:
+                    limits.release(self.listener, addr[0])
+                continue
+            self._connections.add(conn)
+            conn.start()
+
+    def close_least_recent(self) -> bool:
+        """Close the connection with the oldest traffic (a broker needs its slot); False: none."""
+        if (old := min(self._connections, key=lambda c: c.last_active, default=None)) is not None:
+            start_eagerly(asyncio.get_running_loop(), old.close())  # closed in its first step
+        return old is not None
+
+    async def close(self) -> None:
+        for task in (self._accept_task, self._sweep_task):
+            if task is not None:
+                await cancel_and_wait(task)
+        if self._sock is not None:
+            self._sock.close()
+        for conn in list(self._connections):
+            await conn.close()
+
+
+class Connection:
+    """One client connection. Not thread-safe: lives on the event loop."""
+
+    def __init__(self, server: KafkaServer, sock: socket.socket, peer: str) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.address = peer.rpartition(":")[0]  # the client's IP (its connection limits)
+        self.session: Session = server.security.new_session(peer)
+        loop = asyncio.get_running_loop()
+        self.transport: Transport
+        tls = server.security.tls_context()
+        if tls is not None:
+            self.transport = TlsTransport(loop, sock, tls,
+                                          timeout_s=server.security.tls_handshake_timeout_s)
+        else:
+            self.transport = PlainTransport(loop, sock, server._history, self._track_history_send)
+        self._queue: asyncio.Queue[asyncio.Future[Response] | None] = asyncio.Queue(
+            server._max_inflight
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        #: event-loop time of the last bytes in or out (idle-connection timeout)
+        self.last_active = asyncio.get_running_loop().time()
+        #: requests read and not yet answered (a connection waiting on one is not idle)
+        self.inflight = 0
+        #: a request's body is being received (its memory is reserved)
+        self.receiving_body = False
+        #: event-loop time until which no request is read (a client over its quota, KIP-219)
+        self.muted_until = 0.0
+        #: the history send in progress on a sender thread: the socket is closed
+        #: only after it ends, so the thread never writes to a reused descriptor
+        self._history_send: Future[tuple[int, int] | None] | None = None
+        #: brokers that heartbeat the controller on this connection
+        self.heartbeat_brokers: set[int] = set()
+        self._spare: list[bytearray] = []  # request buffers to reuse (_recycle)
+        self._close_callbacks: list[Callable[[], None]] = []
+
+    def add_close_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the loop, errors logged) when this connection closes."""
+        self._close_callbacks.append(callback)
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._read_loop(), name=f"kafka-read-{self.peer}"),
+            asyncio.create_task(self._write_loop(), name=f"kafka-write-{self.peer}"),
+        ]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        sending = self._history_send
+        if sending is not None and not sending.done():
+            # wake the sender thread (its send fails at once), close when it is out
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            loop = asyncio.get_running_loop()
+            sending.add_done_callback(lambda _: _call_soon(loop, self._close_socket))
+        else:
+            self._close_socket()
+        self.server._connections.discard(self)
+        if self.server._limits is not None:
+            self.server._limits.release(self.server.listener, self.address)
+        for callback in self._close_callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - one callback must not stop the others
+                log.exception("a close callback of connection %s failed", self.peer)
+
+    @property
+    def idle(self) -> bool:
+        """No request being handled (a half-received one counts: its bytes stopped coming)."""
+        return self.inflight == 0
+
+    def mute(self, ms: int) -> None:
+        """Read no request for ``ms`` (the client was throttled; its answer goes out now)."""
+        self.muted_until = max(self.muted_until, asyncio.get_running_loop().time() + ms / 1000)
+
+    def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
+        self._history_send = fut
+
+    def _close_socket(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        server = self.server
+        buf = bytearray()
+        transport = self.transport
+        try:
+            await transport.handshake()
+            self.session.tls_established(transport.peer_certificate())
+            while True:
+                if self.muted_until > loop.time():
+                    await asyncio.sleep(self.muted_until - loop.time())
+                while len(buf) < 4:
+                    chunk = await transport.recv(_READ_CHUNK)
+                    if not chunk:
+                        if buf:
+                            log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    self.last_active = loop.time()
+                    buf += chunk
+                (size,) = _I32.unpack_from(buf, 0)
+                limit = self.session.max_frame_bytes(server._max_request_bytes)
+                if size < 8 or size > limit:
+                    log.warning(
+                        "closing connection %s: request size %d outside [8, %d]%s",
+                        self.peer,
+                        size,
+                        limit,
+                        "" if self.session.authenticated else " (sasl.server.max.receive.size)",
+                    )
+                    await self.close()
+                    return
+                await server.memory.acquire(size)
+                handed_over = False  # to the handler's future, which releases the memory when done
+                try:
+                    frame = await self._read_frame(loop, buf, size)
+                    if frame is None:
+                        log.info("connection %s closed mid-frame", self.peer)
+                        await self._finish_reading()
+                        return
+                    fut = start_eagerly(loop, server._dispatcher.dispatch(frame, self))
+                    handed_over = True
+                    if fut.done():  # answered in its first step: no task was needed
+                        self._request_done(size, frame)
+                    else:
+                        fut.add_done_callback(lambda _, n=size, f=frame: self._request_done(n, f))
+                finally:
+                    if not handed_over:
+                        server.memory.release(size)
+                frame = None  # its buffer may be recycled once the request is done with it
+                self.inflight += 1
+                if self._answered_now(fut):  # the common case: sent from here
+                    response, fut = fut.result(), None
+                    await self._send_now(loop, response)
+                    response = None
+                    continue
+                await self._queue.put(fut)
+        except FrameError as exc:
+            log.warning("closing connection %s: %s", self.peer, exc)
+            await self._finish_reading()
+        except TlsHandshakeError as exc:
+            log.info("closing connection %s: %s", self.peer, exc)
+            await self.close()
+        except ValueError as exc:  # a client certificate no principal mapping rule applies to
+            log.warning("closing connection %s: %s", self.peer, exc)
+            await self.close()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s: %s", self.peer, exc)
+            await self.close()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request reader failed; closing connection %s", self.peer)
+            await self.close()
+
+    async def _read_frame(
+        self, loop: asyncio.AbstractEventLoop, buf: bytearray, size: int
+    ) -> bytes | memoryview | None:
+        """The frame whose size prefix starts ``buf``, received in steps; None if the peer left.
+
+        The body buffer grows by at most ``_BODY_STEP`` beyond the bytes that have
+        arrived, so a declared size costs memory only as its bytes come in.
+        """
+        if len(buf) >= 4 + size:
+            frame = bytearray(memoryview(buf)[4 : 4 + size])
+            del buf[: 4 + size]
+            return memoryview(frame)
+        # a buffer an earlier request is done with, else the first step at once (zero-filled
+        # once: growing by += copies what arrived)
+        have = len(buf) - 4
+        body = self._spare_body(size) or bytearray(min(size, max(_BODY_STEP, have)))
+        body[:have] = memoryview(buf)[4:]
+        buf.clear()
+        self.receiving_body = True
+        try:
+            while have < size:
+                if have == len(body):
+                    grow = min(size - have, max(_BODY_STEP, have))
+                    while grow > 0:
+                        body += _ZEROS[: min(grow, _BODY_STEP)]
+                        grow -= _BODY_STEP
+                with memoryview(body) as view, view[have:size] as free:
+                    got = await self.transport.recv_into(free)
+                if not got:
+                    return None
+                have += got
+                self.last_active = loop.time()
+        finally:
+            self.receiving_body = False
+        # writable: a Produce's batches get their offsets and leader epoch stamped in place
+        # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
+        return memoryview(body)[:size]
+
+    def _request_done(self, size: int, frame: memoryview) -> None:
+        """A handler is done with its request: its memory is returned, its buffer kept."""
+        self.server.memory.release(size)
+        self._recycle(frame)
+
+    def _recycle(self, frame: memoryview) -> None:
+        """A request is done: its body buffer may serve a later one (a fresh megabyte is
+        zero-filled and page-faulted in for every produce request otherwise)."""
+        body = frame.obj
+        frame.release()
+        if isinstance(body, bytearray) and _BODY_STEP <= len(body) <= _MAX_SPARE_BYTES:
+            self._spare.append(body)
+            del self._spare[:-_MAX_SPARES]
+
+    def _spare_body(self, size: int) -> bytearray | None:
+        """A recycled buffer of at least ``size`` bytes that nothing views any more."""
+        for i, body in enumerate(self._spare):
+            if len(body) < size:
+                continue
+            try:  # a bytearray with live views cannot be resized: this one is still in use
+                body.append(0)
+            except BufferError:
+                continue
+            del body[-1]
+            del self._spare[i]
+            return body
+        return None
+
+    def _answered_now(self, fut: asyncio.Future[Response]) -> bool:
+        """Whether the reader sends this answer itself: it is ready (a whole frame, or none
+        for acks=0), it is the one request in flight (nothing queued for the writer or
+        being sent by it), and the connection is not closing after it (a failed
+        authentication)."""
+        if self.inflight != 1 or not fut.done() or fut.cancelled() or fut.exception() is not None:
+            return False
+        return isinstance(fut.result(), bytes | None) and self.session.close_after_s is None
+
+    async def _send_now(self, loop: asyncio.AbstractEventLoop, response: bytes | None) -> None:
+        """Send an answer from the reader, which reads the next request once it is sent:
+        no queue and no turn of the writer. Answers keep their order, as nothing else is
+        queued or being sent; a client that does not read its answers stops the reading
+        of its requests, as Kafka mutes such a channel."""
+        try:
+            if response is not None:
+                await self.transport.send(response)
+                self.last_active = loop.time()
+        finally:
+            self.inflight -= 1
+
+    async def _finish_reading(self) -> None:
+        """No more requests: let the writer send what is pending, then close."""
+        await self._queue.put(None)
+
+    async def _write_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                fut = await self._queue.get()
+                if fut is None:
+                    break
+                try:
+                    response = await fut
+                except FrameError as exc:
+                    log.warning("closing connection %s: %s", self.peer, exc)
+                    break
+                except Exception:
+                    log.exception("handler failed; closing connection %s", self.peer)
+                    break
+                if response is not None:  # None: acks=0
+                    if isinstance(response, bytes):
+                        await self.transport.send(response)
+                    else:
+                        await self.transport.send_parts(response)
+                    self.last_active = loop.time()
+                self.inflight -= 1
+                if self.session.close_after_s is not None:  # a failed authentication
+                    await asyncio.sleep(self.session.close_after_s)
+                    break
+                # release the response now, not when the next one (maybe a long
+                # poll) is ready: memory per connection stays one response
+                response = fut = None
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s: %s", self.peer, exc)
+        finally:
+            await self.close()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is already closed (shutdown)
+        loop.call_soon_threadsafe(callback)

@@ -1,0 +1,251 @@
+"""How the server writes a response made of parts (fetch/sending.py ``send_parts``).
+
+* Large buffers (records read from the bucket) go to the socket in slices of at
+  most ``SEND_SLICE_BYTES``, with a yield to the event loop after each: another
+  connection's task runs between the slices of a 16 MiB response even when the
+  kernel takes every slice at once.
+* Over a real socket, a response mixing small and large parts arrives whole and
+  in order.
+* :class:`HistorySender` (responses with records from the bucket, sent off the
+  event loop): a response of buffers and file regions arrives whole and in order
+  through a reader slower than the socket buffer; a reader that stops reading
+  holds no thread and gets its send ended after the stall time; a reader that
+  goes away ends the send with a connection error at once; the threads run on
+  the CPUs given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fetch import sending as server
+from fetch.sending import SEND_SLICE_BYTES, HistorySender
+from fetch.sending import carries_history as _carries_history
+from fetch.sending import send_parts as _send_parts
+from local_tier.segment import FileRegion
+
+
+class _InstantLoop:
+    """Stands in for the loop: ``sock_sendall`` takes everything at once, never yields."""
+
+    def __init__(self) -> None:
+        self.sends: list[bytes] = []
+
+    async def sock_sendall(self, sock: Any, data: Any) -> None:
+        self.sends.append(bytes(data))
+
+
+def test_large_parts_go_out_in_slices_with_other_tasks_running_between_them() -> None:
+    big = os.urandom(3 * SEND_SLICE_BYTES + 123)
+    parts: list[Any] = [b"header", memoryview(big), b"trailer"]
+    fake = _InstantLoop()
+    ticks: list[int] = []
+
+    async def other_connection() -> None:
+        while True:
+            ticks.append(len(fake.sends))
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        other = asyncio.create_task(other_connection())
+        await asyncio.sleep(0)
+        await _send_parts(fake, None, parts)  # type: ignore[arg-type]
+        other.cancel()
+
+    asyncio.run(main())
+    assert b"".join(fake.sends) == b"header" + big + b"trailer"
+    assert all(len(s) <= SEND_SLICE_BYTES for s in fake.sends[1:-1])
+    assert len(fake.sends) == 1 + 4 + 1
+    # the other task saw the send in progress after each slice, not just before and after
+    assert set(range(2, 6)) <= set(ticks)
+
+
+def test_a_mixed_response_arrives_whole_and_in_order_over_a_socket() -> None:
+    chunks = [os.urandom(n) for n in (100, server.SENDFILE_MIN_BYTES, 5 * SEND_SLICE_BYTES + 7, 3)]
+    parts: list[Any] = [chunks[0], memoryview(chunks[1]), memoryview(chunks[2])[1:], chunks[3]]
+    expected = chunks[0] + chunks[1] + chunks[2][1:] + chunks[3]
+
+    async def main() -> bytes:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+        received = bytearray()
+
+        async def read() -> None:
+            while len(received) < len(expected):
+                received.extend(await loop.sock_recv(b, 1 << 16))
+
+        reader = asyncio.create_task(read())
+        await _send_parts(loop, a, parts)
+        await asyncio.wait_for(reader, 10)
+        a.close()
+        b.close()
+        return bytes(received)
+
+    assert asyncio.run(main()) == expected
+
+
+def _slow_reader(sock: socket.socket, want: int, out: bytearray) -> threading.Thread:
+    """Reads ``want`` bytes in small pieces with pauses: the sender meets a full socket often."""
+
+    def run() -> None:
+        sock.settimeout(10)
+        while len(out) < want:
+            got = sock.recv(1024 * 1024)
+            if not got:
+                return
+            out.extend(got)
+            time.sleep(2 * HistorySender.WAIT_MS / 1000)  # the thread hands the send back
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def _send_history(sender: HistorySender, sock: socket.socket, parts: list[Any]) -> list[Any]:
+    """Run ``sender.send`` on an event loop; returns the thread-side steps it took."""
+    steps: list[Any] = []
+
+    async def main() -> None:
+        await sender.send(asyncio.get_running_loop(), sock, parts, steps.append)
+
+    asyncio.run(main())
+    return steps
+
+
+def test_history_sender_sends_buffers_and_file_regions_whole_and_in_order(tmp_path: Path) -> None:
+    file_bytes = os.urandom(3 * 1024 * 1024)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(file_bytes)
+    remote = os.urandom(4 * 1024 * 1024 + 5)
+    with io.FileIO(path, "r") as f:
+        parts: list[Any] = [b"head", memoryview(remote)[5:], FileRegion(f, 17, 2 * 1024 * 1024, 0), b"tail"]
+        expected = b"head" + remote[5:] + file_bytes[17:17 + 2 * 1024 * 1024] + b"tail"
+        assert _carries_history(parts)
+        a, b = socket.socketpair()
+        a.setblocking(False)  # as the event loop keeps it
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        got = bytearray()
+        reader = _slow_reader(b, len(expected), got)
+        sender = HistorySender(threads=2)
+        try:
+            steps = _send_history(sender, a, parts)
+            reader.join(30)
+        finally:
+            sender.close()
+            a.close()
+            b.close()
+    assert bytes(got) == expected
+    # the slow reader made the threads hand the send back to the loop, which resumed it
+    assert len(steps) > 1 and steps[-1].result() is None
+    assert all(s.result() is not None for s in steps[:-1])
+
+
+def test_a_reader_that_stops_reading_holds_no_thread_and_is_cut_off_after_the_stall_time() -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    sender = HistorySender(threads=1, stall_seconds=0.5)
+    try:
+        big = [memoryview(os.urandom(16 * 1024 * 1024))]
+        started = time.monotonic()
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            stalled = asyncio.create_task(sender.send(loop, a, big))
+            await asyncio.sleep(0.1)
+            # the one thread is free meanwhile: another client's response goes out at once
+            c, d = socket.socketpair()
+            c.setblocking(False)
+            try:
+                await asyncio.wait_for(sender.send(loop, c, [memoryview(b"x" * 100_000)]), 0.4)
+                assert len(d.recv(1 << 20)) > 0
+            finally:
+                c.close()
+                d.close()
+            with pytest.raises(TimeoutError, match="read nothing for"):
+                await stalled
+
+        asyncio.run(main())
+        assert time.monotonic() - started < 10
+    finally:
+        sender.close()
+        a.close()
+        b.close()
+
+
+def test_history_sender_ends_with_a_connection_error_when_the_reader_goes_away() -> None:
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    sender = HistorySender(threads=1, stall_seconds=60)
+    try:
+        async def main() -> None:
+            task = asyncio.create_task(sender.send(asyncio.get_running_loop(), a,
+                                                   [memoryview(os.urandom(16 * 1024 * 1024))]))
+            await asyncio.sleep(0.2)  # under way, waiting on a full socket
+            b.close()
+            with pytest.raises(OSError):  # BrokenPipeError / ConnectionResetError
+                await asyncio.wait_for(task, 10)
+
+        asyncio.run(main())
+    finally:
+        sender.close()
+        a.close()
+
+
+def test_small_or_local_responses_stay_on_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "x.log"
+    path.write_bytes(b"x" * (1 << 20))
+    with io.FileIO(path, "r") as f:
+        assert not _carries_history([b"h" * 100, FileRegion(f, 0, 1 << 20, 0), b"t"])
+        assert not _carries_history([b"h" * 100, memoryview(b"r" * (server.SENDFILE_MIN_BYTES - 1))])
+        assert _carries_history([b"h" * 100, memoryview(b"r" * server.SENDFILE_MIN_BYTES)])
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and two CPUs")
+def test_history_threads_run_on_the_cpus_given() -> None:
+    from fetch.affinity import pin_current_thread
+
+    cpu = max(os.sched_getaffinity(0))
+    seen: list[set[int]] = []
+
+    def run() -> None:
+        assert pin_current_thread(frozenset({cpu}))
+        seen.append(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert seen == [{cpu}]
+    assert len(os.sched_getaffinity(0)) >= 2  # the calling thread alone, not the process
+
+
+def test_a_request_buffer_is_reused_only_once_nothing_views_it() -> None:
+    """Large request bodies are recycled for the connection's next requests, but never while
+    a view of one lives on (a Produce's records are views of its frame)."""
+    from service.network.server import Connection
+
+    conn = object.__new__(Connection)
+    conn._spare = []
+    big = bytearray(2 * 1024 * 1024)
+    frame = memoryview(big)[: 1024 * 1024 + 5]
+    records = frame[100:200]  # still held by someone
+    conn._recycle(frame)
+    assert conn._spare == [big]
+    assert conn._spare_body(1024 * 1024) is None  # a view of it lives: not reused
+    records.release()
+    assert conn._spare_body(3 * 1024 * 1024) is None  # too small for this request
+    assert conn._spare_body(1024 * 1024) is big and conn._spare == []
+    conn._recycle(memoryview(bytearray(1000)))  # small ones are not kept
+    conn._recycle(memoryview(bytearray(64 * 1024 * 1024)))  # nor very large ones
+    assert conn._spare == []

@@ -1,0 +1,478 @@
+"""RemoteLogManager in process: real local logs, a real controller, real object stores.
+
+* A store that fails every third request (FlakyObjectStore around moto's S3 server
+  over HTTP): the service's retries get every sealed segment into the manifest,
+  exactly once, and the history reads back through the tiered-fetch path.
+* A Fetch that mixes a local partition with a remote one whose read never
+  completes: the response carries the local data and an empty remote partition
+  once ``remote.fetch.max.wait.ms`` has passed (it does not wait for the bucket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.errors import ErrorCode, UnknownTopicOrPartitionError
+from common.record.batch import build_batch, decode_batch, iter_batches
+from controller import BrokerConfig, Controller, ObjectStoreMetadataStore
+from fetch.planner import PartitionFetch, read_partitions
+from fetch.tiered import TieredReader
+from local_tier.config import LogConfig
+from local_tier.log import Log
+from local_tier.manager import LogManager
+from local_tier.segment import FileRegion
+from remote_tier import FileSystemObjectStore, ObjectStore
+from remote_tier.log_manager import RemoteLogManager
+from remote_tier.s3 import S3ObjectStore
+from service.handlers.fetch import _read_remote
+from tests.remote_tier.flaky import FlakyObjectStore
+from tests.s3_fixtures import S3Bucket
+
+SEGMENT_BYTES = 16 * 1024
+RECORDS_PER_BATCH = 10
+BATCHES = 150  # ~40 sealed segments of ~16 KiB
+
+
+class FakeBroker:
+    """What RemoteLogManager.run_once and the fetch planner need of a broker."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+        self.controller = Controller(
+            ObjectStoreMetadataStore(FileSystemObjectStore(data_dir / "metadata")), config
+        )
+        self.logs = LogManager(data_dir / "logs")
+
+    def create_topic(self, name: str, partitions: int = 1) -> list[Log]:
+        self.controller.create_topic(name, partitions, -1, {}, False)
+        cfg = LogConfig.from_properties(self.controller.effective_topic_config(name))
+        return [self.logs.get_or_create_log(name, p, cfg) for p in range(partitions)]
+
+    def log_for(self, topic: str, partition: int, current_leader_epoch: int = -1) -> Log:
+        found = self.logs.get_log(topic, partition)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"no {topic}-{partition}")
+        return found
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        return 0  # this broker leads every partition
+
+    def close(self) -> None:
+        self.logs.shutdown()
+
+
+def _config(**extra: str) -> BrokerConfig:
+    return BrokerConfig(
+        {
+            "remote.log.storage.system.enable": "true",
+            "log.remote.storage.enable": "true",
+            "log.segment.bytes": str(SEGMENT_BYTES),
+            "log.local.retention.bytes": "0",
+            "log.segment.delete.delay.ms": "0",
+            "log.index.interval.bytes": "1024",
+            "remote.fetch.chunk.bytes": "8192",
+            "remote.fetch.max.wait.ms": "200",
+            **extra,
+        }
+    )
+
+
+def _value(i: int) -> bytes:
+    return b"record-%06d-" % i + b"x" * 80
+
+
+def _fill(log: Log, batches: int = BATCHES) -> int:
+    """Append ``batches`` batches of RECORDS_PER_BATCH records; returns the record count."""
+    now = int(time.time() * 1000)
+    n = 0
+    for _ in range(batches):
+        records = [(b"k%d" % (n + i), _value(n + i), [], now + n + i) for i in range(RECORDS_PER_BATCH)]
+        log.append_as_leader(build_batch(records), 0)
+        n += RECORDS_PER_BATCH
+    log.update_high_watermark(log.log_end_offset)
+    return n
+
+
+def _sealed_bases(log: Log) -> list[int]:
+    return [s.base_offset for s in log.segments[:-1]]
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Any]:
+    made: list[FakeBroker] = []
+
+    def make(config: BrokerConfig) -> FakeBroker:
+        broker = FakeBroker(tmp_path / f"broker{len(made)}", config)
+        made.append(broker)
+        return broker
+
+    yield make
+    for broker in made:
+        broker.close()
+
+
+def _records(data: bytes) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record in ``data`` (whole batches)."""
+    out = []
+    for pos, _ in iter_batches(data):
+        _, records = decode_batch(data, pos)
+        out += [(r.offset, bytes(r.value or b"")) for r in records]
+    return out
+
+
+def _region_bytes(regions: list[FileRegion | bytes | memoryview]) -> bytes:
+    return b"".join(r.read_bytes() if isinstance(r, FileRegion) else r for r in regions)
+
+
+async def _read_history(service: RemoteLogManager, log: Log, topic: str) -> list[tuple[int, bytes]]:
+    """Every record of the partition, remote part planned by the service and read by the
+    broker's tiered reads (fetch/tiered.py)."""
+    out: list[tuple[int, bytes]] = []
+    offset = 0
+    reads = TieredReader(service, _config())
+    while offset < log.high_watermark:
+        if offset < log.log_start_offset:
+            target = service.plan_remote_read(topic, 0, offset, log)
+            data = b"".join(await reads.read(target, offset, 32 * 1024, True))
+        else:
+            info = log.read(offset, 32 * 1024, max_offset=log.high_watermark, min_one_message=True)
+            data = _region_bytes(list(info.regions))
+        records = [(o, v) for o, v in _records(data) if o >= offset]
+        assert records, f"nothing read at offset {offset}"
+        out += records
+        offset = records[-1][0] + 1
+    reads.close()
+    return out
+
+
+def _segment_keys(store: ObjectStore) -> list[str]:
+    return [i.key for i in store.list("topics/") if not i.key.endswith("manifest.json")]
+
+
+async def _until(predicate: Any, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def test_a_store_failing_every_third_request_still_gets_every_segment_through_once(
+    make_broker: Any, s3_bucket: S3Bucket
+) -> None:
+    real = S3ObjectStore(s3_bucket.bucket, "flaky", endpoint_url=s3_bucket.endpoint_url)
+    flaky = FlakyObjectStore(real, fail_every=3)
+    broker = make_broker(_config(**{"remote.log.manager.task.interval.ms": "50"}))
+    (log,) = broker.create_topic("orders")
+    total = _fill(log)
+    sealed = _sealed_bases(log)
+    assert len(sealed) >= 8
+    boundary = log.segments[-1].base_offset  # everything below is sealed and committed
+    service = RemoteLogManager(flaky, broker.controller.config)
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        task = asyncio.create_task(service.run(broker))  # the broker's periodic task
+        try:
+            await _until(lambda: service.remote_boundary("orders", 0) == boundary, "uploads")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        # local retention may now drop every uploaded segment; history reads come from S3
+        assert log.delete_retention_segments(
+            int(time.time() * 1000), remote_boundary=service.remote_boundary("orders", 0)
+        ) == len(sealed)
+        assert log.log_start_offset == boundary
+        return await _read_history(service, log, "orders")
+
+    try:
+        history = asyncio.run(scenario())
+    finally:
+        service.close()
+
+    assert flaky.failures > 10  # the faults did happen ...
+    assert service.upload_failures == 0  # ... and the retries absorbed every one of them
+    state = service.state("orders", 0)
+    assert state is not None and state.last_error is None
+    # the committed manifest, read from the bucket without faults
+    manifest = RemoteLogManager(real, broker.controller.config).rlm.manifest(state.topic_id, 0)
+    assert manifest is not None
+    bases = [s.base_offset for s in manifest.segments]
+    assert bases == sealed  # every sealed segment, once, in order
+    assert manifest.segments[0].base_offset == 0 and manifest.next_offset == boundary
+    for prev, nxt in zip(manifest.segments, manifest.segments[1:]):
+        assert nxt.base_offset == prev.last_offset + 1
+    # no object dangles: three per committed segment plus its producer snapshot, each referenced
+    referenced = {s.upload_id for s in manifest.segments}
+    keys = _segment_keys(real)
+    assert all(s.producer_snapshot_bytes > 0 and s.txn_index_bytes == 0 for s in manifest.segments)
+    assert len(keys) == 4 * len(bases)
+    assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == referenced
+    # and the history reads back whole, through the flaky store too
+    assert [o for o, _ in history] == list(range(total))
+    assert [v for _, v in history] == [_value(i) for i in range(total)]
+
+
+class BlockingStore:
+    """A store whose ``.log`` reads block until ``release()`` (a bucket that never answers)."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.blocked = threading.Event()  # set: .log reads block
+        self._open = threading.Event()
+        self.waiting = 0
+
+    def release(self) -> None:
+        self.blocked.clear()
+        self._open.set()
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        if self.blocked.is_set() and key.endswith(".log"):
+            self.waiting += 1
+            self._open.wait(60)
+        return self.inner.get(key, start, end)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_fetch_mixing_local_and_remote_partitions_answers_without_the_stuck_remote_one(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    store = BlockingStore(FileSystemObjectStore(tmp_path / "bucket"))
+    broker = make_broker(_config())
+    (history,) = broker.create_topic("history")
+    (live,) = broker.create_topic("live")
+    total = _fill(history)
+    now = int(time.time() * 1000)
+    live.append_as_leader(build_batch([(b"k", b"live-%d" % i, [], now) for i in range(5)]), 0)
+    live.update_high_watermark(live.log_end_offset)
+    service = RemoteLogManager(store, broker.controller.config)
+    broker.tiering = service
+    broker.tiered_reads = reads = TieredReader(service, broker.controller.config)
+    wanted = [PartitionFetch("live", 0, 0, 1 << 20), PartitionFetch("history", 0, 0, 1 << 20)]
+
+    async def scenario() -> tuple[list[Any], list[Any]]:
+        await service.run_once(broker)
+        history.delete_retention_segments(now, remote_boundary=service.remote_boundary("history", 0))
+        assert history.log_start_offset > 0  # offset 0 is in the bucket only
+        store.blocked.set()
+        data, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+        assert data[0].remote is None and data[1].remote is not None
+        # the outer timeout only keeps a hang from stalling the suite
+        await asyncio.wait_for(_read_remote(broker, data), timeout=30)
+        assert store.waiting >= 1  # the remote read really was stuck in the bucket
+        first = data
+        # the consumer asks again (and again): each retry joins the stuck read
+        # instead of queuing another one behind it
+        for _ in range(3):
+            retry, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+            await asyncio.wait_for(_read_remote(broker, retry), timeout=30)
+            assert retry[1].size == 0 and retry[1].error_code == ErrorCode.none
+            assert _records(_region_bytes(retry[0].regions)) == [(i, b"live-%d" % i) for i in range(5)]
+        assert reads.reader.queue_depth == 1
+        store.release()  # the bucket answers again: the next fetch gets the history
+        data, _ = read_partitions(broker, wanted, max_bytes=4 << 20, remote=service)
+        await asyncio.wait_for(_read_remote(broker, data), timeout=30)
+        return first, data
+
+    try:
+        first, second = asyncio.run(scenario())
+    finally:
+        store.release()
+        reads.close()
+        service.close()
+
+    live_part, remote_part = first
+    assert live_part.error_code == ErrorCode.none
+    assert _records(_region_bytes(live_part.regions)) == [(i, b"live-%d" % i) for i in range(5)]
+    assert remote_part.error_code == ErrorCode.none
+    assert remote_part.regions == [] and remote_part.size == 0 and remote_part.remote is None
+    assert remote_part.log_start_offset == 0 and remote_part.high_watermark == total
+    live_part, remote_part = second
+    assert _records(_region_bytes(live_part.regions)) == [(i, b"live-%d" % i) for i in range(5)]
+    got = _records(_region_bytes(remote_part.regions))
+    assert got and got[0] == (0, _value(0))
+    assert [o for o, _ in got] == list(range(len(got)))
+
+
+class _GatedSource:
+    """A segment source whose reads wait for ``gate`` (index: one entry per batch)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.gate = threading.Event()
+        self.reads = 0
+        self._lock = threading.Lock()
+
+    def cache_key(self, segment: object) -> str:
+        return "segment"
+
+    def get_range(self, segment: object, start: int, end: int) -> bytes:
+        with self._lock:
+            self.reads += 1
+        assert self.gate.wait(30)
+        return self.data[start:end]
+
+    def get_offset_index(self, segment: object) -> bytes:
+        return b""
+
+
+def test_retried_remote_reads_join_the_one_in_flight_and_shutdown_fails_queued_ones() -> None:
+    from fetch.remote_reader import RemoteReader
+
+    data = build_batch([(b"k", b"v%d" % i, [], 1000 + i) for i in range(10)])
+    source = _GatedSource(data)
+    reader = RemoteReader(source, threads=1, chunk_bytes=1 << 20, read_ahead_chunks=0)
+    segment = type("Seg", (), {"base_offset": 0})()
+    try:
+        first = reader.submit(segment, len(data), 0, 1 << 20, True)
+        retries = [reader.submit(segment, len(data), 0, 1 << 20, True) for _ in range(5)]
+        assert reader.queue_depth == 1  # one read, six callers
+        retries[0].cancel()  # a caller giving up does not cancel the others' read
+        other = reader.submit(segment, len(data), 5, 1 << 20, True)  # queued behind it
+        assert reader.queue_depth == 2
+        source.gate.set()
+        results = [first.result(30)] + [f.result(30) for f in retries[1:]]
+        assert all(r.records == data for r in results)
+        assert other.result(30).records == data
+        assert source.reads == 1  # the chunk was read once (then cached)
+        assert reader.queue_depth == 0
+        # at shutdown a queued read fails instead of leaving its callers waiting
+        source.gate.clear()
+        source.data = data  # a fresh key so the cache does not answer
+        source.cache_key = lambda segment: "other"  # type: ignore[method-assign]
+        running = reader.submit(segment, len(data), 0, 1 << 20, True)
+        queued = reader.submit(segment, len(data), 1, 1 << 20, True)
+        deadline = time.monotonic() + 30
+        while source.reads < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        reader.close()
+        with pytest.raises(RuntimeError):
+            queued.result(30)
+        source.gate.set()
+        assert running.result(30).records == data
+    finally:
+        source.gate.set()
+        reader.close()
+
+
+def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_restart(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    real = FileSystemObjectStore(tmp_path / "bucket")
+    outage = threading.Event()
+    outage.set()
+    # while the "outage" lasts: the .index put fails, and so does every delete, so
+    # the upload's .log cannot be discarded and is left behind
+    flaky = FlakyObjectStore(
+        real,
+        fail_key=lambda op, key: outage.is_set()
+        and ((op.startswith("put") and key.endswith(".index")) or op == "delete"),
+    )
+    broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "0"}))
+    (log,) = broker.create_topic("orders")
+    total = _fill(log, batches=40)
+    service = RemoteLogManager(flaky, broker.controller.config)
+    try:
+        asyncio.run(service.run_once(broker))
+        state = service.state("orders", 0)
+        assert state is not None and state.upload_failures == 1 and state.manifest is None
+        orphans = _segment_keys(real)
+        assert len(orphans) == 1 and orphans[0].endswith(".log")  # left by the failed upload
+        outage.clear()
+        asyncio.run(service.run_once(broker))  # the same service: no restart
+    finally:
+        service.close()
+    manifest = service.rlm.manifest(state.topic_id, 0)
+    assert manifest is not None and [s.base_offset for s in manifest.segments] == _sealed_bases(log)
+    keys = _segment_keys(real)
+    assert orphans[0] not in keys
+    assert {k.rsplit("-", 1)[1].split(".")[0] for k in keys} == {s.upload_id for s in manifest.segments}
+    assert len(keys) == 4 * len(manifest.segments)  # .log, .index, .timeindex, .snapshot
+    assert total == 400
+
+
+def test_the_log_start_is_the_oldest_record_left_in_either_tier_never_a_deleted_one(
+    tmp_path: Path,
+) -> None:
+    """ADR 0014: the manifest's log start (remote retention, DeleteRecords) wins over older
+    data either tier still holds; older remote data wins over the local start."""
+    from types import SimpleNamespace
+
+    from remote_tier.log_manager import PartitionTierState
+    from remote_tier.manifest import PartitionManifest, RemoteSegment
+
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path), BrokerConfig())
+    try:
+        local: Any = SimpleNamespace(log_start_offset=50)
+        topic_id = "00000000-0000-0000-0000-000000000001"
+
+        def segment(base: int, last: int) -> RemoteSegment:
+            return RemoteSegment(base, last, 100, 0, 0, 0, last - base + 1, f"u{base}")
+
+        def start(manifest: PartitionManifest | None, floor: int = 0) -> int:
+            state = PartitionTierState(topic_id, manifest=manifest, log_start_floor=floor)
+            service.partitions[("t", 0)] = state
+            return service.log_start_offset("t", 0, local)
+
+        empty = PartitionManifest.empty("t", topic_id, 0, 0)
+        assert start(None) == 50
+        assert start(empty) == 50  # nothing uploaded yet
+        held = empty.with_segment(segment(0, 99)).with_segment(segment(100, 199))
+        assert start(held) == 0  # the bucket holds older records than the disk
+        assert start(held.without([], 80)) == 80  # deleted inside a remote segment
+        assert start(held.without([], 120)) == 120  # ... past the local start too
+        assert start(empty.without([], 300)) == 300  # past anything ever uploaded
+        assert start(held, floor=70) == 70  # a DeleteRecords the cached manifest predates
+    finally:
+        service.close()
+
+
+def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path: Path) -> None:
+    """DeleteRecords(41) races an upload of [39, 41]: the upload publishes on top of the
+    DeleteRecords commit and the round caches that first (local retention then drops the
+    local copy: the local log starts at 42). The commit coming back later must not bring
+    back the older manifest, which lacks [39, 41]: the log starts at 41, and 41 is read
+    from the bucket (test_delete_records_on_a_tiered_partition's "low_watermark 42 != 41").
+    """
+    import uuid
+    from types import SimpleNamespace
+
+    from remote_tier.log_manager import PartitionTierState
+    from remote_tier.manifest import PartitionManifest, RemoteSegment
+
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path), BrokerConfig())
+    try:
+        topic_id = uuid.UUID(int=1)
+        manifests = service.rlm.manifests
+
+        def publish(base: int, last: int) -> None:
+            segment = RemoteSegment(base, last, 100, 0, 0, 0, last - base + 1, uuid.uuid4().hex)
+            manifests.update(topic_id, 0, lambda m: (m or PartitionManifest.empty("t", topic_id, 0, 0))
+                             .with_segment(segment), leader_epoch=0)
+
+        publish(36, 38)
+        state = PartitionTierState(topic_id, manifest=service.rlm.manifest(topic_id, 0), loaded=True, known=True)
+        service.partitions[("t", 0)] = state
+        local: Any = SimpleNamespace(log_start_offset=42, high_watermark=45, log_end_offset=45)
+        move = service._move_log_start
+
+        def move_then_upload(*args: Any) -> Any:
+            committed = move(*args)  # [36, 38] goes, the log starts at 41
+            publish(39, 41)  # the round's upload, published on top ...
+            state.adopt(service.rlm.manifest(topic_id, 0))  # ... and cached first
+            return committed
+
+        service._move_log_start = move_then_upload  # type: ignore[method-assign]
+        asyncio.run(service.delete_records("t", topic_id, 0, 41, 0))
+        assert state.manifest is not None and [s.base_offset for s in state.manifest.segments] == [39]
+        assert service.log_start_offset("t", 0, local) == 41
+        assert service.plan_remote_read("t", 0, 41, local).base_offset == 39
+    finally:
+        service.close()
