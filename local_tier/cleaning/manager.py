@@ -353,10 +353,14 @@ class LogCleaner:
             return self._checkpoints.get(key)
 
     def _done_cleaning(self, key: TopicPartition, end_offset: int) -> None:
+        try:  # which logs still exist, read on their owner (never under self._lock: the loop takes it)
+            live: set[TopicPartition] | None = set(self._owner(lambda: list(self._logs())))
+        except CleaningAborted:
+            live = None  # shutting down: write the checkpoint as it is
         with self._lock:
             self._checkpoints[key] = end_offset
             self._progress_locked(key).checkpoint = end_offset
-            self._write_checkpoints_locked()
+            self._write_checkpoints_locked(live)
 
     def forget(self, topic: str) -> None:
         """A deleted topic's logs leave the checkpoint (its next write)."""
@@ -367,9 +371,9 @@ class LogCleaner:
                 del self._totals.progress[key]
             self._uncleanable = {k for k in self._uncleanable if k[0] != topic}
 
-    def _write_checkpoints_locked(self) -> None:
-        live = set(self._logs())
-        entries = {k: v for k, v in self._checkpoints.items() if k in live}
+    def _write_checkpoints_locked(self, live: set[TopicPartition] | None) -> None:
+        """The checkpoint file, less the logs not in ``live`` (all kept when None)."""
+        entries = {k: v for k, v in self._checkpoints.items() if live is None or k in live}
         try:
             write_offset_checkpoint(self.log_dir / CLEANER_CHECKPOINT, entries)
         except OSError as exc:  # the next pass writes it again; a stale one only re-cleans
