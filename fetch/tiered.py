@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from common.config.configdef import parse_cpu_list
 from common.latency import REMOTE_READ_BUCKETS, LatencyHistograms
-from fetch.remote_reader import RemoteReader
+from fetch.remote_reader import RemoteReader, RemoteReadResult
 from local_tier.txn_index import TxnSearch
 from remote_tier.log_manager import RemoteFetch
 
@@ -63,10 +63,9 @@ class TieredReader:
 
     def __init__(self, tiering: RemoteLogManager, config: BrokerConfig) -> None:
         self.tiering = tiering
-        self.fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
         self.read_latency = LatencyHistograms(REMOTE_READ_BUCKETS)
         self.reader = RemoteReader(
-            _Source(tiering.rlm),
+            _Source(tiering.rsm),
             threads=config.get_int("remote.log.reader.threads"),
             chunk_bytes=config.get_int("remote.fetch.chunk.bytes"),
             cache_bytes=config.get_int("remote.fetch.chunk.cache.bytes"),
@@ -77,14 +76,23 @@ class TieredReader:
     def close(self) -> None:
         self.reader.close()
 
+    @property
+    def fetch_max_wait_ms(self) -> int:
+        """``remote.fetch.max.wait.ms``: how long a Fetch waits for its remote reads."""
+        return self.tiering.fetch_max_wait_ms
+
+    async def _read(
+        self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
+    ) -> RemoteReadResult:
+        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
+        return await asyncio.wrap_future(fut)
+
     async def read(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
     ) -> tuple[memoryview, ...]:
-        """Whole batches from ``offset``, as zero-copy views (see
-        :class:`fetch.remote_reader.RemoteReadResult`)."""
+        """Whole batches from ``offset``, as zero-copy views (see :class:`RemoteReadResult`)."""
         started = time.perf_counter()
-        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
-        result = await asyncio.wrap_future(fut)
+        result = await self._read(fetch, offset, max_bytes, min_one_message)
         self.read_latency.observe("fetch", time.perf_counter() - started)
         return result.parts
 
@@ -94,8 +102,7 @@ class TieredReader:
         """:meth:`read` plus ``(producer id, first offset)`` of the aborted transactions
         overlapping what was read: the list a read of the same offsets from local disk gives."""
         started = time.perf_counter()
-        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
-        result = await asyncio.wrap_future(fut)
+        result = await self._read(fetch, offset, max_bytes, min_one_message)
         aborted: list[tuple[int, int]] = []
         if result.parts and result.next_offset > offset:
             search = TxnSearch(offset, result.next_offset, [])

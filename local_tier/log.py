@@ -45,7 +45,7 @@ from local_tier.log_producers import analyze_append, apply_append, replay_segmen
 from local_tier.ownership import Owned, owner_only
 from local_tier.producer_snapshot import write_snapshot
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
-from local_tier.read_view import LogReadView
+from local_tier.read_view import LogReadView, first_region
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
 from local_tier.txn_index import AbortedTxn, TxnSearch
 
@@ -643,17 +643,16 @@ class Log(Owned):
         empty = FetchDataInfo(start_offset, [], 0, self._high_watermark, self._log_start_offset)
         if start_offset >= limit:
             return empty
-        for segment in self._segments[max(0, bisect_right(self._bases, start_offset) - 1) :]:
-            region = segment.read(start_offset, max_bytes, None, min_one_message, max_offset=limit)
-            if region is not None:
-                return FetchDataInfo(
-                    start_offset,
-                    [region] if region.length else [],
-                    region.length,
-                    self._high_watermark,
-                    self._log_start_offset,
-                )
-        return empty
+        region = first_region(self._segments, self._bases, start_offset, max_bytes, limit, min_one_message)
+        if region is None:
+            return empty
+        return FetchDataInfo(
+            start_offset,
+            [region] if region.length else [],
+            region.length,
+            self._high_watermark,
+            self._log_start_offset,
+        )
 
     @owner_only
     def read_view(self) -> LogReadView:

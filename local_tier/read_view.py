@@ -9,11 +9,30 @@ log; a segment deleted meanwhile (retention, a topic delete) ends the read early
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from local_tier.segment import FileRegion, LogSegment
 
-__all__ = ["LogReadView"]
+__all__ = ["LogReadView", "first_region"]
+
+
+def first_region(
+    segments: Sequence[LogSegment],
+    bases: Sequence[int],
+    start_offset: int,
+    max_bytes: int,
+    max_offset: int,
+    min_one_message: bool,
+) -> FileRegion | None:
+    """The region of whole batches from the segment holding ``start_offset`` on, below
+    ``max_offset`` (possibly empty); None when no segment has one. The one segment walk of
+    :meth:`local_tier.log.Log.read` and :meth:`LogReadView.read`."""
+    for segment in segments[max(0, bisect_right(bases, start_offset) - 1) :]:
+        region = segment.read(start_offset, max_bytes, None, min_one_message, max_offset=max_offset)
+        if region is not None:
+            return region
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +48,5 @@ class LogReadView:
         (None: nothing there)."""
         if start_offset >= max_offset:
             return None
-        for segment in self.segments[max(0, bisect_right(self.bases, start_offset) - 1) :]:
-            region = segment.read(start_offset, max_bytes, None, True, max_offset=max_offset)
-            if region is not None:
-                return region if region.length else None
-        return None
+        region = first_region(self.segments, self.bases, start_offset, max_bytes, max_offset, True)
+        return region if region is not None and region.length else None

@@ -176,7 +176,7 @@ class RemoteCleaner:
             self._busy.add(key)
             try:
                 progress.replaced_objects_deleted += await loop.run_in_executor(
-                    self._executor, lambda: expire_replaced(self._tiering.rlm, topic_id, partition,
+                    self._executor, lambda: expire_replaced(self._tiering.rsm, topic_id, partition,
                                                             now_ms=now, leader_epoch=epoch))
                 manifest = await self._reload(topic, partition, topic_id) or manifest
             except (ObjectStoreError, RemoteStorageError) as exc:
@@ -236,7 +236,7 @@ class RemoteCleaner:
             pause=lambda point: pause_for_tests(self._cleaner.test_pause_points, self.log_dir, point, self._stop),
         )
         offset_map = OffsetMap(max(1, self._cleaner.dedupe_buffer_size // max(1, self._cleaner.threads)))
-        return compact_remote(self._tiering.rlm, task, offset_map, io,
+        return compact_remote(self._tiering.rsm, task, offset_map, io,
                               load_factor=self._cleaner.io_buffer_load_factor)
 
     def _check_done(self) -> None:
@@ -245,7 +245,7 @@ class RemoteCleaner:
 
     async def _reload(self, topic: str, partition: int, topic_id: uuid.UUID) -> PartitionManifest | None:
         loop = asyncio.get_running_loop()
-        manifest = await loop.run_in_executor(self._executor, self._tiering.rlm.manifest, topic_id, partition)
+        manifest = await loop.run_in_executor(self._executor, self._tiering.rsm.manifest, topic_id, partition)
         state = self._tiering.state(topic, partition)
         if state is not None and manifest is not None:
             state.adopt(manifest)

@@ -98,14 +98,14 @@ class RemoteCompactionOutcome:
 class _RemoteReader:
     """A segment's ``.log`` in the bucket, read with ranged GETs."""
 
-    def __init__(self, rlm: RemoteStorageManager, segment: RemoteSegment, topic_id: uuid.UUID, partition: int) -> None:
-        self._rlm, self._segment, self._topic_id, self._partition = rlm, segment, topic_id, partition
+    def __init__(self, rsm: RemoteStorageManager, segment: RemoteSegment, topic_id: uuid.UUID, partition: int) -> None:
+        self._rsm, self._segment, self._topic_id, self._partition = rsm, segment, topic_id, partition
 
     def read(self, position: int, size: int) -> bytes:
         end = min(position + size, self._segment.size_bytes)
         if end <= position:
             return b""
-        return self._rlm.read_range(self._segment, self._topic_id, self._partition, position, end)
+        return self._rsm.read_range(self._segment, self._topic_id, self._partition, position, end)
 
 
 def _first_dirty(manifest: PartitionManifest) -> int:
@@ -113,12 +113,12 @@ def _first_dirty(manifest: PartitionManifest) -> int:
     return max(start, manifest.cleaner_offset or 0)
 
 
-def _aborted_entries(rlm: RemoteStorageManager, task: RemoteCompactionTask, manifest: PartitionManifest,
+def _aborted_entries(rsm: RemoteStorageManager, task: RemoteCompactionTask, manifest: PartitionManifest,
                      remote_end: int) -> list[list[AbortedTxn]]:
     """Every segment's aborted transactions, in offset order: the bucket's, then the disk's."""
     per_segment: list[list[AbortedTxn]] = []
     for segment in manifest.segments:
-        raw = rlm.read_txn_index(segment, task.topic_id, task.partition) if segment.txn_index_bytes else b""
+        raw = rsm.read_txn_index(segment, task.topic_id, task.partition) if segment.txn_index_bytes else b""
         per_segment.append(decode_aborted(raw))
     per_segment += [list(s.txn_entries) for s in task.local_segments if s.base_offset >= remote_end]
     per_segment.append(list(task.local_active_txns))
@@ -135,7 +135,7 @@ def _aborted_for(entries: list[list[AbortedTxn]], start: int, upper: int) -> lis
 
 
 def compact_remote(
-    rlm: RemoteStorageManager,
+    rsm: RemoteStorageManager,
     task: RemoteCompactionTask,
     offset_map: OffsetMap,
     io: CleanerIO,
@@ -143,13 +143,13 @@ def compact_remote(
     load_factor: float = 0.9,
 ) -> RemoteCompactionOutcome:
     """One pass (see the module docstring); the committed manifest afterwards."""
-    manifest = rlm.manifest(task.topic_id, task.partition)
+    manifest = rsm.manifest(task.topic_id, task.partition)
     if manifest is None or not manifest.segments:
         return RemoteCompactionOutcome(manifest)
     remote_end = manifest.next_offset
     first_dirty = _first_dirty(manifest)
     uncleanable = max(task.first_uncleanable, first_dirty)
-    entries = _aborted_entries(rlm, task, manifest, remote_end)
+    entries = _aborted_entries(rsm, task, manifest, remote_end)
     local_by_range = {(s.base_offset, s.upper, s.size): s for s in task.local_segments}
     readers: list[FileReader] = []
 
@@ -161,7 +161,7 @@ def compact_remote(
                 return readers[-1]
             except FileNotFoundError:
                 pass
-        return _RemoteReader(rlm, segment, task.topic_id, task.partition)
+        return _RemoteReader(rsm, segment, task.topic_id, task.partition)
 
     try:
         dirty = [
@@ -186,7 +186,7 @@ def compact_remote(
     if not to_clean:
         return RemoteCompactionOutcome(manifest)
     sources = [
-        SourceSegment(_RemoteReader(rlm, s, task.topic_id, task.partition), s.base_offset, s.next_offset,
+        SourceSegment(_RemoteReader(rsm, s, task.topic_id, task.partition), s.base_offset, s.next_offset,
                       s.size_bytes, s.size_bytes // max(1, task.config.index_interval_bytes) * 20,
                       _aborted_for(entries, s.base_offset, s.next_offset))
         for s in to_clean
@@ -199,16 +199,16 @@ def compact_remote(
     try:
         for group in groups:
             old = [by_base[s.base_offset] for s in group]
-            new, keys = _clean_and_upload(rlm, task, group, old, ctx, io)
+            new, keys = _clean_and_upload(rsm, task, group, old, ctx, io)
             uploaded_keys += keys
             cleaned.append((old, new))
         io.pause("remote-uploaded")
-        committed = _swap(rlm, task, cleaned, end_offset)
+        committed = _swap(rsm, task, cleaned, end_offset)
     except BaseException:
-        _delete(rlm, uploaded_keys)
+        _delete(rsm, uploaded_keys)
         raise
     if committed is None:
-        _delete(rlm, uploaded_keys)
+        _delete(rsm, uploaded_keys)
         raise CleaningAborted(f"{task.topic}-{task.partition}: the manifest changed under the remote cleaner")
     io.pause("remote-swapped")
     stats = io.stats
@@ -219,7 +219,7 @@ def compact_remote(
 
 
 def _clean_and_upload(
-    rlm: RemoteStorageManager,
+    rsm: RemoteStorageManager,
     task: RemoteCompactionTask,
     group: Sequence[SourceSegment],
     old: list[RemoteSegment],
@@ -240,9 +240,9 @@ def _clean_and_upload(
         summary = summarize_segment(segment.log_path)
         if summary is None:
             raise CleaningAborted(f"group at {base} cleaned to nothing")
-        layout = rlm.layout(task.topic_id, task.partition)
+        layout = rsm.layout(task.topic_id, task.partition)
         upload_id = new_upload_id()
-        store = rlm.manifests.store
+        store = rsm.manifests.store
         files = [(SegmentFile.LOG, segment.log_path), (SegmentFile.OFFSET_INDEX, segment.offset_index.path),
                  (SegmentFile.TIME_INDEX, segment.time_index.path)]
         txn_bytes = segment.txn_index.path.stat().st_size if segment.txn_index.path.exists() else 0
@@ -252,7 +252,7 @@ def _clean_and_upload(
             key = layout.segment_key(base, upload_id, file)
             keys.append(key)
             store.put_file(key, path)
-        snapshot_bytes = _copy_snapshot(rlm, task, old[-1], base, upload_id, keys)
+        snapshot_bytes = _copy_snapshot(rsm, task, old[-1], base, upload_id, keys)
         io.throttle(summary.size_bytes)
         return RemoteSegment(
             base_offset=base,
@@ -268,20 +268,20 @@ def _clean_and_upload(
             producer_snapshot_bytes=snapshot_bytes,
         ), keys
     except BaseException:
-        _delete(rlm, keys)
+        _delete(rsm, keys)
         raise
     finally:
         segment.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _copy_snapshot(rlm: RemoteStorageManager, task: RemoteCompactionTask, last: RemoteSegment, base: int,
+def _copy_snapshot(rsm: RemoteStorageManager, task: RemoteCompactionTask, last: RemoteSegment, base: int,
                    upload_id: str, keys: list[str]) -> int:
     """The producer snapshot at the group's end is the last replaced segment's (same end offset)."""
     if not last.producer_snapshot_bytes:
         return 0
-    layout = rlm.layout(task.topic_id, task.partition)
-    store = rlm.manifests.store
+    layout = rsm.layout(task.topic_id, task.partition)
+    store = rsm.manifests.store
     try:
         data = store.get(layout.segment_key(last.base_offset, last.upload_id, SegmentFile.PRODUCER_SNAPSHOT))
     except ObjectNotFound:
@@ -293,7 +293,7 @@ def _copy_snapshot(rlm: RemoteStorageManager, task: RemoteCompactionTask, last: 
 
 
 def _swap(
-    rlm: RemoteStorageManager,
+    rsm: RemoteStorageManager,
     task: RemoteCompactionTask,
     cleaned: list[tuple[list[RemoteSegment], RemoteSegment]],
     end_offset: int,
@@ -323,12 +323,12 @@ def _swap(
             ),
         )
 
-    committed = rlm.manifests.update(task.topic_id, task.partition, change, leader_epoch=task.leader_epoch)
+    committed = rsm.manifests.update(task.topic_id, task.partition, change, leader_epoch=task.leader_epoch)
     return committed if outcome else None
 
 
 def expire_replaced(
-    rlm: RemoteStorageManager, topic_id: uuid.UUID, partition: int, *, now_ms: int, leader_epoch: int
+    rsm: RemoteStorageManager, topic_id: uuid.UUID, partition: int, *, now_ms: int, leader_epoch: int
 ) -> int:
     """Unlist the replaced objects whose grace period is over, then delete them; how many."""
     expired: list[ReplacedSegment] = []
@@ -342,14 +342,14 @@ def expire_replaced(
             return None
         return replace(current, replaced=tuple(r for r in current.replaced if r.delete_after_ms > now_ms))
 
-    rlm.manifests.update(topic_id, partition, change, leader_epoch=leader_epoch)
-    layout = rlm.layout(topic_id, partition)
-    _delete(rlm, [key for r in expired for key in layout.all_segment_keys(r.base_offset, r.upload_id)])
+    rsm.manifests.update(topic_id, partition, change, leader_epoch=leader_epoch)
+    layout = rsm.layout(topic_id, partition)
+    _delete(rsm, [key for r in expired for key in layout.all_segment_keys(r.base_offset, r.upload_id)])
     return len(expired)
 
 
-def _delete(rlm: RemoteStorageManager, keys: list[str]) -> None:
-    store = rlm.manifests.store
+def _delete(rsm: RemoteStorageManager, keys: list[str]) -> None:
+    store = rsm.manifests.store
     for key in keys:
         try:
             store.delete(key)

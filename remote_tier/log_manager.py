@@ -134,7 +134,7 @@ class RemoteLogManager:
 
     def __init__(self, store: ObjectStore, config: BrokerConfig) -> None:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
-        self.rlm = RemoteStorageManager(store)
+        self.rsm = RemoteStorageManager(store)
         self.scratch_dir: Path | None = None  # where tails of straddling segments are cut
         self._loads: set[asyncio.Future[None]] = set()
         self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
@@ -150,7 +150,7 @@ class RemoteLogManager:
         self.uploaded_bytes = 0
         self.upload_failures = 0
         self.follower_manifest_reads = 0  # manifests a follower re-read for local retention
-        self.txn_indexes = RemoteTxnIndexes(self.rlm)
+        self.txn_indexes = RemoteTxnIndexes(self.rsm)
         #: set once the start-up manifest reads are over (read or failed)
         self._manifests_read = asyncio.Event()
 
@@ -298,7 +298,7 @@ class RemoteLogManager:
     def _move_log_start(
         self, topic: str, topic_id: uuid.UUID, partition: int, offset: int, leader_epoch: int
     ) -> PartitionManifest | None:
-        return self.rlm.move_log_start(topic, topic_id, partition, offset, leader_epoch=leader_epoch)
+        return self.rsm.move_log_start(topic, topic_id, partition, offset, leader_epoch=leader_epoch)
 
     # -- the periodic task ---------------------------------------------------
 
@@ -369,7 +369,7 @@ class RemoteLogManager:
         if not local.local_retention_waits_for_remote(_now_ms(), state.remote_next_offset):
             return
         try:
-            state.adopt(await self._run_in_copier(loop, self.rlm.manifest, topic_id, partition))
+            state.adopt(await self._run_in_copier(loop, self.rsm.manifest, topic_id, partition))
         except (ObjectStoreError, RemoteStorageError) as exc:
             log.warning("reading the manifest of %s-%d (followed) failed: %s", topic, partition, exc)
             return
@@ -397,7 +397,7 @@ class RemoteLogManager:
     async def _read_led_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
         try:
             manifest = await self._run_in_copier(
-                asyncio.get_running_loop(), self.rlm.manifest, state.topic_id, partition
+                asyncio.get_running_loop(), self.rsm.manifest, state.topic_id, partition
             )
         except (ObjectStoreError, RemoteStorageError) as exc:
             log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
@@ -430,7 +430,7 @@ class RemoteLogManager:
         if not self.enabled or not partition.log.config.remote_storage_enable:
             return None
         loop = asyncio.get_running_loop()
-        manifest = await self._run_in_copier(loop, self.rlm.manifest, partition.topic_id, partition.index)
+        manifest = await self._run_in_copier(loop, self.rsm.manifest, partition.topic_id, partition.index)
         state = PartitionTierState(
             partition.topic_id, manifest=manifest, loaded=True, known=True,
             next_orphan_cleanup_ms=_now_ms() + self.orphan_min_age_ms,
@@ -440,7 +440,7 @@ class RemoteLogManager:
             return None
         last = manifest.segments[-1]
         snapshot = await self._run_in_copier(
-            loop, self.rlm.read_producer_snapshot, last, partition.topic_id, partition.index
+            loop, self.rsm.read_producer_snapshot, last, partition.topic_id, partition.index
         )
         epochs = [e for segment in manifest.segments for e in segment.epochs]
         return RemoteStart(manifest.next_offset, epochs, snapshot)
@@ -452,12 +452,12 @@ class RemoteLogManager:
         deposed leader's later publish is fenced; the manifest as it now is."""
 
         def claim() -> PartitionManifest | None:
-            self.rlm.manifests.update(
+            self.rsm.manifests.update(
                 topic_id, partition,
                 lambda current: current if current is not None and current.leader_epoch < epoch else None,
                 leader_epoch=epoch,
             )
-            return self.rlm.manifest(topic_id, partition)
+            return self.rsm.manifest(topic_id, partition)
 
         return await self._run_in_copier(loop, claim)
 
@@ -474,7 +474,7 @@ class RemoteLogManager:
         self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log, state: PartitionTierState
     ) -> None:
         """Read the partition's manifest into ``state``; the local log start follows it."""
-        state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+        state.adopt(await self._run_in_copier(loop, self.rsm.manifest, state.topic_id, partition))
         state.loaded = state.known = True
         follow_remote_start(local, state)
 
@@ -509,7 +509,7 @@ class RemoteLogManager:
                 self.uploaded_bytes += uploaded.size_bytes
                 boundary, uploaded_any = uploaded.next_offset, True
             if uploaded_any:
-                state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+                state.adopt(await self._run_in_copier(loop, self.rsm.manifest, state.topic_id, partition))
             # the whole log's retention, on the bucket (compact-only logs: the cleaner's job)
             config = local.config
             boundary = state.remote_next_offset
@@ -528,7 +528,7 @@ class RemoteLogManager:
                     epoch,
                 )
                 if removed:
-                    state.adopt(await self._run_in_copier(loop, self.rlm.manifest, state.topic_id, partition))
+                    state.adopt(await self._run_in_copier(loop, self.rsm.manifest, state.topic_id, partition))
                     follow_remote_start(local, state)
             # objects of uploads that failed while this broker runs (their discard
             # failed too, e.g. in an S3 outage): removed once old enough, without
@@ -590,7 +590,7 @@ class RemoteLogManager:
             )
             source = copy_segment_tail(local_segment, boundary, scratch, config)
         try:
-            segment = self.rlm.upload_segment(
+            segment = self.rsm.upload_segment(
                 topic=topic,
                 topic_id=topic_id,
                 partition=partition,
@@ -625,7 +625,7 @@ class RemoteLogManager:
         local_only: int,
         epoch: int,
     ) -> int:
-        removed = self.rlm.apply_retention(
+        removed = self.rsm.apply_retention(
             topic_id,
             partition,
             retention_ms=retention_ms,
@@ -645,7 +645,7 @@ class RemoteLogManager:
 
     def _cleanup_orphans(self, topic: str, partition: int, topic_id: uuid.UUID, now: int) -> None:
         try:
-            self.rlm.cleanup_orphans(
+            self.rsm.cleanup_orphans(
                 topic_id, partition, min_age_ms=self.orphan_min_age_ms, now_ms=now
             )
         except ObjectStoreError as exc:
@@ -661,7 +661,7 @@ class RemoteLogManager:
         self.partitions.pop((topic, partition), None)
         try:
             await self._run_in_copier(
-                asyncio.get_running_loop(), self.rlm.delete_partition, topic_id, partition
+                asyncio.get_running_loop(), self.rsm.delete_partition, topic_id, partition
             )
         except ObjectStoreError as exc:
             log.warning("deleting remote data of %s-%d failed: %s", topic, partition, exc)

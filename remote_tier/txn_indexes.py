@@ -22,8 +22,8 @@ _CACHE_ENTRIES = 4096  # decoded .txnindex objects (usually a few entries each)
 class RemoteTxnIndexes:
     """The remote segments' transaction indexes, fetched once per upload and kept decoded."""
 
-    def __init__(self, rlm: RemoteStorageManager) -> None:
-        self._rlm = rlm
+    def __init__(self, rsm: RemoteStorageManager) -> None:
+        self._rsm = rsm
         self._cache: OrderedDict[str, list[AbortedTxn]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -37,7 +37,7 @@ class RemoteTxnIndexes:
             with self._lock:
                 entries = self._cache.get(segment.upload_id)
             if entries is None:
-                raw = self._rlm.read_txn_index(segment, topic_id, partition)
+                raw = self._rsm.read_txn_index(segment, topic_id, partition)
                 entries = decode_aborted(raw)
                 with self._lock:
                     self._cache[segment.upload_id] = entries

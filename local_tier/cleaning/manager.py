@@ -301,7 +301,7 @@ class LogCleaner:
         with self._lock:
             skip = self._in_progress | set(self._uncleanable)
 
-        def compacted_views() -> list[tuple[Log, LogCleaningView] | None]:
+        def compacted_views() -> list[tuple[Log, LogCleaningView]]:
             """On the owner thread: the views of the compacted logs to consider."""
             return [
                 (log, log.cleaning_view())
@@ -309,15 +309,12 @@ class LogCleaner:
                 if key not in skip and not log.closed and log.config.compact and self._eligible(log)
             ]
 
-        views: list[tuple[Log, LogCleaningView] | None] = self._owner(compacted_views)
+        views: list[tuple[Log, LogCleaningView]] = self._owner(compacted_views)
         if not views:
             return None
         now = self._clock_ms()
         candidates = []
-        for item in views:
-            if item is None:
-                continue
-            log, view = item
+        for log, view in views:
             key = (view.topic, view.partition)
             cleanable = cleanable_range(view, self.checkpoint(key), now)
             progress = self._progress(key)

@@ -216,7 +216,7 @@ class BrokerCollector(Collector):
 
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering
-        store = t.rlm.store
+        store = t.rsm.store
         requests = CounterMetricFamily("strata_object_store_requests",
                                        "Requests to the object store for segments and manifests, by "
                                        "operation (retries not counted).", labels=["op"])

@@ -199,7 +199,7 @@ def test_a_store_failing_every_third_request_still_gets_every_segment_through_on
     state = service.state("orders", 0)
     assert state is not None and state.last_error is None
     # the committed manifest, read from the bucket without faults
-    manifest = RemoteLogManager(real, broker.controller.config).rlm.manifest(state.topic_id, 0)
+    manifest = RemoteLogManager(real, broker.controller.config).rsm.manifest(state.topic_id, 0)
     assert manifest is not None
     bases = [s.base_offset for s in manifest.segments]
     assert bases == sealed  # every sealed segment, once, in order
@@ -389,7 +389,7 @@ def test_objects_of_an_upload_that_failed_at_run_time_are_cleaned_up_without_a_r
         asyncio.run(service.run_once(broker))  # the same service: no restart
     finally:
         service.close()
-    manifest = service.rlm.manifest(state.topic_id, 0)
+    manifest = service.rsm.manifest(state.topic_id, 0)
     assert manifest is not None and [s.base_offset for s in manifest.segments] == _sealed_bases(log)
     keys = _segment_keys(real)
     assert orphans[0] not in keys
@@ -450,7 +450,7 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
     service = RemoteLogManager(FileSystemObjectStore(tmp_path), BrokerConfig())
     try:
         topic_id = uuid.UUID(int=1)
-        manifests = service.rlm.manifests
+        manifests = service.rsm.manifests
 
         def publish(base: int, last: int) -> None:
             segment = RemoteSegment(base, last, 100, 0, 0, 0, last - base + 1, uuid.uuid4().hex)
@@ -458,7 +458,7 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
                              .with_segment(segment), leader_epoch=0)
 
         publish(36, 38)
-        state = PartitionTierState(topic_id, manifest=service.rlm.manifest(topic_id, 0), loaded=True, known=True)
+        state = PartitionTierState(topic_id, manifest=service.rsm.manifest(topic_id, 0), loaded=True, known=True)
         service.partitions[("t", 0)] = state
         local: Any = SimpleNamespace(log_start_offset=42, high_watermark=45, log_end_offset=45)
         move = service._move_log_start
@@ -466,7 +466,7 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
         def move_then_upload(*args: Any) -> Any:
             committed = move(*args)  # [36, 38] goes, the log starts at 41
             publish(39, 41)  # the round's upload, published on top ...
-            state.adopt(service.rlm.manifest(topic_id, 0))  # ... and cached first
+            state.adopt(service.rsm.manifest(topic_id, 0))  # ... and cached first
             return committed
 
         service._move_log_start = move_then_upload  # type: ignore[method-assign]
