@@ -81,18 +81,20 @@ class TieredReader:
         """``remote.fetch.max.wait.ms``: how long a Fetch waits for its remote reads."""
         return self.tiering.fetch_max_wait_ms
 
-    async def _read(
+    def _submit(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
-    ) -> RemoteReadResult:
-        fut = self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
-        return await asyncio.wrap_future(fut)
+    ) -> asyncio.Future[RemoteReadResult]:
+        """The read on the tiered-fetch threads, as a future of the loop."""
+        return asyncio.wrap_future(
+            self.reader.submit(fetch, fetch.segment.size_bytes, offset, max_bytes, min_one_message)
+        )
 
     async def read(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
     ) -> tuple[memoryview, ...]:
         """Whole batches from ``offset``, as zero-copy views (see :class:`RemoteReadResult`)."""
         started = time.perf_counter()
-        result = await self._read(fetch, offset, max_bytes, min_one_message)
+        result = await self._submit(fetch, offset, max_bytes, min_one_message)
         self.read_latency.observe("fetch", time.perf_counter() - started)
         return result.parts
 
@@ -102,7 +104,7 @@ class TieredReader:
         """:meth:`read` plus ``(producer id, first offset)`` of the aborted transactions
         overlapping what was read: the list a read of the same offsets from local disk gives."""
         started = time.perf_counter()
-        result = await self._read(fetch, offset, max_bytes, min_one_message)
+        result = await self._submit(fetch, offset, max_bytes, min_one_message)
         aborted: list[tuple[int, int]] = []
         if result.parts and result.next_offset > offset:
             search = TxnSearch(offset, result.next_offset, [])
