@@ -55,12 +55,14 @@ from controller.errors import (
     NotControllerError,
 )
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent, LeaseTimings, monotonic_ms
+from controller.liveness import Suspects, quorum_lost
 from controller.membership import (
     BrokerControlState,
     BrokerHeartbeatTracker,
     HeartbeatReply,
     RegistrationRequest,
     apply_state,
+    current_state,
     next_state,
     register_broker,
 )
@@ -151,6 +153,17 @@ class ClusterController(MetadataWriter):
         self._wake = threading.Event()  # a tick is due now (or the role stops)
         self._thread: threading.Thread | None = None
         self._connection_loss_ms = config.get_int("broker.session.connection.loss.ms")
+        self._quorum_timeout_ms = config.get_int("controller.quorum.timeout.ms")
+        # the last activation took back the lease this node released to stand down and
+        # nobody else took: its peers are gone, not it, so it fences them after all
+        self._quorum_waived = False
+        self._suspects = Suspects(self._wake.set)
+        #: ``probe_gone(node_id)``: True when that broker's listener refuses connections
+        #: (set by the broker; blocking, called on this role's thread)
+        self.probe_gone: Callable[[int], bool] | None = None
+        #: called on this role's thread before it stands down (the broker stops leading
+        #: partitions first: a successor fences it at once)
+        self.before_stand_down: Callable[[], None] | None = None
         self._auto_rebalance = config.get_bool("auto.leader.rebalance.enable")
         self._rebalance_interval_ms = config.get_int("leader.imbalance.check.interval.seconds") * 1000
         self._imbalance_pct = config.get_int("leader.imbalance.per.broker.percentage")
@@ -201,11 +214,22 @@ class ClusterController(MetadataWriter):
                 if self._sessions.has_valid_session(b.node_id)
             ]
 
+    def lease_remaining_ms(self) -> float:
+        """How much longer this node may act as controller without a renewal (0: not)."""
+        return self._lease.remaining_ms() if self.is_active else 0.0
+
+    def peer_unreachable(self, node_id: int) -> None:
+        """A connection to or from ``node_id`` dropped: probe it on this role's thread (a
+        dead controller's lease is taken over, a dead broker fenced, at once)."""
+        self._suspects.add(node_id)
+
     def tick(self) -> float:
         """Do what is due (renew or compete for the lease, activate, fence expired
         brokers); returns the milliseconds until the next call is useful."""
-        with self._lease_lock:
-            event = self._lease.step(min_epoch=self.metadata.controller_epoch)
+        event = self._probe_suspects()
+        if event is not LeaseEvent.ACQUIRED:
+            with self._lease_lock:
+                event = self._lease.step(min_epoch=self.metadata.controller_epoch)
         if event is LeaseEvent.ACQUIRED:
             self._epoch = self._lease.epoch
             self._active = False
@@ -213,6 +237,8 @@ class ClusterController(MetadataWriter):
             self._deactivate("lost the controller lease")
         if self._lease.holds() and not self._active:
             self._activate()
+        if self.is_active and self._quorum_lost():
+            self._stand_down()
         if self.is_active:
             try:
                 self._fence_expired_brokers()
@@ -223,6 +249,60 @@ class ClusterController(MetadataWriter):
             except KafkaError as err:
                 _log.warning("could not move leaders back to their preferred replicas: %s", err)
         return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms))
+
+    def _probe_suspects(self) -> LeaseEvent:
+        """Probe the peers whose connection dropped: fence the dead ones (active), or take
+        over the lease of a dead controller (not active)."""
+        suspects, probe = self._suspects.take(), self.probe_gone
+        if not suspects or probe is None:
+            return LeaseEvent.NONE
+        if not self.is_active:
+            if self._lease.observed is None or self._lease.observed.holder not in suspects:
+                return LeaseEvent.NONE
+            with self._lease_lock:
+                event = self._lease.take_over_if_gone(probe, self.metadata.controller_epoch)
+            if event is LeaseEvent.ACQUIRED:
+                self._epoch = self._lease.epoch
+                self._active = False
+            return event
+        md = self.metadata
+        gone = [n for n in sorted(suspects)
+                if n != self.node_id and n in md.brokers and not md.brokers[n].fenced and probe(n)]
+        if gone:
+            _log.warning("fencing broker(s) %s: the listener refuses connections (process gone)",
+                         gone)
+            try:
+                self._commit(lambda md: (self._fence_all(md, gone), None))
+            except KafkaError as err:
+                _log.warning("could not fence broker(s) %s: %s", gone, err)
+        return LeaseEvent.NONE
+
+    def _fence_all(self, md: ClusterMetadata, node_ids: Sequence[int]) -> ClusterMetadata:
+        for node_id in node_ids:
+            broker = md.brokers.get(node_id)
+            if broker is not None and not broker.fenced:
+                md = fence_broker(md, node_id, self._unclean)
+        return md
+
+    def _quorum_lost(self) -> bool:
+        if self._quorum_waived or self._quorum_timeout_ms < 0:
+            return False
+        with self._lock:
+            live = [b.node_id for b in self.metadata.active_brokers()]
+            return quorum_lost(self.node_id, live, self._sessions.age_ms, self._quorum_timeout_ms)
+
+    def _stand_down(self) -> None:
+        """Cut off from a majority of the brokers: stop leading partitions, then hand the
+        lease back and leave it for ``broker.session.timeout.ms`` to a broker that can
+        reach the others; that successor fences this one in its first write."""
+        _log.warning("node %d stands down as controller: no heartbeat from a majority of the "
+                     "brokers within controller.quorum.timeout.ms (%d ms); this node is the "
+                     "one cut off", self.node_id, self._quorum_timeout_ms)
+        if self.before_stand_down is not None:
+            self.before_stand_down()
+        self._deactivate("stood down")
+        with self._lease_lock:
+            self._lease.release(stand_down_ms=self._sessions.session_timeout_ms)
 
     def _maybe_rebalance_leaders(self) -> None:
         """``auto.leader.rebalance.enable``: every ``leader.imbalance.check.interval.seconds``,
@@ -291,25 +371,26 @@ class ClusterController(MetadataWriter):
             self._wake.clear()
 
     def connection_lost(self, broker_id: int) -> None:
-        """The connection ``broker_id`` heartbeats on closed: its process has likely died
-        (a killed process's sockets are closed by its kernel at once). Its session then
-        ends ``broker.session.connection.loss.ms`` from now unless it heartbeats again
-        (a live broker reconnects), so its partitions move without waiting out
-        ``broker.session.timeout.ms``; a broker cut off by the network, whose connection
-        stays open, still waits the session out."""
-        if self._connection_loss_ms < 0 or not self.is_active:
-            return
-        with self._lock:
-            self._sessions.cut_short(broker_id, self._connection_loss_ms)
-        timer = threading.Timer(self._connection_loss_ms / 1000 + 0.01, self._wake.set)
-        timer.daemon = True
-        timer.start()
+        """The connection ``broker_id`` heartbeats on closed: its process may have died (a
+        killed process's sockets are closed by its kernel at once). Its listener is probed
+        on this role's thread: refused, the broker is fenced at once, so its partitions move
+        without waiting out ``broker.session.timeout.ms``. A connection dropped for a slow
+        answer (the broker's process is alive and listening) changes nothing: cutting its
+        session short fenced live brokers whenever the controller was slow (issue #31)."""
+        if self.is_active:
+            self._suspects.add(broker_id)
 
     def _activate(self) -> None:
         epoch = self._epoch
 
+        # a predecessor that gave the lease up (stood down, or its process is gone) leads
+        # nothing any more: fence it in this very write, so its partitions move now
+        stepped_down = self._lease.stepped_down
+
         def change(md: ClusterMetadata) -> tuple[ClusterMetadata, None]:
             claimed = replace(md, controller_epoch=epoch, controller_id=self.node_id)
+            if stepped_down != NO_LEADER:
+                claimed = self._fence_all(claimed, [stepped_down])
             return reconcile_leaders(claimed, self._unclean), None
 
         try:
@@ -327,6 +408,7 @@ class ClusterController(MetadataWriter):
             gone = self._lease.taken_over_from
             if gone != NO_LEADER and self._connection_loss_ms >= 0:
                 self._sessions.cut_short(gone, self._connection_loss_ms)
+            self._quorum_waived = self._lease.retook_own_release
             self._active = True
         _log.info("node %d is the active controller at epoch %d", self.node_id, epoch)
 
@@ -430,11 +512,11 @@ class ClusterController(MetadataWriter):
         """Kafka's BrokerHeartbeat. ``current_metadata_offset`` is the metadata revision
         the broker has loaded; a fenced broker is unfenced once it has loaded the
         revision of its registration. Writes only when the broker's state changes."""
-        self._require_active()
-        with self._lock:  # alive as of now, before the write queues behind others
-            registration = self.metadata.brokers.get(broker_id)
-            if registration is not None and registration.broker_epoch == broker_epoch:
-                self._sessions.touch(broker_id)
+        unchanged = self.heartbeat_without_change(
+            broker_id, broker_epoch, current_metadata_offset, want_fence, want_shut_down
+        )
+        if unchanged is not None:
+            return unchanged
 
         def change(md: ClusterMetadata) -> tuple[ClusterMetadata, HeartbeatReply]:
             check_broker_epoch(md, broker_id, broker_epoch)
@@ -456,6 +538,32 @@ class ClusterController(MetadataWriter):
             return apply_state(md, broker_id, target, self._unclean), reply
 
         return self._commit(change)
+
+    def heartbeat_without_change(
+        self,
+        broker_id: int,
+        broker_epoch: int,
+        offset: int,
+        want_fence: bool = False,
+        want_shut_down: bool = False,
+    ) -> HeartbeatReply | None:
+        """A BrokerHeartbeat that leaves the broker's state as it is, answered without a
+        write and without the commit lock (a metadata write holds it while the bucket is
+        slow): the broker is alive as of now. None when the heartbeat changes something
+        (:meth:`broker_heartbeat` then writes it). Never blocks."""
+        self._require_active()
+        registration = self.metadata.brokers.get(broker_id)
+        if registration is None or registration.broker_epoch != broker_epoch:
+            return None
+        self._sessions.touch(broker_id)
+        if want_shut_down or registration.in_controlled_shutdown:
+            return None
+        target = next_state(registration, current_metadata_offset=offset, want_fence=want_fence,
+                            want_shut_down=False, leads_partitions=False)
+        if target is not current_state(registration):
+            return None
+        return HeartbeatReply(is_caught_up=offset >= registration.broker_epoch,
+                              is_fenced=target.fenced, should_shut_down=False)
 
     def unregister_broker(self, broker_id: int) -> None:
         """Kafka's UnregisterBroker: fence the broker and forget its registration."""

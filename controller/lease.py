@@ -33,15 +33,12 @@ object store request per :meth:`ControllerLease.step` at most).
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import Enum
-from typing import Any
 
-from common.config.broker import BrokerConfig
+from controller.lease_record import NO_HOLDER, LeaseRecord, LeaseTimings, monotonic_ms, wall_ms
 from remote_tier.store import (
     ObjectNotFound,
     ObjectStore,
@@ -62,115 +59,7 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 LEASE_KEY = "cluster/controller-lease"
-NO_HOLDER = -1
-_FORMAT_VERSION = 1
 Clock = Callable[[], float]
-
-
-def monotonic_ms() -> float:
-    """This machine's monotonic time in milliseconds, counting time spent suspended
-    (``CLOCK_BOOTTIME`` on Linux), so a holder that was suspended sees its lease expire."""
-    clock_id = getattr(time, "CLOCK_BOOTTIME", None)
-    if clock_id is not None:
-        return time.clock_gettime_ns(clock_id) / 1_000_000
-    return time.monotonic_ns() / 1_000_000
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseTimings:
-    """The lease's timings in milliseconds (see the module docstring).
-
-    Invariant: ``renew_ms + safety_margin_ms < lease_ms``, so the holder renews
-    at least once before it would stop acting; ``ValueError`` otherwise.
-    """
-
-    lease_ms: int = 10_000
-    renew_ms: int = 2_000
-    safety_margin_ms: int = 2_000
-    clock_skew_ms: int = 1_000
-    poll_ms: int = 500
-
-    def __post_init__(self) -> None:
-        if min(self.lease_ms, self.renew_ms, self.poll_ms) <= 0:
-            raise ValueError("controller lease timings must be positive")
-        if self.safety_margin_ms < 0 or self.clock_skew_ms < 0:
-            raise ValueError("controller lease safety margin and clock skew must be >= 0")
-        if self.renew_ms + self.safety_margin_ms >= self.lease_ms:
-            raise ValueError(
-                f"controller.lease.renew.ms ({self.renew_ms}) + "
-                f"controller.lease.safety.margin.ms ({self.safety_margin_ms}) must be below "
-                f"controller.lease.ms ({self.lease_ms}): the controller would stop acting "
-                "before its next renewal"
-            )
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig) -> LeaseTimings:
-        return cls(
-            lease_ms=config.get_int("controller.lease.ms"),
-            renew_ms=config.get_int("controller.lease.renew.ms"),
-            safety_margin_ms=config.get_int("controller.lease.safety.margin.ms"),
-            clock_skew_ms=config.get_int("controller.lease.clock.skew.ms"),
-            poll_ms=config.get_int("controller.lease.poll.ms"),
-        )
-
-    @property
-    def valid_for_ms(self) -> int:
-        """How long after sending a successful renewal the holder may act."""
-        return self.lease_ms - self.safety_margin_ms
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseRecord:
-    """The lease object's content. ``holder`` is ``NO_HOLDER`` once released."""
-
-    holder: int
-    epoch: int
-    incarnation_id: str
-    lease_ms: int
-    renewals: int = 0
-    renewed_wall_ms: int = 0  # for people reading the object; never trusted
-
-    def encode(self) -> bytes:
-        return json.dumps(
-            {
-                "version": _FORMAT_VERSION,
-                "holder": self.holder,
-                "epoch": self.epoch,
-                "incarnation_id": self.incarnation_id,
-                "lease_ms": self.lease_ms,
-                "renewals": self.renewals,
-                "renewed_wall_ms": self.renewed_wall_ms,
-            },
-            separators=(",", ":"),
-        ).encode()
-
-    @staticmethod
-    def decode(data: bytes) -> LeaseRecord:
-        """Parse a lease object; ``ValueError`` if it is not one of a known version."""
-        try:
-            doc: Any = json.loads(data)
-            if doc["version"] != _FORMAT_VERSION:
-                raise ValueError(f"lease format version {doc['version']!r} is not supported")
-            record = LeaseRecord(
-                holder=doc["holder"],
-                epoch=doc["epoch"],
-                incarnation_id=str(doc["incarnation_id"]),
-                lease_ms=doc["lease_ms"],
-                renewals=doc["renewals"],
-                renewed_wall_ms=doc["renewed_wall_ms"],
-            )
-        except (KeyError, TypeError, json.JSONDecodeError) as err:
-            raise ValueError(f"controller lease object is malformed: {err!r}") from err
-        numbers = (record.holder, record.epoch, record.lease_ms, record.renewals)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
-            raise ValueError(f"controller lease object is malformed: {record}")
-        if record.epoch < 0 or record.lease_ms <= 0:
-            raise ValueError(f"controller lease object is malformed: {record}")
-        return record
 
 
 class LeaseEvent(Enum):
@@ -199,7 +88,7 @@ class ControllerLease:
         timings: LeaseTimings,
         *,
         monotonic: Clock = monotonic_ms,
-        wall_clock: Callable[[], int] = _wall_ms,
+        wall_clock: Callable[[], int] = wall_ms,
         key: str = LEASE_KEY,
         previous_incarnation_id: str | None = None,
     ) -> None:
@@ -211,6 +100,16 @@ class ControllerLease:
         self._previous_incarnation = previous_incarnation_id or None
         #: at the last acquisition, the node whose expired lease this one replaced (else -1)
         self.taken_over_from = NO_HOLDER
+        #: at the last acquisition, another node that had given the lease up before this one
+        #: took it (it released it, or its process was found gone), else -1: that node no
+        #: longer acts as controller nor as a partition leader, so it may be fenced at once
+        self.stepped_down = NO_HOLDER
+        #: the last acquisition took back a lease this node itself had released to stand
+        #: down, and nobody else took it meanwhile
+        self.retook_own_release = False
+        # no acquisition before this monotonic instant (a controller that stood down)
+        self._stand_down_until = 0.0
+        self._stood_down = False
         self._timings = timings
         self._monotonic = monotonic
         self._wall_clock = wall_clock
@@ -280,18 +179,23 @@ class ControllerLease:
         """Stop holding without touching the object (the metadata showed a newer controller)."""
         self._drop(why)
 
-    def release(self) -> None:
-        """Stop acting, then hand the lease back (holder -1) so a candidate takes it at once."""
+    def release(self, stand_down_ms: float = 0.0) -> None:
+        """Stop acting, then hand the lease back (holder -1, ``released_by`` this node) so
+        a candidate takes it at once; with ``stand_down_ms``, this node does not take it
+        again for that long (it stood down so that another would)."""
         record, etag = self._record, self._etag
         if record is None:
             return
         self._drop("released")
+        self._stand_down_until = self._monotonic() + stand_down_ms
+        self._stood_down = stand_down_ms > 0
         released = replace(
             record,
             holder=NO_HOLDER,
             incarnation_id="",
             renewals=record.renewals + 1,
             renewed_wall_ms=self._wall_clock(),
+            released_by=self._node_id,
         )
         try:
             self._store.put_if_match(self._key, released.encode(), etag)
@@ -380,6 +284,9 @@ class ControllerLease:
         except ValueError as err:
             _log.error("%s; it will be taken over once it stays unchanged for a lease", err)
             current = None
+        if current is not None and current.holder == NO_HOLDER and seen_at < self._stand_down_until:
+            self._start_observing(current, etag, seen_at)
+            return LeaseEvent.NONE
         if current is not None and (
             current.holder == NO_HOLDER or self._is_mine(current) or self._was_mine(current)
         ):
@@ -392,6 +299,35 @@ class ControllerLease:
         if seen_at - self._observed_since < wait:
             return LeaseEvent.NONE
         return self._acquire(current, etag, min_epoch)
+
+    def take_over_if_gone(self, is_gone: Callable[[int], bool], min_epoch: int = 0) -> LeaseEvent:
+        """Take the lease at once, without waiting it out, when its holder's process is
+        gone: read the lease, then ask ``is_gone(holder)`` (the caller probes the holder's
+        listener, ADR 0009's update of issue #31), then ``put_if_match`` on the etag read
+        *before* the probe. A process listens from before it competes for the lease until
+        it stops, so a holder refusing connections after its etag was read did not write
+        anything since, and never will; a renewal or restart in between fails the match.
+        One GET, at most one PUT. Nothing happens while this node holds the lease."""
+        if self._record is not None:
+            return LeaseEvent.NONE
+        try:
+            data, etag = get_with_etag(self._store, self._key)
+            current = LeaseRecord.decode(data)
+        except (ObjectStoreError, ValueError) as err:
+            _log.info("cannot read the controller lease to check its holder: %s", err)
+            return LeaseEvent.NONE
+        if etag != self._observed_etag:
+            self._start_observing(current, etag, self._monotonic())
+        if current.holder in (NO_HOLDER, self._node_id) or not is_gone(current.holder):
+            return LeaseEvent.NONE
+        _log.warning("the controller (node %d, epoch %d) is gone: its listener refuses "
+                     "connections; taking the lease over without waiting it out",
+                     current.holder, current.epoch)
+        event = self._acquire(current, etag, min_epoch)
+        if event is LeaseEvent.ACQUIRED:
+            self.taken_over_from = NO_HOLDER
+            self.stepped_down = current.holder
+        return event
 
     def _start_observing(self, record: LeaseRecord | None, etag: str, seen_at: float) -> None:
         self._observed, self._observed_etag, self._observed_since = record, etag, seen_at
@@ -426,6 +362,10 @@ class ControllerLease:
         # or cut off from the bucket for a whole lease
         expired = previous is not None and previous.holder not in (NO_HOLDER, self._node_id)
         self.taken_over_from = previous.holder if expired and previous is not None else NO_HOLDER
+        released_by = previous.released_by if previous is not None and not expired else NO_HOLDER
+        self.stepped_down = released_by if released_by != self._node_id else NO_HOLDER
+        self.retook_own_release = released_by == self._node_id and self._stood_down
+        self._stand_down_until, self._stood_down = 0.0, False
         self._deadline = t0 + self._timings.valid_for_ms
         self._next_renew = t0 + self._timings.renew_ms
         _log.info("node %d holds the controller lease at epoch %d", self._node_id, epoch)

@@ -29,6 +29,7 @@ the controller calls it under its lock).
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,31 +61,39 @@ Clock = Callable[[], float]
 
 
 class BrokerHeartbeatTracker:
-    """When each broker last heartbeated, in ms of ``monotonic`` (see the module docstring)."""
+    """When each broker last heartbeated, in ms of ``monotonic`` (see the module docstring).
+
+    Thread-safe: heartbeats touch it without waiting for the controller's commit lock."""
 
     def __init__(self, session_timeout_ms: int, monotonic: Clock) -> None:
         self._timeout_ms = session_timeout_ms
         self._monotonic = monotonic
         self._last_contact: dict[int, float] = {}
+        self._guard = threading.Lock()
 
     @property
     def session_timeout_ms(self) -> int:
         return self._timeout_ms
 
     def touch(self, node_id: int) -> None:
-        self._last_contact[node_id] = self._monotonic()
+        with self._guard:
+            self._last_contact[node_id] = self._monotonic()
 
     def remove(self, node_id: int) -> None:
-        self._last_contact.pop(node_id, None)
+        with self._guard:
+            self._last_contact.pop(node_id, None)
 
     def reset(self, node_ids: Iterable[int]) -> None:
         """Start a fresh session for each of ``node_ids`` and forget every other broker."""
         now = self._monotonic()
-        self._last_contact = {node_id: now for node_id in node_ids}
+        fresh = {node_id: now for node_id in node_ids}
+        with self._guard:
+            self._last_contact = fresh
 
     def age_ms(self, node_id: int) -> float | None:
         """Milliseconds since ``node_id`` last heartbeated, None if it has no session."""
-        last = self._last_contact.get(node_id)
+        with self._guard:
+            last = self._last_contact.get(node_id)
         return None if last is None else self._monotonic() - last
 
     def has_valid_session(self, node_id: int) -> bool:
@@ -94,14 +103,17 @@ class BrokerHeartbeatTracker:
     def cut_short(self, node_id: int, remaining_ms: float) -> None:
         """Let ``node_id``'s session run out ``remaining_ms`` from now, unless it heartbeats
         again meanwhile (its heartbeat connection closed: the process is likely gone)."""
-        last = self._last_contact.get(node_id)
-        if last is None:
-            return
-        self._last_contact[node_id] = min(last, self._monotonic() + remaining_ms - self._timeout_ms)
+        with self._guard:
+            last = self._last_contact.get(node_id)
+            if last is None:
+                return
+            self._last_contact[node_id] = min(last, self._monotonic() + remaining_ms - self._timeout_ms)
 
     def expired(self) -> list[int]:
         """Brokers with a session that ran out, by node id."""
-        return sorted(n for n in self._last_contact if not self.has_valid_session(n))
+        with self._guard:
+            nodes = list(self._last_contact)
+        return sorted(n for n in nodes if not self.has_valid_session(n))
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,7 @@ class Broker:
         self.logs.load(self._log_config)
         self.groups = start_coordinator(self)
         self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
-        self.transactions = start_transaction_coordinator(self, self.cluster.peers)
+        self.transactions = start_transaction_coordinator(self, self.cluster.marker_peers)
         self.transaction_coordinator = self.transactions
         self.controller.add_listener(self._on_metadata_event)
         wire_replication(self, self.cluster)

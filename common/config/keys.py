@@ -350,24 +350,32 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("broker.rack", "string", None,
             "Rack of this broker; replicas of a partition are spread across racks."),
     ConfigDef("broker.session.timeout.ms", "int", "9000",
-            "A broker that has not heartbeated the controller for this long is fenced.",
-            validator=at_least(1)),
-    ConfigDef("broker.heartbeat.interval.ms", "int", "2000",
-            "How often a broker heartbeats the active controller.", validator=at_least(1)),
+            "A broker that has not heartbeated the controller for this long is fenced; one "
+            "whose heartbeats go unanswered for five sixths of it stops leading partitions "
+            "first.", validator=at_least(1)),
+    ConfigDef("broker.heartbeat.interval.ms", "int", "500",
+            "How often a broker heartbeats the active controller (Kafka: 2000; shorter here so "
+            "that a controller cut off from the brokers notices within "
+            "controller.quorum.timeout.ms).", validator=at_least(1)),
     ConfigDef("broker.session.connection.loss.ms", "int", "500",
-            "A broker whose heartbeat connection to the active controller closes (its process "
-            "died) is fenced this long after, unless it heartbeats again; -1 waits for "
-            "broker.session.timeout.ms (Strata).", validator=at_least(-1)),
-    ConfigDef("controller.lease.ms", "long", "10000",
+            "The broker of a controller whose lease ran out unrenewed is fenced this long after "
+            "a successor takes over, unless it heartbeats to the successor; -1 gives it a whole "
+            "broker.session.timeout.ms (Strata). (A broker whose listener refuses connections "
+            "is fenced at once.)", validator=at_least(-1)),
+    ConfigDef("controller.quorum.timeout.ms", "int", "1500",
+            "The active controller stands down when it has heard no heartbeat from a majority "
+            "of the live brokers (three or more) for this long: it is the one cut off; -1 "
+            "never (Strata).", validator=at_least(-1)),
+    ConfigDef("controller.lease.ms", "long", "5000",
             "How long the controller lease lasts without renewal (Strata).",
             validator=at_least(1)),
-    ConfigDef("controller.lease.renew.ms", "long", "2000",
+    ConfigDef("controller.lease.renew.ms", "long", "1000",
             "How often the controller renews its lease; below controller.lease.ms minus "
             "controller.lease.safety.margin.ms (Strata).", validator=at_least(1)),
-    ConfigDef("controller.lease.safety.margin.ms", "long", "2000",
+    ConfigDef("controller.lease.safety.margin.ms", "long", "1500",
             "The controller stops acting this long before its lease would run out (Strata).",
             validator=at_least(0)),
-    ConfigDef("controller.lease.clock.skew.ms", "long", "1000",
+    ConfigDef("controller.lease.clock.skew.ms", "long", "500",
             "Extra time a candidate waits, beyond controller.lease.ms, before taking over an "
             "unrenewed lease (Strata).", validator=at_least(0)),
     ConfigDef("controller.lease.poll.ms", "long", "500",

@@ -259,7 +259,8 @@ class BrokerChannel:
 
     async def _send(self, api_key: int, version: int, body: Any, deadline: float) -> Any:
         transport, protocol = self._transport, self._protocol
-        if transport is None or protocol is None:
+        if transport is None or protocol is None or transport.is_closing():
+            # (closing: the peer went away between the connect and this request)
             raise BrokerNotAvailableError(f"no connection to broker {self.node_id}")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         frame = encode_request(api_key, version, correlation_id, self._config.client_id, body)
@@ -275,7 +276,7 @@ class BrokerChannel:
             raise RequestTimedOutError(
                 f"broker {self.node_id} did not answer api {api_key} in time"
             ) from None
-        except (ConnectionError, OSError) as exc:
+        except (ConnectionError, OSError, RuntimeError) as exc:  # RuntimeError: uvloop's closed handle
             self._pending.pop(correlation_id, None)
             self._drop(str(exc))
             raise BrokerNotAvailableError(f"connection to broker {self.node_id} failed: {exc}") from exc

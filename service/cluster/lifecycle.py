@@ -18,6 +18,16 @@ Kafka's ``BrokerLifecycleManager``, over :class:`ControllerClient`:
 3. **Controlled shutdown**: heartbeats with ``want_shut_down`` until the
    controller answers ``should_shut_down`` (it moved this broker's leaderships
    away; with replication factor 1 they go offline) or a bound passes.
+4. **Leading only on authority it still has** (:meth:`may_lead`, issue #31): the
+   controller fences a broker ``broker.session.timeout.ms`` after it *received* the
+   broker's last heartbeat; the broker stops leading partitions five sixths of that
+   after it *sent* the last heartbeat the controller answered unfenced, so it has
+   stopped before anyone else can be elected in its place (clocks only need to run at
+   about the same rate). On the controller's own broker the heartbeat is answered
+   locally, and leading lasts no longer than the controller lease behind that answer,
+   so a controller cut off from the bucket stops leading before a successor is elected.
+   A broker that has not read the metadata for two thirds of a session (cut off from
+   the bucket) stops leading and heartbeats ``want_fence``, so its partitions move.
 
 Not thread-safe: coroutines on the broker's event loop.
 """
@@ -35,6 +45,7 @@ from typing import Any, Protocol
 
 from common.errors import KafkaError
 from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpochError
+from controller.lease_record import monotonic_ms
 from controller.membership import HeartbeatReply, RegistrationRequest
 from controller.registrations import Endpoint
 from service.cluster.controller_client import ControllerClient
@@ -60,6 +71,8 @@ class ControllerSide(Protocol):
     """What the lifecycle calls on this broker's own controller when it is active."""
 
     def register_broker(self, request: RegistrationRequest) -> Any: ...
+
+    def lease_remaining_ms(self) -> float: ...
 
     def broker_heartbeat(
         self,
@@ -89,6 +102,7 @@ class BrokerLifecycle:
         metadata_revision: Callable[[], int],
         heartbeat_interval_ms: int,
         session_timeout_ms: int,
+        metadata_age_s: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.node_id = node_id
         self._cluster_id = cluster_id
@@ -102,6 +116,9 @@ class BrokerLifecycle:
         self._revision = metadata_revision
         self._interval_s = heartbeat_interval_ms / 1000
         self._session_s = session_timeout_ms / 1000
+        self._metadata_age_s = metadata_age_s
+        # leading is allowed until this instant (seconds of monotonic_ms; 0: not)
+        self._lead_until = 0.0
         self.broker_epoch = -1
         self.fenced = True
         self.caught_up = False
@@ -175,18 +192,39 @@ class BrokerLifecycle:
 
     # -- heartbeats -----------------------------------------------------------------------
 
+    def may_lead(self) -> bool:
+        """Whether this broker may act as leader of its partitions now (see point 4 of the
+        module docstring)."""
+        return monotonic_ms() / 1000 < self._lead_until and not self.blind()
+
+    def blind(self) -> bool:
+        """This broker has not read the cluster metadata for two thirds of a session."""
+        return self._metadata_age_s() > self._session_s * 2 / 3
+
+    def stop_leading(self) -> None:
+        """Stop leading now (any thread): this broker's authority may be gone."""
+        self._lead_until = 0.0
+
     async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
-        """One heartbeat; updates :attr:`fenced` and :attr:`caught_up`."""
+        """One heartbeat; updates :attr:`fenced`, :attr:`caught_up` and how long this
+        broker may lead."""
         epoch = self.broker_epoch
         offset = self._revision()
+        want_fence = self.blind() and not want_shut_down
+        if want_fence:
+            self.stop_leading()
+            _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
+                         "leading and asks to be fenced", self.node_id, self._metadata_age_s())
         fields = {
             "broker_id": self.node_id,
             "broker_epoch": epoch,
             "current_metadata_offset": offset,
-            "want_fence": False,
+            "want_fence": want_fence,
             "want_shut_down": want_shut_down,
             "offline_log_dirs": (),
         }
+        sent = monotonic_ms() / 1000
+        lead_until = sent + self._session_s * 5 / 6
 
         def answer(version: int, response: Any) -> HeartbeatReply:
             raise_for(response.error_code)
@@ -195,17 +233,20 @@ class BrokerLifecycle:
             )
 
         def local() -> HeartbeatReply:
-            return self._local.broker_heartbeat(
-                self.node_id, epoch, offset, want_fence=False, want_shut_down=want_shut_down
+            nonlocal lead_until
+            reply = self._local.broker_heartbeat(
+                self.node_id, epoch, offset, want_fence=want_fence, want_shut_down=want_shut_down
             )
+            # answered by this broker's own controller: no longer than its lease holds
+            lead_until = min(lead_until, monotonic_ms() / 1000 + self._local.lease_remaining_ms() / 1000)
+            return reply
 
+        if timeout_s is None:  # a silent controller is given up on well within a session
+            timeout_s = min(self._session_s / 2, max(1.0, 3 * self._interval_s))
         reply = await self._client.call(
-            _API_HEARTBEAT,
-            fields,
-            local=local,
-            answer=answer,
-            timeout_s=self._session_s / 2 if timeout_s is None else timeout_s,
+            _API_HEARTBEAT, fields, local=local, answer=answer, timeout_s=timeout_s
         )
+        self._lead_until = 0.0 if reply.is_fenced or want_fence else lead_until
         self.caught_up = reply.is_caught_up
         if reply.is_fenced != self.fenced:
             _log.info("broker %d is %s", self.node_id,
@@ -251,6 +292,9 @@ class BrokerLifecycle:
                 await self._register_again()
             except KafkaError as exc:
                 _log.warning("broker %d: heartbeat failed: %s", self.node_id, exc)
+                failed = True
+            except Exception:  # noqa: BLE001 - heartbeats must outlive any one failure
+                _log.exception("broker %d: heartbeat failed", self.node_id)
                 failed = True
 
     async def _register_again(self) -> None:

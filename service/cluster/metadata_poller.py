@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from controller.commit import Snapshot
+from controller.lease_record import monotonic_ms
 from controller.metadata_view import MetadataView
 
 __all__ = ["MIN_REFRESH_INTERVAL_S", "MetadataPoller"]
@@ -65,7 +66,14 @@ class MetadataPoller:
         self._next_refresh: asyncio.Future[None] | None = None
         self._refreshing = False
         self._last_refresh_start = float("-inf")
+        # when a read of the store last succeeded (seconds of monotonic_ms)
+        self._last_read_s = monotonic_ms() / 1000
         view.add_snapshot_listener(self._installed)
+
+    def age_s(self) -> float:
+        """Seconds since a read of the cluster metadata from the store last succeeded (a
+        broker cut off from the bucket sees it grow; any thread)."""
+        return monotonic_ms() / 1000 - self._last_read_s
 
     def start(self) -> None:
         if self._thread is None:
@@ -100,6 +108,7 @@ class MetadataPoller:
                     self._last_refresh_start = time.monotonic()
                     try:
                         await asyncio.to_thread(self._view.refresh)
+                        self._last_read_s = monotonic_ms() / 1000
                     except Exception as exc:  # noqa: BLE001 - answered from the view it has
                         _log.warning("cannot read the cluster metadata: %s", exc)
                     self._apply_latest()
@@ -118,6 +127,7 @@ class MetadataPoller:
         while not self._stop.is_set():
             try:
                 self._view.refresh()
+                self._last_read_s = monotonic_ms() / 1000
             except Exception as exc:  # noqa: BLE001 - a store outage must not end polling
                 _log.warning("cannot read the cluster metadata: %s", exc)
             self._wake.wait(self._interval_s)

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import socket
 import struct
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -54,6 +55,8 @@ __all__ = ["ClusterNode", "answering_locally", "must_answer_locally"]
 
 _log = logging.getLogger("strata.cluster")
 _I32 = struct.Struct(">i")
+#: how long a probe of a peer's listener waits for the TCP handshake
+_PROBE_TIMEOUT_S = 0.25
 _API_ENVELOPE = 58
 
 _LOCAL_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("strata_local_only", default=False)
@@ -107,14 +110,32 @@ class ClusterNode:
         self._lifecycle_task: asyncio.Task[None] | None = None
         self._identity = NodeIdentity(self.node_id)
         timeout_s = config.get_int("controller.socket.timeout.ms") / 1000
-        self.peers = PeerChannels(
-            ChannelConfig(client_id=f"strata-broker-{self.node_id}", request_timeout_s=timeout_s,
-                          security=self.inter_broker),
-            versions,
-            self._endpoint_of,
-            on_drop=self._peer_dropped,
-        )
+        # One connection per peer for each kind of traffic, as Kafka keeps its controller
+        # channel, replica fetcher connections and transaction marker channel apart: a
+        # peer answers the requests of one connection in order, so a WriteTxnMarkers
+        # waiting for the ISR would otherwise hold up the follower fetch it waits for, and
+        # the heartbeat queued behind both.
+        def channels(purpose: str, on_drop: Callable[[int], None] | None = None) -> PeerChannels:
+            return PeerChannels(
+                ChannelConfig(client_id=f"strata-broker-{self.node_id}-{purpose}",
+                              request_timeout_s=timeout_s, security=self.inter_broker),
+                versions,
+                self._endpoint_of,
+                on_drop=on_drop,
+            )
+
+        #: AlterPartition, producer ids, forwarded admin writes
+        self.peers = channels("controller", on_drop=self._peer_dropped)
+        #: registration and heartbeats alone, as Kafka's BrokerLifecycleManager has its
+        #: own channel: never answered after a slow AlterPartition on the same connection
+        self.heartbeat_peers = channels("heartbeat", on_drop=self._peer_dropped)
+        #: follower Fetch and OffsetForLeaderEpoch to partition leaders
+        self.replica_peers = channels("replica-fetcher")
+        #: WriteTxnMarkers and AddPartitionsToTxn (verify) between transaction coordinators
+        #: and partition leaders
+        self.marker_peers = channels("txn-markers")
         self.client: ControllerClient | None = None
+        self._heartbeat_client: ControllerClient | None = None
         self._timeout_s = timeout_s
 
     # -- start-up -----------------------------------------------------------------------
@@ -152,6 +173,11 @@ class ClusterNode:
             self.node_id, controller, self.peers, timeout_s=self._timeout_s,
             refresh_metadata=self.refresh_metadata,
         )
+        self._heartbeat_client = ControllerClient(
+            self.node_id, controller, self.heartbeat_peers, timeout_s=self._timeout_s,
+            refresh_metadata=self.refresh_metadata,
+        )
+        controller.probe_gone = self._refuses_connections
         controller.add_snapshot_listener(self.view.offer)
         self.view.offer(controller.snapshot)
         self.poller = MetadataPoller(
@@ -169,6 +195,7 @@ class ClusterNode:
         """Register, heartbeat until unfenced and this broker's view holds it; True when it
         is ready to serve (False: the controller did not unfence it in time)."""
         assert self.controller is not None and self.client is not None
+        assert self._heartbeat_client is not None
         self.lifecycle = BrokerLifecycle(
             node_id=self.node_id,
             cluster_id=self.controller.cluster_id,
@@ -177,16 +204,20 @@ class ClusterNode:
             rack=self._config.get("broker.rack") or None,
             identity=self._identity,
             data_dir=self._data_dir,
-            client=self.client,
+            client=self._heartbeat_client,
             local=self.controller,
             metadata_revision=lambda: self.view.revision,
             heartbeat_interval_ms=self._config.get_int("broker.heartbeat.interval.ms"),
             session_timeout_ms=self._config.get_int("broker.session.timeout.ms"),
+            metadata_age_s=self.poller.age_s if self.poller is not None else (lambda: 0.0),
         )
+        # a controller that stands down (cut off from the brokers) stops leading first
+        self.controller.before_stand_down = self.lifecycle.stop_leading
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         if listeners:
             self.client.own_address = (listeners[0].host, listeners[0].port)
+            self._heartbeat_client.own_address = self.client.own_address
         epoch = await self.lifecycle.register(timeout_s)
         self.registered_revision = epoch
         await asyncio.to_thread(self.view.poll_for_revision, epoch, max(0.1, deadline - loop.time()), 0.05)
@@ -206,13 +237,35 @@ class ClusterNode:
             await self.poller.refresh()
 
     def _peer_dropped(self, node_id: int) -> None:
-        """A connection to a peer dropped. If it was the one this broker heartbeats on, the
-        controller now gives this broker ``broker.session.connection.loss.ms`` to heartbeat
-        again before fencing it (as for a killed broker): heartbeat now, on a new connection,
-        rather than at the next interval. Any peer's drop pokes (one extra heartbeat when it
-        was another's: cheaper than tracking which channel the heartbeats took)."""
+        """A controller-channel connection to a peer dropped. If it was the one this broker
+        heartbeats on, the controller now gives this broker ``broker.session.connection.loss.ms``
+        to heartbeat again before fencing it (as for a killed broker): heartbeat now, on a new
+        connection, rather than at the next interval. Any peer's drop pokes (one extra
+        heartbeat when it was another's: cheaper than tracking which peer is the controller)."""
         if self.lifecycle is not None:
             self.lifecycle.poke()
+        if self.controller is not None:  # a dead controller's lease is taken over at once
+            self.controller.peer_unreachable(node_id)
+
+    def may_lead(self) -> bool:
+        """Whether this broker may act as a partition leader now:
+        :meth:`BrokerLifecycle.may_lead` once registered."""
+        return self.lifecycle is None or self.lifecycle.may_lead()
+
+    def _refuses_connections(self, node_id: int) -> bool:
+        """Whether ``node_id``'s inter-broker listener refuses a TCP connection: no process
+        listens there any more (blocking, at most ``_PROBE_TIMEOUT_S``; the controller
+        role's thread calls it). A timeout or any other error proves nothing: False."""
+        address = self._endpoint_of(node_id)
+        if address is None:
+            return False
+        try:
+            socket.create_connection(address, timeout=_PROBE_TIMEOUT_S).close()
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            return False
+        return False
 
     def metadata_applied(self) -> None:
         """The broker applied a snapshot: a fenced broker may now be caught up."""
@@ -285,7 +338,8 @@ class ClusterNode:
             await asyncio.to_thread(self.poller.close)
         if self.controller is not None:
             await asyncio.to_thread(self.controller.close, True)
-        await self.peers.close()
+        for peers in (self.peers, self.heartbeat_peers, self.replica_peers, self.marker_peers):
+            await peers.close()
 
     # -- helpers --------------------------------------------------------------------------
 

@@ -73,18 +73,18 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
 
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(63, ctx.version)
+    args = (int(request.broker_id), int(request.broker_epoch), int(request.current_metadata_offset))
+    flags = {"want_fence": bool(request.want_fence), "want_shut_down": bool(request.want_shut_down)}
     try:
-        reply = await _on_controller(
-            ctx,
-            "BrokerHeartbeat",
-            lambda c: c.broker_heartbeat(
-                int(request.broker_id),
-                int(request.broker_epoch),
-                int(request.current_metadata_offset),
-                want_fence=bool(request.want_fence),
-                want_shut_down=bool(request.want_shut_down),
-            ),
-        )
+        cluster = ctx.broker.cluster
+        controller = None if cluster is None else cluster.controller
+        # the common heartbeat changes nothing: answered here, on the loop, never queued
+        # behind worker threads busy with metadata writes (issue #31)
+        reply = None if controller is None else controller.heartbeat_without_change(*args, **flags)
+        if reply is None:
+            reply = await _on_controller(
+                ctx, "BrokerHeartbeat", lambda c: c.broker_heartbeat(*args, **flags)
+            )
         # only a heartbeat the controller took (the broker's current epoch) makes this the
         # broker's connection: a stale or forged one closing must not cut a live broker's session
         _watch_connection(ctx, int(request.broker_id))

@@ -70,6 +70,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     allow_create = bool(getattr(request, "allow_auto_topic_creation", True))
     want_topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     requested = _requested(ctx, request)
+    # a broker that cannot confirm it still leads (its heartbeats unanswered, or the bucket
+    # out of reach: its view may be stale) names no leader where it would name itself, so
+    # clients look elsewhere instead of coming back to it (issue #31)
+    unsure = broker.node_id if not broker.replicas.may_lead() else None
 
     topics = []
     for name, topic_id in requested:
@@ -97,9 +101,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         partitions = tuple(
             build(
                 mod.MetadataResponsePartition,
-                error_code=ErrorCode.none if reg.has_leader else ErrorCode.leader_not_available,
+                error_code=(ErrorCode.none if reg.has_leader and reg.leader != unsure
+                            else ErrorCode.leader_not_available),
                 partition_index=p,
-                leader_id=reg.leader,
+                leader_id=reg.leader if reg.leader != unsure else -1,
                 leader_epoch=reg.leader_epoch,
                 replica_nodes=tuple(reg.replicas),
                 isr_nodes=tuple(reg.isr),

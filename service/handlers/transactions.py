@@ -158,7 +158,7 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
     # The producer must hold the transactional id and have added the group (AddOffsetsToTxn):
     # its transaction coordinator says so, here or on the broker that leads its partition.
-    peers = broker.cluster.peers if broker.cluster is not None else None
+    peers = broker.cluster.marker_peers if broker.cluster is not None else None
     check = await verify_in_transaction(
         broker.transactions, broker.controller, peers, broker.node_id, request.transactional_id,
         pid, epoch, offsets_tp, broker.config.get_int("controller.socket.timeout.ms") / 1000,

@@ -12,7 +12,10 @@ metadata follows within a poll), and the high watermark recomputed (a shrink
 may let it move, waking producers waiting for acks=all); ``INVALID_UPDATE_VERSION`` and other errors
 drop the proposal -- the next follower
 fetch proposes again if it still holds; a request that fails outright is
-retried after a pause. ``NEW_LEADER_ELECTED`` (the change completed a
+retried after a pause. A partition whose change was refused proposes again only
+after a backoff that doubles from 100 ms to 5 s (reset by an accepted change), so a
+leader whose view disagrees with the controller's sends no storm of requests (issue
+#31: about 100 a second were seen). ``NEW_LEADER_ELECTED`` (the change completed a
 reassignment that moved the leadership away) and ``FENCED_LEADER_EPOCH`` keep
 the proposal counted until the metadata arrives, so the deposed leader
 acknowledges nothing the new leader may not have.
@@ -40,6 +43,7 @@ __all__ = ["AlterPartitionManager"]
 _log = logging.getLogger("strata.replication.isr")
 _API_ALTER_PARTITION = 56
 _RETRY_S = 0.5
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 0.1, 5.0
 
 
 class AlterPartitionManager:
@@ -61,15 +65,34 @@ class AlterPartitionManager:
         self._pending: dict[tuple[str, int], tuple[Partition, tuple[int, ...]]] = {}
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
+        # per partition refused lately: (current backoff, loop time before which it waits)
+        self._backoff: dict[tuple[str, int], tuple[float, float]] = {}
+        self._deferred: dict[tuple[str, int], asyncio.TimerHandle] = {}
 
     def submit(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
-        self._pending[(partition.topic, partition.index)] = (partition, new_isr)
+        key = (partition.topic, partition.index)
+        loop = asyncio.get_running_loop()
+        wait = self._backoff.get(key, (0.0, 0.0))[1] - loop.time()
+        if wait > 0:  # refused lately: the newest proposal goes once the backoff is over
+            if key in self._deferred:
+                self._deferred[key].cancel()
+            self._deferred[key] = loop.call_later(wait, self._resubmit, partition, new_isr)
+            return
+        self._pending[key] = (partition, new_isr)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._send_all(), name="alter-partition")
+
+    def _resubmit(self, partition: Partition, new_isr: tuple[int, ...]) -> None:
+        self._deferred.pop((partition.topic, partition.index), None)
+        if partition.is_leader:
+            self.submit(partition, new_isr)
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        for timer in self._deferred.values():
+            timer.cancel()
+        self._deferred.clear()
 
     async def _send_all(self) -> None:
         while self._pending:
@@ -92,6 +115,12 @@ class AlterPartitionManager:
             partition.pending_isr = None
             return
         code, fields = result
+        key = (partition.topic, partition.index)
+        if code == ErrorCode.none:
+            self._backoff.pop(key, None)
+        elif code not in (ErrorCode.new_leader_elected, ErrorCode.fenced_leader_epoch):
+            delay = min(_BACKOFF_MAX_S, max(_BACKOFF_MIN_S, 2 * self._backoff.get(key, (0.0, 0.0))[0]))
+            self._backoff[key] = (delay, asyncio.get_running_loop().time() + delay)
         if code == ErrorCode.none and fields is not None:
             isr, leader_epoch, partition_epoch = fields
             moved = partition.apply_isr(tuple(isr), leader_epoch, partition_epoch)
@@ -106,7 +135,8 @@ class AlterPartitionManager:
             _log.info("%s: ISR change answered %s; waiting for the new metadata",
                       partition.name, code.name.upper())
         else:
-            _log.info("%s: ISR change answered %s", partition.name, code.name.upper())
+            _log.info("%s: ISR change answered %s; proposing again in %.1f s at the earliest",
+                      partition.name, code.name.upper(), self._backoff[key][0])
             partition.pending_isr = None
 
     async def _send(

@@ -99,7 +99,7 @@ async def read_for_follower(
             early = answered.get((fetch.topic, fetch.partition))
             try:
                 log = replicas.get_partition(fetch.topic, fetch.partition).check_leader(
-                    fetch.current_leader_epoch
+                    fetch.current_leader_epoch, follower=True
                 )
                 data.high_watermark = log.high_watermark
                 data.last_stable_offset = log.high_watermark

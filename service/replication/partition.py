@@ -41,6 +41,7 @@ import enum
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import (
@@ -84,8 +85,19 @@ class FollowerState:
 class Partition:
     """See the module docstring. ``local_id`` is this broker's node id."""
 
-    def __init__(self, topic: str, index: int, topic_id: uuid.UUID, log: Log, local_id: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        topic_id: uuid.UUID,
+        log: Log,
+        local_id: int,
+        may_lead: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.topic = topic
+        #: whether this broker may act as a leader at all right now (the broker's lifecycle:
+        #: its heartbeats are answered and it reads the metadata)
+        self._may_lead = may_lead
         self.index = index
         self.topic_id = topic_id
         self.log = log
@@ -175,7 +187,9 @@ class Partition:
 
     # -- requests ---------------------------------------------------------------------
 
-    def check_leader(self, current_leader_epoch: int = NO_EPOCH, require_leader: bool = True) -> Log:
+    def check_leader(
+        self, current_leader_epoch: int = NO_EPOCH, require_leader: bool = True, *, follower: bool = False
+    ) -> Log:
         """The log, if a request naming ``current_leader_epoch`` may use it (module docstring)."""
         if current_leader_epoch != NO_EPOCH and current_leader_epoch != self.leader_epoch:
             if current_leader_epoch < self.leader_epoch:
@@ -193,6 +207,14 @@ class Partition:
                 f"broker {self.leader_id} is"
                 if self.leader_id != NO_LEADER
                 else f"{self.name} has no leader right now"
+            )
+        # a follower still fetches from a leader that stopped: it catches up with every
+        # write that leader acknowledged before anyone else can be elected
+        if require_leader and not follower and not self._may_lead():
+            raise NotLeaderOrFollowerError(
+                f"this broker ({self.local_id}) cannot confirm it still leads {self.name}: the "
+                "controller has not answered its heartbeats, or it cannot read the cluster "
+                "metadata; another broker may be elected"
             )
         return self.log
 

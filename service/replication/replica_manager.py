@@ -154,6 +154,8 @@ class ReplicaManager:
         self.isr_changes: IsrChanges | None = None
         self.on_log_deleted: Callable[[str, int, uuid.UUID, bool], None] | None = None
         self.produce_waiters = ProduceWaiters()
+        #: whether this broker may act as a leader right now (the cluster node sets it)
+        self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -224,7 +226,7 @@ class ReplicaManager:
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition:
         log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
         _write_topic_id(log.dir, topic_id)
-        partition = Partition(key[0], key[1], topic_id, log, self.node_id)
+        partition = Partition(key[0], key[1], topic_id, log, self.node_id, lambda: self.may_lead())
         self.partitions[key] = partition
         return partition
 
@@ -321,7 +323,7 @@ class ReplicaManager:
         is ``OFFSET_OUT_OF_RANGE``. Then its position is noted: the high watermark may
         move (waking producers waiting for acks=all) and the ISR widen."""
         partition = self.get_partition(fetch.topic, fetch.partition)
-        log = partition.check_leader(fetch.current_leader_epoch)
+        log = partition.check_leader(fetch.current_leader_epoch, follower=True)
         partition.follower(fetch.replica_id)
         if fetch.last_fetched_epoch >= 0:
             epoch, end = log.leader_epoch_cache.end_offset_for(fetch.last_fetched_epoch)

@@ -86,8 +86,9 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
         backoff_ms=config.get_int("replica.fetch.backoff.ms"),
         request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
     )
+    replicas.may_lead = cluster.may_lead
     replicas.followers = ReplicaFetcherManager(
-        fetcher_config, cluster.peers, broker.tiering.bootstrap_replica, replicas.after_follower_append
+        fetcher_config, cluster.replica_peers, broker.tiering.bootstrap_replica, replicas.after_follower_append
     )
     controller = cluster.controller
     assert controller is not None and cluster.client is not None

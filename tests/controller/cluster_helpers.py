@@ -29,7 +29,7 @@ class FakeClock:
         self.now += ms
 
 
-TIMINGS = LeaseTimings()  # the defaults: lease 10 s, renew 2 s, margin 2 s, skew 1 s, poll 0.5 s
+TIMINGS = LeaseTimings()  # the defaults: lease 5 s, renew 1 s, margin 1.5 s, skew 0.5 s, poll 0.5 s
 TAKEOVER_MS = TIMINGS.lease_ms + TIMINGS.clock_skew_ms
 SESSION_MS = 9_000  # broker.session.timeout.ms's default
 

@@ -4,7 +4,7 @@ leader failover with nothing acknowledged lost, the ISR, rack-aware reads.
 Every test runs its own 3-broker cluster (``tests/cluster_fixtures.py``) on a
 ``file://`` store, with the short timings there plus a 2 s replica lag, so a
 failover takes about a second: a killed broker's heartbeat connection closes,
-the controller fences it ``broker.session.connection.loss.ms`` later and
+the controller probes its listener, finds it refusing connections, fences it and
 elects a new leader from the ISR.
 """
 

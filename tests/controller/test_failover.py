@@ -1,0 +1,146 @@
+"""Failover without waiting a lease out (issue #31): a dead controller's lease taken over
+once its listener refuses connections, a controller cut off from the brokers standing
+down instead of fencing them, and its successor fencing it in its first write."""
+
+from __future__ import annotations
+
+import json
+
+from controller import ClusterController
+from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent
+from controller.liveness import quorum_lost
+from remote_tier import ObjectStore
+from tests.controller.cluster_helpers import (
+    TIMINGS,
+    FakeClock,
+    heartbeat_all,
+    join,
+    make_cluster_controller,
+    tick_until_active,
+)
+from tests.controller.conftest import MakeStore
+
+
+def lease_of(store: ObjectStore) -> dict:  # type: ignore[type-arg]
+    return json.loads(store.get(LEASE_KEY))
+
+
+def _three_joined(make_store: MakeStore, clock: FakeClock) -> list[ClusterController]:
+    """Controllers 1, 2, 3 on one bucket, 1 active, every broker registered and unfenced."""
+    controllers = [make_cluster_controller(make_store(), clock, n) for n in (1, 2, 3)]
+    assert tick_until_active(clock, controllers) is controllers[0]
+    for n in (1, 2, 3):
+        join(controllers[0], n)
+    return controllers
+
+
+def test_a_dead_holders_lease_is_taken_at_once_and_the_holder_fenced_in_the_first_write(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    a, b, c = _three_joined(make_store, clock)
+    b.tick()
+    # a is killed; b's connection to it drops, and a's listener refuses connections
+    probed: list[int] = []
+    b.probe_gone = lambda node: probed.append(node) or node == 1
+    b.peer_unreachable(1)
+    b.tick()
+    assert probed == [1]
+    assert b.is_active and b.epoch == a.epoch + 1  # no lease wait: the clock did not move
+    assert b.metadata.brokers[1].fenced  # fenced in the claim itself
+    assert all(1 not in p.isr and p.leader != 1 for _, _, p in b.metadata.iter_partitions())
+
+
+def test_a_live_holder_is_not_taken_over_on_a_dropped_connection(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    a, b = (make_cluster_controller(make_store(), clock, n) for n in (1, 2))
+    assert tick_until_active(clock, [a, b]) is a
+    b.tick()
+    b.probe_gone = lambda node: False  # it still accepts connections
+    b.peer_unreachable(1)
+    b.tick()
+    assert not b.is_active and a.is_active
+    assert lease_of(make_store())["holder"] == 1
+
+
+def test_a_takeover_on_evidence_fails_when_the_holder_renewed_after_the_read(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    store = make_store()
+    holder = ControllerLease(store, 1, "inc-1", TIMINGS, monotonic=clock)
+    assert holder.step() is LeaseEvent.ACQUIRED
+    candidate = ControllerLease(make_store(), 2, "inc-2", TIMINGS, monotonic=clock)
+
+    def probe_renewing_meanwhile(node: int) -> bool:
+        clock.advance(TIMINGS.renew_ms)
+        assert holder.step() is LeaseEvent.RENEWED  # alive after all: it renewed
+        return True
+
+    assert candidate.take_over_if_gone(probe_renewing_meanwhile) is LeaseEvent.NONE
+    assert not candidate.holds() and holder.holds()
+    assert lease_of(store)["holder"] == 1
+
+
+def test_quorum_is_lost_only_when_no_majority_was_heard() -> None:
+    ages = {2: 100.0, 3: 5_000.0, 4: 5_000.0, 5: None}
+    assert not quorum_lost(1, [1, 2], ages.get, 1_500)  # two brokers: never
+    assert quorum_lost(1, [1, 3, 4], ages.get, 1_500)  # heard from nobody
+    assert not quorum_lost(1, [1, 2, 3], ages.get, 1_500)  # itself and 2: a majority
+    assert quorum_lost(1, [1, 2, 3, 4], ages.get, 1_500)  # 2 of 4 is no majority
+    assert quorum_lost(1, [1, 2, 3, 4, 5], ages.get, 1_500)
+
+
+def test_a_controller_cut_off_from_the_brokers_stands_down_instead_of_fencing_them(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    a, b, c = _three_joined(make_store, clock)
+    a.create_topic("orders", 3, replication_factor=3)
+    stopped: list[bool] = []
+    a.before_stand_down = lambda: stopped.append(True)
+    # a hears nobody from here on (b and c cannot reach it)
+    clock.advance(1_000)
+    a.tick()
+    assert a.is_active
+    clock.advance(1_000)  # 2 s without a heartbeat from 2 or 3: past controller.quorum.timeout.ms
+    a.tick()
+    assert not a.is_active and stopped == [True]
+    assert not any(a.metadata.brokers[n].fenced for n in (2, 3))  # it fenced nobody
+    assert lease_of(make_store()) | {"holder": -1, "released_by": 1} == lease_of(make_store())
+    # it leaves the lease to the others for a session, and b takes it at its next poll
+    clock.advance(TIMINGS.poll_ms)
+    a.tick()
+    assert not a.is_active
+    b.tick()
+    assert b.is_active
+    assert b.metadata.brokers[1].fenced and not b.metadata.brokers[2].fenced
+    assert all(p.leader != 1 and 1 not in p.isr for _, _, p in b.metadata.iter_partitions())
+
+
+def test_a_controller_that_stood_down_and_was_not_replaced_takes_back_over(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    a, b, c = _three_joined(make_store, clock)
+    clock.advance(2_000)
+    a.tick()
+    assert not a.is_active  # stood down: 2 and 3 are silent
+    # 2 and 3 are in fact dead: nobody takes the lease, so a takes it back after a session
+    clock.advance(9_000)
+    a.tick()
+    a.tick()
+    assert a.is_active
+    for _ in range(20):  # a session and more, renewing as it goes
+        clock.advance(500)
+        a.tick()
+        assert a.is_active  # no second stand-down: its peers are gone, not it
+    assert a.metadata.brokers[2].fenced and a.metadata.brokers[3].fenced
+
+
+def test_heartbeats_from_a_majority_keep_the_controller_active(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    a, b, c = _three_joined(make_store, clock)
+    for _ in range(10):
+        clock.advance(500)
+        heartbeat_all(a, 2)  # 3 is gone, 2 still heartbeats
+        a.tick()
+        assert a.is_active
