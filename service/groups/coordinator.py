@@ -203,8 +203,10 @@ class GroupCoordinator:
         return True
 
     def shutdown(self) -> None:
-        """Cancel every timer; parked join/sync answers are dropped with the connections."""
+        """Cancel every timer; parked join/sync answers are dropped with the connections, and
+        offsets waiting for the ISR with the partitions (their waits then end)."""
         self._expiry.cancel()
+        self._store.pending.clear()
         for group in self._store.groups.values():
             for member in group.members.values():
                 cancel(member.heartbeat_timer)

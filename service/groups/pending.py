@@ -92,6 +92,10 @@ class PendingOffsets:
         """Forget the writes of ``partition`` (its leadership moved); how many."""
         return len(self._writes.pop(partition, ()))
 
+    def clear(self) -> None:
+        """Forget every write (the coordinator shuts down)."""
+        self._writes.clear()
+
     def drop(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Forget the group's pending offsets of ``partitions`` (None: all of them): a later
         tombstone in the log removes them anyway."""

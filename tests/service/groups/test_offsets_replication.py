@@ -8,6 +8,7 @@ is a failover to a replica that never got the records past the replicated offset
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -202,3 +203,38 @@ def test_an_aborted_transaction_leaves_the_previous_offset(log_: ReplicatedMemor
     coord.txn_offsets.on_markers(9, 0, False, [P])
     coord.replication.replicated(P, log_.replicate(P))
     assert fetched(coord) == 10 and coord.unstable_offsets("g", [TP]) == set()
+
+
+def test_the_broker_side_waits_for_the_isr_through_timeouts_and_too_few_replicas(
+    log_: ReplicatedMemoryLog, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """:class:`OffsetsReplication`: a wait that times out starts again, one that cannot succeed
+    now (the ISR below min.insync.replicas, the leadership moving) backs off and retries."""
+    from common.errors import NotEnoughReplicasAfterAppendError, RequestTimedOutError
+    from service.groups.runtime import OffsetsReplication
+
+    monkeypatch.setattr(OffsetsReplication, "BACKOFF_S", 0.01)
+    waits: list[tuple[str, int, int]] = []
+
+    class Broker:
+        async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None:
+            waits.append((topic, partition, offset))
+            if len(waits) == 1:
+                raise RequestTimedOutError("the followers are slow")
+            if len(waits) == 2:
+                raise NotEnoughReplicasAfterAppendError("the ISR shrank below min.insync.replicas")
+            log_.replicate(partition)
+
+    async def scenario() -> int | None:
+        coord = coordinator(log_, FakeTimer())
+        OffsetsReplication(Broker(), coord, 100)  # type: ignore[arg-type]
+        assert commit(coord, 10) == E.none
+        assert fetched(coord) is None
+        for _ in range(200):
+            await asyncio.sleep(0.01)
+            if coord.replication.pending_end(P) is None:
+                break
+        return fetched(coord)
+
+    assert asyncio.run(scenario()) == 10
+    assert waits == [("__consumer_offsets", P, 1)] * 3
