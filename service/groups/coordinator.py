@@ -9,7 +9,8 @@ by the parts it wires together, one module each:
   LeaveGroup, validated against the group and answered through callbacks;
 * :mod:`~service.groups.rebalance`: the state machine (prepare and complete a
   rebalance, the initial delay) and the member sessions that drive it;
-* :mod:`~service.groups.offsets`: OffsetCommit, OffsetFetch, OffsetDelete;
+* :mod:`~service.groups.offsets`: OffsetCommit, OffsetFetch, OffsetDelete (served
+  once replicated: :mod:`~service.groups.pending`, :attr:`GroupCoordinator.replication`);
 * :mod:`~service.groups.expiry`: the periodic expiry of old offsets and groups;
 * :mod:`~service.groups.store`: the registry of groups, and everything written
   to ``__consumer_offsets`` (Kafka's records, :mod:`~service.groups.records`),
@@ -55,6 +56,7 @@ from service.groups.group import (
 )
 from service.groups.membership import Membership
 from service.groups.offsets import CommittedOffsets
+from service.groups.pending import Replication
 from service.groups.rebalance import Rebalancer
 from service.groups.requests import (
     GroupConfig,
@@ -63,7 +65,7 @@ from service.groups.requests import (
     MemberSummary,
     SyncRequest,
 )
-from service.groups.seams import OffsetLog, Timer, TopicsImage, cancel
+from service.groups.seams import NoTopics, OffsetLog, Timer, TopicsImage, cancel
 from service.groups.store import GroupStore
 from service.groups.txn_offsets import TransactionalOffsets
 
@@ -78,7 +80,7 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self._timer = timer
         self._store = GroupStore(log_)
-        self._consumers = ConsumerGroups(self._store, timer, topics or _NoTopics())
+        self._consumers = ConsumerGroups(self._store, timer, topics or NoTopics())
         self._heartbeats = Heartbeats(self._consumers, timer, self.config)
         self._rebalance = Rebalancer(self._store, timer, self.config)
         self._members = Membership(self._store, self._rebalance, timer, self.config)
@@ -94,6 +96,8 @@ class GroupCoordinator:
         self._expiry_scheduled = False
         #: TxnOffsetCommit's pending offsets (:mod:`~service.groups.txn_offsets`)
         self.txn_offsets = TransactionalOffsets(self._store, log_, timer)
+        #: committed offsets waiting for the ISR; the broker reports their replication
+        self.replication: Replication = self._store
 
     # ================================================================== lifecycle
 
@@ -139,6 +143,7 @@ class GroupCoordinator:
         self.serve_partitions()
         assert self._owned is not None
         self._loading.discard(partition)
+        self._store.pending.drop_partition(partition)  # left from an earlier leadership
         self._store.load(self._timer.now_ms(), self._load_consumer_record, records)
         self._consumers.finish_load()
         self.txn_offsets.restore(open_transactions or {})
@@ -198,8 +203,10 @@ class GroupCoordinator:
         return True
 
     def shutdown(self) -> None:
-        """Cancel every timer; parked join/sync answers are dropped with the connections."""
+        """Cancel every timer; parked join/sync answers are dropped with the connections, and
+        offsets waiting for the ISR with the partitions (their waits then end)."""
         self._expiry.cancel()
+        self._store.pending.clear()
         for group in self._store.groups.values():
             for member in group.members.values():
                 cancel(member.heartbeat_timer)
@@ -365,8 +372,9 @@ class GroupCoordinator:
         return self._offsets.fetch_offsets(group_id, partitions)
 
     def unstable_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        """Those of ``partitions`` an open transaction holds an offset of for the group (KIP-447:
-        OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
+        """Those of ``partitions`` an open transaction, or one whose COMMIT marker is not
+        replicated yet, holds an offset of for the group (KIP-447: OffsetFetch with
+        require_stable answers them UNSTABLE_OFFSET_COMMIT)."""
         return {tp for tp in partitions if self.txn_offsets.has_pending(group_id, tp)}
 
     def delete_offsets(
@@ -418,7 +426,8 @@ class GroupCoordinator:
         )
 
     def committed_offsets(self) -> dict[str, dict[TopicPartition, int]]:
-        """Committed offset of every partition of every group (for metrics and the admin API)."""
+        """Committed offset of every partition of every group (for metrics and the admin API):
+        those replicated, as OffsetFetch answers them."""
         return {
             g.group_id: {tp: om.offset for tp, om in g.offsets.items()}
             for g in self._store.groups.values()
@@ -484,17 +493,3 @@ class GroupCoordinator:
             return storage_error(exc)
         return E.none
 
-
-class _NoTopics:
-    """The topics of a coordinator given none (unit tests of the classic protocol)."""
-
-    version = 0
-
-    def by_name(self, name: str) -> None:
-        return None
-
-    def by_id(self, topic_id: object) -> None:
-        return None
-
-    def names(self) -> tuple[str, ...]:
-        return ()

@@ -64,7 +64,7 @@ class OffsetExpiry:
         """
         removed = 0
         for group in list(self._store.groups.values()):
-            gone = [tp for tp in group.offsets if tp[0] in topics]
+            gone = [tp for tp in self._store.known_partitions(group) if tp[0] in topics]
             if not gone:
                 continue
             try:
@@ -105,7 +105,7 @@ class OffsetExpiry:
                 if expired:
                     self._store.remove_offsets(group, expired)
                     removed += len(expired)
-                if group.is_empty() and group.consumer is None and not group.offsets:
+                if group.is_empty() and group.consumer is None and not self._store.known_partitions(group):
                     log.info("group %s: empty with no offsets left; removing it", group.group_id)
                     self._store.delete_group(group, self._timer.now_ms())
             except KafkaError as exc:

@@ -4,7 +4,9 @@
 current generation, or anyone for a group with no members, as Kafka's
 "simple" consumers do), writes the accepted offsets through the
 :class:`~service.groups.store.GroupStore` before they take effect, and answers
-with one error code per partition. A commit also counts as a heartbeat of the
+with one error code per partition. They take effect, for OffsetFetch and every
+other read, once the in-sync replicas hold them (:mod:`service.groups.pending`):
+a commit whose write fails to replicate leaves the previous offset served. A commit also counts as a heartbeat of the
 committing member. Offsets expire on :mod:`service.groups.expiry`'s schedule.
 
 Not thread-safe: every method runs on the broker's event loop thread.
@@ -119,12 +121,13 @@ class CommittedOffsets:
             return E.non_empty_group, {}
         results: dict[TopicPartition, ErrorCode] = {}
         removable = []
+        known = self._store.known_partitions(group)
         for tp in partitions:
             if tp[0] in subscribed:
                 results[tp] = E.group_subscribed_to_topic
             else:
                 results[tp] = E.none
-                if tp in group.offsets:
+                if tp in known:
                     removable.append(tp)
         if removable:
             try:

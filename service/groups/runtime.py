@@ -9,6 +9,11 @@ thread; the groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile) and unloads
 them when it stops leading it. The topic itself is created through the
 controller by FindCoordinator, the first time a client looks for a coordinator
 (:meth:`BrokerOffsetLog.ensure` only reads it).
+
+Committed offsets are served once the in-sync replicas of their partition hold
+them: :class:`OffsetsReplication` waits for the replication of what the
+coordinator wrote, as an ``acks=all`` producer does, and tells it
+(:mod:`service.groups.pending`).
 """
 
 from __future__ import annotations
@@ -21,7 +26,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from common.config import BrokerConfig
-from common.errors import CorruptRecordError, ErrorCode, KafkaError, TopicAlreadyExistsError
+from common.errors import (
+    CorruptRecordError,
+    ErrorCode,
+    KafkaError,
+    RequestTimedOutError,
+    TopicAlreadyExistsError,
+)
 from common.record.batch import build_batch
 from common.record.control import marker_from
 from controller.events import MetadataListener, PartitionsCreated, TopicCreated, TopicDeleted
@@ -45,6 +56,7 @@ __all__ = [
     "LoopTimer",
     "OffsetsHost",
     "OffsetsLeadership",
+    "OffsetsReplication",
     "create_internal_topic",
     "ensure_internal_topic",
     "ensure_offsets_topic",
@@ -112,8 +124,13 @@ class OffsetsHost(Protocol):
     ) -> TopicInfo: ...
 
     def append(
-        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT
+        self, topic: str, partition: int, records: bytes, origin: AppendOrigin = AppendOrigin.CLIENT,
+        *, required_acks: int = 1,
     ) -> LogAppendInfo: ...
+
+    def replicated(self, topic: str, partition: int, offset: int) -> bool: ...
+
+    async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None: ...
 
 
 def ensure_internal_topic(broker: OffsetsHost, name: str) -> int:
@@ -161,7 +178,9 @@ class LoopTimer:
 
 
 class BrokerOffsetLog:
-    """:class:`service.groups.seams.OffsetLog` over the broker's local log."""
+    """:class:`service.groups.seams.OffsetLog` over the broker's local log, a
+    :class:`~service.groups.seams.ReplicatedLog`: appends are ``acks=all`` writes (refused
+    while the ISR is below ``min.insync.replicas``, as Kafka's coordinators append)."""
 
     def __init__(self, broker: OffsetsHost) -> None:
         self._broker = broker
@@ -173,7 +192,17 @@ class BrokerOffsetLog:
     def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         now = int(time.time() * 1000)
         batch = build_batch([(key, value, (), now) for key, value in records])
-        self._broker.append(OFFSETS_TOPIC, partition, batch)
+        self._broker.append(OFFSETS_TOPIC, partition, batch, required_acks=-1)
+
+    def end_offset(self, partition: int) -> int:
+        log_ = self._broker.logs.get_log(OFFSETS_TOPIC, partition)
+        return 0 if log_ is None else log_.log_end_offset
+
+    def replicated(self, partition: int, offset: int) -> bool:
+        try:
+            return self._broker.replicated(OFFSETS_TOPIC, partition, offset)
+        except KafkaError:
+            return False  # not enough in-sync replicas, or no longer the leader
 
     def append_transactional(
         self,
@@ -190,7 +219,7 @@ class BrokerOffsetLog:
             is_transactional=True,
         )
         # A coordinator's append: the producer's epoch is checked, not its sequence (Kafka's).
-        self._broker.append(OFFSETS_TOPIC, partition, batch, AppendOrigin.COORDINATOR)
+        self._broker.append(OFFSETS_TOPIC, partition, batch, AppendOrigin.COORDINATOR, required_acks=-1)
 
     def open_transactions(self) -> Mapping[tuple[int, int], Sequence[tuple[bytes, bytes | None]]]:
         return self._open
@@ -283,7 +312,46 @@ def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
         ControllerTopics(broker.controller),
     )
     coordinator.serve_partitions()
+    OffsetsReplication(broker, coordinator, broker.config.get_int("offsets.commit.timeout.ms"))
     return coordinator
+
+
+class OffsetsReplication:
+    """Waits, per ``__consumer_offsets`` partition, until its in-sync replicas hold the
+    committed offsets the coordinator wrote, and tells it (``GroupCoordinator.replication``);
+    only then are they served. One task per partition with writes waiting, oldest first
+    (the high watermark passes them in that order); a wait that times out starts again,
+    one that cannot succeed now (too few in-sync replicas, the leadership moving) backs
+    off: the writes wait until they replicate or the partition is unloaded."""
+
+    #: seconds before waiting again when the partition cannot replicate now
+    BACKOFF_S = 0.1
+
+    def __init__(self, broker: OffsetsHost, coordinator: GroupCoordinator, timeout_ms: int) -> None:
+        self._broker = broker
+        self._coordinator = coordinator
+        self._timeout_ms = timeout_ms
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        coordinator.replication.on_pending = self.watch
+
+    def watch(self, partition: int) -> None:
+        """Writes of ``partition`` wait for its ISR: wait with them (once per partition)."""
+        task = self._tasks.get(partition)
+        if task is None or task.done():
+            self._tasks[partition] = asyncio.ensure_future(self._wait(partition))
+
+    async def _wait(self, partition: int) -> None:
+        replication = self._coordinator.replication
+        while (end := replication.pending_end(partition)) is not None:
+            try:
+                await self._broker.wait_replicated(OFFSETS_TOPIC, partition, end, self._timeout_ms)
+            except RequestTimedOutError:
+                continue
+            except KafkaError as exc:
+                log.debug("%s-%d: offsets up to %d wait for the ISR: %s", OFFSETS_TOPIC, partition, end, exc)
+                await asyncio.sleep(self.BACKOFF_S)
+                continue
+            replication.replicated(partition, end)
 
 
 async def ensure_offsets_topic(broker: OffsetsHost) -> TopicInfo:

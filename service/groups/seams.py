@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Cancellable", "OffsetLog", "Timer", "TopicsImage", "cancel"]
+__all__ = ["Cancellable", "NoTopics", "OffsetLog", "ReplicatedLog", "Timer", "TopicsImage", "cancel"]
 
 
 class Cancellable(Protocol):
@@ -42,6 +42,25 @@ class OffsetLog(Protocol):
         ...
 
 
+@runtime_checkable
+class ReplicatedLog(Protocol):
+    """An :class:`OffsetLog` whose appends are durable only once replicated (the broker's).
+
+    An append lands in the leader's log at once; its records count only when the
+    partition's in-sync replicas hold them (:mod:`service.groups.pending`). A log
+    that is not one of these (the unit tests' in-memory list) is durable on append.
+    """
+
+    def end_offset(self, partition: int) -> int:
+        """The offset the partition's next append gets: the last append ends before it."""
+        ...
+
+    def replicated(self, partition: int, offset: int) -> bool:
+        """Whether ``min.insync.replicas`` in-sync replicas hold every offset below ``offset``
+        (False too when this broker cannot tell, e.g. it no longer leads the partition)."""
+        ...
+
+
 class TopicsImage(Protocol):
     """The topics the consumer group protocol assigns (the controller's, in the broker).
 
@@ -63,6 +82,21 @@ class TopicsImage(Protocol):
     def names(self) -> Iterable[str]:
         """Every topic name (internal topics too)."""
         ...
+
+
+class NoTopics:
+    """The topics of a coordinator given none (unit tests of the classic protocol)."""
+
+    version = 0
+
+    def by_name(self, name: str) -> None:
+        return None
+
+    def by_id(self, topic_id: object) -> None:
+        return None
+
+    def names(self) -> tuple[str, ...]:
+        return ()
 
 
 def cancel(handle: Any) -> None:

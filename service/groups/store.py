@@ -8,7 +8,10 @@ records in the partition :func:`~service.groups.records.partition_for` picks.
 
 Invariant: a write reaches the log before it takes effect in memory; an append
 that fails raises :class:`~common.errors.KafkaError` and leaves the groups as
-they were. :meth:`GroupStore.load` rebuilds the registry from the log at start
+they were. Committed offsets take effect later still: only once the in-sync
+replicas hold them (:mod:`service.groups.pending`; the broker tells
+:meth:`GroupStore.replicated`), so what is served never goes back after a
+failover. :meth:`GroupStore.load` rebuilds the registry from the log at start
 (Kafka's ``GroupMetadataManager`` loading a partition); restored members get
 their session timers from the coordinator, not from here.
 
@@ -28,6 +31,7 @@ from service.groups.group import (
     OffsetAndMetadata,
     TopicPartition,
 )
+from service.groups.pending import PendingOffsets, PendingWrite
 from service.groups.records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -42,7 +46,7 @@ from service.groups.records import (
     encode_offset_value,
     partition_for,
 )
-from service.groups.seams import OffsetLog, cancel
+from service.groups.seams import OffsetLog, ReplicatedLog, cancel
 
 __all__ = ["GroupStore"]
 
@@ -55,6 +59,11 @@ class GroupStore:
         #: group id → group, in creation (or load) order
         self.groups: dict[str, GroupMetadata] = {}
         self._partitions: int | None = None
+        #: committed offsets in the log that the in-sync replicas do not hold yet
+        self.pending = PendingOffsets()
+        #: called with a partition when a write of it starts waiting for the ISR (the
+        #: broker's runtime then waits and calls :meth:`replicated`)
+        self.on_pending: Callable[[int], None] | None = None
 
     def get(self, group_id: str) -> GroupMetadata | None:
         return self.groups.get(group_id)
@@ -126,6 +135,7 @@ class GroupStore:
     def unload(self, partition: int) -> list[GroupMetadata]:
         """Forget the groups of ``partition`` (this broker no longer coordinates them);
         the groups removed, for the coordinator to stop their timers."""
+        self.pending.drop_partition(partition)
         if self._partitions is None:
             return []
         gone = [g for g in self.groups.values() if partition_for(g.group_id, self._partitions) == partition]
@@ -188,26 +198,69 @@ class GroupStore:
             )
             for tp, o in offsets.items()
         ]
-        self._append(group.group_id, records)
-        self.groups.setdefault(group.group_id, group)
-        group.offsets.update(offsets)
+        partition = self._append(group.group_id, records)
+        self.stage(group, partition, dict(offsets))
+
+    def stage(
+        self,
+        group: GroupMetadata,
+        partition: int,
+        offsets: dict[TopicPartition, OffsetAndMetadata],
+        transactional: bool = False,
+    ) -> None:
+        """Offsets whose records were just appended to ``partition`` (the last append):
+        they take effect once the in-sync replicas hold them, at once if they already do."""
+        if not isinstance(self._log, ReplicatedLog):
+            self._apply(group, offsets)
+            return
+        end = self._log.end_offset(partition)
+        self.pending.add(partition, PendingWrite(end, group, offsets, transactional))
+        if self._log.replicated(partition, end):  # a single replica: the earlier ones are too
+            self.replicated(partition, end)
+        elif self.on_pending is not None:
+            self.on_pending(partition)
+
+    def replicated(self, partition: int, offset: int) -> int:
+        """The in-sync replicas of ``partition`` hold every offset below ``offset``: the
+        offsets written there before it take effect; how many."""
+        applied = 0
+        for write in self.pending.take_replicated(partition, offset):
+            self._apply(write.group, write.offsets)
+            applied += len(write.offsets)
+        return applied
+
+    def pending_end(self, partition: int) -> int | None:
+        """The offset the oldest write of ``partition`` still waiting for the ISR ends before."""
+        return self.pending.first_end(partition)
+
+    def _apply(self, group: GroupMetadata, offsets: Mapping[TopicPartition, OffsetAndMetadata]) -> None:
+        """Make ``offsets`` the group's committed offsets (registering a group new here)."""
+        if offsets:
+            self.groups.setdefault(group.group_id, group).offsets.update(offsets)
+
+    def known_partitions(self, group: GroupMetadata) -> set[TopicPartition]:
+        """The partitions the group has a committed offset of, replicated or not yet."""
+        return set(group.offsets) | self.pending.partitions_of(group.group_id)
 
     def remove_offsets(self, group: GroupMetadata, partitions: Sequence[TopicPartition]) -> None:
-        """Tombstone the committed offsets of ``partitions``, then forget them."""
+        """Tombstone the committed offsets of ``partitions``, then forget them (pending ones
+        too: they come before the tombstones in the log)."""
         records: list[tuple[bytes, bytes | None]] = [
             (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in partitions
         ]
         self._append(group.group_id, records)
+        self.pending.drop(group.group_id, partitions)
         for tp in partitions:
             group.offsets.pop(tp, None)
 
     def delete_group(self, group: GroupMetadata, now_ms: int) -> None:
         """Tombstone the group and all its offsets, then mark it Dead and drop it."""
         records: list[tuple[bytes, bytes | None]] = [
-            (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in group.offsets
+            (encode_key(OffsetKey(group.group_id, t, p)), None) for t, p in self.known_partitions(group)
         ]
         records.append((encode_key(GroupMetadataKey(group.group_id)), None))
         self._append(group.group_id, records)
+        self.pending.drop(group.group_id)
         group.transition_to(GroupState.DEAD, now_ms)
         group.offsets.clear()
         cancel(group.join_timer)
@@ -240,9 +293,11 @@ class GroupStore:
         """Append encoded records of ``group_id`` (the consumer group protocol's) to its partition."""
         self._append(group_id, records)
 
-    def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        partitions = self.ensure_offsets_topic()
-        self._log.append(partition_for(group_id, partitions), records)
+    def _append(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]]) -> int:
+        """Append to the group's partition; that partition."""
+        partition = partition_for(group_id, self.ensure_offsets_topic())
+        self._log.append(partition, records)
+        return partition
 
 
 def _restore(group: GroupMetadata, value: GroupMetadataValue) -> None:

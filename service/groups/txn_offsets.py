@@ -6,7 +6,8 @@ its transaction. As in Kafka, they are written to the group's
 producer's id and epoch, but they are *pending*: OffsetFetch does not return
 them (it answers ``UNSTABLE_OFFSET_COMMIT`` to a consumer that asks for stable
 offsets) until the transaction's COMMIT marker reaches that partition, when
-they become the group's committed offsets; an ABORT marker drops them.
+they become the group's committed offsets (visible once the in-sync replicas hold
+the marker, :mod:`service.groups.pending`); an ABORT marker drops them.
 :meth:`TransactionalOffsets.complete` is what the partition side calls when a
 marker lands in ``__consumer_offsets``.
 
@@ -136,7 +137,8 @@ class TransactionalOffsets:
     # ------------------------------------------------------------------ markers
 
     def complete(self, offsets_partition: int, producer_id: int, committed: bool) -> int:
-        """The marker of ``producer_id`` reached ``offsets_partition``: apply or drop; offsets applied."""
+        """The marker of ``producer_id`` was just appended to ``offsets_partition``: the offsets
+        become the group's once it is replicated (COMMIT), or go (ABORT); offsets committed."""
         by_group = self._pending.get(offsets_partition, {}).pop(producer_id, None)
         if not by_group:
             return 0
@@ -147,8 +149,8 @@ class TransactionalOffsets:
             group = self._store.get(group_id)
             if group is None:
                 group = GroupMetadata(group_id, current_state_timestamp_ms=self._timer.now_ms())
-                self._store.groups[group_id] = group
-            group.offsets.update(offsets)
+            # visible once the in-sync replicas hold the marker, just appended (its records too)
+            self._store.stage(group, offsets_partition, offsets, transactional=True)
             applied += len(offsets)
         return applied
 
@@ -160,7 +162,10 @@ class TransactionalOffsets:
             self.complete(partition, producer_id, committed)
 
     def has_pending(self, group_id: str, tp: TopicPartition) -> bool:
-        """True while an open transaction holds an offset of ``tp`` for the group (not yet stable)."""
+        """True while an open transaction holds an offset of ``tp`` for the group, or one whose
+        COMMIT marker is not replicated yet (not stable)."""
+        if self._store.pending.holds(group_id, tp, transactional=True):
+            return True
         try:
             partition = partition_for(group_id, self._store.ensure_offsets_topic())
         except KafkaError:
