@@ -62,8 +62,8 @@ def _count(ctx: RequestContext, api: str, code: ErrorCode) -> ErrorCode:
 # --------------------------------------------------------------------------- AddPartitionsToTxn
 
 
-def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any,
-                    verify_only: bool) -> dict[TopicPartition, ErrorCode]:
+async def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics: Any,
+                          verify_only: bool) -> dict[TopicPartition, ErrorCode]:
     """Kafka's KafkaApis checks: unknown partitions fail the whole request (others not attempted)."""
     broker = ctx.broker
     wanted = [(t.name, int(p)) for t in topics for p in t.partitions]
@@ -84,7 +84,7 @@ def _add_partitions(ctx: RequestContext, tid: str, pid: int, epoch: int, topics:
     coordinator = broker.transactions
     if verify_only:
         return coordinator.verify_partitions(tid, pid, epoch, wanted)
-    code = coordinator.add_partitions(tid, pid, epoch, wanted)
+    code = await coordinator.add_partitions(tid, pid, epoch, wanted)
     return dict.fromkeys(wanted, code)
 
 
@@ -93,10 +93,10 @@ def _topic_results(mod: Any, results: dict[TopicPartition, ErrorCode]) -> tuple[
                           partitions="results_by_partition", code="partition_error_code")
 
 
-def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(24, ctx.version)
     if ctx.version < 4:
-        results = _add_partitions(
+        results = await _add_partitions(
             ctx, request.v3_and_below_transactional_id, int(request.v3_and_below_producer_id),
             int(request.v3_and_below_producer_epoch), request.v3_and_below_topics, verify_only=False,
         )
@@ -107,7 +107,7 @@ def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     # v4+: the batched form brokers send, one entry per transaction (KIP-890).
     answers = []
     for txn in request.transactions:
-        results = _add_partitions(ctx, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
+        results = await _add_partitions(ctx, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch),
                                   txn.topics, verify_only=bool(txn.verify_only))
         for code in results.values():
             _count(ctx, "AddPartitionsToTxn", code)
@@ -120,20 +120,20 @@ def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
 # --------------------------------------------------------------------------- AddOffsetsToTxn, EndTxn
 
 
-def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
+async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     """Adds the group's ``__consumer_offsets`` partition to the transaction."""
     broker = ctx.broker
     partitions = broker.groups.ensure_offsets_topic()
     tp = (_OFFSETS_TOPIC, partition_for(request.group_id, partitions))
-    code = broker.transactions.add_partitions(
+    code = await broker.transactions.add_partitions(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), [tp]
     )
     code = _count(ctx, "AddOffsetsToTxn", _fenced(code, ctx.version, 2))
     return build(response_module(25, ctx.version).AddOffsetsToTxnResponse, throttle_time=0, error_code=code)
 
 
-def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    code = ctx.broker.transactions.end_txn(
+async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
+    code = await ctx.broker.transactions.end_txn(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch),
         bool(request.committed),
     )

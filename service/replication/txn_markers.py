@@ -18,7 +18,20 @@ partitions live on other brokers. Per partition it:
 
 Then, for partitions of a topic with a registered :data:`TxnCompletionHook`
 (``__consumer_offsets``: the group coordinator's pending transactional offset
-commits), the hook is called once with those partitions that succeeded.
+commits), the hook is called once with those partitions whose marker was appended.
+
+A marker is written at most once per producer epoch and transaction (issue 31):
+the partition's producer state already says whether the producer has an open
+transaction there. When it has none, its epoch on the partition is the
+marker's, and the marker's coordinator epoch is not older, the marker is
+answered NONE without an append -- it is a coordinator's retry of a marker that
+already landed (the first try's answer was lost or timed out waiting for the
+ISR), or a marker for a partition the producer wrote nothing to since its last
+one. The answer still waits for the ISR to hold the log up to its end, so a
+retry is answered NONE only once the first marker is replicated. A marker at a
+newer epoch (an epoch fence), or for a producer the partition has never seen,
+is written: it bumps the producer's epoch there, so a zombie's late batch at
+the old epoch is refused instead of opening a transaction no marker will end.
 
 Not thread-safe: runs on the broker's event loop thread.
 """
@@ -34,10 +47,12 @@ from common.errors import ErrorCode, KafkaError
 from common.record.control import build_marker_batch
 from local_tier.log import LogAppendInfo
 from local_tier.producer_state import AppendOrigin
+from service.replication.barrier import note_append
 
 __all__ = [
     "InitProducerIdResult",
     "MarkerHost",
+    "MarkerLog",
     "TransactionalInit",
     "TxnCompletionHook",
     "write_txn_markers",
@@ -80,10 +95,41 @@ class TransactionalInit(Protocol):
         ...
 
 
+class _ProducerEntry(Protocol):
+    producer_epoch: int
+    coordinator_epoch: int
+    current_txn_first_offset: int | None
+
+
+class _ProducerState(Protocol):
+    def last_entry(self, producer_id: int) -> _ProducerEntry | None: ...
+
+
+class MarkerLog(Protocol):
+    """A led partition's log, as far as the at-most-once check needs it."""
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def producer_state(self) -> _ProducerState: ...
+
+
+class _LedPartition(Protocol):
+    def check_leader(self) -> MarkerLog: ...
+
+
+class _Replicas(Protocol):
+    def get_partition(self, topic: str, index: int) -> _LedPartition: ...
+
+
 class MarkerHost(Protocol):
     """The broker, as far as markers need it."""
 
     txn_completion_hooks: dict[str, TxnCompletionHook]
+
+    @property
+    def replicas(self) -> _Replicas: ...
 
     def append(self, topic: str, partition: int, records: bytes, origin: AppendOrigin = ...) -> LogAppendInfo: ...
 
@@ -103,9 +149,9 @@ def write_txn_markers(
 
     Returns the error code per partition (``ErrorCode.none`` when written):
     ``UNKNOWN_TOPIC_OR_PARTITION``, ``INVALID_PRODUCER_EPOCH``,
-    ``TRANSACTION_COORDINATOR_FENCED``, ``KAFKA_STORAGE_ERROR``... A marker for a
-    producer with no open transaction on a partition is still written (Kafka does
-    the same) and changes no LSO. Writing the same marker again is harmless.
+    ``TRANSACTION_COORDINATOR_FENCED``, ``KAFKA_STORAGE_ERROR``... A marker the
+    partition already has (no open transaction of the producer there, same epoch) is
+    answered NONE without a second append (the module docstring).
     """
     batch = build_marker_batch(
         producer_id=producer_id,
@@ -117,6 +163,9 @@ def write_txn_markers(
     done: dict[str, list[int]] = {}
     for topic, partition in partitions:
         try:
+            if _already_ended(host, topic, partition, producer_id, producer_epoch, coordinator_epoch):
+                results[(topic, partition)] = ErrorCode.none
+                continue
             host.append(topic, partition, batch, AppendOrigin.COORDINATOR)
         except KafkaError as exc:
             host.metrics_error("WriteTxnMarkers", exc.code)
@@ -137,3 +186,24 @@ def write_txn_markers(
         except Exception:  # noqa: BLE001 - a hook's bug must not undo written markers
             _log.exception("transaction completion hook of %s failed", topic)
     return results
+
+
+def _already_ended(
+    host: MarkerHost, topic: str, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int
+) -> bool:
+    """True when the marker would change nothing: the producer has no open transaction on
+    this partition it leads, at the marker's epoch, and no newer coordinator wrote its last
+    marker. The log end is noted as this request's write, so the answer waits for the ISR
+    (an earlier try's marker may not be replicated yet). Raises what an append would
+    (NOT_LEADER_OR_FOLLOWER...); an older epoch is left to the append to refuse."""
+    log_ = host.replicas.get_partition(topic, partition).check_leader()
+    entry = log_.producer_state.last_entry(producer_id)
+    if (
+        entry is None
+        or entry.current_txn_first_offset is not None
+        or entry.producer_epoch != producer_epoch
+        or entry.coordinator_epoch > coordinator_epoch
+    ):
+        return False
+    note_append(topic, partition, log_.log_end_offset)
+    return True

@@ -1,11 +1,15 @@
 """Second phase of a commit or abort: markers into every partition, then Complete*.
 
 :meth:`MarkerCompletion.send_markers` starts one task per prepared
-transaction (Kafka's ``TransactionMarkerChannelManager``): it writes the
-COMMIT/ABORT marker into every partition of the transaction through the
-:class:`~service.transactions.seams.MarkerWriter`, retrying the partitions that
-failed until all have it (a partition whose topic was deleted is dropped), and
-then writes CompleteCommit/CompleteAbort to ``__transaction_state``. Until then
+transaction (Kafka's ``TransactionMarkerChannelManager``), once its Prepare
+record is on the in-sync replicas of ``__transaction_state``: it writes the
+COMMIT/ABORT marker into every partition the transaction added, through the
+:class:`~service.transactions.seams.MarkerWriter`, retrying only the partitions
+that failed, with a pause that doubles from ``marker_retry_ms`` up to
+``marker_retry_max_ms`` (a partition whose topic was deleted is dropped), and
+then writes CompleteCommit/CompleteAbort to ``__transaction_state``. A retry
+never appends a marker twice: the partition leader answers a marker it already
+has without appending (:mod:`service.replication.txn_markers`). Until then
 the transactional id stays in PrepareCommit/PrepareAbort and its producer is
 answered ``CONCURRENT_TRANSACTIONS``. The task stops if the partition of the
 id is unloaded (another coordinator takes over and finishes the job from the
@@ -22,6 +26,7 @@ idle transactional ids). Not thread-safe: runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 from collections.abc import Callable
@@ -58,7 +63,8 @@ class MarkerCompletion:
     def send_markers(self, entry: TxnPartition, meta: TransactionMetadata) -> None:
         """Complete ``meta``'s prepared transaction in the background."""
         assert meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-        task = asyncio.ensure_future(self._complete(entry, meta))
+        # a context of its own: the EndTxn that started it must not wait for its writes
+        task = asyncio.get_running_loop().create_task(self._complete(entry, meta), context=contextvars.Context())
         self._tasks[meta.transactional_id] = (entry.partition, task)
         task.add_done_callback(functools.partial(self._forget, meta.transactional_id))
 
@@ -83,7 +89,7 @@ class MarkerCompletion:
         if self._config.markers_delay_ms > 0:
             await asyncio.sleep(self._config.markers_delay_ms / 1000)
         remaining = sorted(meta.partitions)
-        retry_s = self._config.marker_retry_ms / 1000
+        backoff = _Backoff(self._config.marker_retry_ms, self._config.marker_retry_max_ms)
         while remaining and self._owned(entry, meta):
             try:
                 results = await self._markers.write_markers(
@@ -100,19 +106,22 @@ class MarkerCompletion:
                 elif code != ErrorCode.none:
                     failed.append(tp)
             if failed:
+                delay = backoff.next_s()
                 log.info(
-                    "%s: markers failed on %d partition(s), retrying", meta.transactional_id, len(failed)
+                    "%s: markers failed on %d partition(s) (%s), retrying in %.0f ms", meta.transactional_id,
+                    len(failed), ", ".join(sorted({results.get(tp, ErrorCode.unknown_server_error).name
+                                                   for tp in failed})), delay * 1000,
                 )
-                await asyncio.sleep(retry_s)
+                await asyncio.sleep(delay)
             remaining = failed
+        backoff = _Backoff(self._config.marker_retry_ms, self._config.marker_retry_max_ms)
         while self._owned(entry, meta) and meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            if meta.pending_transition:
-                await asyncio.sleep(retry_s)
-                continue
-            if self._store.write(meta, meta.prepare_complete(self._timer.now_ms())) == ErrorCode.none:
-                log.debug("%s: %s", meta.transactional_id, meta.state.state_name)
-                return
-            await asyncio.sleep(retry_s)
+            if not meta.pending_transition:
+                written = await self._store.write(meta, meta.prepare_complete(self._timer.now_ms()))
+                if written == ErrorCode.none:
+                    log.debug("%s: %s", meta.transactional_id, meta.state.state_name)
+                    return
+            await asyncio.sleep(backoff.next_s())
 
     def cancel_partition(self, partition: int) -> None:
         for tid, (p, task) in list(self._tasks.items()):
@@ -148,3 +157,16 @@ class MarkerCompletion:
         for _, task in self._tasks.values():
             task.cancel()
         self._tasks.clear()
+
+
+class _Backoff:
+    """Pauses that double from ``first_ms`` up to ``max_ms``."""
+
+    def __init__(self, first_ms: int, max_ms: int) -> None:
+        self._next_ms = max(first_ms, 1)
+        self._max_ms = max(max_ms, self._next_ms)
+
+    def next_s(self) -> float:
+        delay = self._next_ms
+        self._next_ms = min(delay * 2, self._max_ms)
+        return delay / 1000

@@ -6,7 +6,10 @@ DescribeTransactions and ListTransactions. Every state change is written to
 ``__transaction_state`` (:mod:`.state`) before it takes effect or is answered.
 Committing or aborting is two-phase, as in Kafka:
 
-1. EndTxn writes PrepareCommit/PrepareAbort and answers the client;
+1. EndTxn writes PrepareCommit/PrepareAbort and answers the client once the
+   record is on the in-sync replicas of ``__transaction_state`` (a write that
+   does not get there is abandoned: the transaction stays Ongoing, and the
+   client's retry of the commit, or its abort, is answered as Kafka does);
 2. :mod:`.completion` writes a COMMIT/ABORT marker into every partition of the
    transaction (through the :class:`~service.transactions.seams.MarkerWriter`),
    then CompleteCommit/CompleteAbort.
@@ -24,10 +27,12 @@ Not thread-safe: every method runs on the broker's event loop thread.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from common.errors import ErrorCode, KafkaError
 from service.groups.seams import Timer
@@ -78,6 +83,7 @@ class TransactionCoordinator:
         self._ids = producer_ids
         self.store = TxnStateStore(log_)
         self.completion = MarkerCompletion(self.store, markers, timer, self.config)
+        self._jobs: set[asyncio.Future[Any]] = set()
 
     # ================================================================== lifecycle
 
@@ -108,6 +114,8 @@ class TransactionCoordinator:
 
     def shutdown(self) -> None:
         self.completion.shutdown()
+        for job in self._jobs:
+            job.cancel()
 
     def ensure_topic(self) -> int:
         return self.store.ensure_topic()
@@ -153,7 +161,7 @@ class TransactionCoordinator:
         if meta.state is S.ONGOING:
             # Fence the current producer: abort its transaction at a bumped epoch. The
             # client retries on CONCURRENT_TRANSACTIONS and gets a new epoch once aborted.
-            error = self._end(meta, entry, commit=False, fence=True, now=now)
+            error = await self._end(meta, entry, commit=False, fence=True, now=now)
             return InitResult(error if error != E.none else E.concurrent_transactions)
         if meta.epoch_exhausted and (expected is None or expected[1] == meta.producer_epoch):
             try:
@@ -170,7 +178,7 @@ class TransactionCoordinator:
             if bumped is None:
                 return InitResult(E.producer_fenced)
             transit = bumped
-        error = self.store.write(meta, transit)
+        error = await self.store.write(meta, transit)
         if error != E.none:
             return InitResult(error)
         log.info(
@@ -198,7 +206,7 @@ class TransactionCoordinator:
             return E.concurrent_transactions, None
         return E.none, meta
 
-    def add_partitions(
+    async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
     ) -> ErrorCode:
         """Add ``partitions`` to the ongoing transaction (starting it if there is none)."""
@@ -208,7 +216,7 @@ class TransactionCoordinator:
         added = set(partitions)
         if meta.state is S.ONGOING and added <= meta.partitions:
             return E.none
-        return self.store.write(meta, meta.prepare_add_partitions(added, self._timer.now_ms()))
+        return await self.store.write(meta, meta.prepare_add_partitions(added, self._timer.now_ms()))
 
     def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[TopicPartition]
@@ -245,8 +253,12 @@ class TransactionCoordinator:
 
     # ================================================================== EndTxn
 
-    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
-        """Write PrepareCommit/PrepareAbort (markers follow in the background); the client's answer."""
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> ErrorCode:
+        """Write PrepareCommit/PrepareAbort (markers follow in the background); the client's answer.
+
+        A retry of an end already under way or done is answered as Kafka does:
+        CONCURRENT_TRANSACTIONS (retriable) while its markers are being written,
+        NONE once complete; the other outcome is INVALID_TXN_STATE."""
         if not transactional_id:
             return E.invalid_request
         error, entry = self.store.lookup(transactional_id)
@@ -261,7 +273,7 @@ class TransactionCoordinator:
             return E.concurrent_transactions
         state = meta.state
         if state is S.ONGOING:
-            return self._end(meta, entry, commit=commit, fence=False, now=self._timer.now_ms())
+            return await self._end(meta, entry, commit=commit, fence=False, now=self._timer.now_ms())
         if state is S.COMPLETE_COMMIT:
             return E.none if commit else E.invalid_txn_state
         if state is S.COMPLETE_ABORT:
@@ -272,11 +284,14 @@ class TransactionCoordinator:
             return E.invalid_txn_state if commit else E.concurrent_transactions
         return E.invalid_txn_state  # Empty: nothing to end
 
-    def _end(
+    async def _end(
         self, meta: TransactionMetadata, entry: TxnPartition, *, commit: bool, fence: bool, now: int
     ) -> ErrorCode:
+        """Prepare* written and replicated, then the markers in the background."""
+        if meta.pending_transition:  # a timer's job may start after another request's write
+            return E.concurrent_transactions
         transit = meta.prepare_fence_abort(now) if fence else meta.prepare_end(commit, now)
-        error = self.store.write(meta, transit)
+        error = await self.store.write(meta, transit)
         if error != E.none:
             if fence:
                 meta.failed_epoch_fence = True
@@ -299,10 +314,19 @@ class TransactionCoordinator:
                     "aborting %s: open for %d ms, its timeout is %d ms",
                     meta.transactional_id, now - meta.start_ms, meta.timeout_ms,
                 )
-                self._end(meta, entry, commit=False, fence=True, now=now)
+                self._spawn(self._end(meta, entry, commit=False, fence=True, now=now))
 
     def _expire_ids(self) -> None:
         """Forget ids idle longer than ``transactional.id.expiration.ms`` (tombstones)."""
+        self._spawn(self._expire_ids_now())
+
+    def _spawn(self, job: Coroutine[Any, Any, Any]) -> None:
+        """Run a timer's write in the background (its answer goes nowhere)."""
+        task = asyncio.ensure_future(job)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
+
+    async def _expire_ids_now(self) -> None:
         now = self._timer.now_ms()
         for entry, meta in self.store.all():
             if (
@@ -311,7 +335,7 @@ class TransactionCoordinator:
                 and meta.last_update_ms + self.config.id_expiration_ms <= now
             ):
                 meta.prepare_dead()
-                if self.store.remove(entry, meta):
+                if await self.store.remove(entry, meta):
                     log.info("expired transactional id %s", meta.transactional_id)
 
     # ================================================================== admin

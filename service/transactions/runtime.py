@@ -112,9 +112,19 @@ class BrokerTxnStateLog:
     def ensure(self) -> int:
         return ensure_internal_topic(self._broker, TRANSACTION_STATE_TOPIC)
 
-    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
+    def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         batch = build_batch([(key, value, (), int(time.time() * 1000))])
-        self._broker.append(TRANSACTION_STATE_TOPIC, partition, batch)
+        return self._broker.append(TRANSACTION_STATE_TOPIC, partition, batch).last_offset + 1
+
+    async def wait_replicated(self, partition: int, end_offset: int) -> ErrorCode:
+        """``offsets.commit.timeout.ms`` at most, as every coordinator write (Kafka's acks=all)."""
+        try:
+            await self._broker.wait_replicated(
+                TRANSACTION_STATE_TOPIC, partition, end_offset, self._broker.config.get_int("offsets.commit.timeout.ms")
+            )
+        except KafkaError as exc:
+            return barrier.coordinator_error(exc)
+        return ErrorCode.none
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         log = self._broker.logs.get_log(TRANSACTION_STATE_TOPIC, partition)

@@ -30,8 +30,15 @@ class TxnStateLog(Protocol):
         """Create the topic when missing; its partition count."""
         ...
 
-    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
-        """Append one record durably (value None: tombstone), or raise KafkaError."""
+    def append(self, partition: int, key: bytes, value: bytes | None) -> int:
+        """Append one record to the local log (value None: tombstone), or raise KafkaError;
+        the offset after it."""
+        ...
+
+    async def wait_replicated(self, partition: int, end_offset: int) -> ErrorCode:
+        """Wait until the partition's in-sync replicas hold the log below ``end_offset``:
+        NONE, or the coordinator error Kafka answers when they do not in time
+        (COORDINATOR_NOT_AVAILABLE; NOT_COORDINATOR when the leadership moved)."""
         ...
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
@@ -76,5 +83,7 @@ class TxnConfig:
     expiration_interval_ms: int = broker_default_int("transaction.remove.expired.transaction.cleanup.interval.ms")
     #: transaction.markers.delay.ms (Strata, tests only): wait before writing markers
     markers_delay_ms: int = broker_default_int("transaction.markers.delay.ms")
-    #: pause between tries when a marker cannot be written
+    #: first pause between tries when a marker cannot be written; it doubles per try
     marker_retry_ms: int = 100
+    #: the longest pause between tries of a marker
+    marker_retry_max_ms: int = 2000

@@ -7,10 +7,16 @@ partition from its log, :meth:`unload` forgets it (issue #16: a coordinator
 moves with the partition's leadership; a request for an id whose partition is
 not loaded here is answered ``NOT_COORDINATOR``).
 
-Invariant: a transit reaches the log before it takes effect in memory
-(:meth:`write` completes the metadata's pending transition only after the
-append returned); a failed append abandons it. Not thread-safe: lives on the
-broker's event loop thread.
+Invariant: a transit takes effect in memory only once the partition's in-sync
+replicas hold it (:meth:`write` appends, waits for the ISR, and only then
+completes the metadata's pending transition), as Kafka's
+``TransactionStateManager.appendTransactionToLog``: until then every other
+request on the id is answered CONCURRENT_TRANSACTIONS, and a write that fails
+or does not replicate in time abandons the transition, so the id stays in the
+state its producer last saw confirmed (issue 31: a commit answered
+COORDINATOR_NOT_AVAILABLE must not have moved the id to PrepareCommit behind
+the producer's back, nor may a Prepare* that a failover can lose have sent
+markers). Not thread-safe: lives on the broker's event loop thread.
 """
 
 from __future__ import annotations
@@ -125,27 +131,47 @@ class TxnStateStore:
 
     # ------------------------------------------------------------------ writes
 
-    def write(self, meta: TransactionMetadata, transit: TxnTransit) -> ErrorCode:
-        """Append ``transit``, then make it ``meta``'s state; on failure leave ``meta`` as it was."""
+    async def write(self, meta: TransactionMetadata, transit: TxnTransit) -> ErrorCode:
+        """Append ``transit``, wait for the ISR, then make it ``meta``'s state; on failure
+        leave ``meta`` as it was (NOT_COORDINATOR when the partition was unloaded meanwhile)."""
         partition = txn_partition_for(meta.transactional_id, self.ensure_topic())
-        try:
-            self._log.append(
-                partition, encode_txn_key(meta.transactional_id), encode_txn_value(transit.to_log_value())
-            )
-        except KafkaError as exc:
-            meta.abandon()
-            log.warning("%s: writing %s failed: %s", meta.transactional_id, transit.state, exc)
-            return append_error(exc)
+        entry = self.partitions.get(partition)
+        error = await self._append(
+            partition, meta, encode_txn_value(transit.to_log_value()), transit.state.state_name
+        )
+        if error == ErrorCode.none and not self._owns(entry, meta):
+            error = ErrorCode.not_coordinator
+        if error != ErrorCode.none:
+            if meta.pending is transit.state:
+                meta.abandon()
+            return error
         meta.complete(transit)
         return ErrorCode.none
 
-    def remove(self, entry: TxnPartition, meta: TransactionMetadata) -> bool:
+    async def remove(self, entry: TxnPartition, meta: TransactionMetadata) -> bool:
         """Tombstone an expired id (its Dead transit pending), then forget it."""
-        try:
-            self._log.append(entry.partition, encode_txn_key(meta.transactional_id), None)
-        except KafkaError as exc:
+        error = await self._append(entry.partition, meta, None, "its tombstone")
+        if error != ErrorCode.none or not self._owns(entry, meta):
             meta.abandon()
-            log.warning("%s: expiring it failed: %s", meta.transactional_id, exc)
             return False
         entry.transactions.pop(meta.transactional_id, None)
         return True
+
+    async def _append(self, partition: int, meta: TransactionMetadata, value: bytes | None, what: str) -> ErrorCode:
+        try:
+            end = self._log.append(partition, encode_txn_key(meta.transactional_id), value)
+        except KafkaError as exc:
+            log.warning("%s: writing %s failed: %s", meta.transactional_id, what, exc)
+            return append_error(exc)
+        error = await self._log.wait_replicated(partition, end)
+        if error != ErrorCode.none:
+            log.warning("%s: %s did not reach the in-sync replicas (%s)", meta.transactional_id, what, error.name)
+        return error
+
+    def _owns(self, entry: TxnPartition | None, meta: TransactionMetadata) -> bool:
+        """``entry`` is still loaded and ``meta`` still its metadata of the id."""
+        return (
+            entry is not None
+            and self.partitions.get(entry.partition) is entry
+            and entry.transactions.get(meta.transactional_id) is meta
+        )

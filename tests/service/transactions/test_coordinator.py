@@ -23,14 +23,21 @@ class MemoryTxnLog:
     partitions: int = 3
     records: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
     fail: bool = False
+    #: appends stay local: the in-sync replicas never get them
+    unreplicated: bool = False
 
     def ensure(self) -> int:
         return self.partitions
 
-    def append(self, partition: int, key: bytes, value: bytes | None) -> None:
+    def append(self, partition: int, key: bytes, value: bytes | None) -> int:
         if self.fail:
             raise KafkaStorageError("disk on fire")
         self.records.append((partition, key, value))
+        return len(self.records)
+
+    async def wait_replicated(self, partition: int, end_offset: int) -> ErrorCode:
+        await asyncio.sleep(0)
+        return E.coordinator_not_available if self.unreplicated else E.none
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         return iter([(k, v) for p, k, v in self.records if p == partition])
@@ -125,12 +132,12 @@ def test_timeout_above_the_maximum_is_refused() -> None:
 def test_error_paths_of_add_and_end() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
-        assert coord.end_txn("nobody", 1, 0, True) == E.invalid_producer_id_mapping
+        assert await coord.end_txn("nobody", 1, 0, True) == E.invalid_producer_id_mapping
         assert coord.describe("nobody").error == E.transactional_id_not_found
         r = await coord.init_producer_id(TID, 10_000)
-        assert coord.add_partitions(TID, r.producer_id + 1, 0, [("t", 0)]) == E.invalid_producer_id_mapping
-        assert coord.add_partitions(TID, r.producer_id, 5, [("t", 0)]) == E.producer_fenced
-        assert coord.end_txn(TID, r.producer_id, 0, True) == E.invalid_txn_state  # nothing begun
+        assert await coord.add_partitions(TID, r.producer_id + 1, 0, [("t", 0)]) == E.invalid_producer_id_mapping
+        assert await coord.add_partitions(TID, r.producer_id, 5, [("t", 0)]) == E.producer_fenced
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.invalid_txn_state  # nothing begun
         coord.shutdown()
 
     run(body)
@@ -140,19 +147,19 @@ def test_commit_writes_prepare_markers_then_complete() -> None:
     async def body() -> None:
         coord, log, markers, _ = make()
         r = await coord.init_producer_id(TID, 10_000)
-        assert coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)]) == E.none
-        assert coord.add_partitions(TID, r.producer_id, 0, [("t", 1)]) == E.none  # already in: no write
-        assert coord.end_txn(TID, r.producer_id, 0, True) == E.none
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)]) == E.none
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 1)]) == E.none  # already in: no write
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.none
         assert coord.describe(TID).state == "PrepareCommit"
-        assert coord.add_partitions(TID, r.producer_id, 0, [("u", 0)]) == E.concurrent_transactions
-        assert coord.end_txn(TID, r.producer_id, 0, True) == E.concurrent_transactions
-        assert coord.end_txn(TID, r.producer_id, 0, False) == E.invalid_txn_state
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("u", 0)]) == E.concurrent_transactions
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.concurrent_transactions
+        assert await coord.end_txn(TID, r.producer_id, 0, False) == E.invalid_txn_state
         await settle(coord)
         assert markers.calls == [(r.producer_id, 0, True, (("t", 0), ("t", 1)))]
         assert log.states() == [EMPTY, ONGOING, PREP_COMMIT, DONE_COMMIT]
         d = coord.describe(TID)
         assert (d.state, d.partitions) == ("CompleteCommit", ())
-        assert coord.end_txn(TID, r.producer_id, 0, True) == E.none  # a retried commit
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.none  # a retried commit
         coord.shutdown()
 
     run(body)
@@ -162,8 +169,8 @@ def test_failed_markers_are_retried_until_written() -> None:
     async def body() -> None:
         coord, log, markers, _ = make(markers=Markers(failures={("t", 1): 2}))
         r = await coord.init_producer_id(TID, 10_000)
-        coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)])
-        coord.end_txn(TID, r.producer_id, 0, False)
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)])
+        await coord.end_txn(TID, r.producer_id, 0, False)
         await settle(coord)
         assert [c[3] for c in markers.calls] == [(("t", 0), ("t", 1)), (("t", 1),), (("t", 1),)]
         assert log.states()[-1] == DONE_ABORT
@@ -176,15 +183,15 @@ def test_a_second_producer_fences_the_first_and_aborts_its_transaction() -> None
     async def body() -> None:
         coord, log, markers, _ = make()
         old = await coord.init_producer_id(TID, 10_000)
-        coord.add_partitions(TID, old.producer_id, 0, [("t", 0)])
+        await coord.add_partitions(TID, old.producer_id, 0, [("t", 0)])
         # The new producer's first InitProducerId aborts the open transaction at epoch 1.
         assert (await coord.init_producer_id(TID, 10_000)).error_code == E.concurrent_transactions
         await settle(coord)
         assert markers.calls == [(old.producer_id, 1, False, (("t", 0),))]
         new = await coord.init_producer_id(TID, 10_000)
         assert (new.error_code, new.producer_id, new.producer_epoch) == (E.none, old.producer_id, 2)
-        assert coord.end_txn(TID, old.producer_id, 0, True) == E.producer_fenced
-        assert coord.add_partitions(TID, old.producer_id, 0, [("t", 0)]) == E.producer_fenced
+        assert await coord.end_txn(TID, old.producer_id, 0, True) == E.producer_fenced
+        assert await coord.add_partitions(TID, old.producer_id, 0, [("t", 0)]) == E.producer_fenced
         assert log.states() == [EMPTY, ONGOING, PREP_ABORT, DONE_ABORT, EMPTY]
         coord.shutdown()
 
@@ -195,7 +202,7 @@ def test_a_failed_fence_write_does_not_bump_the_epoch_twice() -> None:
     async def body() -> None:
         coord, log, _, _ = make()
         r = await coord.init_producer_id(TID, 10_000)
-        coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         log.fail = True
         assert (await coord.init_producer_id(TID, 10_000)).error_code == E.not_coordinator
         assert (await coord.init_producer_id(TID, 10_000)).error_code == E.not_coordinator
@@ -212,16 +219,18 @@ def test_a_transaction_open_past_its_timeout_is_aborted_with_a_new_epoch() -> No
     async def body() -> None:
         coord, _log, markers, clock = make()
         r = await coord.init_producer_id(TID, 5_000)
-        coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         clock.now += 4_000
         coord._abort_timed_out()
+        await asyncio.sleep(0.01)
         assert coord.describe(TID).state == "Ongoing"
         clock.now += 2_000
         coord._abort_timed_out()
+        await asyncio.sleep(0.01)
         await settle(coord)
         assert markers.calls == [(r.producer_id, 1, False, (("t", 0),))]
         assert coord.describe(TID).state == "CompleteAbort"
-        assert coord.end_txn(TID, r.producer_id, 0, True) == E.producer_fenced
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.producer_fenced
         coord.shutdown()
 
     run(body)
@@ -233,8 +242,8 @@ def test_a_prepared_commit_found_at_load_is_completed() -> None:
         markers = Markers(failures={("t", 0): 10_000})  # the first broker never gets them out
         coord, _, _, _ = make(log, markers)
         r = await coord.init_producer_id(TID, 10_000)
-        coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
-        coord.end_txn(TID, r.producer_id, 0, True)
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
+        await coord.end_txn(TID, r.producer_id, 0, True)
         await asyncio.sleep(0.01)
         coord.shutdown()  # the broker dies with the commit prepared
         assert log.states()[-1] == PREP_COMMIT
@@ -253,9 +262,9 @@ def test_unload_answers_not_coordinator() -> None:
         coord, _, _, _ = make()
         r = await coord.init_producer_id(TID, 10_000)
         coord.unload(txn_partition_for(TID, 3))
-        assert coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.not_coordinator
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.not_coordinator
         coord.load(txn_partition_for(TID, 3), 1)
-        assert coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.none
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.none
         coord.shutdown()
 
     run(body)
@@ -265,7 +274,7 @@ def test_verify_only_reports_partitions_outside_the_transaction() -> None:
     async def body() -> None:
         coord, _, _, _ = make()
         r = await coord.init_producer_id(TID, 10_000)
-        coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
         got = coord.verify_partitions(TID, r.producer_id, 0, [("t", 0), ("t", 1)])
         assert got == {("t", 0): E.none, ("t", 1): E.transaction_abortable}
         assert coord.verify_partitions(TID, r.producer_id, 3, [("t", 0)]) == {("t", 0): E.producer_fenced}
@@ -279,7 +288,7 @@ def test_list_filters_by_state_producer_and_pattern() -> None:
         coord, _, _, _ = make()
         a = await coord.init_producer_id("app-1", 10_000)
         await coord.init_producer_id("other", 10_000)
-        coord.add_partitions("app-1", a.producer_id, 0, [("t", 0)])
+        await coord.add_partitions("app-1", a.producer_id, 0, [("t", 0)])
         err, unknown, found = coord.list_transactions(states=["Ongoing", "Bogus"])
         assert (err, unknown, found) == (E.none, ["Bogus"], [("app-1", a.producer_id, "Ongoing")])
         assert [t for t, _, _ in coord.list_transactions(pattern="oth.*")[2]] == ["other"]
@@ -296,8 +305,48 @@ def test_expired_ids_are_tombstoned() -> None:
         await coord.init_producer_id(TID, 10_000)
         clock.now += coord.config.id_expiration_ms + 1
         coord._expire_ids()
+        await asyncio.sleep(0.01)
         assert log.records[-1][2] is None
         assert coord.describe(TID).error == E.transactional_id_not_found
+        coord.shutdown()
+
+    run(body)
+
+
+def test_a_commit_that_does_not_reach_the_isr_sends_no_marker_and_can_be_aborted() -> None:
+    """Issue 31: a PrepareCommit the in-sync replicas never got is abandoned (Kafka's
+    appendTransactionToLog), so no COMMIT marker goes out for it and the producer's abort
+    is accepted, not answered INVALID_TXN_STATE."""
+    async def body() -> None:
+        coord, log, markers, _ = make()
+        r = await coord.init_producer_id(TID, 10_000)
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.none
+        log.unreplicated = True
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.coordinator_not_available
+        assert coord.describe(TID).state == "Ongoing"
+        await settle(coord)
+        assert markers.calls == []
+        log.unreplicated = False
+        assert await coord.end_txn(TID, r.producer_id, 0, False) == E.none
+        await settle(coord)
+        assert markers.calls == [(r.producer_id, 0, False, (("t", 0),))]
+        assert coord.describe(TID).state == "CompleteAbort"
+        coord.shutdown()
+
+    run(body)
+
+
+def test_an_end_txn_meanwhile_a_prepare_replicates_is_concurrent() -> None:
+    async def body() -> None:
+        coord, _, _, _ = make()
+        r = await coord.init_producer_id(TID, 10_000)
+        await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)])
+        first = asyncio.ensure_future(coord.end_txn(TID, r.producer_id, 0, True))
+        await asyncio.sleep(0)  # appended, waiting for the in-sync replicas
+        assert await coord.end_txn(TID, r.producer_id, 0, False) == E.concurrent_transactions
+        assert await first == E.none
+        await settle(coord)
+        assert await coord.end_txn(TID, r.producer_id, 0, True) == E.none  # a retried commit
         coord.shutdown()
 
     run(body)
