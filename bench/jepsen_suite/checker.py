@@ -7,14 +7,16 @@ the nemesis ran in. Definitions:
 
 * **lost**: an acknowledged value that the final log does not hold;
 * **duplicated**: each extra copy of a value in a final log (both topics);
-* **conflicts**: an acknowledged value found at another offset than the one acknowledged,
+* **conflicts**: an acknowledged value found at another offset than the one acknowledged
+  (acknowledgements that carry no offset, as librdkafka reports a retried batch the broker
+  had already written, are checked for presence only),
   or another value at its acknowledged offset; two acknowledgements of one offset; a value
   a group member read at an offset that holds something else (or nothing) in the end;
 * **aborted-read**: a value of an aborted transaction seen by ``read_committed``;
 * **partial-txn**: a committed transaction not wholly visible, or one of unknown outcome
   visible in part;
-* **offset-regressions**: a committed offset read back (OffsetFetch) below one read back
-  before it, or below one the group's commit of which had already succeeded;
+* **offset-regressions**: each committed offset read back (OffsetFetch answer) below one
+  read back before it, or below one the group's commit of which had already succeeded;
 * **max unavailability**: per partition, the longest gap between successive acknowledged
   writes in the window (from the last one before it to the first after it); the largest;
 * **recovery** (per fault): time from the fault to the moment every partition has had a
@@ -48,6 +50,8 @@ def _data_checks(h: History, final: dict[int, list[tuple[int, str]]]) -> dict[st
     conflicts: list[str] = []
     acked_at: dict[tuple[int, int], str] = {}
     for p, o, v, _ in h.acks:
+        if o is None or o < 0:
+            continue  # acknowledged without an offset (a retried batch the broker knew): presence only
         if (p, o) in acked_at and acked_at[(p, o)] != v:
             conflicts.append(f"two values acknowledged at {p}/{o}: {acked_at[(p, o)]} and {v}")
         acked_at[(p, o)] = v
@@ -140,7 +144,8 @@ def check(h: History, final: dict[int, list[tuple[int, str]]], final_txn: dict[i
         data, txn, offs = _data_checks(h, final), _txn_checks(h, final_txn), _offset_checks(h)
         avail = _availability(h, partitions, window, faults)
         result: dict[str, Any] = {
-            "acked": len(h.acks), "send_errors": len(h.errors), "lost": data["lost"],
+            "acked": len(h.acks), "send_errors": len(h.errors),
+            "acked_without_offset": sum(1 for _, o, _, _ in h.acks if o is None or o < 0), "lost": data["lost"],
             "duplicated": data["duplicated"] + txn["txn_duplicated"], "conflicts": data["conflicts"],
             "aborted_read": txn["aborted_read"], "partial_txn": txn["partial_txn"],
             "offset_regressions": offs["offset_regressions"], **avail,

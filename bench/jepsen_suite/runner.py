@@ -64,23 +64,30 @@ def make_network(mode: str, size: int, free_port: Callable[[], int] | None = Non
     return ProxyNetwork(size, free_port)
 
 
-def _create_topics(bootstrap: str, specs: list[tuple[str, int]], timeout_s: float = 60) -> None:
+def _create_topics(bootstrap: str, specs: list[tuple[str, int]], timeout_s: float = 90) -> None:
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     topics = [NewTopic(n, num_partitions=p, replication_factor=3, config={"min.insync.replicas": "2"})
               for n, p in specs]
     for future in admin.create_topics(topics, request_timeout=30).values():
-        future.result(35)
-    deadline = time.monotonic() + timeout_s
+        try:
+            future.result(35)
+        except KafkaException as exc:  # a retry of a create that the first attempt made
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    deadline, state = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline:
         md = admin.list_topics(timeout=10)
-        if all(n in md.topics and len(md.topics[n].partitions) == p
-               and all(m.leader >= 0 and len(m.isrs) == 3 for m in md.topics[n].partitions.values())
+        state = {n: {i: (m.leader, list(m.isrs)) for i, m in md.topics[n].partitions.items()}
+                 for n, _ in specs if n in md.topics}
+        if all(n in state and len(state[n]) == p and all(leader >= 0 and len(isr) == 3
+                                                         for leader, isr in state[n].values())
                for n, p in specs):
             return
         time.sleep(0.2)
-    raise RuntimeError(f"topics {specs} not led with a full ISR within {timeout_s:.0f} s")
+    raise RuntimeError(f"topics not led with a full ISR within {timeout_s:.0f} s: (leader, ISR) {state}")
 
 
 class _Ticker:

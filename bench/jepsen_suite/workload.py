@@ -228,6 +228,7 @@ class Workload:
                     p, _ = self._producer({"transactional.id": tid, "transaction.timeout.ms": 10000,
                                            "message.timeout.ms": 10000})
                     p.init_transactions(30)
+                    p.list_topics(self.txn_topic, timeout=10)  # know its partitions before producing
                 except KafkaException as exc:
                     self._record(f"init_transactions: {exc}")
                     p = None
@@ -252,15 +253,15 @@ class Workload:
             except KafkaException as exc:
                 err = exc.args[0]
                 rec["error"] = str(err)
-                if err.txn_requires_abort():
+                if err.fatal():
+                    p = None  # a new producer with the same id fences this one
+                else:  # abortable, or a produce refused before the commit: abort it
                     try:
                         self._retrying(p.abort_transaction)
                         rec["outcome"] = "aborted"
                     except KafkaException as exc2:
                         rec["error"] += f"; abort: {exc2}"
                         p = None
-                else:
-                    p = None  # fatal or unknown: a new producer fences this one
             rec["t1"] = time.monotonic()
             with self.history.lock:
                 self.history.txns.append(rec)
