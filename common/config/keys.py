@@ -400,6 +400,10 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("controlled.shutdown.timeout.ms", "int", "5000",
             "How long a clean shutdown waits for the controller to release the broker (Strata).",
             validator=at_least(0)),
+    ConfigDef("shutdown.timeout.ms", "int", "30000",
+            "How much longer than controlled.shutdown.timeout.ms a shutdown may take: then the "
+            "broker prints every thread's stack and exits 1, as after a crash (Strata).",
+            validator=at_least(1)),
     ConfigDef("replica.fetch.wait.max.ms", "int", "500",
             "Longest time a follower's fetch waits at the leader for data.", validator=at_least(0)),
     ConfigDef("replica.fetch.min.bytes", "int", "1",
