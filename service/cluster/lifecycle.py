@@ -28,6 +28,8 @@ Kafka's ``BrokerLifecycleManager``, over :class:`ControllerClient`:
    so a controller cut off from the bucket stops leading before a successor is elected.
    A broker that has not read the metadata for two thirds of a session (cut off from
    the bucket) stops leading and heartbeats ``want_fence``, so its partitions move.
+   None of this applies to the only broker of a cluster: nobody can be elected in its
+   place, so it goes on serving through a bucket outage (its local tail).
 
 Not thread-safe: coroutines on the broker's event loop.
 """
@@ -103,6 +105,7 @@ class BrokerLifecycle:
         heartbeat_interval_ms: int,
         session_timeout_ms: int,
         metadata_age_s: Callable[[], float] = lambda: 0.0,
+        alone: Callable[[], bool] = lambda: False,
     ) -> None:
         self.node_id = node_id
         self._cluster_id = cluster_id
@@ -117,6 +120,7 @@ class BrokerLifecycle:
         self._interval_s = heartbeat_interval_ms / 1000
         self._session_s = session_timeout_ms / 1000
         self._metadata_age_s = metadata_age_s
+        self._alone = alone
         # leading is allowed until this instant (seconds of monotonic_ms; 0: not)
         self._lead_until = 0.0
         self.broker_epoch = -1
@@ -195,6 +199,8 @@ class BrokerLifecycle:
     def may_lead(self) -> bool:
         """Whether this broker may act as leader of its partitions now (see point 4 of the
         module docstring)."""
+        if self._alone():
+            return True
         return monotonic_ms() / 1000 < self._lead_until and not self.blind()
 
     def blind(self) -> bool:
@@ -210,7 +216,7 @@ class BrokerLifecycle:
         broker may lead."""
         epoch = self.broker_epoch
         offset = self._revision()
-        want_fence = self.blind() and not want_shut_down
+        want_fence = self.blind() and not want_shut_down and not self._alone()
         if want_fence:
             self.stop_leading()
             _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "

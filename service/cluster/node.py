@@ -210,6 +210,7 @@ class ClusterNode:
             heartbeat_interval_ms=self._config.get_int("broker.heartbeat.interval.ms"),
             session_timeout_ms=self._config.get_int("broker.session.timeout.ms"),
             metadata_age_s=self.poller.age_s if self.poller is not None else (lambda: 0.0),
+            alone=self._alone,
         )
         # a controller that stands down (cut off from the brokers) stops leading first
         self.controller.before_stand_down = self.lifecycle.stop_leading
@@ -246,6 +247,11 @@ class ClusterNode:
             self.lifecycle.poke()
         if self.controller is not None:  # a dead controller's lease is taken over at once
             self.controller.peer_unreachable(node_id)
+
+    def _alone(self) -> bool:
+        """This broker is the only one the cluster's metadata registers."""
+        snapshot = self.view.snapshot()
+        return snapshot is not None and set(snapshot.metadata.brokers) <= {self.node_id}
 
     def may_lead(self) -> bool:
         """Whether this broker may act as a partition leader now:
