@@ -4,6 +4,7 @@
 | --- | --- | --- |
 | ``kill`` | kill -9 of a random broker | start it again |
 | ``kill-controller`` | kill -9 of the lease holder | start it again |
+| ``kill-other`` | kill -9 of a random broker that is not the controller | start it again |
 | ``pause`` | SIGSTOP of a random broker | SIGCONT |
 | ``isolate`` | a random non-controller cut from its peers (clients and bucket still reach it) | reconnect |
 | ``isolate-controller`` | the controller cut from its peers | reconnect |
@@ -59,8 +60,9 @@ class Nemesis:
     # each returns a description of the fault it made
     def start(self, name: str) -> str:
         c, peers = self.c, lambda n: [m for m in self.c.brokers if m != n]
-        if name in ("kill", "kill-controller"):
-            self.target = self._controller() if name == "kill-controller" else self._any()
+        if name in ("kill", "kill-controller", "kill-other"):
+            self.target = {"kill-controller": self._controller,
+                           "kill-other": self._non_controller}.get(name, self._any)()
             c.brokers[self.target].kill()
             return f"kill -9 broker {self.target}"
         if name == "pause":
@@ -94,7 +96,7 @@ class Nemesis:
 
     def heal(self, name: str) -> None:
         c, target = self.c, self.target
-        if name in ("kill", "kill-controller") and target is not None:
+        if name in ("kill", "kill-controller", "kill-other") and target is not None:
             self._restart([target])
         elif name == "pause" and target is not None:
             c.brokers[target].signal(signal.SIGCONT)
@@ -117,7 +119,7 @@ class Nemesis:
             self._restart(down)
 
 
-NEMESES: tuple[str, ...] = ("kill", "kill-controller", "pause", "isolate", "isolate-controller",
+NEMESES: tuple[str, ...] = ("kill", "kill-controller", "kill-other", "pause", "isolate", "isolate-controller",
                             "bucket", "bucket-controller", "kill-all", "rolling-restart")
 
 
