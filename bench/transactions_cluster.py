@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+import tests.conftest  # noqa: E402,F401  (first: conftest imports the cluster fixtures)
 from tests.cluster_fixtures import Cluster  # noqa: E402
 from tests.e2e import rawtxn  # noqa: E402
 from tests.e2e.rawkafka import Connection  # noqa: E402
@@ -148,7 +149,9 @@ def main() -> None:
             written: Counter[int] = Counter()
             for p in processors:
                 written.update(p.written)
-            found = {part: _markers(cluster.bootstrap, "eos-out", part) for part in range(PARTITIONS)}
+            md = admin.list_topics("eos-out", timeout=30).topics["eos-out"].partitions
+            found = {part: _markers(cluster.brokers[md[part].leader].bootstrap, "eos-out", part)
+                     for part in range(PARTITIONS)}
             logs = "".join((Path(tmp) / f"broker-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
         finally:
             cluster.close()
