@@ -7,8 +7,8 @@ The load of a quixstreams-style exactly-once application (issue #31): a feeder w
 ``--processors`` consume-transform-produce loops, each a consumer in one group and a
 transactional producer, read up to 500 records or 100 ms, write one output record per
 input record to the same partition of the output topic (RF 3), add the consumed offsets
-to the transaction (``send_offsets_to_transaction``) and commit. Reported: the commit
-latency (``commit_transaction``) percentiles; the COMMIT and ABORT markers found on every
+to the transaction (``send_offsets_to_transaction``), flush and commit. Reported: the commit
+latency (``commit_transaction`` after the flush) and the flush's percentiles; the COMMIT and ABORT markers found on every
 output partition against the transactions that wrote there (a marker written twice, or
 one for a partition the transaction did not write, shows); and the brokers fenced while
 alive (their logs' "fencing broker(s)").
@@ -77,7 +77,8 @@ class Processor(threading.Thread):
                                   "isolation.level": "read_committed"})
         self.producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"eos-{n}",
                                   "linger.ms": 5})
-        self.commits_ms: list[float] = []
+        self.commits_ms: list[float] = []  # EndTxn alone
+        self.flushes_ms: list[float] = []  # the records' acknowledgements before it
         self.written: Counter[int] = Counter()  # output partition -> committed txns writing it
         self.errors: list[str] = []
 
@@ -97,8 +98,11 @@ class Processor(threading.Thread):
                     self.consumer.position(self.consumer.assignment()),
                     self.consumer.consumer_group_metadata(), 30)
                 started = time.perf_counter()
+                self.producer.flush(60)  # the transaction's records, acks=all
+                flushed = time.perf_counter()
                 self.producer.commit_transaction(60)
-                self.commits_ms.append((time.perf_counter() - started) * 1000)
+                self.flushes_ms.append((flushed - started) * 1000)
+                self.commits_ms.append((time.perf_counter() - flushed) * 1000)
                 self.written.update(parts)
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 self.errors.append(repr(exc))
@@ -159,6 +163,12 @@ def main() -> None:
     print(f"input records {sent}, transactions committed {len(commits)}, "
           f"failed {sum(len(p.errors) for p in processors)}")
     print(f"commit latency ms: p50 {statistics.median(commits):.1f}  p99 {p99:.1f}  max {commits[-1]:.1f}")
+    flushes = sorted(ms for p in processors for ms in p.flushes_ms)
+    both = sorted(f + c for p in processors for f, c in zip(p.flushes_ms, p.commits_ms, strict=True))
+    print(f"flush + commit ms: p50 {statistics.median(both):.1f}  "
+          f"p99 {both[max(0, int(len(both) * 0.99) - 1)]:.1f}  max {both[-1]:.1f}")
+    print(f"flush before it ms: p50 {statistics.median(flushes):.1f}  "
+          f"p99 {flushes[max(0, int(len(flushes) * 0.99) - 1)]:.1f}  max {flushes[-1]:.1f}")
     twice = 0
     for part in range(PARTITIONS):
         commit_markers = sum(n for (_, kind), n in found[part].items() if kind == 1)
