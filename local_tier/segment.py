@@ -29,6 +29,7 @@ from common.record.batch import (
     check_batch,
     decode_batch,
     iter_batches,
+    peek_batch_header,
     read_batch_header,
 )
 from local_tier.config import LogConfig
@@ -405,7 +406,7 @@ class LogSegment:
                 chunk_start, rel = position, 0
                 if len(chunk) < BATCH_OVERHEAD:
                     return
-            header = read_batch_header(chunk, rel)
+            header = peek_batch_header(chunk, rel)
             if header.batch_length < _MIN_BATCH_LENGTH or position + header.size > end:
                 return
             yield position, header

@@ -37,7 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from common.errors import KafkaStorageError, OffsetOutOfRangeError, ReplicaNotAvailableError
+from common.errors import (
+    CorruptRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    ReplicaNotAvailableError,
+)
 from local_tier.producer_snapshot import snapshot_path
 from local_tier.split import copy_segment_tail
 from remote_tier.errors import FencedError, ObjectStoreError, RemoteStorageError
@@ -543,7 +548,9 @@ class RemoteLogManager:
         except FencedError as exc:
             state.loaded, state.claimed_epoch = False, -1
             log.info("tiering of %s-%d stops: %s", topic, partition, exc)
-        except (ObjectStoreError, RemoteStorageError, OSError) as exc:
+        except (ObjectStoreError, RemoteStorageError, OSError, CorruptRecordError) as exc:
+            # (CorruptRecordError: a local segment whose batches cannot be walked; counted
+            # and retried like any failure, never a stuck upload thread)
             state.upload_failures += 1
             self.upload_failures += 1
             state.last_error = str(exc)

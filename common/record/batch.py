@@ -66,6 +66,7 @@ __all__ = [
     "build_batch",
     "check_batch",
     "check_records",
+    "peek_batch_header",
     "check_replicated_batches",
     "compress",
     "decode_all",
@@ -182,12 +183,27 @@ class Record:
 
 
 def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
-    """Unpack the header at ``pos``; CorruptRecordError on a short buffer or magic != 2."""
+    """Unpack the header at ``pos``; CorruptRecordError on a short buffer, magic != 2, or a
+    batch length shorter than a batch header (zero or negative: a reader advancing by it
+    would never move, issue #32)."""
     if len(buf) - pos < BATCH_OVERHEAD:
         raise CorruptRecordError(
             f"incomplete batch header at position {pos}: {len(buf) - pos} bytes, "
             f"need {BATCH_OVERHEAD}"
         )
+    header = peek_batch_header(buf, pos)
+    if header.batch_length < _MIN_BATCH_LENGTH:
+        raise CorruptRecordError(
+            f"invalid batch length {header.batch_length} at position {pos} (a batch holds at "
+            f"least {_MIN_BATCH_LENGTH} bytes after its length)"
+        )
+    return header
+
+
+def peek_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
+    """Unpack the header at ``pos`` checking only its magic (CorruptRecordError): for a
+    walk that stops by itself at a length too short to be a batch (a torn tail).
+    ``len(buf) - pos >= BATCH_OVERHEAD`` is the caller's to check."""
     header = BatchHeader(*_HEADER.unpack_from(buf, pos))
     if header.magic != 2:
         raise CorruptRecordError(f"invalid magic {header.magic} at position {pos}")
@@ -195,10 +211,11 @@ def read_batch_header(buf: Buffer, pos: int = 0) -> BatchHeader:
 
 
 def iter_batches(buf: Buffer, pos: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-    """Yield ``(position, header)`` of each complete batch; stop quietly at a torn tail."""
+    """Yield ``(position, header)`` of each complete batch; stop quietly at a torn tail
+    (a batch cut short, or a length too short to be one)."""
     end = len(buf)
     while end - pos >= BATCH_OVERHEAD:
-        header = read_batch_header(buf, pos)
+        header = peek_batch_header(buf, pos)
         if header.batch_length < _MIN_BATCH_LENGTH or pos + header.size > end:
             return
         yield pos, header

@@ -476,3 +476,36 @@ def test_a_delete_records_commit_never_replaces_a_newer_cached_manifest(tmp_path
         assert service.plan_remote_read("t", 0, 41, local).base_offset == 39
     finally:
         service.close()
+
+
+def test_a_local_segment_with_a_corrupt_batch_length_is_a_counted_upload_failure(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    """Issue #32: a sealed segment whose batch header says length 0 stopped uploads of its
+    partition for good (the summary walk never moved). Now each round fails, counted and
+    logged, the upload thread stays free and the other partition's uploads go on."""
+    import struct
+
+    broker = make_broker(_config())
+    bad, good = broker.create_topic("orders", 2)
+    _fill(bad, batches=40)
+    _fill(good, batches=40)
+    first = bad.segments[0]
+    first.flush()
+    with open(first.log_path, "r+b") as f:  # the second batch's length: 0
+        header = f.read(61)
+        f.seek(12 + struct.unpack(">i", header[8:12])[0] + 8)
+        f.write(struct.pack(">i", 0))
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    try:
+        for _ in range(2):  # a round that never ends (the old spin) times out here
+            asyncio.run(asyncio.wait_for(service.run_once(broker), 60))
+        state = service.state("orders", 0)
+        assert state is not None and state.upload_failures == 2
+        assert "invalid batch length 0" in (state.last_error or "")
+        healthy = service.state("orders", 1)
+        assert healthy is not None and healthy.upload_failures == 0
+        manifest = service.rsm.manifest(healthy.topic_id, 1)
+        assert manifest is not None and [s.base_offset for s in manifest.segments] == _sealed_bases(good)
+    finally:
+        service.close()
