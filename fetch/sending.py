@@ -74,22 +74,36 @@ async def _send_buffer(loop: asyncio.AbstractEventLoop, sock: socket.socket, dat
         await asyncio.sleep(0)
 
 
+def held_fd(region: FileRegion) -> int:
+    """A descriptor of its own on the region's file, for as long as a send uses it (the
+    caller closes it): the segment's file may be closed meanwhile (a topic deleted, a
+    replica moved, the delayed delete), and its descriptor number reused by another open,
+    but this one keeps the same file (issue #32). ConnectionError when it is already gone."""
+    try:
+        return os.dup(region.file.fileno())
+    except (ValueError, OSError) as exc:  # closed before the send began
+        raise ConnectionError(f"the segment file of this response is gone: {exc}") from exc
+
+
 async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:
     """Zero-copy send of a file region (page cache → socket), waiting when the socket is full."""
     fd_out = sock.fileno()
-    fd_in = region.file.fileno()
+    fd_in = held_fd(region)
     offset = region.position
     remaining = region.length
-    while remaining > 0:
-        try:
-            sent = os.sendfile(fd_out, fd_in, offset, remaining)
-        except BlockingIOError:
-            await _writable(loop, fd_out)
-            continue
-        if sent == 0:  # the file is shorter than the region: never send a short frame
-            raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
-        offset += sent
-        remaining -= sent
+    try:
+        while remaining > 0:
+            try:
+                sent = os.sendfile(fd_out, fd_in, offset, remaining)
+            except BlockingIOError:
+                await _writable(loop, fd_out)
+                continue
+            if sent == 0:  # the file is shorter than the region: never send a short frame
+                raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
+            offset += sent
+            remaining -= sent
+    finally:
+        os.close(fd_in)
 
 
 def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
@@ -199,16 +213,22 @@ class HistorySender:
         while index < len(parts):
             part = parts[index]
             if isinstance(part, FileRegion):
-                while done < part.length:
-                    try:
-                        sent = os.sendfile(fd, part.file.fileno(), part.position + done, part.length - done)
-                    except BlockingIOError:
-                        if not writable():
-                            return index, done
-                        continue
-                    if sent == 0:  # never send a short frame
-                        raise ConnectionError(f"file region ended early ({part.length - done} bytes missing)")
-                    done += sent
+                fd_in = held_fd(part)
+                try:
+                    while done < part.length:
+                        try:
+                            sent = os.sendfile(fd, fd_in, part.position + done, part.length - done)
+                        except BlockingIOError:
+                            if not writable():
+                                return index, done
+                            continue
+                        if sent == 0:  # never send a short frame
+                            raise ConnectionError(
+                                f"file region ended early ({part.length - done} bytes missing)"
+                            )
+                        done += sent
+                finally:
+                    os.close(fd_in)
             else:
                 view = memoryview(part)
                 while done < view.nbytes:

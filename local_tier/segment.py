@@ -74,12 +74,16 @@ class FileRegion:
         """The region's bytes, via ``os.pread`` (the file position is not used)."""
         chunks: list[bytes] = []
         done = 0
-        while done < self.length:
-            chunk = os.pread(self.file.fileno(), self.length - done, self.position + done)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            done += len(chunk)
+        fd = os.dup(self.file.fileno())  # one descriptor for the whole read (see held_fd)
+        try:
+            while done < self.length:
+                chunk = os.pread(fd, self.length - done, self.position + done)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                done += len(chunk)
+        finally:
+            os.close(fd)
         return b"".join(chunks)
 
 

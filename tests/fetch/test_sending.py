@@ -249,3 +249,45 @@ def test_a_request_buffer_is_reused_only_once_nothing_views_it() -> None:
     conn._recycle(memoryview(bytearray(1000)))  # small ones are not kept
     conn._recycle(memoryview(bytearray(64 * 1024 * 1024)))  # nor very large ones
     assert conn._spare == []
+
+
+def test_a_sendfile_that_waits_keeps_sending_its_own_file_after_that_file_is_closed(tmp_path: Path) -> None:
+    """Issue #32: the segment's file closed mid-send (a topic deleted, the delayed delete)
+    and its descriptor number taken by another file's open: the client still gets the bytes
+    of the file the response was made of, never the other file's."""
+    size = 4 * 1024 * 1024
+    (tmp_path / "a.log").write_bytes(b"A" * size)
+    (tmp_path / "b.log").write_bytes(b"B" * size)
+
+    async def run() -> bytes:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        segment = open(tmp_path / "a.log", "rb", buffering=0)  # noqa: SIM115 - closed below, mid-send
+        number = segment.fileno()
+        send = asyncio.ensure_future(_send_parts(loop, ours, [FileRegion(segment, 0, size, 0)]))
+        await asyncio.sleep(0.05)  # the socket is full: the send waits for it to drain
+        assert not send.done()
+        segment.close()
+        other = open(tmp_path / "b.log", "rb", buffering=0)  # noqa: SIM115
+        assert other.fileno() == number  # the number is reused: the old code would send "B"s
+        received = bytearray()
+        theirs.setblocking(False)
+        while len(received) < size:
+            try:
+                chunk = theirs.recv(1 << 20)
+            except BlockingIOError:
+                await asyncio.sleep(0.001)
+                continue
+            if not chunk:
+                break
+            received += chunk
+        await send
+        other.close()
+        ours.close()
+        theirs.close()
+        return bytes(received)
+
+    received = asyncio.run(run())
+    assert len(received) == size and received.count(b"A") == size
