@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import struct
 import sys
 import tempfile
 import threading
@@ -33,37 +32,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 import tests.conftest  # noqa: E402,F401  (first: conftest imports the cluster fixtures)
 from tests.cluster_fixtures import Cluster  # noqa: E402
-from tests.e2e import rawtxn  # noqa: E402
-from tests.e2e.rawkafka import Connection  # noqa: E402
-from tests.e2e.test_transaction_markers import _control_type  # noqa: E402
+from tests.e2e.rawtxn import control_markers  # noqa: E402
 
 PARTITIONS = 6
-
-
-def _markers(bootstrap: str, topic: str, partition: int) -> Counter[tuple[int, int]]:
-    """(producer id, control type) -> count of the partition's markers, read from its leader."""
-    conn = Connection.to(bootstrap)
-    found: Counter[tuple[int, int]] = Counter()
-    offset = 0
-    try:
-        while True:
-            got = rawtxn.fetch(conn, topic, partition, offset, isolation_level=0)
-            if got.error_code != 0 or not got.records:
-                return found
-            pos = 0
-            while pos + 61 <= len(got.records):
-                base, length = struct.unpack_from(">qi", got.records, pos)
-                if pos + 12 + length > len(got.records):
-                    break
-                attributes = struct.unpack_from(">h", got.records, pos + 21)[0]
-                last_delta = struct.unpack_from(">i", got.records, pos + 23)[0]
-                pid = struct.unpack_from(">q", got.records, pos + 43)[0]
-                if attributes & 0x20:
-                    found[(pid, _control_type(got.records, pos + 61))] += 1
-                offset = base + last_delta + 1
-                pos += 12 + length
-    finally:
-        conn.sock.close()
 
 
 class Processor(threading.Thread):
@@ -154,7 +125,8 @@ def main() -> None:
             for p in processors:
                 written.update(p.written)
             md = admin.list_topics("eos-out", timeout=30).topics["eos-out"].partitions
-            found = {part: _markers(cluster.brokers[md[part].leader].bootstrap, "eos-out", part)
+            found = {part: Counter(control_markers(cluster.brokers[md[part].leader].bootstrap,
+                                                   "eos-out", part))
                      for part in range(PARTITIONS)}
             logs = "".join((Path(tmp) / f"broker-{n}.log").read_text(errors="replace") for n in (1, 2, 3))
         finally:

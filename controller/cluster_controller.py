@@ -429,12 +429,9 @@ class ClusterController(MetadataWriter):
             return
 
         def change(md: ClusterMetadata) -> tuple[ClusterMetadata, None]:
-            for node_id in expired:
-                broker = md.brokers.get(node_id)
-                live = self._sessions.has_valid_session(node_id)
-                if broker is not None and not broker.fenced and not live:
-                    md = fence_broker(md, node_id, self._unclean)
-            return md, None
+            # a broker that heartbeated meanwhile keeps its place
+            silent = [n for n in expired if not self._sessions.has_valid_session(n)]
+            return self._fence_all(md, silent), None
 
         _log.warning("fencing broker(s) %s: no heartbeat within the session timeout", expired)
         self._commit(change)

@@ -199,9 +199,10 @@ class BrokerLifecycle:
     def may_lead(self) -> bool:
         """Whether this broker may act as leader of its partitions now (see point 4 of the
         module docstring)."""
-        if self._alone():
+        # the common answer first: it runs for every Produce and Fetch partition
+        if monotonic_ms() / 1000 < self._lead_until and not self.blind():
             return True
-        return monotonic_ms() / 1000 < self._lead_until and not self.blind()
+        return self._alone()
 
     def blind(self) -> bool:
         """This broker has not read the cluster metadata for two thirds of a session."""

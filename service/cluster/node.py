@@ -251,7 +251,10 @@ class ClusterNode:
     def _alone(self) -> bool:
         """This broker is the only one the cluster's metadata registers."""
         snapshot = self.view.snapshot()
-        return snapshot is not None and set(snapshot.metadata.brokers) <= {self.node_id}
+        if snapshot is None:
+            return False
+        brokers = snapshot.metadata.brokers
+        return len(brokers) == 0 or (len(brokers) == 1 and self.node_id in brokers)
 
     def may_lead(self) -> bool:
         """Whether this broker may act as a partition leader now:

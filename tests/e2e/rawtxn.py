@@ -163,3 +163,47 @@ def batch_summaries(records: bytes) -> list[tuple[int, int, int, bool, bool]]:
         pos += 12 + length
     return out
 
+
+
+def control_markers(bootstrap: str, topic: str, partition: int) -> list[tuple[int, int]]:
+    """``(producer id, control type)`` of every marker in the partition (ABORT 0, COMMIT 1),
+    in log order, read from its leader at ``bootstrap``."""
+    conn = Connection.to(bootstrap)
+    found: list[tuple[int, int]] = []
+    offset = 0
+    try:
+        while True:
+            got = fetch(conn, topic, partition, offset, isolation_level=0)
+            assert got.error_code == 0, got.error_code
+            if not got.records:
+                return found
+            pos = 0
+            while pos + 61 <= len(got.records):
+                base, length = struct.unpack_from(">qi", got.records, pos)
+                if pos + 12 + length > len(got.records):
+                    break
+                attributes = struct.unpack_from(">h", got.records, pos + 21)[0]
+                last_delta = struct.unpack_from(">i", got.records, pos + 23)[0]
+                pid = struct.unpack_from(">q", got.records, pos + 43)[0]
+                if attributes & 0x20:
+                    found.append((pid, _control_type(got.records, pos + 61)))
+                offset = base + last_delta + 1
+                pos += 12 + length
+    finally:
+        conn.sock.close()
+
+
+def _control_type(data: bytes, pos: int) -> int:
+    """The type in the key (int16 version, int16 type) of the control record at ``pos``."""
+    pos = _skip_varint(data, pos)  # record length
+    pos += 1  # attributes
+    pos = _skip_varint(data, pos)  # timestamp delta
+    pos = _skip_varint(data, pos)  # offset delta
+    pos = _skip_varint(data, pos)  # key length
+    return int(struct.unpack_from(">h", data, pos + 2)[0])
+
+
+def _skip_varint(data: bytes, pos: int) -> int:
+    while data[pos] & 0x80:
+        pos += 1
+    return pos + 1

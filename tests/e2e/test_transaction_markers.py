@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,45 +42,7 @@ SLOW_FOLLOWER = {
 def markers(bootstrap: str, topic: str, partition: int, producer_id: int) -> list[int]:
     """The control types (ABORT 0, COMMIT 1) of ``producer_id``'s markers in the partition,
     read from its leader at ``bootstrap``."""
-    conn = Connection.to(bootstrap)
-    found: list[int] = []
-    offset = 0
-    try:
-        while True:
-            got = rawtxn.fetch(conn, topic, partition, offset, isolation_level=0)
-            assert got.error_code == 0, got.error_code
-            if not got.records:
-                return found
-            pos = 0
-            while pos + 61 <= len(got.records):
-                base, length = struct.unpack_from(">qi", got.records, pos)
-                if pos + 12 + length > len(got.records):
-                    break
-                attributes = struct.unpack_from(">h", got.records, pos + 21)[0]
-                pid = struct.unpack_from(">q", got.records, pos + 43)[0]
-                last_delta = struct.unpack_from(">i", got.records, pos + 23)[0]
-                if attributes & 0x20 and pid == producer_id:
-                    found.append(_control_type(got.records, pos + 61))
-                offset = base + last_delta + 1
-                pos += 12 + length
-    finally:
-        conn.sock.close()
-
-
-def _control_type(data: bytes, pos: int) -> int:
-    """The type in the key (int16 version, int16 type) of the control record at ``pos``."""
-    pos = _skip_varint(data, pos)  # record length
-    pos += 1  # attributes
-    pos = _skip_varint(data, pos)  # timestamp delta
-    pos = _skip_varint(data, pos)  # offset delta
-    pos = _skip_varint(data, pos)  # key length
-    return int(struct.unpack_from(">h", data, pos + 2)[0])
-
-
-def _skip_varint(data: bytes, pos: int) -> int:
-    while data[pos] & 0x80:
-        pos += 1
-    return pos + 1
+    return [kind for pid, kind in rawtxn.control_markers(bootstrap, topic, partition) if pid == producer_id]
 
 
 @contextmanager
