@@ -45,7 +45,7 @@ from local_tier.log_producers import analyze_append, apply_append, replay_segmen
 from local_tier.ownership import Owned, owner_only
 from local_tier.producer_snapshot import write_snapshot
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
-from local_tier.read_view import LogReadView, first_region
+from local_tier.read_view import LogReadView, regions_from
 from local_tier.segment import DELETED_SUFFIX, FileRegion, LogSegment, segment_file_name
 from local_tier.txn_index import AbortedTxn, TxnSearch
 
@@ -636,20 +636,21 @@ class Log(Owned):
         max_offset: int | None = None,
         min_one_message: bool = True,
     ) -> FetchDataInfo:
-        """Whole batches from the one containing ``start_offset``, below ``max_offset`` (default: HW)."""
+        """Whole batches from the one containing ``start_offset``, below ``max_offset`` (default:
+        HW), from one segment or more (:func:`~local_tier.read_view.regions_from`)."""
         if start_offset < self._log_start_offset or start_offset > self.log_end_offset:
             raise self._out_of_range(start_offset)
         limit = self._high_watermark if max_offset is None else max_offset
         empty = FetchDataInfo(start_offset, [], 0, self._high_watermark, self._log_start_offset)
         if start_offset >= limit:
             return empty
-        region = first_region(self._segments, self._bases, start_offset, max_bytes, limit, min_one_message)
-        if region is None:
+        regions = regions_from(self._segments, self._bases, start_offset, max_bytes, limit, min_one_message)
+        if not regions:
             return empty
         return FetchDataInfo(
             start_offset,
-            [region] if region.length else [],
-            region.length,
+            regions,
+            sum(r.length for r in regions),
             self._high_watermark,
             self._log_start_offset,
         )

@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 from local_tier.segment import FileRegion, LogSegment
 
-__all__ = ["LogReadView", "first_region"]
+__all__ = ["LogReadView", "first_region", "regions_from"]
+
+#: the most segments one read walks (a compacted log may hold long runs of tiny ones)
+MAX_REGIONS = 256
 
 
 def first_region(
@@ -33,6 +36,33 @@ def first_region(
         if region is not None:
             return region
     return None
+
+
+def regions_from(
+    segments: Sequence[LogSegment],
+    bases: Sequence[int],
+    start_offset: int,
+    max_bytes: int,
+    max_offset: int,
+    min_one_message: bool,
+) -> list[FileRegion]:
+    """Whole batches from ``start_offset`` on, up to ``max_bytes`` in all, going on into
+    the next segments when the first ends before the budget does (Kafka reads one
+    segment). A cleaned log may keep segments of one empty batch each; a response of
+    nothing but empty batches makes librdkafka double its fetch size until it gives up
+    with MSG_SIZE_TOO_LARGE (issue #36), so a read carries what follows them too."""
+    region = first_region(segments, bases, start_offset, max_bytes, max_offset, min_one_message)
+    if region is None or not region.length:
+        return []
+    regions, total = [region], region.length
+    while total < max_bytes and len(regions) < MAX_REGIONS and 0 <= region.next_offset < max_offset:
+        nxt = first_region(segments, bases, region.next_offset, max_bytes - total, max_offset, False)
+        if nxt is None or not nxt.length or nxt.first_offset < region.next_offset:
+            break
+        regions.append(nxt)
+        total += nxt.length
+        region = nxt
+    return regions
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,8 @@
 Each job runs at its own interval, on the event loop, from one loop that wakes
 at the shortest of them (at least every second): retention, flushes, the
 recovery-point and log-start checkpoints, the high-watermark checkpoint
-(``replica.high.watermark.checkpoint.interval.ms``), expired producer ids, and
-the ISR check of the partitions this broker leads (every
+(``replica.high.watermark.checkpoint.interval.ms``), expired producer ids, the
+partitions whose log could not be opened, and the ISR check of the partitions this broker leads (every
 ``replica.lag.time.max.ms`` / 2, as Kafka). A job that fails is logged and the
 others go on.
 
@@ -29,6 +29,9 @@ from service.replication.replica_manager import ReplicaManager
 __all__ = ["MaintenanceHost", "run_maintenance"]
 
 log = logging.getLogger("strata.broker")
+
+#: how often the partitions whose log could not be opened (a full disk) are tried again
+_OFFLINE_RETRY_S = 5.0
 
 
 class MaintenanceHost(Protocol):
@@ -83,6 +86,7 @@ def _jobs(broker: MaintenanceHost) -> list[_Job]:
         _Job("high watermark checkpoint", seconds("replica.high.watermark.checkpoint.interval.ms"),
              lambda _: logs.checkpoint_high_watermarks()),
         _Job("producer id expiry", seconds("producer.id.expiration.check.interval.ms"), expiry),
+        _Job("offline partitions", _OFFLINE_RETRY_S, lambda _: broker.replicas.retry_offline()),
     ]
 
 

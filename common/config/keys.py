@@ -314,6 +314,13 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Bytes of requests being read or handled, across all connections, before no more "
             "requests are read; at least socket.request.max.bytes, or -1 for no limit (Kafka's "
             "default is -1; Strata's is 256 MiB).", validator=at_least(-1)),
+    ConfigDef("request.receive.min.rate.bytes", "long", "16384",
+            "A request still arriving after request.receive.grace.ms more slowly than this many "
+            "bytes per second closes its connection (a trickled request holds no memory and no "
+            "other client up); 0: no minimum (Strata).", validator=at_least(0)),
+    ConfigDef("request.receive.grace.ms", "long", "5000",
+            "How long a request's bytes may take before request.receive.min.rate.bytes applies "
+            "(Strata).", validator=at_least(1)),
     ConfigDef("connections.max.idle.ms", "long", "600000",
             "Close connections with no traffic and no request in progress for this long; "
             "-1: never.", validator=at_least(-1)),

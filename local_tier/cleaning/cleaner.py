@@ -54,6 +54,7 @@ from local_tier.cleaning.txns import CleanedTransactions
 from local_tier.txn_index import AbortedTxn
 
 __all__ = [
+    "INT32_MAX",
     "CleanedSink",
     "CleanerIO",
     "CleanerStats",
@@ -66,7 +67,7 @@ __all__ = [
     "group_segments_by_size",
 ]
 
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 
 
 class CleaningAborted(Exception):
@@ -384,7 +385,7 @@ def group_segments_by_size(
             if (
                 log_size + nxt.size > max_size
                 or index_size + nxt.index_bytes > max_index_size
-                or (nxt.size and last - group[0].base_offset > _INT32_MAX)
+                or (nxt.size and last - group[0].base_offset > INT32_MAX)
             ):
                 break
             group.append(rest.pop(0))

@@ -20,8 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from common.record.batch import BATCH_OVERHEAD, read_batch_header
+from common.record.batch import BATCH_OVERHEAD, iter_batches, read_batch_header
 from local_tier.cleaning.cleaner import (
+    INT32_MAX,
     CleanContext,
     CleanerIO,
     CleaningAborted,
@@ -34,6 +35,7 @@ from local_tier.cleaning.cleaner import (
 from local_tier.cleaning.offset_map import OffsetMap
 from local_tier.cleaning.swap import CLEANED_SUFFIX
 from local_tier.cleaning.view import CleanableSegment, LogCleaningView
+from local_tier.config import LogConfig
 from local_tier.segment import LogSegment
 from local_tier.txn_index import AbortedTxn, TxnSearch
 
@@ -200,6 +202,23 @@ def clean_log(
     by_base = {s.base_offset: s for s in to_clean}
     ctx = CleanContext(offset_map, now_ms, config.delete_retention_ms, view.last_records)
     swapped = 0
+    # the cleaned segment not yet swapped in, and its groups: the next group's output joins
+    # it while both fit one segment (groups are made from the sizes before cleaning, so a
+    # pass that empties them would leave a segment of one empty batch per group, issue #36)
+    held: tuple[LogSegment, list[SourceSegment]] | None = None
+
+    def swap_in(cleaned: LogSegment, group: list[SourceSegment]) -> None:
+        cleaned.on_become_inactive()
+        cleaned.flush()
+        _keep_mtime(cleaned, by_base[group[-1].base_offset])
+        io.pause("cleaned")
+        replaced = [by_base[s.base_offset].segment for s in group]
+        if not owner(functools.partial(log.begin_swap, cleaned, replaced)):
+            raise CleaningAborted(f"{view.name} changed while it was cleaned")
+        io.pause("swapping")  # a crash from here on completes the swap at the next start
+        if not owner(functools.partial(log.finish_swap, cleaned, replaced)):
+            raise CleaningAborted(f"{view.name} changed while its cleaned segment was swapped in")
+
     try:
         for group in groups:
             base = group[0].base_offset
@@ -207,25 +226,61 @@ def clean_log(
             cleaned = LogSegment.open(view.dir, base, config, create=True, suffix=CLEANED_SUFFIX)
             try:
                 clean_group(group, SegmentSink(cleaned), ctx, io)
-                cleaned.on_become_inactive()
-                cleaned.flush()
-                _keep_mtime(cleaned, by_base[group[-1].base_offset])
-                io.pause("cleaned")
-                replaced = [by_base[s.base_offset].segment for s in group]
-                if not owner(functools.partial(log.begin_swap, cleaned, replaced)):
-                    raise CleaningAborted(f"{view.name} changed while it was cleaned")
-                io.pause("swapping")  # a crash from here on completes the swap at the next start
-                if not owner(functools.partial(log.finish_swap, cleaned, replaced)):
-                    raise CleaningAborted(f"{view.name} changed while its cleaned segment was swapped in")
+                if held is not None and _fits_together(held[0], cleaned, config):
+                    _append_cleaned(held[0], cleaned, io)
+                    held = (held[0], held[1] + list(group))
+                    cleaned.remove_files()
+                    continue
             except BaseException:
                 cleaned.remove_files()
                 raise
+            if held is not None:
+                swap_in(*held)
+                held = None
+                swapped += 1
+                io.pause("swapped")
+            held = (cleaned, list(group))
+        if held is not None:
+            swap_in(*held)
+            held = None
             swapped += 1
             io.pause("swapped")
     finally:
+        if held is not None:  # not swapped in: the pass failed or was aborted
+            held[0].remove_files()
         _close(sources)
     stats = io.stats
     return CleanOutcome(end_offset, swapped, stats.bytes_read, stats.bytes_written, stats.map_bytes_read)
+
+
+def _fits_together(first: LogSegment, second: LogSegment, config: LogConfig) -> bool:
+    """Whether two cleaned segments, one after the other, make one segment."""
+    return (
+        first.size + second.size <= config.segment_bytes
+        and first.offset_index.size_in_bytes + second.offset_index.size_in_bytes <= config.segment_index_bytes
+        and second.next_offset - 1 - first.base_offset <= INT32_MAX
+    )
+
+
+def _append_cleaned(into: LogSegment, cleaned: LogSegment, io: CleanerIO) -> None:
+    """Copy ``cleaned``'s batches and aborted transactions to the end of ``into``, a read
+    window at a time (a batch larger than the window alone)."""
+    position, end = 0, cleaned.size
+    while position < end:
+        chunk = cleaned.read_at(position, min(max(io.chunk_bytes, BATCH_OVERHEAD), end - position))
+        whole = [(pos, header) for pos, header in iter_batches(chunk)]
+        if not whole:  # one batch larger than the window
+            header = read_batch_header(chunk)
+            chunk = cleaned.read_at(position, header.size)
+            whole = [(0, header)]
+        used = whole[-1][0] + whole[-1][1].size
+        top = max(whole, key=lambda w: w[1].max_timestamp)[1]
+        into.append(whole[-1][1].last_offset, top.max_timestamp, top.last_offset, chunk[:used])
+        io.stats.bytes_written += used
+        io.throttle(used)
+        position += used
+    for txn in cleaned.txn_index.entries:
+        into.txn_index.append(txn)
 
 
 def _remove_cleaned_files(view: LogCleaningView, base: int) -> None:

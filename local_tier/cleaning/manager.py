@@ -9,7 +9,10 @@ file and format, one per log directory), and back off
 ``log.cleaner.backoff.ms`` when there is nothing to do. One log is cleaned by
 one thread at a time. A log whose cleaning fails unexpectedly (a corrupt batch)
 is marked uncleanable until the next start, as in Kafka; a log that changed
-under the cleaner (deleted, truncated) is simply tried again later.
+under the cleaner (deleted, truncated) is simply tried again later. A pass that
+fails on the file system (ENOSPC, EIO: the disk, not the data) is retried after a
+back-off that doubles from ``log.cleaner.backoff.ms`` up to ``MAX_RETRY_BACKOFF_S``,
+so a compacted log is cleaned again once space returns, without a restart (issue #36).
 
 The threads read a log's state only through ``owner`` (the log's owner thread,
 the broker's event loop), which also performs the swaps. ``throttler`` is shared:
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from common.errors import KafkaStorageError
 from local_tier.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from local_tier.cleaning.cleaner import CleanerIO, CleaningAborted
 from local_tier.cleaning.local import CleanableRange, Owner, clean_log, cleanable_range
@@ -144,7 +148,7 @@ class LogCleanerProgress:
     checkpoint: int | None = None  # the first offset not yet cleaned (None: never cleaned)
     dirty_ratio: float = 0.0
     cleanable_bytes: int = 0
-    state: str = "idle"  # idle | cleaning | uncleanable
+    state: str = "idle"  # idle | cleaning | uncleanable | retrying (a file-system failure)
     passes: int = 0
     last_run_ms: int = 0
     last_duration_ms: int = 0
@@ -162,6 +166,18 @@ class _Totals:
     max_dirty_ratio: float = 0.0
     aborted: int = 0
     progress: dict[TopicPartition, LogCleanerProgress] = field(default_factory=dict)
+
+
+#: the longest wait between passes of a log whose cleaning failed on the file system
+MAX_RETRY_BACKOFF_S = 300.0
+
+
+@dataclass(slots=True)
+class _Retry:
+    """A log whose last pass failed on the file system: when it may run again."""
+
+    failures: int
+    not_before: float  # time.monotonic()
 
 
 class LogCleaner:
@@ -192,6 +208,7 @@ class LogCleaner:
         self._lock = threading.Lock()
         self._in_progress: set[TopicPartition] = set()
         self._uncleanable: set[TopicPartition] = set()
+        self._retries: dict[TopicPartition, _Retry] = {}
         self._checkpoints = read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT)
         self._totals = _Totals()
         self._stop = threading.Event()
@@ -267,6 +284,12 @@ class LogCleaner:
                 self._totals.aborted += 1
             progress.state = "idle"
             return False
+        except (OSError, KafkaStorageError) as exc:  # the disk, not the data: full, or failing for now
+            delay = self._retry_later(key)
+            _log.warning("cleaning of %s failed on the file system (%s); it is tried again in %.1f s",
+                         view.name, exc, delay)
+            progress.state, progress.error = "retrying", str(exc)
+            return False
         except Exception as exc:
             _log.exception("cleaning of %s failed; it is left uncleaned until the next start", view.name)
             with self._lock:
@@ -277,6 +300,8 @@ class LogCleaner:
             with self._lock:
                 self._in_progress.discard(key)
         self._done_cleaning(key, outcome.end_offset)
+        with self._lock:
+            self._retries.pop(key, None)
         elapsed_ms = int((time.monotonic() - started) * 1000)
         with self._lock:
             totals = self._totals
@@ -297,9 +322,19 @@ class LogCleaner:
         )
         return True
 
+    def _retry_later(self, key: TopicPartition) -> float:
+        """Note a pass of ``key`` that failed on the file system; seconds until the next."""
+        with self._lock:
+            failures = self._retries[key].failures + 1 if key in self._retries else 1
+            delay = min(MAX_RETRY_BACKOFF_S, self.config.backoff_ms / 1000 * 2 ** (failures - 1))
+            self._retries[key] = _Retry(failures, time.monotonic() + delay)
+        return delay
+
     def _grab_filthiest(self) -> tuple[Log, LogCleaningView, CleanableRange] | None:
         with self._lock:
-            skip = self._in_progress | set(self._uncleanable)
+            now_s = time.monotonic()
+            waiting = {key for key, retry in self._retries.items() if retry.not_before > now_s}
+            skip = self._in_progress | set(self._uncleanable) | waiting
 
         def compacted_views() -> list[tuple[Log, LogCleaningView]]:
             """On the owner thread: the views of the compacted logs to consider."""
@@ -367,6 +402,7 @@ class LogCleaner:
             for key in [k for k in self._totals.progress if k[0] == topic]:
                 del self._totals.progress[key]
             self._uncleanable = {k for k in self._uncleanable if k[0] != topic}
+            self._retries = {k: r for k, r in self._retries.items() if k[0] != topic}
 
     def _write_checkpoints_locked(self, live: set[TopicPartition] | None) -> None:
         """The checkpoint file, less the logs not in ``live`` (all kept when None)."""
@@ -406,5 +442,6 @@ class LogCleaner:
                 "max_dirty_ratio": t.max_dirty_ratio,
                 "aborted": t.aborted,
                 "uncleanable_partitions": len(self._uncleanable),
+                "retrying_partitions": len(self._retries),
                 "throttled_seconds": self.throttler.throttled_s,
             }

@@ -40,7 +40,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -59,6 +59,10 @@ __all__ = ["BrokerLifecycle", "ControllerSide", "duplicate_node_message"]
 _log = logging.getLogger("strata.cluster.lifecycle")
 _API_REGISTRATION = 62
 _API_HEARTBEAT = 63
+
+
+async def _nobody_listening() -> bool:
+    return False
 
 
 def duplicate_node_message(node_id: int) -> str:
@@ -106,6 +110,7 @@ class BrokerLifecycle:
         session_timeout_ms: int,
         metadata_age_s: Callable[[], float] = lambda: 0.0,
         alone: Callable[[], bool] = lambda: False,
+        holder_listening: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         self.node_id = node_id
         self._cluster_id = cluster_id
@@ -121,6 +126,9 @@ class BrokerLifecycle:
         self._session_s = session_timeout_ms / 1000
         self._metadata_age_s = metadata_age_s
         self._alone = alone
+        #: whether a process listens where the metadata registers this node id (another
+        #: broker holds it: a refused registration is final)
+        self._holder_listening = holder_listening or _nobody_listening
         # leading is allowed until this instant (seconds of monotonic_ms; 0: not)
         self._lead_until = 0.0
         self.broker_epoch = -1
@@ -174,7 +182,8 @@ class BrokerLifecycle:
 
         # A node id held by a live broker is refused as long as that broker heartbeats; one
         # held by a dead incarnation this data dir does not know of (its epoch could not be
-        # written) frees up when that session expires: try until then.
+        # written) frees up when that session expires: try until then, unless a process
+        # listens where that registration says (a live broker: said at once).
         give_up = time.monotonic() + self._session_s * 1.5
         while True:
             try:
@@ -183,7 +192,7 @@ class BrokerLifecycle:
                 )
                 break
             except DuplicateBrokerRegistrationError as exc:
-                if time.monotonic() >= give_up:
+                if time.monotonic() >= give_up or await self._holder_listening():
                     raise DuplicateBrokerRegistrationError(duplicate_node_message(self.node_id)) from exc
                 await asyncio.sleep(0.5)
         self.broker_epoch = epoch

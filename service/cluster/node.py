@@ -211,6 +211,7 @@ class ClusterNode:
             session_timeout_ms=self._config.get_int("broker.session.timeout.ms"),
             metadata_age_s=self.poller.age_s if self.poller is not None else (lambda: 0.0),
             alone=self._alone,
+            holder_listening=lambda: self._node_id_holder_listening(listeners),
         )
         # a controller that stands down (cut off from the brokers) stops leading first
         self.controller.before_stand_down = self.lifecycle.stop_leading
@@ -247,6 +248,24 @@ class ClusterNode:
             self.lifecycle.poke()
         if self.controller is not None:  # a dead controller's lease is taken over at once
             self.controller.peer_unreachable(node_id)
+
+    async def _node_id_holder_listening(self, listeners: tuple[Endpoint, ...]) -> bool:
+        """Whether a process listens on an endpoint the metadata registers for this node id
+        (another broker started with it: this one can stop at once instead of waiting for
+        that registration's session to end). Its own listeners are not asked."""
+        snapshot = self.view.snapshot()
+        registration = None if snapshot is None else snapshot.metadata.brokers.get(self.node_id)
+        if registration is None:
+            return False
+        own = {(e.host, e.port) for e in listeners}
+        for endpoint in registration.endpoints:
+            if (endpoint.host, endpoint.port) in own:
+                continue
+            with contextlib.suppress(OSError, TimeoutError):
+                _, writer = await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), 1.0)
+                writer.close()
+                return True
+        return False
 
     def _alone(self) -> bool:
         """This broker is the only one the cluster's metadata registers."""

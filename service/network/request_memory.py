@@ -1,18 +1,19 @@
 """The memory of requests in flight, shared by all connections (``queued.max.request.bytes``).
 
-A connection reserves a request's declared size here before it reads the body,
-and the reservation is returned when the handler is done with the request. When
-the pool is exhausted, connections stop reading new requests until memory comes
-back (Kafka mutes the channel the same way), so the bytes of requests being
-read or handled stay under ``capacity`` plus one request: like Kafka's
-non-strict ``SimpleMemoryPool``, a reservation is granted whenever anything is
-free, even if it is larger than what is free. That is also why every request
-that has its reservation can be read to the end (no two half-read requests wait
-for each other's memory).
+A connection reserves a request's memory here as its body arrives, one step (up to
+1 MiB) ahead of the bytes received, and the reservation is returned when the handler
+is done with the request. When the pool is exhausted, a large request waits for
+memory before its next step (Kafka mutes the channel the same way), so the bytes of
+requests being read or handled stay near ``capacity``: like Kafka's non-strict
+``SimpleMemoryPool``, a reservation is granted whenever anything is free, even if it
+is larger than what is free.
 
-The reservation is bookkeeping: bodies are still received in steps as bytes
-arrive (server.py), so a client that declares 100 MiB and sends nothing holds
-almost no memory, only a reservation that the idle-connection timeout ends.
+What a request has not sent reserves nothing: a client that declares 100 MiB and
+sends one byte holds one step, not 100 MiB, so a few stalled connections cannot
+exhaust the pool for everyone (issue #36), and the server closes a request that does
+not keep a minimum byte rate (server.py). Small requests (ApiVersions, Metadata,
+heartbeats, Fetch, most Produce) are counted with :meth:`take` and never wait: the
+memory large ones wait for never stops them.
 
 Waiters are served in arrival order. Not thread-safe: lives on the event loop.
 """
@@ -42,11 +43,15 @@ class RequestMemoryPool:
     def _available(self) -> bool:
         return self.capacity <= 0 or self.used < self.capacity
 
-    async def acquire(self, size: int) -> None:
-        """Reserve ``size`` bytes, waiting while the pool is exhausted."""
+    def take(self, size: int) -> None:
+        """Count ``size`` bytes as in use without waiting (a small request)."""
+        self.used += size
+
+    async def acquire(self, size: int) -> bool:
+        """Reserve ``size`` bytes, waiting while the pool is exhausted; whether it waited."""
         if not self._waiters and self._available():
             self.used += size
-            return
+            return False
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((size, fut))
         try:
@@ -58,6 +63,7 @@ class RequestMemoryPool:
                 with contextlib.suppress(ValueError):  # already dropped by _grant
                     self._waiters.remove((size, fut))
             raise
+        return True
 
     def release(self, size: int) -> None:
         self.used -= size

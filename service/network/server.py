@@ -10,14 +10,17 @@ A malformed frame, an unknown API key or an unsupported version closes that one 
 with a log line; so does any failure of a handler, and any error of the reader itself (a
 connection never keeps a dead reader). The broker and other connections carry on.
 
-Memory: a request's declared size is reserved in the shared
-:class:`~service.network.request_memory.RequestMemoryPool` (``queued.max.request.bytes``) before its
-body is read, and returned when its handler is done; bodies are received in steps as their
-bytes arrive, never allocated whole up front. A connection keeps up to two request buffers
+Memory: a request's body is received in steps as its bytes arrive, never allocated whole
+up front, and each step is reserved in the shared
+:class:`~service.network.request_memory.RequestMemoryPool` (``queued.max.request.bytes``) before it is
+received; small requests are counted and never wait. It all returns when the handler is
+done. A request whose bytes do not keep ``request.receive.min.rate.bytes`` per second
+once ``request.receive.grace.ms`` have passed is closed, so a client that trickles a
+large request holds neither memory nor other clients up (issue #36). A connection keeps up to two request buffers
 of 1-8 MiB its finished requests no longer view, for its next large requests (a fresh buffer
 costs its zero-fill and page faults on every produce request); they are outside that pool.
 Connections with no traffic and no request in progress for ``connections.max.idle.ms`` are
-closed, as are half-received requests that stall while others wait for their memory.
+closed.
 
 Security: each server is one listener (``listeners``); its
 :class:`~service.security.session.ListenerSecurity` says whether connections speak TLS (a
@@ -65,9 +68,9 @@ _ZEROS = memoryview(bytes(_BODY_STEP))
 #: request buffers a connection keeps for its next requests, and the largest it keeps
 _MAX_SPARES = 2
 _MAX_SPARE_BYTES = 8 * _BODY_STEP
-#: a half-received request that made no progress for this long is closed when
-#: other requests wait for memory (its reservation is what they wait for)
-STALLED_BODY_SECONDS = 10.0
+#: requests up to this size are counted in the memory pool but never wait for it (what
+#: large requests wait for must not stop ApiVersions, Metadata, Fetch, small Produce)
+SMALL_REQUEST_BYTES = 64 * 1024
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
 Response = bytes | list[bytes | memoryview | FileRegion] | None
@@ -86,6 +89,8 @@ class KafkaServer:
         max_inflight_per_connection: int = 100,
         queued_max_request_bytes: int = -1,
         connections_max_idle_ms: int = -1,
+        request_min_rate_bytes: int = 16384,
+        request_receive_grace_ms: int = 5000,
         history: HistorySender | None = None,
         security: ListenerSecurity | None = None,
         listener: str = "PLAINTEXT",
@@ -102,6 +107,8 @@ class KafkaServer:
         self._max_inflight = max_inflight_per_connection
         self.memory = RequestMemoryPool(queued_max_request_bytes)
         self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
+        self._min_rate = request_min_rate_bytes
+        self._grace_s = request_receive_grace_ms / 1000
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
@@ -139,23 +146,22 @@ class KafkaServer:
             self._sweep_task = asyncio.create_task(self._sweep_loop(), name="kafka-idle-sweep")
 
     async def _sweep_loop(self) -> None:
-        """Close idle connections, and stalled half-read requests while memory is short."""
+        """Close idle connections, and requests whose bytes come too slowly."""
         loop = asyncio.get_running_loop()
-        limits = [STALLED_BODY_SECONDS] + ([self._max_idle_s] if self._max_idle_s else [])
+        limits = [self._grace_s] + ([self._max_idle_s] if self._max_idle_s else [])
         interval = max(0.05, min(5.0, min(limits) / 4))
         while True:
             await asyncio.sleep(interval)
             now = loop.time()
-            short_of_memory = self.memory.waiting > 0
             for conn in list(self._connections):
                 quiet = now - conn.last_active
                 if self._max_idle_s is not None and quiet > self._max_idle_s and conn.idle:
                     log.info("closing connection %s: idle for %.0f s (connections.max.idle.ms)",
                              conn.peer, quiet)
                     await conn.close()
-                elif short_of_memory and conn.receiving_body and quiet > STALLED_BODY_SECONDS:
-                    log.warning("closing connection %s: its request stalled for %.0f s while others "
-                                "wait for request memory (queued.max.request.bytes)", conn.peer, quiet)
+                elif (rate := conn.slow_body_rate(now, self._grace_s, self._min_rate)) is not None:
+                    log.warning("closing connection %s: its request arrives at %.0f bytes/s, below "
+                                "request.receive.min.rate.bytes (%d)", conn.peer, rate, self._min_rate)
                     await conn.close()
 
     async def _accept_loop(self) -> None:
@@ -229,8 +235,13 @@ class Connection:
         self.last_active = asyncio.get_running_loop().time()
         #: requests read and not yet answered (a connection waiting on one is not idle)
         self.inflight = 0
-        #: a request's body is being received (its memory is reserved)
+        #: a request's body is being received (not waiting for memory): since when, in
+        #: event-loop time, and how many bytes came since (the minimum byte rate)
         self.receiving_body = False
+        self.body_since = 0.0
+        self.body_bytes = 0
+        #: pool memory reserved for the request being received
+        self._reserved = 0
         #: event-loop time until which no request is read (a client over its quota, KIP-219)
         self.muted_until = 0.0
         #: the history send in progress on a sender thread: the socket is closed
@@ -276,6 +287,18 @@ class Connection:
                 callback()
             except Exception:  # noqa: BLE001 - one callback must not stop the others
                 log.exception("a close callback of connection %s failed", self.peer)
+
+    def slow_body_rate(self, now: float, grace_s: float, min_rate: int) -> float | None:
+        """The byte rate of the request being received, if it is below ``min_rate`` once
+        ``grace_s`` have passed since its bytes began (or since memory was granted);
+        else None."""
+        if not self.receiving_body or min_rate <= 0:
+            return None
+        elapsed = now - self.body_since
+        if elapsed <= grace_s:
+            return None
+        rate = self.body_bytes / elapsed
+        return rate if rate < min_rate else None
 
     @property
     def idle(self) -> bool:
@@ -325,7 +348,9 @@ class Connection:
                     )
                     await self.close()
                     return
-                await server.memory.acquire(size)
+                if size <= SMALL_REQUEST_BYTES:
+                    server.memory.take(size)
+                    self._reserved = size
                 handed_over = False  # to the handler's future, which releases the memory when done
                 try:
                     frame = await self._read_frame(loop, buf, size)
@@ -335,13 +360,15 @@ class Connection:
                         return
                     fut = start_eagerly(loop, server._dispatcher.dispatch(frame, self))
                     handed_over = True
+                    self._reserved = 0  # all of ``size``, the handler's now
                     if fut.done():  # answered in its first step: no task was needed
                         self._request_done(size, frame)
                     else:
                         fut.add_done_callback(lambda _, n=size, f=frame: self._request_done(n, f))
                 finally:
                     if not handed_over:
-                        server.memory.release(size)
+                        server.memory.release(self._reserved)
+                        self._reserved = 0
                 frame = None  # its buffer may be recycled once the request is done with it
                 self.inflight += 1
                 if self._answered_now(fut):  # the common case: sent from here
@@ -374,9 +401,11 @@ class Connection:
         """The frame whose size prefix starts ``buf``, received in steps; None if the peer left.
 
         The body buffer grows by at most ``_BODY_STEP`` beyond the bytes that have
-        arrived, so a declared size costs memory only as its bytes come in.
+        arrived, and the pool reserves what arrived plus the step being received, so a
+        declared size costs memory only as its bytes come in.
         """
         if len(buf) >= 4 + size:
+            await self._reserve(loop, size)
             frame = bytearray(memoryview(buf)[4 : 4 + size])
             del buf[: 4 + size]
             return memoryview(frame)
@@ -386,25 +415,49 @@ class Connection:
         body = self._spare_body(size) or bytearray(min(size, max(_BODY_STEP, have)))
         body[:have] = memoryview(buf)[4:]
         buf.clear()
-        self.receiving_body = True
+        self._receiving(loop)
         try:
             while have < size:
+                # received only into reserved memory, a step at a time: at the end, ``size``
+                if have >= self._reserved:
+                    await self._reserve(loop, min(size, have + _BODY_STEP))
                 if have == len(body):
                     grow = min(size - have, max(_BODY_STEP, have))
                     while grow > 0:
                         body += _ZEROS[: min(grow, _BODY_STEP)]
                         grow -= _BODY_STEP
-                with memoryview(body) as view, view[have:size] as free:
+                with memoryview(body) as view, view[have : min(self._reserved, len(body))] as free:
                     got = await self.transport.recv_into(free)
                 if not got:
                     return None
                 have += got
+                self.body_bytes += got
                 self.last_active = loop.time()
         finally:
             self.receiving_body = False
         # writable: a Produce's batches get their offsets and leader epoch stamped in place
         # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
         return memoryview(body)[:size]
+
+    async def _reserve(self, loop: asyncio.AbstractEventLoop, total: int) -> None:
+        """Reserve pool memory for this request up to ``total`` bytes, waiting while the
+        pool is exhausted; time spent waiting does not count against the client's byte
+        rate."""
+        if total <= self._reserved:
+            return
+        was_receiving, self.receiving_body = self.receiving_body, False
+        need = total - self._reserved
+        waited = await self.server.memory.acquire(need)
+        self._reserved += need
+        self.receiving_body = was_receiving
+        if was_receiving and waited:
+            self._receiving(loop)
+
+    def _receiving(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Bytes of the body are awaited from here on (the byte rate's window starts)."""
+        self.receiving_body = True
+        self.body_since = loop.time()
+        self.body_bytes = 0
 
     def _request_done(self, size: int, frame: memoryview) -> None:
         """A handler is done with its request: its memory is returned, its buffer kept."""

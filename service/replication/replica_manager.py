@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Protocol
 
 from common.errors import (
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
@@ -154,6 +155,10 @@ class ReplicaManager:
         self.isr_changes: IsrChanges | None = None
         self.on_log_deleted: Callable[[str, int, uuid.UUID, bool], None] | None = None
         self.produce_waiters = ProduceWaiters()
+        #: partitions the metadata gives this broker whose log cannot be opened (a full
+        #: disk): why; Produce and Fetch answer KAFKA_STORAGE_ERROR, and
+        #: :meth:`retry_offline` tries them again (issue #36)
+        self.offline: dict[TopicPartition, str] = {}
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -193,10 +198,14 @@ class ReplicaManager:
                 old = previous.topics.get(name)
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
+        for key in [k for k in self.offline if k not in wanted]:
+            del self.offline[key]
         became_followers: list[Partition] = []
         for key, (topic_id, reg) in wanted.items():
             found = self.partitions.get(key)
             partition = self._open(key, topic_id) if found is None else found
+            if partition is None:
+                continue
             transition = partition.update(reg)
             if transition is Transition.LEADER:
                 _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
@@ -223,12 +232,29 @@ class ReplicaManager:
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
 
-    def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition:
-        log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
-        _write_topic_id(log.dir, topic_id)
+    def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition | None:
+        """The partition, its log opened (created); None when the disk refuses (it is
+        offline here until :meth:`retry_offline` opens it, as Kafka keeps serving the
+        partitions of its other log directories)."""
+        try:
+            log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
+            _write_topic_id(log.dir, topic_id)
+        except (OSError, KafkaStorageError) as exc:
+            if key not in self.offline:
+                _log.error("%s-%d: cannot open its log (%s); offline on this broker until it can be "
+                           "(free space: delete topics, lower retention)", key[0], key[1], exc)
+            self.offline[key] = str(exc)
+            return None
+        if self.offline.pop(key, None) is not None:
+            _log.info("%s-%d: its log is open again", key[0], key[1])
         partition = Partition(key[0], key[1], topic_id, log, self.node_id, lambda: self.may_lead())
         self.partitions[key] = partition
         return partition
+
+    def retry_offline(self) -> None:
+        """Try again to open the partitions that could not be (no work when none)."""
+        if self.offline and self.metadata is not None:
+            self.apply(self.metadata)
 
     def _stop(self, key: TopicPartition, *, deleted: bool, reason: str) -> None:
         partition = self.partitions.pop(key)
@@ -270,6 +296,8 @@ class ReplicaManager:
         partition = self.partitions.get((topic, index))
         if partition is not None:
             return partition
+        if (why := self.offline.get((topic, index))) is not None:
+            raise KafkaStorageError(f"broker {self.node_id} cannot open the log of {topic}-{index}: {why}")
         md = self.metadata
         info = md.topics.get(topic) if md is not None else None
         if info is not None and 0 <= index < info.partitions:

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 from tests.conftest import BrokerProcess, free_port
-from tests.tmpfs_fixtures import free_bytes
+from tests.tmpfs_fixtures import fill, free_bytes
 
 from . import helpers, rawkafka
 
@@ -218,3 +218,43 @@ def test_full_disk_answers_storage_error_and_loses_no_acknowledged_record(
     log = broker.log_text()
     assert "Traceback" not in log, log[-3000:]
     assert "answering KAFKA_STORAGE_ERROR until a write succeeds" in log
+
+
+def test_a_topic_created_on_a_full_disk_lets_the_broker_restart_and_comes_online_with_space(
+    small_tmpfs: Callable[[int], Path], tmp_path: Path,
+) -> None:
+    """Issue #36: a topic created while the disk was full could not write its partition's
+    topic-id file, and the broker then refused to start ("cannot start the broker ... No
+    space left on device"). It starts, serves what it can, answers 56 for the partition
+    it cannot open, and opens it once DeleteTopics has freed space. The logs fill their
+    disk; the object store (the cluster metadata) is elsewhere, as with S3."""
+    broker = BrokerProcess(small_tmpfs(_DISK_BYTES) / "data", free_port(), log_path=tmp_path / "broker.log",
+                           sets={"log.segment.bytes": str(1024 * 1024)},
+                           args=["--object-store", (tmp_path / "bucket").as_uri()])
+    broker.start()
+    _fill_through_kafka(broker, "filler")
+    born_full = helpers.topic_name("born-full")
+    helpers.create_topic(broker.bootstrap, born_full)  # the metadata's reserve pays for it
+    with rawkafka.Connection.to(broker.bootstrap) as conn:
+        assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) == KAFKA_STORAGE_ERROR
+    broker.stop()
+    fill(broker.data_dir / "pad")  # what the clean stop gave back (trimmed indexes) is taken again
+    broker.start()  # the old broker refused to start here
+    assert broker.running
+    with rawkafka.Connection.to(broker.bootstrap) as conn:
+        # offline (56) unless the start itself freed a page for it (leftover files removed)
+        assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) in (KAFKA_STORAGE_ERROR, 0)
+        _, fetched = rawkafka.parse_fetch_v4(conn.call(  # the other topic is served
+            rawkafka.API_FETCH, 4, rawkafka.fetch_v4_body("filler", 0, 0)))
+        assert fetched[0].error_code == rawkafka.NONE and fetched[0].records
+    _delete_topic(broker, "filler")
+
+    def accepted() -> bool:
+        with rawkafka.Connection.to(broker.bootstrap) as conn:
+            return _produce_raw(conn, born_full, rawkafka.record_batch([b"after"])) == rawkafka.NONE
+
+    helpers.wait_until(accepted, "the partition opened once space was freed", timeout=30, interval=0.5)
+    _, end = helpers.watermarks(broker.bootstrap, born_full)
+    assert [v for _, v in _read_all(broker.bootstrap, born_full, end)][-1] == b"after"
+    assert "Traceback" not in broker.log_text()
+    broker.kill()

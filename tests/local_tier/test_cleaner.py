@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from common.errors import InvalidRecordError
-from common.record.batch import Compression
+from common.record.batch import Compression, decode_all
 from local_tier.checkpoint import read_checkpoint
 from local_tier.cleaning.cleaner import CleanerIO, SourceSegment, group_segments_by_size
 from local_tier.cleaning.manager import CLEANER_CHECKPOINT, Throttler
@@ -265,3 +265,30 @@ def test_a_cleaning_pass_is_held_to_the_io_rate(tmp_path: Path) -> None:
 def test_io_breathes_the_interpreter_lock_back() -> None:
     io = CleanerIO(slice_s=0.0, rest_s=0.0)
     io.breathe()  # no error, no wait: the slice of 0 s has passed
+
+
+def test_a_pass_that_empties_its_groups_leaves_no_segments_of_empty_batches(tmp_path: Path) -> None:
+    """Issue #36: groups are made from the sizes before cleaning, so a pass that removed
+    every record of 30 full segments left 30 segments of one empty batch each, and a
+    consumer read them one tiny empty response at a time (librdkafka doubles its fetch
+    size on each until MSG_SIZE_TOO_LARGE). The outputs now join while they fit one
+    segment, and a read carries on past empty batches into the records after them."""
+    log = Log(tmp_path / "t-0", "t", 0, compact_config(segment_bytes=2048), needs_recovery=False)
+    try:
+        for i in range(120):  # ~30 full segments, every key overwritten by the last round
+            write(log, [(b"k%d" % (j % 4), b"v%d-" % i + bytes(100)) for j in range(4)])
+        for j in range(4):
+            write(log, [(b"k%d" % j, b"final")])
+        log.roll()
+        before = len(log.segments)
+        cleaner = make_cleaner(log, Clock())
+        assert cleaner.clean_filthiest()
+        cleaned = log.segments[:-1]  # the active segment is never cleaned
+        assert before > 30 and len(cleaned) <= 2, [s.base_offset for s in log.segments]
+        assert [r.value for r in read_log(log).records] == [b"final"] * 4
+        # one read from the log start reaches the records behind the empty batches
+        info = log.read(log.log_start_offset, 1 << 20)
+        values = [r.value for region in info.regions for r in decode_all(region.read_bytes())]
+        assert values == [b"final"] * 4
+    finally:
+        log.close()

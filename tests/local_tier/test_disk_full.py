@@ -9,6 +9,7 @@ space is freed, appends continue at the next offset without a restart.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -154,3 +155,41 @@ def test_log_manager_survives_a_full_disk_and_recovers_after_shutdown(
             assert log is not None and _offsets(log) == list(range(5))
     finally:
         again.shutdown()
+
+
+def test_a_cleaning_pass_that_finds_the_disk_full_is_tried_again_once_space_returns(
+    small_tmpfs: Mount,
+) -> None:
+    """Issue #36: one ENOSPC used to leave the log uncleanable until a restart, so a
+    compacted topic grew without bound. Now the pass is retried after a back-off."""
+    from tests.local_tier.cleaning_helpers import (
+        Clock,
+        compact_config,
+        make_cleaner,
+        read_log,
+        write,
+    )
+
+    disk = small_tmpfs(2 * _MIB)
+    log = Log(disk / "t-0", "t", 0, compact_config(segment_bytes=64 * 1024), needs_recovery=False)
+    try:
+        for i in range(300):
+            write(log, [(b"k%d" % ((i * 5 + j) % 10), b"v%d-" % i + bytes(300)) for j in range(5)])
+        log.roll()
+        filler = disk / "filler"
+        fill(filler)
+        cleaner = make_cleaner(log, Clock(), backoff_ms=300)
+        assert not cleaner.clean_filthiest()
+        progress = cleaner.progress("t", 0)
+        assert progress is not None and progress.state == "retrying", progress
+        assert "No space left on device" in (progress.error or "")
+        assert not cleaner.clean_filthiest()  # within the back-off: not tried again at once
+        filler.unlink()
+        time.sleep(0.4)
+        assert cleaner.clean_filthiest()
+        records = read_log(log).records
+        assert sorted(r.key for r in records) == sorted(b"k%d" % j for j in range(10))
+        assert all(r.value.startswith(b"v299-") or r.value.startswith(b"v298-") for r in records)
+        assert cleaner.progress("t", 0).state == "idle"
+    finally:
+        log.close()

@@ -126,3 +126,86 @@ def test_a_client_that_leaves_mid_request_gives_its_memory_back() -> None:
             await server.close()
 
     asyncio.run(main())
+
+
+def test_stalled_large_requests_never_stop_small_ones() -> None:
+    """Three clients declare large requests and stall after a few bytes (issue #36): they
+    hold a step of memory each, not what they declared, and a small request on another
+    connection is read at once. The old pool reserved the declared size up front, so
+    the fourth connection waited until a stalled one was closed."""
+    mib = 1024 * 1024
+
+    async def main() -> None:
+        dispatcher = _HeldDispatcher()
+        server = KafkaServer(dispatcher, "127.0.0.1", 0, max_request_bytes=8 * mib,
+                             queued_max_request_bytes=8 * mib)
+        await server.start()
+        writers = []
+        try:
+            for _ in range(3):
+                _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+                writer.write(struct.pack(">ihhi", 8 * mib, 0, 9, 1) + bytes(100))
+                writers.append(writer)
+            await _wait_for(lambda: sum(c.receiving_body for c in server._connections) == 3)
+            assert server.memory.used < 4 * mib  # what came and a step each, not 3 x 8 MiB
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writers.append(writer)
+            writer.write(struct.pack(">ihhi", 12, 18, 0, 7) + bytes(4))  # ApiVersions-sized
+            await _wait_for(lambda: len(dispatcher.seen) == 1, timeout=1.0)
+            # and a large request that arrives whole is read too: memory is left for it
+            _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writers.append(writer)
+            writer.write(struct.pack(">ihhi", 2 * mib, 0, 9, 8) + bytes(2 * mib - 8))
+            await _wait_for(lambda: len(dispatcher.seen) == 2, timeout=2.0)
+            for fut in dispatcher.seen:
+                fut.set_result(None)
+        finally:
+            for writer in writers:
+                writer.close()
+            await server.close()
+        assert server.memory.used == 0
+
+    asyncio.run(main())
+
+
+def test_a_request_that_trickles_in_is_closed() -> None:
+    """A client that sends a byte every 0.2 s never lets its request finish; it is closed
+    once the grace has passed at a rate under the minimum, with no memory shortage
+    needed. The old server kept it open as long as a byte came every 10 s."""
+    async def main() -> None:
+        dispatcher = _HeldDispatcher()
+        server = KafkaServer(dispatcher, "127.0.0.1", 0, max_request_bytes=1 << 20,
+                             request_min_rate_bytes=1000, request_receive_grace_ms=600)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(struct.pack(">ihhi", 4096, 0, 9, 1))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            closed_after = None
+            while loop.time() - started < 5:
+                writer.write(b"\x00")
+                try:
+                    await writer.drain()
+                    if await asyncio.wait_for(reader.read(1), 0.2) == b"":
+                        closed_after = loop.time() - started
+                        break
+                except TimeoutError:
+                    continue
+                except ConnectionError:
+                    closed_after = loop.time() - started
+                    break
+            writer.close()
+            assert closed_after is not None, "the trickling request was never closed"
+            assert closed_after < 3
+            assert not dispatcher.seen and server.memory.used == 0
+            # a request that keeps the rate is read whole
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(struct.pack(">ihhi", 200_000, 0, 9, 2) + bytes(200_000 - 8))
+            await _wait_for(lambda: len(dispatcher.seen) == 1)
+            dispatcher.seen[0].set_result(None)
+            writer.close()
+        finally:
+            await server.close()
+
+    asyncio.run(main())
