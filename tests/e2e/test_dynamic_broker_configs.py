@@ -25,7 +25,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
-from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 
 from . import helpers, rawkafka
 
@@ -92,6 +96,16 @@ def topic_config(bootstrap: str, topic: str, name: str) -> tuple[str, int]:
     return entry.value, entry.source
 
 
+def created_with(bootstrap: str, topic: str, name: str) -> tuple[str, int]:
+    """CreateTopics v7's answer: the new topic's ``name`` config, with its source."""
+    request = CreateTopicsRequest(timeout_ms=30_000, validate_only=False, topics=[CreateTopicsRequest.CreatableTopic(
+        name=topic, num_partitions=1, replication_factor=1, assignments=[], configs=[])])
+    (created,) = rawkafka.call(bootstrap, request, 7).topics
+    assert created.error_code == 0, created
+    (entry,) = [c for c in created.configs if c.name == name]
+    return entry.value, entry.config_source
+
+
 def produce_one(bootstrap: str, topic: str, value: bytes, partition: int = 0) -> int:
     """The error code of producing ``value`` (0: stored)."""
     p = helpers.producer(bootstrap, **{"linger.ms": 0, "retries": 0, "message.timeout.ms": 10_000})
@@ -149,6 +163,8 @@ def test_log_configs_change_at_run_time_and_survive_a_restart(start_broker: Any)
     assert (entry.value, entry.source) == ("2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
     assert produce_one(broker.bootstrap, follows, BIG) == KafkaError.MSG_SIZE_TOO_LARGE
     assert produce_one(broker.bootstrap, own, BIG) == 0  # its own max.message.bytes
+    assert created_with(broker.bootstrap, helpers.topic_name("new"), "max.message.bytes") == (
+        "2000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
     # retention at run time: the topic without retention.ms loses its sealed segments
     assert alter_default(broker.bootstrap, log_retention_ms="500") == (0, None)
