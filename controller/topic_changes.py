@@ -96,11 +96,18 @@ class TopicChanges:
     """Validated topic changes for one broker configuration (see the module docstring)."""
 
     def __init__(
-        self, config: BrokerConfig, clock: Callable[[], int], placer: ReplicaPlacer
+        self, config: BrokerConfig, clock: Callable[[], int], placer: ReplicaPlacer,
+        current: Callable[[], BrokerConfig] | None = None,
     ) -> None:
-        self._config = config
+        #: the configs now, dynamic ones included (``log.cleanup.policy``,
+        #: ``unclean.leader.election.enable`` ... change at run time: ADR 0022)
+        self._current = current if current is not None else lambda: config
         self._clock = clock
         self._placer = placer
+
+    @property
+    def _config(self) -> BrokerConfig:
+        return self._current()
 
     def unclean_election_enabled(self, topic: TopicInfo) -> bool:
         """``unclean.leader.election.enable`` of ``topic``: its override, else the default."""

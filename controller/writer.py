@@ -93,7 +93,7 @@ class MetadataWriter(MetadataReads):
         self._listeners: list[MetadataListener] = []
         self._snapshot_listeners: list[Callable[[Snapshot], object]] = []
         self._lock = threading.RLock()
-        self._changes = TopicChanges(config, clock, ReplicaPlacer(placement_seed))
+        self._changes = TopicChanges(config, clock, ReplicaPlacer(placement_seed), current=self.broker_config)
         self._snapshot = self._load_or_initialise()
 
     # -- hooks --------------------------------------------------------------------------

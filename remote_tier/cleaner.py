@@ -131,6 +131,13 @@ class RemoteCleaner:
         self._busy: set[tuple[str, int]] = set()
         shutil.rmtree(scratch_dir, ignore_errors=True)  # a pass a crash interrupted
 
+    def reconfigure(self, cleaner: CleanerConfig) -> None:
+        """Dynamic ``log.cleaner.*`` broker configs: the I/O budget at once, the next pass's
+        buffers and back-off."""
+        self._cleaner = cleaner
+        self.interval_s = max(0.05, cleaner.backoff_ms / 1000)
+        self.throttler.rate = cleaner.io_max_bytes_per_second
+
     def close(self) -> None:
         self._stop.set()
         self._executor.shutdown(wait=True, cancel_futures=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import BrokerConfig
+from common.config.dynamic import SECTION as DYNAMIC_SECTION
 from common.errors import (
     ErrorCode,
     InvalidPartitionsError,
@@ -39,6 +40,7 @@ from common.errors import (
 from common.latency import LatencyHistograms
 from common.record.batch import ValidatedRecords
 from controller.commit import Snapshot
+from controller.document import ClusterMetadata
 from controller.errors import NotControllerError
 from controller.events import MetadataEvent, TopicDeleted
 from controller.metadata import TopicInfo
@@ -131,10 +133,14 @@ class Broker:
         self.txn_completion_hooks: dict[str, TxnCompletionHook] = {}
         self.tiering = RemoteLogManager(self.object_store, config)
         self.tiered_reads = TieredReader(self.tiering, config)
+        #: the log cleaners' settings now (``log.cleaner.*``, dynamic ones included)
+        self._cleaner_config = cleaner_config(config)
         self.remote_cleaner = RemoteCleaner(
-            self.tiering, config, cleaner_config(config), data_dir / "remote-compaction", data_dir / "logs"
+            self.tiering, config, self._cleaner_config, data_dir / "remote-compaction", data_dir / "logs"
         )
         self.cluster: ClusterNode | None = None
+        #: the dynamic broker configs the hosted logs follow, as stored in the metadata
+        self._dynamic_section: str | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
@@ -180,6 +186,7 @@ class Broker:
             # never before: a restarted broker would act on leaderships of its previous
             # incarnation, which its registration fences (a KRaft broker waits the same way)
             self.replicas.apply(md)
+        self._follow_dynamic_configs(md)
         self.controller.publish(md)
         if self.cluster is not None:
             self.cluster.metadata_applied()
@@ -196,7 +203,7 @@ class Broker:
         logs are compacted in the bucket instead (the remote cleaner), and both draw on one I/O budget."""
         self.logs.start_cleaner(
             LoopOwner(asyncio.get_running_loop(), lambda: self._closing),
-            cleaner_config(self.config),
+            self._cleaner_config,
             eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
             throttler=self.remote_cleaner.throttler,
         )
@@ -239,9 +246,28 @@ class Broker:
         return -1 if self.cluster is None else self.cluster.controller_id()
 
     def _log_config(self, topic: str) -> LogConfig:
-        if self.view.snapshot() is None or self.controller.topic(topic) is None:
+        if self.view.snapshot() is None:
             return LogConfig.from_properties(self.config.topic_defaults())
+        if self.controller.topic(topic) is None:
+            return LogConfig.from_properties(self.controller.broker_config().topic_defaults())
         return LogConfig.from_properties(self.controller.effective_topic_config(topic))
+
+    def _follow_dynamic_configs(self, md: ClusterMetadata) -> None:
+        """A change of the dynamic broker configs (kafka-configs.sh --entity-type brokers) reaches
+        every hosted log at once, as Kafka's ``DynamicLogConfig.reconfigure``: topics without an
+        override of their own follow the new defaults (retention, segment size, largest batch ...)."""
+        section = md.sections.get(DYNAMIC_SECTION)
+        if section == self._dynamic_section:
+            return
+        self._dynamic_section = section
+        for topic in {topic for topic, _ in self.logs.all_logs()}:
+            self.logs.update_config(topic, self._log_config(topic))
+        cleaner = cleaner_config(self.controller.broker_config(md))
+        if cleaner != self._cleaner_config:
+            self._cleaner_config = cleaner
+            self.remote_cleaner.reconfigure(cleaner)
+            if self.logs.cleaner is not None:
+                self.logs.cleaner.reconfigure(cleaner)
 
     def restore_reserve(self) -> None:
         self._restore_reserve()

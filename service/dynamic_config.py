@@ -1,11 +1,12 @@
 """Dynamic broker configs: Kafka's ``kafka-configs.sh --entity-type brokers
 (--entity-name N | --entity-default) --alter``, for the configs Strata can change
-without a restart (:data:`DYNAMIC`: the connection limits, and KIP-956's remote-read rate).
+without a restart (:data:`DYNAMIC`: Kafka's dynamic log configs, which are the topics'
+defaults, the connection limits, and KIP-956's remote-read rate).
 
 They live in the cluster metadata's section ``broker_configs``, one object per broker id
 and one for the cluster-wide default (docs/adr/0022-dynamic-broker-configs.md)::
 
-    {"default": {"max.connections.per.ip": "100"}, "2": {"listener.name.ssl.max.connections": "5000"}}
+    {"default": {"log.retention.ms": "3600000"}, "2": {"listener.name.ssl.max.connections": "5000"}}
 
 Values are stored normalised (:meth:`ConfigDef.normalize`). Precedence is Kafka's:
 this broker's dynamic value, then the cluster default's, then the static one
@@ -27,19 +28,14 @@ from typing import Any
 
 from common.config.broker import LISTENER_PREFIX, BrokerConfig, TypedConfig, listener_key
 from common.config.configdef import InvalidConfigValue
+from common.config.dynamic import DEFAULT, DYNAMIC, SECTION, dynamic_levels
 from common.config.entries import ConfigEntry, ConfigSource, ConfigSynonym
-from common.config.keys import BROKER_CONFIGS
+from common.config.keys import BROKER_CONFIGS, local_retention_problem
 from common.errors import InvalidRequestError
 from service.quotas.connections import override_pairs
 
 __all__ = ["DEFAULT", "DYNAMIC", "SECTION", "EffectiveConfig", "alter", "describe", "validate_overrides"]
 
-SECTION = "broker_configs"
-DEFAULT = "default"  # the cluster-wide default's key in the section
-DYNAMIC = frozenset({
-    "max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides",
-    "max.connection.creation.rate", "remote.log.manager.fetch.max.bytes.per.second",
-})
 #: dynamic configs a listener may override as ``listener.name.<listener>.<config>``
 LISTENER_DYNAMIC = frozenset({"max.connections", "max.connection.creation.rate"})
 _SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
@@ -95,10 +91,10 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
         if unknown:
             raise InvalidRequestError(f"Unknown broker config name: {unknown[0]}")
         raise InvalidRequestError(
-            f"Cannot update these configs dynamically: {fixed} (Strata changes only "
-            f"{', '.join(sorted(DYNAMIC))} at run time; set the others with `strata up --set KEY=VALUE` "
-            "and restart)")
-    current = {k: dict(v) for k, v in (section or {}).items()}
+            f"Cannot update these configs dynamically: {fixed} (read only at start: set them with "
+            "`strata up --set KEY=VALUE` and restart)")
+    before = {k: dict(v) for k, v in (section or {}).items()}
+    current = {k: dict(v) for k, v in before.items()}
     values = {} if replace_all else dict(current.get(key, {}))
     for name, op, value in ops:
         if op == _DELETE:
@@ -121,19 +117,51 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
         current[key] = dict(sorted(values.items()))
     else:
         current.pop(key, None)
-    _check_per_ip(current, key, static or BrokerConfig())
+    _check_merged(before, current, key, static or BrokerConfig())
     return current or None
 
 
-def _check_per_ip(section: Mapping[str, Mapping[str, str]], key: str, static: BrokerConfig) -> None:
-    """Kafka's rule on the merged configs: ``max.connections.per.ip`` 0 needs overrides. For the
-    cluster default, each broker with no value of its own inherits it (checked as broker "-1")."""
+def _check_merged(before: Mapping[str, Mapping[str, str]], section: Mapping[str, Mapping[str, str]], key: str,
+                  static: BrokerConfig) -> None:
+    """Kafka's cross-config rules on the merged configs of every broker the change reaches:
+    for the cluster default, each broker with no value of its own inherits it (checked as
+    broker "-1"), with the controller's static configs."""
     brokers = [key] if key != DEFAULT else ["-1", *(k for k in section if k != DEFAULT)]
     for broker in brokers:
         merged = EffectiveConfig(static, int(broker), section)
+        _check_cleaner_threads(merged.get_int("log.cleaner.threads"),
+                               EffectiveConfig(static, int(broker), before).get_int("log.cleaner.threads"))
         if merged.get_int("max.connections.per.ip") == 0 and not merged.get("max.connections.per.ip.overrides"):
             raise InvalidRequestError("max.connections.per.ip can be set to zero only if "
                                      "max.connections.per.ip.overrides property is set.")
+        for local, total in (("log.local.retention.ms", "log.retention.ms"),
+                             ("log.local.retention.bytes", "log.retention.bytes")):
+            _check_local_retention(merged, local, total)
+
+
+def _check_cleaner_threads(threads: int, current: int) -> None:
+    """Kafka's ``LogCleaner.validateReconfiguration``: at least one, and at most halved or doubled
+    in one change."""
+    if threads == current:
+        return
+    if threads < 1:
+        reason = "Log cleaner threads should be at least 1"
+    elif threads < current // 2:
+        reason = f"Log cleaner threads cannot be reduced to less than half the current value {current}"
+    elif threads > current * 2:
+        reason = f"Log cleaner threads cannot be increased to more than double the current value {current}"
+    else:
+        return
+    raise InvalidRequestError(f"Invalid value {threads} for configuration log.cleaner.threads: {reason}")
+
+
+def _check_local_retention(merged: EffectiveConfig, local: str, total: str) -> None:
+    """Kafka's ``DynamicLogConfig.validateReconfiguration``: the local tier keeps no more
+    than the whole log."""
+    local_value = merged.get_int(local)
+    reason = local_retention_problem(local_value, total, merged.get_int(total))
+    if reason is not None:
+        raise InvalidRequestError(f"Invalid value {local_value} for configuration {local}: {reason}")
 
 
 class EffectiveConfig(TypedConfig):
@@ -142,18 +170,16 @@ class EffectiveConfig(TypedConfig):
     def __init__(self, static: BrokerConfig, node_id: int, section: Any) -> None:
         self.static = static
         #: this broker's dynamic configs, then the cluster default's
-        self.levels: tuple[Mapping[str, str], ...] = tuple(
-            (section or {}).get(k, {}) for k in (str(node_id), DEFAULT))
+        self.levels: tuple[Mapping[str, str], ...] = dynamic_levels(section, node_id)
+        #: the configs Kafka's way (synonym chains, topic defaults) with the dynamic levels
+        self.merged = static.with_dynamic(*self.levels)
 
     def sourced(self) -> zip[tuple[Mapping[str, str], ConfigSource]]:
         return zip(self.levels, (ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
                    strict=True)
 
     def get(self, name: str) -> str | None:
-        for level in self.levels:
-            if name in level:
-                return level[name]
-        return self.static.get(name)
+        return self.merged.get(name)
 
     def for_listener(self, listener: str) -> _ListenerView:
         return _ListenerView(self, listener.lower())
@@ -194,13 +220,7 @@ def describe(static: BrokerConfig, section: Any, resource: str, node_id: int,
     if key != str(node_id):
         raise InvalidRequestError(f"Unexpected broker id, expected {node_id} or empty string, but received {resource}")
     effective = EffectiveConfig(static, node_id, section)
-    entries = []
-    for entry in static.entries(keys):
-        found = effective.dynamic(entry.name) if entry.name in DYNAMIC else None
-        if found is not None:
-            entries.append(_dynamic_entry(entry.name, found[1], effective, list(entry.synonyms)))
-        else:
-            entries.append(replace(entry, read_only=entry.name not in DYNAMIC))
+    entries = [replace(entry, read_only=entry.name not in DYNAMIC) for entry in effective.merged.entries(keys)]
     prefixed = sorted({n for level in effective.levels for n in level if n.startswith(LISTENER_PREFIX)})
     for name in prefixed if keys is None else sorted(set(keys) & set(prefixed)):
         found = effective.dynamic(name)

@@ -12,6 +12,7 @@ Immutable after construction; thread-safe.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Collection, Mapping
 from types import MappingProxyType
 
@@ -125,6 +126,8 @@ class BrokerConfig(TypedConfig):
             )
         self._overrides: Mapping[str, str] = MappingProxyType(normalized)
         self._by_listener: Mapping[tuple[str, str], str] = MappingProxyType(by_listener)
+        #: dynamic levels over the static overrides (:meth:`with_dynamic`), highest first
+        self._dynamic: tuple[tuple[Mapping[str, str], ConfigSource], ...] = ()
         queued, request_max = self.get_int("queued.max.request.bytes"), self.get_int("socket.request.max.bytes")
         if 0 < queued < request_max:
             raise ValueError(
@@ -137,6 +140,21 @@ class BrokerConfig(TypedConfig):
 
     def __repr__(self) -> str:
         return f"BrokerConfig({dict(self._overrides)!r})"
+
+    def with_dynamic(self, own: Mapping[str, str], default: Mapping[str, str]) -> BrokerConfig:
+        """These configs under a broker's dynamic ones (``own``) and the cluster default's
+        (``default``), Kafka's precedence: own, default, static, the config's default.
+        The values are the cluster metadata's, already normalised; listener-prefixed
+        names are left to the listener's view (service.dynamic_config)."""
+        merged = copy.copy(self)
+        merged._dynamic = tuple(
+            (MappingProxyType({k: v for k, v in level.items() if k in BROKER_CONFIGS}), source)
+            for level, source in ((own, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                                  (default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+        )
+        merged._topic_defaults = MappingProxyType(
+            {name: merged._topic_default(d) for name, d in TOPIC_CONFIGS.items()})
+        return merged
 
     @property
     def overrides(self) -> Mapping[str, str]:
@@ -173,7 +191,7 @@ class BrokerConfig(TypedConfig):
         for name in names:
             definition = BROKER_CONFIGS[name]
             synonyms = self.synonyms(name)
-            own = self._overrides.get(name, definition.default)
+            own = self._own(name, definition.default)
             source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             entries.append(_entry(definition, own, source, synonyms, read_only=True))
         return entries
@@ -204,9 +222,10 @@ class BrokerConfig(TypedConfig):
         precedence chain, then the default of the first key that has one."""
         chain = [key for key, _ in _FALLBACKS.get(name, ((name, 1),))]
         found = [
-            ConfigSynonym(key, self._overrides[key], ConfigSource.STATIC_BROKER_CONFIG)
+            ConfigSynonym(key, level[key], source)
+            for level, source in self._levels()
             for key in chain
-            if key in self._overrides
+            if key in level
         ]
         for key in chain:
             default = BROKER_CONFIGS[key].default
@@ -215,9 +234,20 @@ class BrokerConfig(TypedConfig):
                 break
         return found
 
+    def _levels(self) -> tuple[tuple[Mapping[str, str], ConfigSource], ...]:
+        """Where values come from before the configs' defaults, highest precedence first."""
+        return (*self._dynamic, (self._overrides, ConfigSource.STATIC_BROKER_CONFIG))
+
+    def _own(self, key: str, default: str | None) -> str | None:
+        """``key``'s own value (no fallback to its synonyms)."""
+        for level, _ in self._levels():
+            if key in level:
+                return level[key]
+        return default
+
     def _resolve(self, name: str) -> str | None:
         for key, factor in _FALLBACKS.get(name, ((name, 1),)):
-            value = self._overrides.get(key, BROKER_CONFIGS[key].default)
+            value = self._own(key, BROKER_CONFIGS[key].default)
             if value is None:
                 continue
             if factor == 1:

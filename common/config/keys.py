@@ -35,6 +35,7 @@ __all__ = [
     "BROKER_CONFIGS",
     "TOPIC_CONFIGS",
     "check_topic_config_combination",
+    "local_retention_problem",
     "validate_topic_config",
 ]
 
@@ -486,17 +487,18 @@ def check_topic_config_combination(
         ("local.retention.ms", "retention.ms"),
         ("local.retention.bytes", "retention.bytes"),
     ):
-        _check_local_retention(local_key, effective[local_key], total_key, effective[total_key])
+        reason = local_retention_problem(int(effective[local_key]), total_key, int(effective[total_key]))
+        if reason is not None:
+            raise InvalidConfigError(f"Invalid value {effective[local_key]} for configuration {local_key}: {reason}")
 
 
-def _check_local_retention(local_key: str, local: str, total_key: str, total: str) -> None:
-    local_value, total_value = int(local), int(total)
-    if local_value == -2 or total_value == -1:
-        return
-    if local_value == -1:
-        reason = f"Value must not be -1 as {total_key} value is set as {total_value}."
-    elif local_value > total_value:
-        reason = f"Value must not be more than {total_key} property value: {total_value}"
-    else:
-        return
-    raise InvalidConfigError(f"Invalid value {local} for configuration {local_key}: {reason}")
+def local_retention_problem(local: int, total_key: str, total: int) -> str | None:
+    """Why a local retention (time or bytes) cannot go with the whole log's ``total``
+    (Kafka's wording), or None: -2 follows the total; -1 (forever) only if the total is."""
+    if local == -2 or total == -1:
+        return None
+    if local == -1:
+        return f"Value must not be -1 as {total_key} value is set as {total}."
+    if local > total:
+        return f"Value must not be more than {total_key} property value: {total}"
+    return None

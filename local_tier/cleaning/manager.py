@@ -213,7 +213,8 @@ class LogCleaner:
         self._totals = _Totals()
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._threads: list[threading.Thread] = []
+        #: the cleaner threads by index; thread ``i`` runs while ``i < config.threads``
+        self._threads: dict[int, threading.Thread] = {}
         #: the I/O budget, shared with whatever else the broker gives it to (the remote cleaner)
         self.throttler = throttler if throttler is not None else Throttler(config.io_max_bytes_per_second)
         self._map_bytes = max(1, config.dedupe_buffer_size // max(1, config.threads))
@@ -223,15 +224,36 @@ class LogCleaner:
     def start(self) -> None:
         if not self.config.enable or self._threads:
             return
+        with self._lock:
+            self._start_missing()
+
+    def _start_missing(self) -> None:
+        """Start the threads ``config.threads`` asks for that are not running (lock held)."""
         for i in range(self.config.threads):
-            thread = threading.Thread(target=self._run, name=f"strata-log-cleaner-{i}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            if i not in self._threads:
+                thread = threading.Thread(target=self._run, args=(i,), name=f"strata-log-cleaner-{i}", daemon=True)
+                self._threads[i] = thread
+                thread.start()
+
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """New settings at run time (Kafka's ``LogCleaner.reconfigure``, dynamic ``log.cleaner.*``
+        broker configs): the I/O rate and the next round's buffers and back-off at once; added
+        threads start now, and threads beyond the new count stop after their round. Never
+        blocks on a round: callable on the event loop."""
+        with self._lock:
+            self.config = config
+            self._map_bytes = max(1, config.dedupe_buffer_size // max(1, config.threads))
+            self.throttler.rate = config.io_max_bytes_per_second
+            if config.enable and self._threads and not self._stop.is_set():
+                self._start_missing()
+        self._wake.set()  # a sleeping thread takes the new back-off, or leaves
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads.values())
+        for thread in threads:
             thread.join(timeout_s)
         self._threads.clear()
 
@@ -243,8 +265,16 @@ class LogCleaner:
         """Look for work now instead of after the back-off."""
         self._wake.set()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
+    def _leaves(self, index: int) -> bool:
+        """Whether thread ``index`` stops now (shutdown, or fewer threads configured)."""
+        with self._lock:
+            if self._stop.is_set() or index >= self.config.threads:
+                self._threads.pop(index, None)
+                return True
+            return False
+
+    def _run(self, index: int) -> None:
+        while not self._leaves(index):
             try:
                 cleaned = self.clean_filthiest()
             except Exception:  # a broken round must not stop the thread

@@ -112,7 +112,8 @@ async def handle_create_topics(ctx: RequestContext, request: Any) -> Any:
                 fields.update(num_partitions=-1, replication_factor=-1, configs=(),
                               topic_config_error_code=ErrorCode.topic_authorization_failed)
             else:
-                entries = broker.config.topic_entries(info.configs) if config_cls else []
+                # with this broker's dynamic configs, as DescribeConfigs shows them (ADR 0022)
+                entries = broker.controller.broker_config().topic_entries(info.configs) if config_cls else []
                 fields.update(
                     num_partitions=info.partitions,
                     replication_factor=replication if replication > 0 else broker.replication_factor(info),

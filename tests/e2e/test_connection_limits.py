@@ -274,7 +274,7 @@ def test_connection_limits_change_at_run_time_as_dynamic_broker_configs(start_br
             ) in strata_configs(broker, "--entity-name", "1", "--describe")
     shown = strata_configs(broker, "--entity-default", "--describe")
     assert "max.connections.per.ip=3 " in shown and "max.connections.per.ip.overrides=127.0.0.1:100" in shown
-    refused = strata_configs(broker, "--entity-name", "1", "--alter", "--add-config", "log.retention.ms=1", ok=False)
+    refused = strata_configs(broker, "--entity-name", "1", "--alter", "--add-config", "log.retention.hours=1", ok=False)
     assert "Cannot update these configs dynamically" in refused  # what Strata reads only at start
 
     broker.restart()  # kept in the cluster metadata

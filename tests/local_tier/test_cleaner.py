@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from common.errors import InvalidRecordError
 from common.record.batch import Compression, decode_all
 from local_tier.checkpoint import read_checkpoint
 from local_tier.cleaning.cleaner import CleanerIO, SourceSegment, group_segments_by_size
-from local_tier.cleaning.manager import CLEANER_CHECKPOINT, Throttler
+from local_tier.cleaning.manager import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner, Throttler
 from local_tier.log import Log
 from tests.local_tier.cleaning_helpers import Clock, compact_config, make_cleaner, read_log, write
 
@@ -292,3 +293,28 @@ def test_a_pass_that_empties_its_groups_leaves_no_segments_of_empty_batches(tmp_
         assert values == [b"final"] * 4
     finally:
         log.close()
+
+
+def test_reconfigure_changes_threads_rate_and_back_off_without_a_restart(tmp_path: Path) -> None:
+    """Dynamic log.cleaner.* (Kafka's LogCleaner.reconfigure): added threads start at once, threads
+    beyond the new count leave after their round, the I/O rate and back-off apply now."""
+    cleaner = LogCleaner(tmp_path, dict, lambda fn: fn(), CleanerConfig(threads=1, backoff_ms=600_000))
+
+    def running() -> list[int]:
+        with cleaner._lock:
+            return sorted(i for i, t in cleaner._threads.items() if t.is_alive())
+
+    cleaner.start()
+    try:
+        cleaner.reconfigure(replace(cleaner.config, threads=3, backoff_ms=50, io_max_bytes_per_second=1e6))
+        assert running() == [0, 1, 2] and cleaner.throttler.rate == 1e6
+        cleaner.reconfigure(replace(cleaner.config, threads=1))
+        deadline = time.monotonic() + 5
+        while running() != [0]:
+            assert time.monotonic() < deadline, running()
+            time.sleep(0.01)
+        cleaner.reconfigure(replace(cleaner.config, threads=2))
+        assert running() == [0, 1]
+    finally:
+        cleaner.shutdown()
+    assert not cleaner._threads

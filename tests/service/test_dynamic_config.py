@@ -41,8 +41,8 @@ def test_alter_keeps_each_brokers_and_the_defaults_dynamic_configs() -> None:
 
 
 def test_alter_refuses_what_cannot_change_and_bad_values_as_kafka() -> None:
-    code, message = refusal(None, "1", ("log.retention.ms", SET, "1"), ("max.connections", SET, "5"))
-    assert code == ErrorCode.invalid_request and "Cannot update these configs dynamically: ['log.retention.ms']" in message
+    code, message = refusal(None, "1", ("log.retention.hours", SET, "1"), ("max.connections", SET, "5"))
+    assert code == ErrorCode.invalid_request and "Cannot update these configs dynamically: ['log.retention.hours']" in message
     assert refusal(None, "1", ("no.such.config", SET, "1"))[0] == ErrorCode.invalid_request
     assert refusal(None, "1", ("listener.name.ssl.ssl.keystore.location", SET, "/x"))[0] == ErrorCode.invalid_request
     assert refusal(None, "1", ("max.connections", SET, "lots"))[0] == ErrorCode.invalid_request
@@ -86,7 +86,7 @@ def test_describe_shows_dynamic_sources_and_the_defaults_own_list() -> None:
         ("300", ConfigSource.DYNAMIC_BROKER_CONFIG), ("500", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
         ("1000", ConfigSource.STATIC_BROKER_CONFIG), ("2147483647", ConfigSource.DEFAULT_CONFIG)]
     assert entries["listener.name.ssl.max.connections"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
-    assert not entries["max.connections.per.ip"].read_only and entries["log.retention.ms"].read_only
+    assert not entries["max.connections.per.ip"].read_only and entries["log.retention.hours"].read_only
     default = describe(static, section, "", 1, None)
     assert [(e.name, e.value, e.source) for e in default] == [
         ("listener.name.ssl.max.connections", "40", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
@@ -109,4 +109,41 @@ def test_the_zero_per_ip_rule_is_checked_on_the_merged_configs() -> None:
 def test_broker_resources_and_keys_are_checked_before_anything_is_written() -> None:
     assert refusal(None, "\u00b2", ("max.connections", SET, "5"))[0] == ErrorCode.invalid_request  # not ASCII digits
     assert refusal(None, "1", ("max.connections", SET, "5"), ("max.connections", SET, "6"))[0] == ErrorCode.invalid_request
-    assert altered(None, "1", ("log.retention.ms", DELETE, None)) is None  # deleting what is not set: no change
+    assert altered(None, "1", ("log.retention.hours", DELETE, None)) is None  # deleting what is not set: no change
+
+
+def test_log_configs_are_dynamic_and_topics_without_their_own_follow_them() -> None:
+    """Kafka's DynamicLogConfig: the first broker synonym of each topic config; a topic's default
+    comes from this broker's value, then the cluster default's, then the static chain."""
+    section = altered(None, "", ("log.retention.ms", SET, " 60000 "), ("message.max.bytes", SET, "2000"))
+    section = altered(section, "1", ("log.segment.bytes", SET, "4096"))
+    assert section == {"default": {"log.retention.ms": "60000", "message.max.bytes": "2000"},
+                       "1": {"log.segment.bytes": "4096"}}
+    static = BrokerConfig({"log.retention.hours": "1", "message.max.bytes": "5000"})
+    defaults = EffectiveConfig(static, 1, section).merged.topic_defaults()
+    assert (defaults["retention.ms"], defaults["max.message.bytes"], defaults["segment.bytes"]) == (
+        "60000", "2000", "4096")
+    assert EffectiveConfig(static, 2, section).merged.topic_defaults()["segment.bytes"] == "1073741824"
+    entries = {e.name: e for e in describe(static, section, "1", 1, ["log.retention.ms", "log.segment.bytes"])}
+    assert [(s.name, s.value, s.source) for s in entries["log.retention.ms"].synonyms] == [
+        ("log.retention.ms", "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", "1", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG)]
+    assert not entries["log.segment.bytes"].read_only
+    topic = {e.name: e for e in EffectiveConfig(static, 1, section).merged.topic_entries({}, ["retention.ms"])}
+    assert (topic["retention.ms"].value, topic["retention.ms"].source) == (
+        "60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_read_only_log_configs_and_kafkas_reconfiguration_rules() -> None:
+    for name in ("log.retention.hours", "log.roll.hours", "log.dirs", "node.id", "listeners",
+                 "log.remote.storage.enable", "log.cleaner.enable"):
+        code, message = refusal(None, "1", (name, SET, "1"))
+        assert code == ErrorCode.invalid_request and f"['{name}']" in message
+    code, message = refusal(None, "", ("log.retention.ms", SET, "60000"), ("log.local.retention.ms", SET, "-1"))
+    assert "Value must not be -1 as log.retention.ms value is set as 60000" in message
+    code, message = refusal(None, "", ("log.local.retention.bytes", SET, "100"), ("log.retention.bytes", SET, "10"))
+    assert "Value must not be more than log.retention.bytes property value: 10" in message
+    assert refusal(None, "1", ("log.cleaner.threads", SET, "0"))[1].endswith("should be at least 1")
+    assert "more than double" in refusal(None, "1", ("log.cleaner.threads", SET, "3"))[1]
+    assert altered(None, "1", ("log.cleaner.threads", SET, "2")) == {"1": {"log.cleaner.threads": "2"}}
