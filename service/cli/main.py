@@ -13,7 +13,6 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,22 +36,77 @@ def _check_hostport(value: str, option: str) -> str | None:
 _DEFAULT_PORTS = {"--listen": 9092, "--advertise": 9092, "--http": 9644}
 
 
-def _new_paths(data_dir: Path) -> list[Path]:
-    """The paths a start would create under and above ``data_dir`` (outermost first)."""
-    missing = [p for p in (*reversed(data_dir.parents), data_dir) if not p.exists()]
-    if missing:
-        return missing[:1]  # removing the outermost new directory removes the rest
-    made = (data_dir / "logs", data_dir / "bucket", data_dir / ".lock", data_dir / "meta.properties")
-    return [p for p in made if not p.exists()]
+def make_dirs(path: Path) -> list[Path]:
+    """Make ``path`` and its missing parents; the ones this process made (outermost first).
+
+    A directory another process makes meanwhile (the brokers of ``strata up --brokers N``
+    start together on one fresh data dir) is not counted: only a ``mkdir`` that succeeded
+    here makes a directory this process's to remove. Stops quietly at one it cannot make:
+    the data dir's lock then says why."""
+    made: list[Path] = []
+    for directory in (*reversed(path.parents), path):
+        if directory.is_dir():
+            continue
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # made by another process meanwhile (or not a directory: the lock says so)
+        except OSError:
+            break
+        made.append(directory)
+    return made
 
 
-def _remove(paths: list[Path]) -> None:
-    """Undo a start that never served: what it created holds nothing acknowledged."""
-    for path in paths:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+def remove_empty_dirs(made: list[Path]) -> None:
+    """Remove the directories of :func:`make_dirs`, innermost first, each only if empty: what
+    other processes put in them since (another broker's data, a shared bucket) stays."""
+    for directory in reversed(made):
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not empty: it holds something this process did not make, so do its parents
+
+
+class _StartUndo:
+    """What a start that never served created in its data dir, removed again: it holds
+    nothing acknowledged. Only entries that appeared while this process held the data dir's
+    lock are its own (no other broker writes there then); the lock file only when this
+    process made it; directories above only when empty (:func:`remove_empty_dirs`)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from local_tier.dirlock import LOCK_FILE  # the broker's modules load only when it runs
+
+        self.data_dir = data_dir
+        self._lock_file = data_dir / LOCK_FILE
+        self.dirs = make_dirs(data_dir)
+        self.served = False
+        self._lock_was_there = self._lock_file.exists()
+        self._before: set[str] | None = None
+
+    def serving(self) -> None:
+        self.served = True
+
+    def locked(self) -> None:
+        """The lock is this process's: what is in the data dir now is not."""
+        self._before = set(os.listdir(self.data_dir))
+
+    def undo_locked(self) -> None:
+        """With the lock still held: remove what appeared under it, then the lock file if new."""
+        if self.served or self._before is None:
+            return
+        for name in sorted(set(os.listdir(self.data_dir)) - self._before):
+            path = self.data_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if not self._lock_was_there:
+            self._lock_file.unlink(missing_ok=True)
+
+    def undo_dirs(self) -> None:
+        """After the lock is released: the directories this process made, if empty now."""
+        if not self.served:
+            remove_empty_dirs(self.dirs)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -78,24 +132,15 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
-    created = _new_paths(data_dir)
-    served = False
-
-    def serving() -> None:
-        nonlocal served
-        served = True
-
-    code = 1
+    undo = _StartUndo(data_dir)
     try:
-        code = _start(args, data_dir, config, http, serving)
-        return code
+        return _start(args, data_dir, config, http, undo)
     finally:
-        if code != 0 and not served and created:
-            _remove(created)
+        undo.undo_dirs()
 
 
 def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
-           serving: Callable[[], None]) -> int:
+           undo: _StartUndo) -> int:
     from local_tier.dirlock import DataDirError, DataDirLock
     from remote_tier.errors import ObjectStoreError
     from remote_tier.url import open_object_store
@@ -107,18 +152,22 @@ def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
         print(f"strata up: {exc}", file=sys.stderr)
         return 1
     with lock:
-        url = args.object_store or (data_dir / "bucket").as_uri()
+        undo.locked()
         try:
-            store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
-                                      s3_ca_bundle=args.s3_ca_bundle)
-        except ValueError as exc:
-            print(f"strata up: --object-store: {exc}", file=sys.stderr)
-            return 2
-        except ObjectStoreError as exc:
-            print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
-            return 1
-        return run_broker(data_dir, config, args.listen, args.advertise, store, http,
-                          on_serving=serving)
+            url = args.object_store or (data_dir / "bucket").as_uri()
+            try:
+                store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                                          s3_ca_bundle=args.s3_ca_bundle)
+            except ValueError as exc:
+                print(f"strata up: --object-store: {exc}", file=sys.stderr)
+                return 2
+            except ObjectStoreError as exc:
+                print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
+                return 1
+            return run_broker(data_dir, config, args.listen, args.advertise, store, http,
+                              on_serving=undo.serving)
+        finally:
+            undo.undo_locked()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,7 +231,19 @@ def build_parser() -> argparse.ArgumentParser:
     quotas.register(sub)
     configs.register(sub)
     perf.register(sub)
+    for command in sub.choices.values():
+        _accept_global_flags(command)
     return parser
+
+
+def _accept_global_flags(command: argparse.ArgumentParser) -> None:
+    """``-v`` after the subcommand too (``strata up -v``), as before it: SUPPRESS keeps the
+    subcommand from resetting what was given before it."""
+    try:
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="debug logging (also before the command)")
+    except argparse.ArgumentError:
+        pass  # the command has a -v of its own
 
 
 def main(argv: list[str] | None = None) -> int:
