@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from service.cli.main import make_dirs, remove_empty_dirs
+from service.cli.data_dirs import make_dirs, remove_empty_dirs
 from service.cli.up_options import shift_ports
 
 __all__ = ["run_local_cluster"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from service.cli.data_dirs import StartUndo
 from service.cli.up_options import UP_DEFAULTS, add_security_options, up_configs
 from service.version import strata_version
 
@@ -34,79 +34,6 @@ def _check_hostport(value: str, option: str) -> str | None:
 
 
 _DEFAULT_PORTS = {"--listen": 9092, "--advertise": 9092, "--http": 9644}
-
-
-def make_dirs(path: Path) -> list[Path]:
-    """Make ``path`` and its missing parents; the ones this process made (outermost first).
-
-    A directory another process makes meanwhile (the brokers of ``strata up --brokers N``
-    start together on one fresh data dir) is not counted: only a ``mkdir`` that succeeded
-    here makes a directory this process's to remove. Stops quietly at one it cannot make:
-    the data dir's lock then says why."""
-    made: list[Path] = []
-    for directory in (*reversed(path.parents), path):
-        if directory.is_dir():
-            continue
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue  # made by another process meanwhile (or not a directory: the lock says so)
-        except OSError:
-            break
-        made.append(directory)
-    return made
-
-
-def remove_empty_dirs(made: list[Path]) -> None:
-    """Remove the directories of :func:`make_dirs`, innermost first, each only if empty: what
-    other processes put in them since (another broker's data, a shared bucket) stays."""
-    for directory in reversed(made):
-        try:
-            directory.rmdir()
-        except OSError:
-            return  # not empty: it holds something this process did not make, so do its parents
-
-
-class _StartUndo:
-    """What a start that never served created in its data dir, removed again: it holds
-    nothing acknowledged. Only entries that appeared while this process held the data dir's
-    lock are its own (no other broker writes there then); the lock file only when this
-    process made it; directories above only when empty (:func:`remove_empty_dirs`)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        from local_tier.dirlock import LOCK_FILE  # the broker's modules load only when it runs
-
-        self.data_dir = data_dir
-        self._lock_file = data_dir / LOCK_FILE
-        self.dirs = make_dirs(data_dir)
-        self.served = False
-        self._lock_was_there = self._lock_file.exists()
-        self._before: set[str] | None = None
-
-    def serving(self) -> None:
-        self.served = True
-
-    def locked(self) -> None:
-        """The lock is this process's: what is in the data dir now is not."""
-        self._before = set(os.listdir(self.data_dir))
-
-    def undo_locked(self) -> None:
-        """With the lock still held: remove what appeared under it, then the lock file if new."""
-        if self.served or self._before is None:
-            return
-        for name in sorted(set(os.listdir(self.data_dir)) - self._before):
-            path = self.data_dir / name
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-        if not self._lock_was_there:
-            self._lock_file.unlink(missing_ok=True)
-
-    def undo_dirs(self) -> None:
-        """After the lock is released: the directories this process made, if empty now."""
-        if not self.served:
-            remove_empty_dirs(self.dirs)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -132,19 +59,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
-    undo = _StartUndo(data_dir)
+    undo = StartUndo(data_dir)
+    code = 1
     try:
-        return _start(args, data_dir, config, http, undo)
+        code = _start(args, data_dir, config, http, undo)
+        return code
     finally:
-        undo.undo_dirs()
+        if code != 0:
+            undo.undo_dirs()
 
 
 def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
-           undo: _StartUndo) -> int:
+           undo: StartUndo) -> int:
     from local_tier.dirlock import DataDirError, DataDirLock
-    from remote_tier.errors import ObjectStoreError
-    from remote_tier.url import open_object_store
-    from service.app import run_broker
 
     try:  # before anything under the data dir is opened or created (ADR 0007)
         lock = DataDirLock.acquire(data_dir)
@@ -153,21 +80,33 @@ def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
         return 1
     with lock:
         undo.locked()
+        code = 1
         try:
-            url = args.object_store or (data_dir / "bucket").as_uri()
-            try:
-                store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
-                                          s3_ca_bundle=args.s3_ca_bundle)
-            except ValueError as exc:
-                print(f"strata up: --object-store: {exc}", file=sys.stderr)
-                return 2
-            except ObjectStoreError as exc:
-                print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
-                return 1
-            return run_broker(data_dir, config, args.listen, args.advertise, store, http,
-                              on_serving=undo.serving)
+            code = _serve(args, data_dir, config, http, undo)
+            return code
         finally:
-            undo.undo_locked()
+            if code != 0:
+                undo.undo_locked()
+
+
+def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
+           undo: StartUndo) -> int:
+    """Open the object store and run the broker (the data dir locked); the exit code."""
+    from remote_tier.errors import ObjectStoreError
+    from remote_tier.url import open_object_store
+    from service.app import run_broker
+
+    url = args.object_store or (data_dir / "bucket").as_uri()
+    try:
+        store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                                  s3_ca_bundle=args.s3_ca_bundle)
+    except ValueError as exc:
+        print(f"strata up: --object-store: {exc}", file=sys.stderr)
+        return 2
+    except ObjectStoreError as exc:
+        print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
+        return 1
+    return run_broker(data_dir, config, args.listen, args.advertise, store, http, on_serving=undo.serving)
 
 
 def build_parser() -> argparse.ArgumentParser:
