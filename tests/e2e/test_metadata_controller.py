@@ -9,12 +9,14 @@ new lease holder.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from common.protocol.codec import build
 from service.cluster.wire import request_module
+from service.handlers.metadata import named_controller
 from tests.e2e.test_cluster import _controller_named, _raw
 
 TIMEOUT_S = 30.0
@@ -51,3 +53,12 @@ def test_every_broker_names_the_lease_holder_in_metadata_before_and_after_a_fail
     cluster.wait_for("the survivors naming the new controller", lambda: set(
         _named_everywhere(cluster, survivors).values()) == {(new, new)}, TIMEOUT_S)
 
+
+
+def test_a_holder_missing_from_the_live_brokers_is_not_named() -> None:
+    """During a failover (the lease free, or its holder fenced a moment ago) a broker names
+    itself, which relays admin writes, never a node the answer does not list."""
+    live = tuple(SimpleNamespace(node_id=n) for n in (1, 3))
+    assert named_controller(3, 1, live) == 3
+    assert named_controller(2, 1, live) == 1  # the holder was fenced
+    assert named_controller(-1, 3, live) == 3  # no holder
