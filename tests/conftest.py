@@ -345,13 +345,31 @@ def module_broker(module_start_broker: BrokerFactory) -> BrokerProcess:
     return module_start_broker()
 
 
+def tools_required() -> bool:
+    """Whether a test whose tool is missing fails instead of skipping: under ``.ci/test``
+    (``STRATA_REQUIRE_TOOLS=1``) and on CI (``CI=true``), where a tool the suite needs that
+    could not be installed is a failure, not a silent skip of whole groups of tests."""
+    return (os.environ.get("STRATA_REQUIRE_TOOLS", "") not in ("", "0")
+            or os.environ.get("CI", "").lower() in ("true", "1"))
+
+
+def require_tool(*names: str, package: str) -> str:
+    """The path of the first of ``names`` on PATH; without any, the test is skipped, or
+    failed when :func:`tools_required`, with the package that provides it."""
+    for name in names:
+        path = shutil.which(name)
+        if path is not None:
+            return path
+    problem = f"{names[0]} is not installed (apt-get install -y {package})"
+    if tools_required():
+        pytest.fail(f"{problem}: the suite needs it; .ci/test installs it", pytrace=False)
+    pytest.skip(problem)
+
+
 @pytest.fixture(scope="session")
 def kcat() -> str:
-    """Path of the kcat binary; skips the test when kcat is not installed."""
-    path = shutil.which("kcat") or shutil.which("kafkacat")
-    if path is None:
-        pytest.skip("kcat is not installed (apt-get install -y kcat)")
-    return path
+    """Path of the kcat binary (:func:`require_tool`: a skip, or a failure on CI, without it)."""
+    return require_tool("kcat", "kafkacat", package="kcat")
 
 
 # S3 endpoints (moto server over HTTP; MinIO where Docker exists) for every test directory.

@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from service.cli.data_dirs import make_dirs, remove_empty_dirs
 from service.cli.up_options import shift_ports
 
 __all__ = ["run_local_cluster"]
@@ -56,7 +57,8 @@ def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str |
                 where += ["--advertised-listeners", shift_ports(args.advertised_listeners, k - 1)]
         else:
             where = ["--listen", listen]
-        cmd = [sys.executable, "-m", "service", "up", "--node-id", str(k), *where,
+        verbose = ["-v"] if args.verbose else []  # a global flag: it goes before the subcommand
+        cmd = [sys.executable, "-m", "service", *verbose, "up", "--node-id", str(k), *where,
                "--data-dir", str(data_dir / f"broker-{k}"),
                "--http", http or "off", "--object-store", store, *_security_flags(args)]
         if args.s3_endpoint:
@@ -67,8 +69,6 @@ def _commands(args: argparse.Namespace) -> list[tuple[int, list[str], str, str |
             cmd += ["--s3-ca-bundle", args.s3_ca_bundle]
         for pair in args.set:
             cmd += ["--set", pair]
-        if args.verbose:
-            cmd.insert(4, "-v")
         out.append((k, cmd, listen, http))
     return out
 
@@ -103,7 +103,11 @@ def run_local_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     procs: dict[int, subprocess.Popen[bytes]] = {}
-    store = args.object_store or (Path(args.data_dir).resolve() / "bucket").as_uri()
+    data_dir = Path(args.data_dir).resolve()
+    store = args.object_store or (data_dir / "bucket").as_uri()
+    # made here, before the brokers start together: each then makes only its own broker-K,
+    # and a broker that fails removes no more than that (the shared bucket lives here too)
+    made = make_dirs(data_dir)
     try:
         for k, cmd, listen, http in _commands(args):
             # a session of its own: Ctrl-C reaches this process, which stops the brokers in order
@@ -128,6 +132,7 @@ def run_local_cluster(args: argparse.Namespace) -> int:
                 return 1
     finally:
         _stop_all(procs)
+        remove_empty_dirs(made)
     return 0
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.cli.data_dirs import StartUndo
 from service.cli.up_options import UP_DEFAULTS, add_security_options, up_configs
 from service.version import strata_version
 
@@ -35,24 +34,6 @@ def _check_hostport(value: str, option: str) -> str | None:
 
 
 _DEFAULT_PORTS = {"--listen": 9092, "--advertise": 9092, "--http": 9644}
-
-
-def _new_paths(data_dir: Path) -> list[Path]:
-    """The paths a start would create under and above ``data_dir`` (outermost first)."""
-    missing = [p for p in (*reversed(data_dir.parents), data_dir) if not p.exists()]
-    if missing:
-        return missing[:1]  # removing the outermost new directory removes the rest
-    made = (data_dir / "logs", data_dir / "bucket", data_dir / ".lock", data_dir / "meta.properties")
-    return [p for p in made if not p.exists()]
-
-
-def _remove(paths: list[Path]) -> None:
-    """Undo a start that never served: what it created holds nothing acknowledged."""
-    for path in paths:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
@@ -78,28 +59,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"strata up: {exc}", file=sys.stderr)
         return 2
-    created = _new_paths(data_dir)
-    served = False
-
-    def serving() -> None:
-        nonlocal served
-        served = True
-
+    undo = StartUndo(data_dir)
     code = 1
     try:
-        code = _start(args, data_dir, config, http, serving)
+        code = _start(args, data_dir, config, http, undo)
         return code
     finally:
-        if code != 0 and not served and created:
-            _remove(created)
+        if code != 0:
+            undo.undo_dirs()
 
 
 def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
-           serving: Callable[[], None]) -> int:
+           undo: StartUndo) -> int:
     from local_tier.dirlock import DataDirError, DataDirLock
-    from remote_tier.errors import ObjectStoreError
-    from remote_tier.url import open_object_store
-    from service.app import run_broker
 
     try:  # before anything under the data dir is opened or created (ADR 0007)
         lock = DataDirLock.acquire(data_dir)
@@ -107,18 +79,34 @@ def _start(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
         print(f"strata up: {exc}", file=sys.stderr)
         return 1
     with lock:
-        url = args.object_store or (data_dir / "bucket").as_uri()
+        undo.locked()
+        code = 1
         try:
-            store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
-                                      s3_ca_bundle=args.s3_ca_bundle)
-        except ValueError as exc:
-            print(f"strata up: --object-store: {exc}", file=sys.stderr)
-            return 2
-        except ObjectStoreError as exc:
-            print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
-            return 1
-        return run_broker(data_dir, config, args.listen, args.advertise, store, http,
-                          on_serving=serving)
+            code = _serve(args, data_dir, config, http, undo)
+            return code
+        finally:
+            if code != 0:
+                undo.undo_locked()
+
+
+def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | None,
+           undo: StartUndo) -> int:
+    """Open the object store and run the broker (the data dir locked); the exit code."""
+    from remote_tier.errors import ObjectStoreError
+    from remote_tier.url import open_object_store
+    from service.app import run_broker
+
+    url = args.object_store or (data_dir / "bucket").as_uri()
+    try:
+        store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
+                                  s3_ca_bundle=args.s3_ca_bundle)
+    except ValueError as exc:
+        print(f"strata up: --object-store: {exc}", file=sys.stderr)
+        return 2
+    except ObjectStoreError as exc:
+        print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
+        return 1
+    return run_broker(data_dir, config, args.listen, args.advertise, store, http, on_serving=undo.serving)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,7 +170,19 @@ def build_parser() -> argparse.ArgumentParser:
     quotas.register(sub)
     configs.register(sub)
     perf.register(sub)
+    for command in sub.choices.values():
+        _accept_global_flags(command)
     return parser
+
+
+def _accept_global_flags(command: argparse.ArgumentParser) -> None:
+    """``-v`` after the subcommand too (``strata up -v``), as before it: SUPPRESS keeps the
+    subcommand from resetting what was given before it."""
+    try:
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="debug logging (also before the command)")
+    except argparse.ArgumentError:
+        pass  # the command has a -v of its own
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,8 +4,9 @@
 builds the coordinator over the broker's local log of ``__consumer_offsets`` and
 drives its timers with ``loop.call_later`` -- no polling. It serves no group
 yet: :class:`OffsetsLeadership` loads the groups of each ``__consumer_offsets``
-partition when this broker becomes its leader (the records are read on a worker
-thread; the groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile) and unloads
+partition when this broker becomes its leader (the segment files are read on a
+worker thread, never the log: :mod:`service.groups.loading`; the groups answer
+COORDINATOR_LOAD_IN_PROGRESS meanwhile, and a failed load is retried) and unloads
 them when it stops leading it. The topic itself is created through the
 controller by FindCoordinator, the first time a client looks for a coordinator
 (:meth:`BrokerOffsetLog.ensure` only reads it).
@@ -42,10 +43,9 @@ from controller.topic_changes import default_replication_factor
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
-from local_tier.read_view import LogReadView
-from local_tier.replay import iter_log_records
 from service.groups.coordinator import GroupCoordinator
 from service.groups.errors import CoordinatorNotAvailableError
+from service.groups.loading import PartitionSnapshot, take_snapshot
 from service.groups.records import OFFSETS_TOPIC, partition_for
 from service.groups.requests import GroupConfig
 
@@ -226,27 +226,39 @@ class BrokerOffsetLog:
 
     def replay(self, partition: int | None = None) -> Iterator[tuple[bytes, bytes | None]]:
         """Records in offset order (of ``partition`` only, when given); a transaction's
-        records where its COMMIT marker stands.
+        records where its COMMIT marker stands. Reads the files where it runs: the
+        broker's loads go through :meth:`snapshot` and :meth:`replay_snapshot` instead.
 
         Aborted transactions are dropped; those with no marker yet are kept in
         :meth:`open_transactions` (``service.groups.txn_offsets``).
         """
-        return self.replay_views(self.views(partition))
+        self._open = {}
+        for index in self._partitions(partition):
+            snapshot = self.snapshot(index)
+            try:
+                yield from self._replay_one(index, snapshot)
+            finally:
+                snapshot.close()
 
-    def views(self, partition: int | None = None) -> list[tuple[int, LogReadView]]:
-        """The ``__consumer_offsets`` logs (``partition`` only, when given) as read views:
-        taken on the loop, the logs' owner, so :meth:`replay_views` may run on a thread."""
+    def _partitions(self, partition: int | None) -> list[int]:
         return sorted(
-            (p, log.read_view())
-            for (topic, p), log in self._broker.logs.all_logs().items()
+            p for (topic, p) in self._broker.logs.all_logs()
             if topic == OFFSETS_TOPIC and partition in (None, p)
         )
 
-    def replay_views(self, views: list[tuple[int, LogReadView]]) -> Iterator[tuple[bytes, bytes | None]]:
-        """:meth:`replay` over views already taken (any thread)."""
+    def snapshot(self, partition: int) -> PartitionSnapshot:
+        """The partition's bytes as of now, taken on the loop (the log's owner), for
+        :meth:`replay_snapshot` to read on a thread; the caller closes it."""
+        return take_snapshot(self._broker.logs.get_log(OFFSETS_TOPIC, partition), f"{OFFSETS_TOPIC}-{partition}")
+
+    def replay_snapshot(self, partition: int, snapshot: PartitionSnapshot) -> Iterator[tuple[bytes, bytes | None]]:
+        """:meth:`replay` of one partition over a snapshot already taken (any thread)."""
         self._open = {}
-        for index, view in views:
-            for header, record in iter_log_records(view):
+        return self._replay_one(partition, snapshot)
+
+    def _replay_one(self, index: int, snapshot: PartitionSnapshot) -> Iterator[tuple[bytes, bytes | None]]:
+        for header, records in snapshot.batches():
+            for record in records:
                 if header.is_control:
                     held = self._open.pop((index, header.producer_id), [])
                     try:
@@ -397,7 +409,18 @@ async def wait_until_serving(
 
 class OffsetsLeadership:
     """Loads and unloads the coordinator's groups as this broker gains and loses the
-    leadership of ``__consumer_offsets`` partitions (a listener of the replica manager)."""
+    leadership of ``__consumer_offsets`` partitions (a listener of the replica manager).
+
+    A load that fails (a read error, a damaged batch) is retried with a growing pause
+    for as long as this broker leads the partition: its groups answer
+    COORDINATOR_LOAD_IN_PROGRESS meanwhile, which clients retry, and are served as soon
+    as a load succeeds, without waiting for the leadership to move.
+    """
+
+    #: seconds before the first retry of a failed load; doubled after each failure
+    RETRY_BACKOFF_S = 0.25
+    #: the longest pause between two attempts
+    RETRY_BACKOFF_MAX_S = 5.0
 
     def __init__(self, broker: OffsetsHost, coordinator: GroupCoordinator) -> None:
         self._broker = broker
@@ -421,14 +444,43 @@ class OffsetsLeadership:
         self._generation[index] = self._generation.get(index, 0) + 1
         self._coordinator.unload_partition(index)
 
+    def _leading(self, index: int, generation: int) -> bool:
+        """Whether the leadership the load of ``generation`` is for still holds."""
+        return self._generation.get(index) == generation
+
     async def _load(self, index: int, generation: int) -> None:
-        offset_log = BrokerOffsetLog(self._broker)  # one per load: it keeps the open transactions
-        try:
-            views = offset_log.views(index)  # on the loop; the replay reads them on a thread
-            records = await asyncio.to_thread(lambda: list(offset_log.replay_views(views)))
-        except Exception:
-            log.exception("loading %s-%d failed", OFFSETS_TOPIC, index)
+        """Load the partition's groups, again after a pause when it fails, until a load
+        succeeds or the leadership moves on."""
+        backoff = self.RETRY_BACKOFF_S
+        attempt = 1
+        while self._leading(index, generation):
+            try:
+                await self._load_once(index, generation)
+            except Exception as exc:  # noqa: BLE001 - whatever failed, the groups must not stay unloaded
+                if not self._leading(index, generation):
+                    return
+                log.warning(
+                    "loading %s-%d failed (attempt %d), retrying in %.2f s: %s",
+                    OFFSETS_TOPIC, index, attempt, backoff, exc, exc_info=attempt == 1,
+                )
+                self._coordinator.unload_partition(index)  # whatever the failed attempt left
+                self._coordinator.begin_loading(index)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.RETRY_BACKOFF_MAX_S)
+                attempt += 1
+                continue
+            if attempt > 1 and self._leading(index, generation):
+                log.info("loaded %s-%d at attempt %d", OFFSETS_TOPIC, index, attempt)
             return
-        if self._generation.get(index) != generation:
-            return  # the leadership moved on while reading
-        self._coordinator.load_partition(index, records, offset_log.open_transactions())
+
+    async def _load_once(self, index: int, generation: int) -> None:
+        """One load: the partition's bytes fixed on the loop, read and decoded on a worker
+        thread, the groups rebuilt on the loop (when the leadership has not moved)."""
+        offset_log = BrokerOffsetLog(self._broker)  # one per load: it keeps the open transactions
+        snapshot = offset_log.snapshot(index)
+        try:
+            records = await asyncio.to_thread(lambda: list(offset_log.replay_snapshot(index, snapshot)))
+        finally:
+            snapshot.close()
+        if self._leading(index, generation):
+            self._coordinator.load_partition(index, records, offset_log.open_transactions())

@@ -3,8 +3,8 @@
 Any broker answers from its view of the cluster metadata: every live broker,
 and for each partition its leader (``LEADER_NOT_AVAILABLE`` while it has none),
 leader epoch, replicas, ISR and the replicas whose broker is down. The
-``controller_id`` is the answering broker itself (DescribeCluster names the
-active controller).
+``controller_id`` is the active controller, the lease holder, as DescribeCluster
+names it (:func:`named_controller`).
 
 A topic this broker does not know is looked up again after a read of the stored
 metadata (:meth:`~service.cluster.metadata_poller.MetadataPoller.refresh`): a topic
@@ -135,10 +135,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         throttle_time=0,
         brokers=brokers,
         cluster_id=controller.cluster_id,
-        # Any broker takes admin writes (it relays them to the active controller), so,
-        # as a KRaft broker names a live broker, this one names itself: a client is never
-        # sent to a controller that just died (docs/adr/0016-inter-broker-protocol.md).
-        controller_id=broker.node_id,
+        controller_id=named_controller(controller.controller_id, broker.node_id, brokers),
         topics=tuple(topics),
         cluster_authorized_operations=cluster_ops,
     )
@@ -202,3 +199,12 @@ def _topic_ops(ctx: RequestContext, wanted: bool, name: str | None) -> int:
     if not wanted:
         return OPERATIONS_NOT_REQUESTED
     return authorized_operations(ctx, ResourceType.TOPIC, name or "")
+
+
+def named_controller(holder: int, node_id: int, brokers: tuple[Any, ...]) -> int:
+    """Metadata's ``controller_id``: the lease holder, as DescribeCluster names it, when it is
+    one of the live ``brokers`` answered; else (a failover: the lease is free, or its holder
+    was fenced a moment ago) this broker, which relays admin writes to whichever controller
+    takes over, so a client is never pointed at a node the answer does not list
+    (docs/adr/0016-inter-broker-protocol.md)."""
+    return holder if any(b.node_id == holder for b in brokers) else node_id

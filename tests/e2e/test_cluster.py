@@ -100,9 +100,8 @@ def _known_everywhere(cluster: Cluster, topic: str, known: bool = True) -> None:
 
 
 def _controller_named(broker: BrokerProcess) -> int:
-    """The controller DescribeCluster (60) names, asked of one broker. (librdkafka's
-    describe_cluster reads Metadata instead, where a broker names itself: it relays admin
-    requests, as a KRaft broker does; ADR 0016.)"""
+    """The controller DescribeCluster (60) names, asked of one broker (Metadata names the
+    same one: tests/e2e/test_metadata_controller.py; ADR 0016)."""
     answer = _raw(broker, 60, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
     assert int(answer.error_code) == 0
     return int(answer.controller_id)

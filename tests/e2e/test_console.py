@@ -21,7 +21,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -35,9 +34,9 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO_ROOT, BrokerFactory, BrokerProcess
+from tests.conftest import REPO_ROOT, BrokerFactory, BrokerProcess, require_tool
 from tests.e2e import helpers
-from tests.e2e.chromium import Page, chromium_binary
+from tests.e2e.chromium import Page
 from tests.service.cli.helpers import ok, strata
 
 TIERED = "orders"
@@ -167,9 +166,7 @@ def _metrics_text(b: BrokerProcess) -> str:
 
 
 def test_metrics_pass_promtool_check_metrics(scene: dict[str, Any]) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (apt-get install -y prometheus)")
+    promtool = require_tool("promtool", package="prometheus")
     text = _metrics_text(scene["broker"])
     assert "kafka_consumergroup_lag_sum" in text and "process_open_fds" in text
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
@@ -251,9 +248,7 @@ _FIRST_SCREEN = """(() => {
 
 def test_console_first_screen_then_rates_move_in_headless_chromium(scene: dict[str, Any],
                                                                    tmp_path: Path) -> None:
-    binary = chromium_binary()
-    if binary is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    binary = require_tool("chromium", "chromium-browser", package="chromium")
     b: BrokerProcess = scene["broker"]
     api = _topic(b, TIERED)
     lag_before = _get(b, f"/v1/groups/{GROUP}")["lag"]
