@@ -27,10 +27,10 @@ from dataclasses import replace
 from typing import Any
 
 from common.config.broker import LISTENER_PREFIX, BrokerConfig, TypedConfig, listener_key
-from common.config.configdef import InvalidConfigValue
+from common.config.configdef import InvalidConfigValue, local_retention_problem
 from common.config.dynamic import DEFAULT, DYNAMIC, SECTION, dynamic_levels
 from common.config.entries import ConfigEntry, ConfigSource, ConfigSynonym
-from common.config.keys import BROKER_CONFIGS, local_retention_problem
+from common.config.keys import BROKER_CONFIGS
 from common.errors import InvalidRequestError
 from service.quotas.connections import override_pairs
 

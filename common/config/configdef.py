@@ -26,6 +26,7 @@ __all__ = [
     "Validator",
     "at_least",
     "between",
+    "local_retention_problem",
     "parse_cpu_list",
 ]
 
@@ -170,3 +171,15 @@ def parse_cpu_list(text: str) -> frozenset[int]:
             raise ValueError(f"not a CPU list: {text!r} ({item} runs backwards)")
         cpus.update(range(first, last + 1))
     return frozenset(cpus)
+
+
+def local_retention_problem(local: int, total_key: str, total: int) -> str | None:
+    """Why a local retention (time or bytes) cannot go with the whole log's ``total``
+    (Kafka's wording), or None: -2 follows the total; -1 (forever) only if the total is."""
+    if local == -2 or total == -1:
+        return None
+    if local == -1:
+        return f"Value must not be -1 as {total_key} value is set as {total}."
+    if local > total:
+        return f"Value must not be more than {total_key} property value: {total}"
+    return None

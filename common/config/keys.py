@@ -26,6 +26,7 @@ from common.config.configdef import (
     Validator,
     at_least,
     between,
+    local_retention_problem,
     parse_cpu_list,
 )
 from common.config.security_keys import SECURITY_CONFIGS
@@ -35,7 +36,6 @@ __all__ = [
     "BROKER_CONFIGS",
     "TOPIC_CONFIGS",
     "check_topic_config_combination",
-    "local_retention_problem",
     "validate_topic_config",
 ]
 
@@ -315,13 +315,10 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Bytes of requests being read or handled, across all connections, before no more "
             "requests are read; at least socket.request.max.bytes, or -1 for no limit (Kafka's "
             "default is -1; Strata's is 256 MiB).", validator=at_least(-1)),
-    ConfigDef("request.receive.min.rate.bytes", "long", "16384",
-            "A request still arriving after request.receive.grace.ms more slowly than this many "
-            "bytes per second closes its connection (a trickled request holds no memory and no "
-            "other client up); 0: no minimum (Strata).", validator=at_least(0)),
-    ConfigDef("request.receive.grace.ms", "long", "5000",
-            "How long a request's bytes may take before request.receive.min.rate.bytes applies "
-            "(Strata).", validator=at_least(1)),
+    ConfigDef("request.receive.min.rate.bytes", "long", "16384", "A request arriving slower than this, in "
+            "bytes/s, after request.receive.grace.ms is closed; 0: no minimum (Strata).", validator=at_least(0)),
+    ConfigDef("request.receive.grace.ms", "long", "5000", "How long before request.receive.min.rate.bytes "
+            "applies to a request (Strata).", validator=at_least(1)),
     ConfigDef("connections.max.idle.ms", "long", "600000",
             "Close connections with no traffic and no request in progress for this long; "
             "-1: never.", validator=at_least(-1)),
@@ -490,15 +487,3 @@ def check_topic_config_combination(
         reason = local_retention_problem(int(effective[local_key]), total_key, int(effective[total_key]))
         if reason is not None:
             raise InvalidConfigError(f"Invalid value {effective[local_key]} for configuration {local_key}: {reason}")
-
-
-def local_retention_problem(local: int, total_key: str, total: int) -> str | None:
-    """Why a local retention (time or bytes) cannot go with the whole log's ``total``
-    (Kafka's wording), or None: -2 follows the total; -1 (forever) only if the total is."""
-    if local == -2 or total == -1:
-        return None
-    if local == -1:
-        return f"Value must not be -1 as {total_key} value is set as {total}."
-    if local > total:
-        return f"Value must not be more than {total_key} property value: {total}"
-    return None

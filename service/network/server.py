@@ -48,6 +48,7 @@ from typing import Any
 from common.protocol.codec import FrameError
 from fetch.sending import HistorySender
 from local_tier.segment import FileRegion
+from service.network.body import SMALL_REQUEST_BYTES, RequestBodies
 from service.network.eager import cancel_and_wait, start_eagerly
 from service.network.request_memory import RequestMemoryPool
 from service.network.transport import PlainTransport, Transport
@@ -61,16 +62,6 @@ log = logging.getLogger("strata.server")
 
 _I32 = struct.Struct(">i")
 _READ_CHUNK = 256 * 1024
-#: a body being received grows by at most this much beyond what has arrived
-_BODY_STEP = 1024 * 1024
-#: what a growing body is extended with (no fresh zero-filled allocation per step)
-_ZEROS = memoryview(bytes(_BODY_STEP))
-#: request buffers a connection keeps for its next requests, and the largest it keeps
-_MAX_SPARES = 2
-_MAX_SPARE_BYTES = 8 * _BODY_STEP
-#: requests up to this size are counted in the memory pool but never wait for it (what
-#: large requests wait for must not stop ApiVersions, Metadata, Fetch, small Produce)
-SMALL_REQUEST_BYTES = 64 * 1024
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
 Response = bytes | list[bytes | memoryview | FileRegion] | None
@@ -209,10 +200,11 @@ class KafkaServer:
             await conn.close()
 
 
-class Connection:
+class Connection(RequestBodies):
     """One client connection. Not thread-safe: lives on the event loop."""
 
     def __init__(self, server: KafkaServer, sock: socket.socket, peer: str) -> None:
+        RequestBodies.__init__(self, server.memory)
         self.server = server
         self.sock = sock
         self.peer = peer
@@ -235,13 +227,6 @@ class Connection:
         self.last_active = asyncio.get_running_loop().time()
         #: requests read and not yet answered (a connection waiting on one is not idle)
         self.inflight = 0
-        #: a request's body is being received (not waiting for memory): since when, in
-        #: event-loop time, and how many bytes came since (the minimum byte rate)
-        self.receiving_body = False
-        self.body_since = 0.0
-        self.body_bytes = 0
-        #: pool memory reserved for the request being received
-        self._reserved = 0
         #: event-loop time until which no request is read (a client over its quota, KIP-219)
         self.muted_until = 0.0
         #: the history send in progress on a sender thread: the socket is closed
@@ -249,7 +234,6 @@ class Connection:
         self._history_send: Future[tuple[int, int] | None] | None = None
         #: brokers that heartbeat the controller on this connection
         self.heartbeat_brokers: set[int] = set()
-        self._spare: list[bytearray] = []  # request buffers to reuse (_recycle)
         self._close_callbacks: list[Callable[[], None]] = []
 
     def add_close_callback(self, callback: Callable[[], None]) -> None:
@@ -287,18 +271,6 @@ class Connection:
                 callback()
             except Exception:  # noqa: BLE001 - one callback must not stop the others
                 log.exception("a close callback of connection %s failed", self.peer)
-
-    def slow_body_rate(self, now: float, grace_s: float, min_rate: int) -> float | None:
-        """The byte rate of the request being received, if it is below ``min_rate`` once
-        ``grace_s`` have passed since its bytes began (or since memory was granted);
-        else None."""
-        if not self.receiving_body or min_rate <= 0:
-            return None
-        elapsed = now - self.body_since
-        if elapsed <= grace_s:
-            return None
-        rate = self.body_bytes / elapsed
-        return rate if rate < min_rate else None
 
     @property
     def idle(self) -> bool:
@@ -394,98 +366,6 @@ class Connection:
         except Exception:
             log.exception("request reader failed; closing connection %s", self.peer)
             await self.close()
-
-    async def _read_frame(
-        self, loop: asyncio.AbstractEventLoop, buf: bytearray, size: int
-    ) -> bytes | memoryview | None:
-        """The frame whose size prefix starts ``buf``, received in steps; None if the peer left.
-
-        The body buffer grows by at most ``_BODY_STEP`` beyond the bytes that have
-        arrived, and the pool reserves what arrived plus the step being received, so a
-        declared size costs memory only as its bytes come in.
-        """
-        if len(buf) >= 4 + size:
-            await self._reserve(loop, size)
-            frame = bytearray(memoryview(buf)[4 : 4 + size])
-            del buf[: 4 + size]
-            return memoryview(frame)
-        # a buffer an earlier request is done with, else the first step at once (zero-filled
-        # once: growing by += copies what arrived)
-        have = len(buf) - 4
-        body = self._spare_body(size) or bytearray(min(size, max(_BODY_STEP, have)))
-        body[:have] = memoryview(buf)[4:]
-        buf.clear()
-        self._receiving(loop)
-        try:
-            while have < size:
-                # received only into reserved memory, a step at a time: at the end, ``size``
-                if have >= self._reserved:
-                    await self._reserve(loop, min(size, have + _BODY_STEP))
-                if have == len(body):
-                    grow = min(size - have, max(_BODY_STEP, have))
-                    while grow > 0:
-                        body += _ZEROS[: min(grow, _BODY_STEP)]
-                        grow -= _BODY_STEP
-                with memoryview(body) as view, view[have : min(self._reserved, len(body))] as free:
-                    got = await self.transport.recv_into(free)
-                if not got:
-                    return None
-                have += got
-                self.body_bytes += got
-                self.last_active = loop.time()
-        finally:
-            self.receiving_body = False
-        # writable: a Produce's batches get their offsets and leader epoch stamped in place
-        # (Log.append_as_leader), so a megabyte of records is not copied to be stamped
-        return memoryview(body)[:size]
-
-    async def _reserve(self, loop: asyncio.AbstractEventLoop, total: int) -> None:
-        """Reserve pool memory for this request up to ``total`` bytes, waiting while the
-        pool is exhausted; time spent waiting does not count against the client's byte
-        rate."""
-        if total <= self._reserved:
-            return
-        was_receiving, self.receiving_body = self.receiving_body, False
-        need = total - self._reserved
-        waited = await self.server.memory.acquire(need)
-        self._reserved += need
-        self.receiving_body = was_receiving
-        if was_receiving and waited:
-            self._receiving(loop)
-
-    def _receiving(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Bytes of the body are awaited from here on (the byte rate's window starts)."""
-        self.receiving_body = True
-        self.body_since = loop.time()
-        self.body_bytes = 0
-
-    def _request_done(self, size: int, frame: memoryview) -> None:
-        """A handler is done with its request: its memory is returned, its buffer kept."""
-        self.server.memory.release(size)
-        self._recycle(frame)
-
-    def _recycle(self, frame: memoryview) -> None:
-        """A request is done: its body buffer may serve a later one (a fresh megabyte is
-        zero-filled and page-faulted in for every produce request otherwise)."""
-        body = frame.obj
-        frame.release()
-        if isinstance(body, bytearray) and _BODY_STEP <= len(body) <= _MAX_SPARE_BYTES:
-            self._spare.append(body)
-            del self._spare[:-_MAX_SPARES]
-
-    def _spare_body(self, size: int) -> bytearray | None:
-        """A recycled buffer of at least ``size`` bytes that nothing views any more."""
-        for i, body in enumerate(self._spare):
-            if len(body) < size:
-                continue
-            try:  # a bytearray with live views cannot be resized: this one is still in use
-                body.append(0)
-            except BufferError:
-                continue
-            del body[-1]
-            del self._spare[i]
-            return body
-        return None
 
     def _answered_now(self, fut: asyncio.Future[Response]) -> bool:
         """Whether the reader sends this answer itself: it is ready (a whole frame, or none
