@@ -148,9 +148,11 @@ class LogManager(Owned):
 
     @owner_only
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
-        """The partition's log, created empty in ``<topic>-<partition>/`` when missing."""
+        """The partition's log, created empty in ``<topic>-<partition>/`` when missing;
+        KafkaStorageError when it is missing and the directory is offline."""
         log = self._logs.get((topic, partition))
         if log is None:
+            self.failure.check(f"{topic}-{partition}")
             log = Log(
                 self.log_dir / f"{topic}-{partition}",
                 topic,

@@ -308,7 +308,7 @@ class ReplicaManager:
     def get_partition(self, topic: str, index: int) -> Partition:
         """The hosted partition; ``NOT_LEADER_OR_FOLLOWER`` when the metadata has it
         elsewhere, ``UNKNOWN_TOPIC_OR_PARTITION`` when it does not exist at all,
-        ``KAFKA_STORAGE_ERROR`` when its log directory failed."""
+        ``KAFKA_STORAGE_ERROR`` when its log directory failed or its log cannot be opened."""
         partition = self.partitions.get((topic, index))
         if partition is not None:
             self._logs.failure.check(partition.name)
