@@ -660,8 +660,9 @@ class Log(Owned):
     def _flush_up_to(self, offset: int, *, background: bool) -> Future[bool]:
         offset = min(offset, self.log_end_offset)
         failure = self._failure
-        if failure.offline:
-            return _done(False)
+        if failure.offline:  # (recorded: an append that raced the failure must not be answered)
+            self._last_flush = (offset, _done(False))
+            return self._last_flush[1]
         recovery_point = self.recovery_point
         if offset <= recovery_point:
             return _done(True)
