@@ -8,6 +8,7 @@ each piece would need the others' private state.
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 import threading
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from common.errors import (
     InvalidRequestError,
@@ -39,6 +40,7 @@ from local_tier.cleaning.keys import require_keys
 from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
 from local_tier.cleaning.view import CleanableSegment, LogCleaningView
 from local_tier.config import LogConfig
+from local_tier.dir_failure import LogDirFailure, is_disk_full
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from local_tier.index import CorruptIndexError
 from local_tier.log_producers import analyze_append, apply_append, replay_segments
@@ -68,6 +70,7 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms
 _INT32_MAX = 2**31 - 1
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 _log = logging.getLogger("strata.local_tier")
+_T = TypeVar("_T")
 
 
 class LogAppendInfo(NamedTuple):  # one per append: a tuple builds ~10x faster than a frozen dataclass
@@ -99,6 +102,22 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _done(result: bool) -> Future[bool]:
+    future: Future[bool] = Future()
+    future.set_result(result)
+    return future
+
+
+def _run_now(job: Callable[[], _T]) -> Future[_T]:
+    """``job`` run on this thread, as the future a scheduler would have given."""
+    future: Future[_T] = Future()
+    try:
+        future.set_result(job())
+    except BaseException as exc:
+        future.set_exception(exc)
+    return future
+
+
 class Log(Owned):
     """One partition's log in ``<log_dir>/<topic>-<partition>/``.
 
@@ -108,11 +127,19 @@ class Log(Owned):
     log_end_offset``; every offset below ``recovery_point`` is fsynced;
     ``leader-epoch-checkpoint`` holds no epoch starting beyond the log end.
 
+    A failed fsync, or a failed write other than a full disk, takes the log
+    directory offline (``failure``, shared by every log of the directory; see
+    :mod:`local_tier.dir_failure`): from then on appends and flushes answer
+    KAFKA_STORAGE_ERROR and the recovery point stays where the last good fsync put it.
+
     Thread-safety: not thread-safe: mutated only on the broker's event loop
-    thread. The one exception is the fsync that follows a roll (or
-    :meth:`schedule_flush`), which runs on ``scheduler`` (the LogManager's
-    single flush thread) and then advances ``recovery_point`` under a small lock.
-    Without a scheduler those flushes run inline.
+    thread. The exceptions are the jobs it hands to ``scheduler`` (the LogManager's
+    single flush thread): the fsyncs that follow a roll, :meth:`schedule_flush` or
+    ``flush.messages``, which then advance ``recovery_point`` under a small lock,
+    and the closing and unlinking of segments the log no longer holds. The thread
+    runs jobs in order, so a segment is closed only after the fsyncs queued before.
+    The event loop never waits for that thread. Without a scheduler those jobs run
+    inline.
     """
 
     def __init__(
@@ -128,15 +155,19 @@ class Log(Owned):
         high_watermark: int | None = None,
         scheduler: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        failure: LogDirFailure | None = None,
     ) -> None:
         self._init_owner()
         self.dir = dir
+        self._failure = failure if failure is not None else LogDirFailure(dir.parent)
         self._topic = topic
         self._partition = partition
         self._config = config
         self._scheduler = scheduler
-        self._lock = threading.Lock()  # guards _recovery_point against the flush thread
-        self._pending_flushes: list[Future[None]] = []
+        self._lock = threading.Lock()  # guards _recovery_point and _truncations against the flush thread
+        self._truncations = 0  # a flush queued before a truncation must not raise the recovery point
+        self._pending_flushes: list[Future[object]] = []
+        self._last_flush: tuple[int, Future[bool]] | None = None  # (up to offset, its job)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []
@@ -224,12 +255,9 @@ class Log(Owned):
             state.clear(start)
         replayed = replay_segments(state, self._segments, start)
         state.map_end_offset = leo
-        if replayed:
+        if replayed:  # the snapshot only saves the next start a replay: written off the loop
             _log.info("%s: producer state rebuilt from offset %d (%d batches)", self.name, start, replayed)
-            try:  # only saves the next start a replay: a full disk must not stop this one
-                state.take_snapshot()
-            except OSError as exc:
-                _log.warning("%s: producer snapshot after the rebuild not written: %s", self.name, exc)
+            self._snapshot_in_background()
 
     def _remove_leftovers(self) -> None:
         for path in self.dir.iterdir():
@@ -374,6 +402,7 @@ class Log(Owned):
         ``COORDINATOR`` for transaction markers and a coordinator's own writes
         (epochs checked, no sequences).
         """
+        self._failure.check(self.name)
         config = self._config
         if validated is None:
             validated = validate_batches(records, max_message_bytes=config.max_message_bytes)
@@ -437,9 +466,7 @@ class Log(Owned):
         if self._write_failing:
             self._write_failing = False
             _log.info("%s: appends succeed again", self.name)
-        self._unflushed_messages += validated.record_count
-        if self._unflushed_messages >= config.flush_messages:
-            self.flush(now_ms=now)
+        self._count_unflushed(validated.record_count, now)
         return LogAppendInfo(
             first_offset=first_offset,
             last_offset=last_offset,
@@ -449,15 +476,25 @@ class Log(Owned):
             size=len(buf),
         )
 
+    def _count_unflushed(self, records: int, now_ms: int) -> None:
+        """``flush.messages``: once that many records are unflushed, fsync them on the flush
+        thread; the Produce that crossed the line is answered after (:meth:`pending_flush`)."""
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self._config.flush_messages:
+            self.schedule_flush(now_ms)
+
     def _guarded(self, what: str, action: Callable[[], None]) -> None:
         """Run ``action``; an OSError (a full disk, an I/O error) becomes KafkaStorageError.
 
         The local tier's writers undo their own partial work before raising, so
-        the log is as it was before the call.
+        the log is as it was before the call. Any error but a full disk takes the
+        log directory offline.
         """
         try:
             action()
         except OSError as exc:
+            if not is_disk_full(exc):
+                self._failure.fail(f"{what} {self.name}", exc)
             raise self._storage_error(what, exc) from exc
 
     def _storage_error(self, what: str, exc: OSError) -> KafkaStorageError:
@@ -495,6 +532,7 @@ class Log(Owned):
         Raises KafkaStorageError, with the log unchanged, when the new segment's
         files cannot be made (a full disk).
         """
+        self._failure.check(self.name)
         active = self._segments[-1]
         new_base = self.log_end_offset
         if active.base_offset == new_base:
@@ -517,10 +555,17 @@ class Log(Owned):
     # ------------------------------------------------------------------ producers
 
     def _snapshot_in_background(self) -> None:
-        """Kafka's snapshot at roll: the state as of the new segment's base, written off the loop."""
+        """Kafka's snapshot at roll (and after a rebuild): the state as of the log end, written
+        off the loop; skipped if the log is truncated before it is written (its state may be
+        gone; a snapshot written meanwhile above the log end is deleted at the next load)."""
         offset, data = self._producer_state.snapshot_bytes()
+        with self._lock:
+            truncations = self._truncations
 
         def job() -> None:
+            with self._lock:
+                if self._truncations != truncations:
+                    return
             try:
                 write_snapshot(self.dir, offset, data)
             except OSError as exc:  # e.g. a full disk: a later snapshot or a replay covers it
@@ -558,57 +603,105 @@ class Log(Owned):
         self.collect_aborted_txns(search)
         return search.found
 
-    def _submit(self, job: Callable[[], None]) -> None:
+    def _submit(self, job: Callable[[], _T]) -> Future[_T]:
+        """Run ``job`` on the flush thread, after the jobs queued before it (inline without one)."""
         if self._scheduler is None:
-            job()
-        else:
-            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
-            self._pending_flushes.append(self._scheduler.submit(job))
+            return _run_now(job)
+        self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
+        try:
+            future = self._scheduler.submit(job)
+        except RuntimeError:  # the scheduler was shut down: nothing queued there to wait for
+            return _run_now(job)
+        self._pending_flushes.append(future)
+        return future
+
+    def _discard(self, segment: LogSegment) -> None:
+        """Take ``segment``'s files out of the way now (renamed ``*.deleted``) and close and
+        unlink them on the flush thread, after the fsyncs queued before that may name them."""
+        segment.delete()
+        self._submit(lambda: self._remove_files([segment]))
+
+    def _remove_files(self, segments: list[LogSegment]) -> None:
+        """Close and unlink ``segments`` (on the flush thread); a failure is logged, not raised."""
+        for segment in segments:
+            try:
+                segment.remove_files()
+            except OSError:
+                _log.exception("%s: cannot remove %s", self.name, segment.log_path)
 
     # ------------------------------------------------------------------ flush
 
     @owner_only
-    def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> None:
-        """fsync every segment holding offsets below ``offset`` (default: the log end), inline."""
-        self._flush_up_to(self.log_end_offset if offset is None else offset, background=False)
+    def flush(self, offset: int | None = None, *, now_ms: int | None = None) -> bool:
+        """fsync every segment holding offsets below ``offset`` (default: the log end), on the
+        calling thread (shutdown, tests: the broker's loop schedules its flushes). False when
+        the fsync failed or the log directory is offline: nothing below is durable then."""
+        done = self._flush_up_to(self.log_end_offset if offset is None else offset, background=False)
         self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+        return done.result()
 
     @owner_only
-    def schedule_flush(self, now_ms: int | None = None) -> None:
+    def schedule_flush(self, now_ms: int | None = None) -> Future[bool]:
         """Like :meth:`flush` to the log end, but on the scheduler thread when there is one."""
-        self._flush_up_to(self.log_end_offset, background=True)
+        done = self._flush_up_to(self.log_end_offset, background=True)
         self._last_flush_ms = _now_ms() if now_ms is None else now_ms
+        return done
 
-    def _flush_up_to(self, offset: int, *, background: bool) -> None:
+    @owner_only
+    def pending_flush(self, offset: int) -> Future[bool] | None:
+        """The flush scheduled to make the offsets below ``offset`` durable, if there is one
+        (``flush.messages`` crossed by their append): their Produce is answered after it,
+        KAFKA_STORAGE_ERROR if its result is False."""
+        last = self._last_flush
+        if last is None or last[0] < offset:
+            return None
+        return last[1]
+
+    def _flush_up_to(self, offset: int, *, background: bool) -> Future[bool]:
         offset = min(offset, self.log_end_offset)
+        failure = self._failure
+        if failure.offline:  # (recorded: an append that raced the failure must not be answered)
+            self._last_flush = (offset, _done(False))
+            return self._last_flush[1]
         recovery_point = self.recovery_point
         if offset <= recovery_point:
-            return
+            return _done(True)
         segments = [
             s for s in self._segments if s.base_offset < offset and s.next_offset > recovery_point
         ]
         if offset == self.log_end_offset:
             self._unflushed_messages = 0
+        with self._lock:
+            truncations = self._truncations
 
-        def job() -> None:
+        def job() -> bool:
+            if failure.offline:  # a later fsync that succeeds proves nothing about the pages lost
+                return False
             try:
                 for segment in segments:
                     segment.flush()
-            except (OSError, ValueError):  # ValueError: a descriptor closed meanwhile
-                _log.exception("%s: flush up to offset %d failed", self.name, offset)
-                return
+            except ValueError:  # a descriptor closed meanwhile: the segment left the log
+                _log.info("%s: flush up to offset %d skipped: a segment was closed", self.name, offset)
+                return False
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    _log.info("%s: flush up to offset %d skipped: %s", self.name, offset, exc)
+                    return False
+                failure.fail(f"fsync of {self.name} up to offset {offset}", exc)
+                return False
             with self._lock:
-                self._recovery_point = max(self._recovery_point, offset)
+                if self._truncations == truncations:  # else the offsets it covered may be gone
+                    self._recovery_point = max(self._recovery_point, offset)
+            return True
 
-        if background and self._scheduler is not None:
-            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
-            self._pending_flushes.append(self._scheduler.submit(job))
-        else:
-            job()
+        future = self._submit(job) if background else _run_now(job)
+        self._last_flush = (offset, future)
+        return future
 
     @owner_only
     def wait_for_flushes(self) -> None:
-        """Block until background flushes submitted so far are done."""
+        """Block until the jobs submitted to the flush thread so far are done (tests,
+        shutdown: never on a serving event loop)."""
         for future in self._pending_flushes:
             future.result()
         self._pending_flushes.clear()
@@ -712,6 +805,7 @@ class Log(Owned):
         leader-epoch cache. Returns None when ``records`` holds no whole batch. Does not
         move the high watermark.
         """
+        self._failure.check(self.name)
         view = records if isinstance(records, memoryview) else memoryview(records)
         whole = 0
         for pos, header in iter_batches(view):
@@ -752,9 +846,7 @@ class Log(Owned):
             "index the transactions of",
             lambda: apply_append(self._producer_state, producers, segment, last_offset + 1),
         )
-        self._unflushed_messages += validated.record_count
-        if self._unflushed_messages >= self._config.flush_messages:
-            self.flush(now_ms=now)
+        self._count_unflushed(validated.record_count, now)
         return LogAppendInfo(
             first_offset=first_offset,
             last_offset=last_offset,
@@ -773,11 +865,11 @@ class Log(Owned):
             # no record goes, but an epoch that starts at the cut (with no records yet) does
             self._leader_epoch_cache.truncate_from_end(target)
             return False
-        self.wait_for_flushes()
+        with self._lock:  # before the cut: a flush queued earlier must not count it durable
+            self._truncations += 1
         while len(self._segments) > 1 and self._bases[-1] >= target:
-            segment = self._segments.pop()
             self._bases.pop()
-            segment.remove_files()
+            self._discard(self._segments.pop())
         self._segments[-1].truncate_to(target)
         leo = self.log_end_offset
         self._leader_epoch_cache.truncate_from_end(leo)
@@ -793,9 +885,10 @@ class Log(Owned):
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (a new replica that takes the
         older part of the log from the bucket, KIP-405)."""
-        self.wait_for_flushes()
+        with self._lock:
+            self._truncations += 1
         for segment in self._segments:
-            segment.remove_files()
+            self._discard(segment)
         self._segments.clear()
         self._bases.clear()
         self._add_segment(LogSegment.open(self.dir, offset, self._config, create=True))
@@ -925,19 +1018,7 @@ class Log(Owned):
         if not due:
             return
         self._pending_deletes = [(w, s) for w, s in self._pending_deletes if w > now_ms]
-
-        def job() -> None:
-            for segment in due:
-                try:
-                    segment.remove_files()
-                except OSError:
-                    _log.exception("%s: cannot remove %s", self.name, segment.log_path)
-
-        if self._scheduler is None:
-            job()
-        else:
-            self._pending_flushes = [f for f in self._pending_flushes if not f.done()]
-            self._pending_flushes.append(self._scheduler.submit(job))
+        self._submit(lambda: self._remove_files(due))
 
     @owner_only
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
@@ -1055,16 +1136,21 @@ class Log(Owned):
 
     @owner_only
     def close(self) -> None:
-        """Wait for background flushes and close every file (idempotent)."""
+        """Close every file (idempotent), on the flush thread after the fsyncs queued there:
+        the caller (the event loop) does not wait for them."""
         if self._closed:
             return
         self._closed = True
-        self.wait_for_flushes()
-        for segment in self._segments:
-            segment.close()
-        for _, segment in self._pending_deletes:
-            segment.remove_files()
+        live = list(self._segments)
+        doomed = [segment for _, segment in self._pending_deletes]
         self._pending_deletes.clear()
+
+        def job() -> None:
+            for segment in live:
+                segment.close()
+            self._remove_files(doomed)
+
+        self._submit(job)
 
     @owner_only
     def delete(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from local_tier.checkpoint import (
@@ -20,6 +20,7 @@ from local_tier.checkpoint import (
 from local_tier.cleaning.local import Owner
 from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
 from local_tier.config import LogConfig
+from local_tier.dir_failure import LogDirFailure, is_disk_full
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 from local_tier.ownership import Owned, owner_only
 
@@ -51,9 +52,15 @@ class LogManager(Owned):
     more), and :meth:`shutdown` then leaves no clean-shutdown marker, so the
     next start validates the logs instead of trusting stale checkpoints.
 
+    A failing disk (:attr:`failure`, :mod:`local_tier.dir_failure`): a failed fsync
+    or a failed write other than a full disk takes the directory offline; nothing
+    is written there any more (no flush, checkpoint, retention or marker), and the
+    next start recovers every log.
+
     Thread-safety: not thread-safe: called on the broker's event loop thread. It
     owns one flush thread (a single-worker executor) that runs the fsyncs that
-    follow a segment roll or a flush.ms flush.
+    follow a segment roll, a flush.ms or flush.messages flush, the checkpoint
+    writes and the closing of logs, so the loop never waits on the disk for them.
     """
 
     def __init__(self, log_dir: Path, *, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
@@ -62,8 +69,10 @@ class LogManager(Owned):
         self.producer_id_expiration_ms = producer_id_expiration_ms
         log_dir.mkdir(parents=True, exist_ok=True)
         self._logs: dict[tuple[str, int], Log] = {}
-        self._checkpoint_failing = False
+        self._checkpoint_failing = False  # read and written on the flush thread only
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="strata-log-flush")
+        self._last_checkpoint: Future[bool] | None = None
+        self.failure = LogDirFailure(log_dir)
         self.cleaner: LogCleaner | None = None
 
     @owner_only
@@ -122,10 +131,16 @@ class LogManager(Owned):
                 high_watermark=None if high_watermarks is None else high_watermarks.get(parsed, 0),
                 scheduler=self._executor,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
+                failure=self.failure,
             )
         if clean:
             marker.unlink()
             fsync_dir(self.log_dir)
+
+    @property
+    def offline(self) -> bool:
+        """The log directory failed: every partition on it is offline on this broker."""
+        return self.failure.offline
 
     @owner_only
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -133,9 +148,11 @@ class LogManager(Owned):
 
     @owner_only
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig) -> Log:
-        """The partition's log, created empty in ``<topic>-<partition>/`` when missing."""
+        """The partition's log, created empty in ``<topic>-<partition>/`` when missing;
+        KafkaStorageError when it is missing and the directory is offline."""
         log = self._logs.get((topic, partition))
         if log is None:
+            self.failure.check(f"{topic}-{partition}")
             log = Log(
                 self.log_dir / f"{topic}-{partition}",
                 topic,
@@ -144,6 +161,7 @@ class LogManager(Owned):
                 needs_recovery=False,
                 scheduler=self._executor,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
+                failure=self.failure,
             )
             self._logs[(topic, partition)] = log
         return log
@@ -177,54 +195,71 @@ class LogManager(Owned):
     def _remove(self, key: tuple[str, int]) -> None:
         log = self._logs.pop(key)
         log.close()
+        if self.offline:  # nothing more is written there; the next start deletes the stray log
+            return
         doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
         log.dir.rename(doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 
     @owner_only
-    def checkpoint(self) -> bool:
-        """Write the recovery points and log start offsets of every log, atomically.
+    def checkpoint(self) -> Future[bool]:
+        """Write the recovery points and log start offsets of every log, atomically, on the
+        flush thread (the offsets are taken now, on the loop).
 
-        Returns False, having logged why, when a checkpoint could not be written.
+        The future's result is False, having logged why, when a checkpoint could not
+        be written; a caller that answers only once they are durable (DeleteRecords)
+        waits for it.
         """
-        try:
-            write_offset_checkpoint(
-                self.log_dir / RECOVERY_POINT_CHECKPOINT,
-                {key: log.recovery_point for key, log in self._logs.items()},
-            )
-            write_offset_checkpoint(
-                self.log_dir / LOG_START_OFFSET_CHECKPOINT,
-                {key: log.log_start_offset for key, log in self._logs.items()},
-            )
-            self._write_high_watermarks()
-        except OSError as exc:
-            if not self._checkpoint_failing:  # once per episode, not every interval
-                self._checkpoint_failing = True
-                _log.warning("%s: cannot write the checkpoints (%s); keeping the previous ones",
-                             self.log_dir, exc)
-            return False
-        if self._checkpoint_failing:
-            self._checkpoint_failing = False
-            _log.info("%s: checkpoints written again", self.log_dir)
-        return True
+        files = {
+            RECOVERY_POINT_CHECKPOINT: {key: log.recovery_point for key, log in self._logs.items()},
+            LOG_START_OFFSET_CHECKPOINT: {key: log.log_start_offset for key, log in self._logs.items()},
+            REPLICATION_OFFSET_CHECKPOINT: self._high_watermarks(),
+        }
+        return self._write_checkpoints(files, "the checkpoints")
 
     @owner_only
-    def checkpoint_high_watermarks(self) -> bool:
-        """Write every log's high watermark (``replica.high.watermark.checkpoint.interval.ms``):
-        a restarted replica exposes nothing its leader had not committed. False, having
-        logged why, when the file could not be written."""
-        try:
-            self._write_high_watermarks()
-        except OSError as exc:
-            _log.warning("%s: cannot write the high watermarks (%s)", self.log_dir, exc)
-            return False
-        return True
+    def checkpoint_high_watermarks(self) -> Future[bool]:
+        """Write every log's high watermark (``replica.high.watermark.checkpoint.interval.ms``)
+        on the flush thread: a restarted replica exposes nothing its leader had not
+        committed. Its result is False, having logged why, when the file could not be written."""
+        return self._write_checkpoints({REPLICATION_OFFSET_CHECKPOINT: self._high_watermarks()},
+                                       "the high watermarks")
 
-    def _write_high_watermarks(self) -> None:
-        write_offset_checkpoint(
-            self.log_dir / REPLICATION_OFFSET_CHECKPOINT,
-            {key: log.high_watermark for key, log in self._logs.items()},
-        )
+    def _high_watermarks(self) -> dict[tuple[str, int], int]:
+        return {key: log.high_watermark for key, log in self._logs.items()}
+
+    def _write_checkpoints(self, files: Mapping[str, Mapping[tuple[str, int], int]], what: str) -> Future[bool]:
+        """Write ``files`` (name → offsets) in order on the flush thread, after the fsyncs
+        queued before (so a recovery point written is one they made true)."""
+        failure = self.failure
+
+        def job() -> bool:
+            if failure.offline:
+                return False
+            try:
+                for name, offsets in files.items():
+                    write_offset_checkpoint(self.log_dir / name, offsets)
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    failure.fail(f"writing {what} of {self.log_dir}", exc)
+                elif not self._checkpoint_failing:  # once per episode, not every interval
+                    self._checkpoint_failing = True
+                    _log.warning("%s: cannot write %s (%s); keeping the previous ones",
+                                 self.log_dir, what, exc)
+                return False
+            if self._checkpoint_failing:
+                self._checkpoint_failing = False
+                _log.info("%s: checkpoints written again", self.log_dir)
+            return True
+
+        self._last_checkpoint = future = self._executor.submit(job)
+        return future
+
+    @owner_only
+    def wait_for_checkpoints(self) -> bool:
+        """Block until the checkpoints asked for so far are written (tests, shutdown)."""
+        last = self._last_checkpoint
+        return True if last is None else last.result()
 
     @owner_only
     def run_retention(
@@ -234,7 +269,10 @@ class LogManager(Owned):
 
         ``remote_boundary(topic, partition)`` is the first offset not yet in the
         bucket, for logs with tiered storage (see ``Log.delete_retention_segments``).
+        Nothing while the directory is offline.
         """
+        if self.offline:
+            return 0
         deleted = sum(
             log.delete_retention_segments(
                 now_ms,
@@ -257,25 +295,36 @@ class LogManager(Owned):
     @owner_only
     def run_flush(self, now_ms: int) -> None:
         """Flush (on the flush thread) every log whose flush.ms has elapsed."""
+        if self.offline:
+            return
         for log in self._logs.values():
             if now_ms - log.last_flush_ms >= log.config.flush_ms:
                 log.schedule_flush(now_ms)
 
     @owner_only
     def shutdown(self) -> None:
-        """Stop the cleaner; flush and close all logs, checkpoint, write the clean-shutdown
-        marker, stop the flush thread."""
+        """Stop the cleaner; flush and close all logs, checkpoint, and write the
+        clean-shutdown marker only if every flush and checkpoint succeeded (after a
+        failed fsync the data below the recovery points is not known to be on disk: the
+        next start recovers it); stop the flush thread. Waits for the disk: the broker
+        calls it last, when it serves nothing any more."""
         if self.cleaner is not None:
             self.cleaner.shutdown()
+        flushed = True
         for log in self._logs.values():
             log.wait_for_flushes()
-            log.flush()
-            try:
-                log.take_producer_snapshot()
-            except OSError as exc:  # e.g. a full disk: the next start replays the log instead
-                _log.warning("%s: producer snapshot at shutdown failed (%s); rebuilt at start", log.name, exc)
+            flushed = log.flush() and flushed
+            if not self.offline:
+                try:
+                    log.take_producer_snapshot()
+                except OSError as exc:  # e.g. a full disk: the next start replays the log instead
+                    _log.warning("%s: producer snapshot at shutdown failed (%s); rebuilt at start",
+                                 log.name, exc)
             log.close()
-        if self.checkpoint():
+        if not flushed or self.offline:
+            _log.warning("%s: not every log could be flushed (%s); no clean-shutdown marker: the "
+                         "next start recovers the logs", self.log_dir, self.failure.reason)
+        elif self.checkpoint().result():
             try:
                 (self.log_dir / CLEAN_SHUTDOWN_FILE).touch()
                 fsync_dir(self.log_dir)

@@ -26,6 +26,7 @@ import logging
 import resource
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from common.config.dynamic import SECTION as DYNAMIC_SECTION
 from common.errors import (
     ErrorCode,
     InvalidPartitionsError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     PolicyViolationError,
 )
@@ -160,8 +162,12 @@ class Broker:
             versions=versions,
             apply=self.apply_metadata,
             inter_broker=self.inter_broker,
+            log_dir_offline=lambda: self.logs.offline,
         )
         await self.cluster.join()
+        loop = asyncio.get_running_loop()
+        self.logs.failure.add_listener(
+            lambda reason: loop.call_soon_threadsafe(self._on_log_dir_offline, reason))
         self.logs.load(self._log_config)
         self.groups = start_coordinator(self)
         self.txn_completion_hooks[OFFSETS_TOPIC] = self.groups.txn_offsets.on_markers
@@ -177,6 +183,14 @@ class Broker:
         if snapshot is not None:  # partitions from the metadata that registered this incarnation
             self.replicas.apply(snapshot.metadata)
         await self.tiering.loaded()  # the manifests of the partitions it leads
+
+    def _on_log_dir_offline(self, reason: str) -> None:
+        """The log directory failed (a failed fsync or write, on any thread): its partitions
+        stop replicating here and answer KAFKA_STORAGE_ERROR (:meth:`ReplicaManager.go_offline`),
+        and the next heartbeat, sent now, asks the controller to move their leaderships (ADR 0007)."""
+        self.replicas.go_offline(reason)
+        if self.cluster is not None and self.cluster.lifecycle is not None:
+            self.cluster.lifecycle.poke()
 
     def apply_metadata(self, snapshot: Snapshot) -> None:
         """A newer metadata snapshot, on the loop: partitions, then listeners of topic events."""
@@ -420,8 +434,10 @@ class Broker:
                 topic, info.topic_id, partition, target, self.leader_epoch(topic, partition)
             )
             log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
-        if log_.maybe_increment_log_start_offset(target):
+        if log_.maybe_increment_log_start_offset(target) and not await asyncio.wrap_future(
             self.logs.checkpoint()
+        ):
+            raise KafkaStorageError(f"the log start offset of {topic}-{partition} could not be checkpointed")
         return self.tiering.log_start_offset(topic, partition, log_)
 
     def append(
@@ -453,6 +469,12 @@ class Broker:
         self.bytes_in[topic] += info.size
         self.records_in[topic] += info.record_count
         return info
+
+    def pending_flush(self, topic: str, partition: int, offset: int) -> Future[bool] | None:
+        """The fsync that ``flush.messages`` scheduled for the offsets below ``offset`` of a
+        partition led here, if one is still to be waited for (``Log.pending_flush``)."""
+        flush = self.replicas.get_partition(topic, partition).log.pending_flush(offset)
+        return None if flush is None or (flush.done() and flush.result()) else flush
 
     def replicated(self, topic: str, partition: int, offset: int) -> bool:
         """Whether every replica in the (maximal) ISR holds offsets below ``offset``

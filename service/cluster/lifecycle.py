@@ -30,6 +30,12 @@ Kafka's ``BrokerLifecycleManager``, over :class:`ControllerClient`:
    the bucket) stops leading and heartbeats ``want_fence``, so its partitions move.
    None of this applies to the only broker of a cluster: nobody can be elected in its
    place, so it goes on serving through a bucket outage (its local tail).
+5. **A failed log directory** (a failed fsync or write, :mod:`local_tier.dir_failure`):
+   every heartbeat names it in ``offline_log_dirs`` and asks to be fenced, so the
+   controller moves this broker's leaderships and ISR places away at once (its one log
+   dir holds all its replicas) and keeps it fenced while the broker stays up to answer
+   Metadata and KAFKA_STORAGE_ERROR (ADR 0007). The only broker of a cluster is not
+   fenced: nobody could lead in its place, and its clients are better told why.
 
 Not thread-safe: coroutines on the broker's event loop.
 """
@@ -111,6 +117,7 @@ class BrokerLifecycle:
         metadata_age_s: Callable[[], float] = lambda: 0.0,
         alone: Callable[[], bool] = lambda: False,
         holder_listening: Callable[[], Awaitable[bool]] | None = None,
+        log_dir_offline: Callable[[], bool] = lambda: False,
     ) -> None:
         self.node_id = node_id
         self._cluster_id = cluster_id
@@ -129,6 +136,9 @@ class BrokerLifecycle:
         #: whether a process listens where the metadata registers this node id (another
         #: broker holds it: a refused registration is final)
         self._holder_listening = holder_listening or _nobody_listening
+        self._log_dir_offline = log_dir_offline
+        # Kafka names log dirs by a directory id; Strata's one log dir by its path
+        self._log_dir_id = uuid.uuid5(uuid.NAMESPACE_URL, (data_dir / "logs").resolve().as_uri())
         # leading is allowed until this instant (seconds of monotonic_ms; 0: not)
         self._lead_until = 0.0
         self.broker_epoch = -1
@@ -226,18 +236,21 @@ class BrokerLifecycle:
         broker may lead."""
         epoch = self.broker_epoch
         offset = self._revision()
-        want_fence = self.blind() and not want_shut_down and not self._alone()
+        offline = self._log_dir_offline()
+        blind = self.blind()
+        want_fence = (blind or offline) and not want_shut_down and not self._alone()
         if want_fence:
             self.stop_leading()
-            _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
-                         "leading and asks to be fenced", self.node_id, self._metadata_age_s())
+            if blind:
+                _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
+                             "leading and asks to be fenced", self.node_id, self._metadata_age_s())
         fields = {
             "broker_id": self.node_id,
             "broker_epoch": epoch,
             "current_metadata_offset": offset,
             "want_fence": want_fence,
             "want_shut_down": want_shut_down,
-            "offline_log_dirs": (),
+            "offline_log_dirs": (self._log_dir_id,) if offline else (),
         }
         sent = monotonic_ms() / 1000
         lead_until = sent + self._session_s * 5 / 6

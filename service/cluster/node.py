@@ -90,8 +90,10 @@ class ClusterNode:
         versions: Mapping[int, int],
         apply: Callable[[Snapshot], None],
         inter_broker: InterBrokerSecurity | None = None,
+        log_dir_offline: Callable[[], bool] = lambda: False,
     ) -> None:
         self.node_id = config.node_id
+        self._log_dir_offline = log_dir_offline
         #: the listener (and its TLS/SASL) this broker reaches its peers on
         self.inter_broker = inter_broker or InterBrokerSecurity("PLAINTEXT")
         self._store = store
@@ -212,6 +214,7 @@ class ClusterNode:
             metadata_age_s=self.poller.age_s if self.poller is not None else (lambda: 0.0),
             alone=self._alone,
             holder_listening=lambda: self._node_id_holder_listening(listeners),
+            log_dir_offline=self._log_dir_offline,
         )
         # a controller that stands down (cut off from the brokers) stops leading first
         self.controller.before_stand_down = self.lifecycle.stop_leading

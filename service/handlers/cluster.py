@@ -74,7 +74,11 @@ async def handle_broker_registration(ctx: RequestContext, request: Any) -> Any:
 async def handle_broker_heartbeat(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(63, ctx.version)
     args = (int(request.broker_id), int(request.broker_epoch), int(request.current_metadata_offset))
-    flags = {"want_fence": bool(request.want_fence), "want_shut_down": bool(request.want_shut_down)}
+    # a broker whose log dir is offline holds no replica it can serve (one log dir per
+    # broker): fenced, its leaderships and ISR places move (Kafka's handleDirectoriesOffline)
+    offline_dirs = bool(getattr(request, "offline_log_dirs", ()))
+    flags = {"want_fence": bool(request.want_fence) or offline_dirs,
+             "want_shut_down": bool(request.want_shut_down)}
     try:
         cluster = ctx.broker.cluster
         controller = None if cluster is None else cluster.controller

@@ -22,7 +22,7 @@ import asyncio
 import inspect
 import weakref
 from collections.abc import Awaitable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -33,6 +33,7 @@ from common.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaError,
+    KafkaStorageError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,
 )
@@ -52,6 +53,10 @@ __all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
 INLINE_INFLATE_BYTES = 256 * 1024
 
 _VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strata-produce-validate")
+
+#: a partition's answer still to wait for: (topic, its results, position in them, the offset
+#: acks=all waits to be replicated (-1: none), the flush.messages fsync (None: none))
+_Waiting = tuple[str, list[PartitionResult], int, int, "Future[bool] | None"]
 
 #: per connection, the last Produce whose appends wait for an off-loop validation
 _pending: weakref.WeakKeyDictionary[Any, asyncio.Future[None]] = weakref.WeakKeyDictionary()
@@ -149,7 +154,7 @@ def _append_and_answer(
 ) -> bytes | None | Awaitable[bytes]:
     broker = ctx.broker
     topics: dict[int, tuple[str, list[PartitionResult]]] = {}
-    waiting: list[tuple[str, list[PartitionResult], int, int]] = []  # acks=all, not on the ISR yet
+    waiting: list[_Waiting] = []  # acks=all, not on the ISR yet; or flush.messages, not fsynced yet
     for p in parts:
         try:
             if p.error is not None:
@@ -159,9 +164,11 @@ def _append_and_answer(
             info = broker.append(p.topic, p.index, p.records, validated=p.validated, required_acks=acks)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)
-            if acks == -1 and not broker.replicated(p.topic, p.index, info.last_offset + 1):
+            end = info.last_offset + 1
+            flush = broker.pending_flush(p.topic, p.index, end) if acks != 0 else None
+            if flush is not None or (acks == -1 and not broker.replicated(p.topic, p.index, end)):
                 held = topics.setdefault(p.topic_pos, (p.topic, []))[1]
-                waiting.append((p.topic, held, len(held), info.last_offset + 1))
+                waiting.append((p.topic, held, len(held), end if acks == -1 else -1, flush))
         except KafkaError as exc:
             broker.metrics_error("Produce", exc.code)
             record_errors = exc.record_errors if isinstance(exc, InvalidRecordError) else ()
@@ -184,16 +191,24 @@ def _throttle(ctx: RequestContext) -> int:
 async def _after_replication(
     ctx: RequestContext,
     topics: list[tuple[str, list[PartitionResult]]],
-    waiting: list[tuple[str, list[PartitionResult], int, int]],
+    waiting: list[_Waiting],
     timeout_ms: int,
 ) -> bytes:
-    """acks=all: answer once every replica in the ISR holds the appended records (Kafka's
-    delayed produce); REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER per partition else."""
+    """Answer once the appended records are fsynced, if ``flush.messages`` asked for it
+    (Kafka fsyncs them before answering; here the flush thread does, the loop waits for
+    nothing), and for acks=all once every replica in the ISR holds them (Kafka's delayed
+    produce); KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT or NOT_LEADER_OR_FOLLOWER per
+    partition else."""
 
-    async def wait(topic: str, partitions: list[PartitionResult], position: int, offset: int) -> None:
+    async def wait(topic: str, partitions: list[PartitionResult], position: int, offset: int,
+                   flush: Future[bool] | None) -> None:
         index = partitions[position].index
         try:
-            await ctx.broker.wait_replicated(topic, index, offset, timeout_ms)
+            if flush is not None and not await asyncio.wrap_future(flush):
+                raise KafkaStorageError(f"the records appended to {topic}-{index} could not be "
+                                        "fsynced (flush.messages): its log directory failed")
+            if offset >= 0:
+                await ctx.broker.wait_replicated(topic, index, offset, timeout_ms)
         except KafkaError as exc:
             ctx.broker.metrics_error("Produce", exc.code)
             partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)

@@ -198,6 +198,10 @@ class BrokerCollector(Collector):
                      "Partitions with no leader (reported by the active controller; 0 elsewhere).",
                      [], [((), offline)])
         yield _gauge("strata_leader_partitions", "Partitions this broker leads.", [], [((), len(led))])
+        yield _gauge("strata_offline_log_dirs",
+                     "Log directories of this broker taken offline by a failed fsync or write "
+                     "(Kafka's OfflineLogDirectoryCount); restart the broker once the disk is fixed.",
+                     [], [((), 1 if b.logs.offline else 0)])
         followers = b.replicas.followers
         fetched = sum(f.fetched_bytes for f in getattr(followers, "fetchers", {}).values())
         fetches = sum(f.fetch_requests for f in getattr(followers, "fetchers", {}).values())

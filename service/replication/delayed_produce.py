@@ -69,11 +69,12 @@ class ProduceWaiters:
             heapq.heappop(heap)
         self._waiting.pop(key, None)
 
-    def fail(self, key: TopicPartition, why: str) -> None:
-        """The partition is no longer hosted here: its waiters get NOT_LEADER_OR_FOLLOWER."""
+    def fail(self, key: TopicPartition, why: str, error: type[KafkaError] = NotLeaderOrFollowerError) -> None:
+        """The partition is no longer hosted here: its waiters get NOT_LEADER_OR_FOLLOWER
+        (or ``error``: KAFKA_STORAGE_ERROR when its log directory failed)."""
         for _, _, fut in self._waiting.pop(key, ()):
             if not fut.done():
-                fut.set_exception(NotLeaderOrFollowerError(why))
+                fut.set_exception(error(why))
 
     @property
     def waiting(self) -> int:

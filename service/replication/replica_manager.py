@@ -26,6 +26,11 @@ through :meth:`ReplicaManager.record_follower_fetch`, which moves the high
 watermark and asks the controller (AlterPartition) to add caught-up replicas
 to the ISR.
 
+When the log directory fails (:meth:`ReplicaManager.go_offline`), every hosted
+partition is offline here: requests for it answer KAFKA_STORAGE_ERROR, its
+follower fetches stop and its acks=all produces fail, as in Kafka's
+``handleLogDirFailure``; the controller moves the leaderships (ADR 0007).
+
 Not thread-safe: everything runs on the broker's event loop.
 """
 
@@ -225,7 +230,7 @@ class ReplicaManager:
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
                     self._changed(partition)
                 self._maybe_expand_isr(partition)
-        if self.followers is not None:
+        if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
                 if partition.leader_id >= 0 and md.is_active(partition.leader_id):
                     self.followers.add(partition)
@@ -290,11 +295,23 @@ class ReplicaManager:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    def go_offline(self, reason: str) -> None:
+        """The log directory failed: stop fetching as a follower and fail the acks=all
+        produces waiting, with KAFKA_STORAGE_ERROR (see the module docstring)."""
+        keys = list(self.partitions)
+        if self.followers is not None:
+            self.followers.remove(keys)
+        for key in keys:
+            self.produce_waiters.fail(key, f"the log directory failed: {reason}", KafkaStorageError)
+            self._waiters.notify(*key)
+
     def get_partition(self, topic: str, index: int) -> Partition:
         """The hosted partition; ``NOT_LEADER_OR_FOLLOWER`` when the metadata has it
-        elsewhere, ``UNKNOWN_TOPIC_OR_PARTITION`` when it does not exist at all."""
+        elsewhere, ``UNKNOWN_TOPIC_OR_PARTITION`` when it does not exist at all,
+        ``KAFKA_STORAGE_ERROR`` when its log directory failed or its log cannot be opened."""
         partition = self.partitions.get((topic, index))
         if partition is not None:
+            self._logs.failure.check(partition.name)
             return partition
         if (why := self.offline.get((topic, index))) is not None:
             raise KafkaStorageError(f"broker {self.node_id} cannot open the log of {topic}-{index}: {why}")

@@ -102,6 +102,7 @@ def test_delete_logs_removes_the_topic(tmp_path: Path, managers: list[LogManager
     _populate(tmp_path)
     manager = _manager(tmp_path, managers)
     manager.delete_logs("orders")
+    assert manager.wait_for_checkpoints()  # written on the flush thread
     assert manager.get_log("orders", 0) is None
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["my-topic.v2-11"]
     assert "orders" not in (tmp_path / "log-start-offset-checkpoint").read_text()
@@ -117,6 +118,7 @@ def test_retention_and_log_start_offset_checkpoint(
     log.update_high_watermark(log.log_end_offset)
     manager.update_config("t", small_config(segment_bytes=10**6, retention_ms=0))
     assert manager.run_retention(now_ms=10**6) == 3
+    assert manager.wait_for_checkpoints()
     assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n1\nt 0 15\n"
 
 
