@@ -35,9 +35,6 @@ from common.config.dynamic import SECTION as DYNAMIC_SECTION
 from common.errors import (
     ErrorCode,
     InvalidPartitionsError,
-    KafkaStorageError,
-    OffsetOutOfRangeError,
-    PolicyViolationError,
 )
 from common.latency import LatencyHistograms
 from common.record.batch import ValidatedRecords
@@ -403,42 +400,6 @@ class Broker:
         follower uploads and compacts nothing in the bucket)."""
         led = self.replicas.partition(topic, partition)
         return led.leader_epoch if led is not None and led.is_leader else -1
-
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        """DeleteRecords: move the partition's log start offset up to ``offset``; the new start.
-
-        ``-1`` means the high watermark. Beyond it (or below 0): OFFSET_OUT_OF_RANGE;
-        on a topic compacted and not also deleted: POLICY_VIOLATION, as in Kafka. On a tiered partition
-        the manifest moves first (its remote segments wholly below are deleted),
-        then the local log; the log start offsets are checkpointed before this
-        returns, so an answered DeleteRecords survives a crash. Local segments wholly
-        below the new start go at the next retention pass.
-        """
-        log_ = self.log_for(topic, partition)
-        if log_.config.compact and not log_.config.delete:
-            raise PolicyViolationError(
-                f"records of {topic} can be deleted only if its cleanup.policy includes delete"
-            )
-        target = log_.high_watermark if offset == -1 else offset
-        if not 0 <= target <= log_.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"cannot delete records of {topic}-{partition} before offset {offset}: "
-                f"the high watermark is {log_.high_watermark}"
-            )
-        await self.tiering.wait_for_manifest(topic, partition, log_)
-        if target <= self.tiering.log_start_offset(topic, partition, log_):
-            return self.tiering.log_start_offset(topic, partition, log_)
-        info = self.controller.topic(topic)
-        if log_.config.remote_storage_enable and self.tiering.enabled and info is not None:
-            await self.tiering.delete_records(
-                topic, info.topic_id, partition, target, self.leader_epoch(topic, partition)
-            )
-            log_ = self.log_for(topic, partition)  # the topic may have been deleted meanwhile
-        if log_.maybe_increment_log_start_offset(target) and not await asyncio.wrap_future(
-            self.logs.checkpoint()
-        ):
-            raise KafkaStorageError(f"the log start offset of {topic}-{partition} could not be checkpointed")
-        return self.tiering.log_start_offset(topic, partition, log_)
 
     def append(
         self,

@@ -2,7 +2,7 @@
 
 DeleteRecords moves a partition's log start offset (``kafka-delete-records.sh``,
 the Java AdminClient's ``deleteRecords``); the broker does the work
-(:meth:`service.broker.Broker.delete_records`, which also moves the remote tier's
+(:func:`service.records_deletion.delete_records`, which also moves the remote tier's
 start). DescribeLogDirs reports this broker's log directory: its partitions with
 their local size (for a tiered partition, only what is on disk) and offset lag
 (0 on the leader, as in Kafka), and the file system's total and usable bytes.
@@ -18,6 +18,7 @@ from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError
 from common.protocol.codec import build, response_module
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
+from service.records_deletion import delete_records
 from service.security.acls import AclOperation
 
 __all__ = ["handle_delete_records", "handle_describe_log_dirs"]
@@ -38,7 +39,7 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
                 offset = int(p.offset)
                 if offset < -1:
                     raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}")
-                low = await broker.delete_records(topic.name, int(p.partition_index), offset)
+                low = await delete_records(broker, topic.name, int(p.partition_index), offset)
                 fields = {"error_code": ErrorCode.none, "low_watermark": low}
             except KafkaError as exc:
                 broker.metrics_error("DeleteRecords", exc.code)

@@ -253,12 +253,13 @@ def test_alter_configs_of_the_broker_accepts_no_static_key(broker: Any) -> None:
     client = helpers.admin(broker.bootstrap)
     empty = ConfigResource(ConfigResource.Type.BROKER, "1", set_config={})
     _alter_configs(client, empty)
-    static = ConfigResource(ConfigResource.Type.BROKER, "1", set_config={"log.retention.ms": "1"})
+    static = ConfigResource(ConfigResource.Type.BROKER, "1", set_config={"log.dirs": "/elsewhere"})
     with pytest.raises(KafkaException) as refused:
         _alter_configs(client, static)
     assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
+    assert "log.dirs" in refused.value.args[0].str()
     described = _describe(client, ConfigResource(ConfigResource.Type.BROKER, "1"))
-    assert described["log.retention.ms"].value != "1"
+    assert described["log.dirs"].value != "/elsewhere"
 
 
 # --------------------------------------------------------------------------- OffsetForLeaderEpoch
