@@ -68,6 +68,7 @@ from service.cluster.topics import (
 )
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
+from service.loop_lag import LoopLagProbe
 from service.maintenance import run_maintenance
 from service.replication.barrier import note_append
 from service.replication.replica_manager import ReplicaManager
@@ -113,6 +114,7 @@ class Broker:
         self.records_in: Counter[str] = Counter()
         self.records_out: Counter[str] = Counter()
         self.request_latency = LatencyHistograms()
+        self.loop_lag = LoopLagProbe(config.get_int("event.loop.lag.probe.interval.ms") / 1000)
         data_dir.mkdir(parents=True, exist_ok=True)
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.
@@ -203,6 +205,7 @@ class Broker:
 
     def close(self) -> None:
         self._closing = True
+        self.loop_lag.stop()
         if self.transactions is not None:
             self.transactions.shutdown()
         if self.groups is not None:
@@ -215,7 +218,8 @@ class Broker:
         self.logs.shutdown()
 
     async def run_background(self) -> None:
-        """The log cleaners, then the periodic work (:mod:`service.maintenance`)."""
+        """The loop-lag probe, the log cleaners, then the periodic work (:mod:`service.maintenance`)."""
+        self.loop_lag.start()
         self.start_log_cleaner()
         self.spawn(self.remote_cleaner.run(self))
         await run_maintenance(self)
