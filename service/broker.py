@@ -139,6 +139,7 @@ class Broker:
         self.cluster: ClusterNode | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._restoring_reserve = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
         self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by start()
 
@@ -257,9 +258,21 @@ class Broker:
 
     def _restore_reserve(self) -> None:
         """Space was just freed: the embedded store takes back its full-disk reserve
-        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md)."""
-        if isinstance(self.object_store, FileSystemObjectStore):
-            self.object_store.restore_reserve()
+        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md).
+        On a worker thread, one at a time: it takes a lock other threads and processes hold
+        while they write, and allocates the reserve (``fallocate``)."""
+        store = self.object_store
+        if not isinstance(store, FileSystemObjectStore) or self._restoring_reserve:
+            return
+        self._restoring_reserve = True
+
+        async def restore() -> None:
+            try:
+                await asyncio.to_thread(store.restore_reserve)
+            finally:
+                self._restoring_reserve = False
+
+        self.spawn(restore())
 
     def active_controller(self) -> Any:
         """This broker's controller when it is the active one; ``NotControllerError`` else."""

@@ -31,10 +31,12 @@ Not thread-safe: everything runs on the broker's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -62,6 +64,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("strata.replication")
+#: deleted logs closed and renamed per turn of the event loop
+RETIRE_SLICE = 50
 PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
 
@@ -172,22 +176,7 @@ class ReplicaManager:
         for topic, index, reg in md.iter_partitions():
             if self.node_id in reg.replicas:
                 wanted[(topic.name, index)] = (topic.topic_id, reg)
-        for key in [k for k in self.partitions if k not in wanted]:
-            partition = self.partitions[key]
-            info = md.topics.get(key[0])
-            deleted = info is None or info.topic_id != partition.topic_id
-            self._stop(key, deleted=deleted, reason="topic deleted" if deleted else "reassigned away")
-        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
-            if key in self.partitions:
-                continue
-            topic_id = read_topic_id(log.dir)
-            info = md.topics.get(key[0])
-            if key not in wanted or (topic_id is not None and info is not None
-                                     and topic_id != info.topic_id):
-                deleted = info is None or (topic_id is not None and topic_id != info.topic_id)
-                _log.warning("deleting local log %s: %s", log.name,
-                             "its topic no longer exists" if deleted else "not a replica here")
-                self._delete_log(key, topic_id, deleted)
+        self._delete_unwanted(md, wanted)
         if previous is not None:
             for name, info in md.topics.items():
                 old = previous.topics.get(name)
@@ -223,6 +212,49 @@ class ReplicaManager:
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
 
+    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object]) -> None:
+        """Stop and delete the partitions ``md`` no longer places here, and stray logs; the
+        checkpoints are written once for all of them (per partition, a 1,000-partition topic
+        delete wrote and fsynced them 1,000 times on the event loop), one log line per topic."""
+        stopped: Counter[str] = Counter()
+        for key in [k for k in self.partitions if k not in wanted]:
+            partition = self.partitions[key]
+            info = md.topics.get(key[0])
+            deleted = info is None or info.topic_id != partition.topic_id
+            reason = "topic deleted" if deleted else "reassigned away"
+            self._stop(key, deleted=deleted, reason=reason)
+            stopped[f"{key[0]} ({reason})"] += 1
+        for what, count in sorted(stopped.items()):
+            _log.info("%d partition(s) of %s stopped; local logs deleted", count, what)
+        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
+            if key in self.partitions:
+                continue
+            topic_id = read_topic_id(log.dir)
+            info = md.topics.get(key[0])
+            if key not in wanted or (topic_id is not None and info is not None
+                                     and topic_id != info.topic_id):
+                deleted = info is None or (topic_id is not None and topic_id != info.topic_id)
+                _log.warning("deleting local log %s: %s", log.name,
+                             "its topic no longer exists" if deleted else "not a replica here")
+                self._delete_log(key, topic_id, deleted)
+        self._retire_deleted_logs()
+
+    def _retire_deleted_logs(self) -> None:
+        """Close and rename the deleted logs :data:`RETIRE_SLICE` at a time, a turn of the event
+        loop each (the logs already left the manager: nothing reads them meanwhile, and one
+        opened again under its name settles first); all at once without a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._logs.finish_deletes()
+            return
+
+        def step() -> None:
+            if self._logs.retire(RETIRE_SLICE):
+                loop.call_soon(step)
+
+        step()
+
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition:
         log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
         _write_topic_id(log.dir, topic_id)
@@ -232,7 +264,7 @@ class ReplicaManager:
 
     def _stop(self, key: TopicPartition, *, deleted: bool, reason: str) -> None:
         partition = self.partitions.pop(key)
-        _log.info("%s: stops (%s); deleting its local log", partition.name, reason)
+        _log.debug("%s: stops (%s); deleting its local log", partition.name, reason)
         if self.followers is not None:
             self.followers.remove([key])
         for listener in self._listeners:
@@ -244,7 +276,7 @@ class ReplicaManager:
     def _delete_log(
         self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool, was_leader: bool = False
     ) -> None:
-        self._logs.delete_log(*key)
+        self._logs.delete_log(*key, defer=True)  # the caller finishes the deletes once
         if self.on_log_deleted is not None and topic_id is not None:
             self.on_log_deleted(key[0], key[1], topic_id, deleted and was_leader)
 
