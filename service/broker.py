@@ -69,6 +69,7 @@ from service.cluster.topics import (
 )
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
+from service.loop_lag import LoopLagProbe
 from service.maintenance import run_maintenance
 from service.replication.barrier import note_append
 from service.replication.replica_manager import ReplicaManager
@@ -114,6 +115,7 @@ class Broker:
         self.records_in: Counter[str] = Counter()
         self.records_out: Counter[str] = Counter()
         self.request_latency = LatencyHistograms()
+        self.loop_lag = LoopLagProbe(config.get_int("event.loop.lag.probe.interval.ms") / 1000)
         data_dir.mkdir(parents=True, exist_ok=True)
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.
@@ -142,6 +144,7 @@ class Broker:
         self._dynamic_section: str | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._restoring_reserve = False
         self.groups: GroupCoordinator = None  # type: ignore[assignment]  # set by start()
         self.transactions: TransactionCoordinator = None  # type: ignore[assignment]  # set by start()
 
@@ -221,6 +224,7 @@ class Broker:
 
     def close(self) -> None:
         self._closing = True
+        self.loop_lag.stop()
         if self.transactions is not None:
             self.transactions.shutdown()
         if self.groups is not None:
@@ -233,7 +237,8 @@ class Broker:
         self.logs.shutdown()
 
     async def run_background(self) -> None:
-        """The log cleaners, then the periodic work (:mod:`service.maintenance`)."""
+        """The loop-lag probe, the log cleaners, then the periodic work (:mod:`service.maintenance`)."""
+        self.loop_lag.start()
         self.start_log_cleaner()
         self.spawn(self.remote_cleaner.run(self))
         await run_maintenance(self)
@@ -290,9 +295,21 @@ class Broker:
 
     def _restore_reserve(self) -> None:
         """Space was just freed: the embedded store takes back its full-disk reserve
-        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md)."""
-        if isinstance(self.object_store, FileSystemObjectStore):
-            self.object_store.restore_reserve()
+        before producers can fill it again (docs/adr/0007-full-disk-and-data-dir-lock.md).
+        On a worker thread, one at a time: it takes a lock other threads and processes hold
+        while they write, and allocates the reserve (``fallocate``)."""
+        store = self.object_store
+        if not isinstance(store, FileSystemObjectStore) or self._restoring_reserve:
+            return
+        self._restoring_reserve = True
+
+        async def restore() -> None:
+            try:
+                await asyncio.to_thread(store.restore_reserve)
+            finally:
+                self._restoring_reserve = False
+
+        self.spawn(restore())
 
     def active_controller(self) -> Any:
         """This broker's controller when it is the active one; ``NotControllerError`` else."""

@@ -389,6 +389,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("metadata.poll.interval.ms", "long", "500",
             "How often a broker checks the bucket for a newer cluster metadata (Strata).",
             validator=at_least(1)),
+    ConfigDef("event.loop.lag.probe.interval.ms", "int", "20",
+            "How often the event loop's lag is probed (strata_event_loop_lag_seconds; Strata).",
+            validator=at_least(1)),
     # Brokers talking to each other (docs/adr/0016-inter-broker-protocol.md).
     ConfigDef("offsets.topic.replication.factor", "int", "3",
             "Replication factor of __consumer_offsets when it is created; when not set, 3, or "

@@ -33,14 +33,20 @@ from common.errors import KafkaError
 from service.http.state import group_lag, member_count
 from service.http.views import AdminView
 
-__all__ = ["kafka_exporter_families"]
+__all__ = ["PAUSE", "SLICE", "kafka_exporter_families"]
+
+#: yielded among the families after every :data:`SLICE` partitions: where the scrape's
+#: asynchronous gather (:func:`service.http.metrics.gather`) lets the event loop run
+PAUSE = object()
+SLICE = 100
 
 
 def _family(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
-def kafka_exporter_families(broker: AdminView) -> Iterator[GaugeMetricFamily | UntypedMetricFamily]:
+def kafka_exporter_families(broker: AdminView) -> Iterator[Any]:
+    """The families, with :data:`PAUSE` among them (:func:`service.http.metrics.gather` awaits there)."""
     c = broker.controller
     md = c.metadata
     if c.controller_id == c.node_id:
@@ -62,7 +68,7 @@ def kafka_exporter_families(broker: AdminView) -> Iterator[GaugeMetricFamily | U
     yield from _groups(broker)
 
 
-def _partitions(broker: AdminView) -> Iterator[GaugeMetricFamily]:
+def _partitions(broker: AdminView) -> Iterator[Any]:
     c = broker.controller
     labels = ["topic", "partition"]
     fams = {
@@ -81,12 +87,16 @@ def _partitions(broker: AdminView) -> Iterator[GaugeMetricFamily]:
         "under": _family("kafka_topic_partition_under_replicated_partition",
                          "1 if Topic/Partition is under Replicated", labels),
     }
+    seen = 0
     for t in c.topics():
         try:
             registrations = c.partitions(t.name)
         except KafkaError:
             continue  # deleted while we read
         for p, reg in enumerate(registrations):
+            seen += 1
+            if seen % SLICE == 0:
+                yield PAUSE
             if reg.leader != c.node_id:
                 continue  # its leader exports it
             local = broker.logs.get_log(t.name, p)

@@ -186,7 +186,7 @@ class AdminHttpServer:
                             headers={"Cache-Control": "max-age=300"})
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        families = gather(self._broker, self._connections, self._tls, self._limits)  # the broker's state: here, on the loop
+        families = await gather(self._broker, self._connections, self._tls, self._limits)  # on the loop, in slices
         body = await asyncio.get_running_loop().run_in_executor(None, exposition, families)
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 

@@ -34,6 +34,7 @@ from local_tier.manager import LogManager
 from remote_tier.log_manager import RemoteLogManager
 from remote_tier.store import ObjectStore
 from service.groups import GroupCoordinator
+from service.loop_lag import LoopLagProbe
 from service.replication.replica_manager import ReplicaManager
 
 __all__ = ["AdminView", "ClusterView", "MetricsView", "PartitionsView"]
@@ -80,6 +81,9 @@ class MetricsView(PartitionsView, Protocol):
 
     @property
     def request_latency(self) -> LatencyHistograms: ...
+
+    @property
+    def loop_lag(self) -> LoopLagProbe: ...
 
     @property
     def fetch_sessions(self) -> FetchSessionCache: ...

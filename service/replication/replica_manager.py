@@ -36,10 +36,12 @@ Not thread-safe: everything runs on the broker's event loop.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -68,6 +70,8 @@ __all__ = [
 ]
 
 _log = logging.getLogger("strata.replication")
+#: deleted logs closed and renamed per turn of the event loop
+RETIRE_SLICE = 50
 PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
 
@@ -163,7 +167,7 @@ class ReplicaManager:
         #: partitions the metadata gives this broker whose log cannot be opened (a full
         #: disk): why; Produce and Fetch answer KAFKA_STORAGE_ERROR, and
         #: :meth:`retry_offline` tries them again (issue #36)
-        self.offline: dict[TopicPartition, str] = {}
+        self.unopened: dict[TopicPartition, str] = {}
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -182,29 +186,14 @@ class ReplicaManager:
         for topic, index, reg in md.iter_partitions():
             if self.node_id in reg.replicas:
                 wanted[(topic.name, index)] = (topic.topic_id, reg)
-        for key in [k for k in self.partitions if k not in wanted]:
-            partition = self.partitions[key]
-            info = md.topics.get(key[0])
-            deleted = info is None or info.topic_id != partition.topic_id
-            self._stop(key, deleted=deleted, reason="topic deleted" if deleted else "reassigned away")
-        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
-            if key in self.partitions:
-                continue
-            topic_id = read_topic_id(log.dir)
-            info = md.topics.get(key[0])
-            if key not in wanted or (topic_id is not None and info is not None
-                                     and topic_id != info.topic_id):
-                deleted = info is None or (topic_id is not None and topic_id != info.topic_id)
-                _log.warning("deleting local log %s: %s", log.name,
-                             "its topic no longer exists" if deleted else "not a replica here")
-                self._delete_log(key, topic_id, deleted)
+        self._delete_unwanted(md, wanted)
         if previous is not None:
             for name, info in md.topics.items():
                 old = previous.topics.get(name)
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
-        for key in [k for k in self.offline if k not in wanted]:
-            del self.offline[key]
+        for key in [k for k in self.unopened if k not in wanted]:
+            del self.unopened[key]
         became_followers: list[Partition] = []
         for key, (topic_id, reg) in wanted.items():
             found = self.partitions.get(key)
@@ -237,6 +226,49 @@ class ReplicaManager:
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
 
+    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object]) -> None:
+        """Stop and delete the partitions ``md`` no longer places here, and stray logs; the
+        checkpoints are written once for all of them (per partition, a 1,000-partition topic
+        delete wrote and fsynced them 1,000 times on the event loop), one log line per topic."""
+        stopped: Counter[str] = Counter()
+        for key in [k for k in self.partitions if k not in wanted]:
+            partition = self.partitions[key]
+            info = md.topics.get(key[0])
+            deleted = info is None or info.topic_id != partition.topic_id
+            reason = "topic deleted" if deleted else "reassigned away"
+            self._stop(key, deleted=deleted, reason=reason)
+            stopped[f"{key[0]} ({reason})"] += 1
+        for what, count in sorted(stopped.items()):
+            _log.info("%d partition(s) of %s stopped; local logs deleted", count, what)
+        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
+            if key in self.partitions:
+                continue
+            topic_id = read_topic_id(log.dir)
+            info = md.topics.get(key[0])
+            if key not in wanted or (topic_id is not None and info is not None
+                                     and topic_id != info.topic_id):
+                deleted = info is None or (topic_id is not None and topic_id != info.topic_id)
+                _log.warning("deleting local log %s: %s", log.name,
+                             "its topic no longer exists" if deleted else "not a replica here")
+                self._delete_log(key, topic_id, deleted)
+        self._retire_deleted_logs()
+
+    def _retire_deleted_logs(self) -> None:
+        """Close and rename the deleted logs :data:`RETIRE_SLICE` at a time, a turn of the event
+        loop each (the logs already left the manager: nothing reads them meanwhile, and one
+        opened again under its name settles first); all at once without a running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._logs.finish_deletes()
+            return
+
+        def step() -> None:
+            if self._logs.retire(RETIRE_SLICE):
+                loop.call_soon(step)
+
+        step()
+
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition | None:
         """The partition, its log opened (created); None when the disk refuses (it is
         offline here until :meth:`retry_offline` opens it, as Kafka keeps serving the
@@ -245,12 +277,12 @@ class ReplicaManager:
             log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
             _write_topic_id(log.dir, topic_id)
         except (OSError, KafkaStorageError) as exc:
-            if key not in self.offline:
+            if key not in self.unopened:
                 _log.error("%s-%d: cannot open its log (%s); offline on this broker until it can be "
                            "(free space: delete topics, lower retention)", key[0], key[1], exc)
-            self.offline[key] = str(exc)
+            self.unopened[key] = str(exc)
             return None
-        if self.offline.pop(key, None) is not None:
+        if self.unopened.pop(key, None) is not None:
             _log.info("%s-%d: its log is open again", key[0], key[1])
         partition = Partition(key[0], key[1], topic_id, log, self.node_id, lambda: self.may_lead())
         self.partitions[key] = partition
@@ -258,12 +290,12 @@ class ReplicaManager:
 
     def retry_offline(self) -> None:
         """Try again to open the partitions that could not be (no work when none)."""
-        if self.offline and self.metadata is not None:
+        if self.unopened and self.metadata is not None:
             self.apply(self.metadata)
 
     def _stop(self, key: TopicPartition, *, deleted: bool, reason: str) -> None:
         partition = self.partitions.pop(key)
-        _log.info("%s: stops (%s); deleting its local log", partition.name, reason)
+        _log.debug("%s: stops (%s); deleting its local log", partition.name, reason)
         if self.followers is not None:
             self.followers.remove([key])
         for listener in self._listeners:
@@ -275,7 +307,7 @@ class ReplicaManager:
     def _delete_log(
         self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool, was_leader: bool = False
     ) -> None:
-        self._logs.delete_log(*key)
+        self._logs.delete_log(*key, defer=True)  # the caller finishes the deletes once
         if self.on_log_deleted is not None and topic_id is not None:
             self.on_log_deleted(key[0], key[1], topic_id, deleted and was_leader)
 
@@ -313,7 +345,7 @@ class ReplicaManager:
         if partition is not None:
             self._logs.failure.check(partition.name)
             return partition
-        if (why := self.offline.get((topic, index))) is not None:
+        if (why := self.unopened.get((topic, index))) is not None:
             raise KafkaStorageError(f"broker {self.node_id} cannot open the log of {topic}-{index}: {why}")
         md = self.metadata
         info = md.topics.get(topic) if md is not None else None

@@ -29,6 +29,7 @@ from common.config import BrokerConfig
 from common.errors import ErrorCode, KafkaError
 from common.record.batch import build_batch
 from controller.records import TopicInfo
+from local_tier.read_view import LogReadView
 from local_tier.replay import iter_log_records
 from service.cluster.wire import request_module
 from service.groups.runtime import (
@@ -127,17 +128,21 @@ class BrokerTxnStateLog:
         return ErrorCode.none
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """The log's read view is taken now, on the loop; iterating it reads the segment
+        files only, so it may go on on a worker thread."""
         log = self._broker.logs.get_log(TRANSACTION_STATE_TOPIC, partition)
-        if log is None:
-            return
-        for header, record in iter_log_records(log.read_view()):
-            if not header.is_control and record.key is not None:
-                yield record.key, record.value
+        return iter(()) if log is None else _records(log.read_view())
 
     def hosted_partitions(self) -> Sequence[int]:
         """None to load up front: :class:`TxnLeadership` loads each partition as this broker
         becomes its leader (a local log of a partition led elsewhere is not this broker's)."""
         return ()
+
+
+def _records(view: LogReadView) -> Iterator[tuple[bytes, bytes | None]]:
+    for header, record in iter_log_records(view):
+        if not header.is_control and record.key is not None:
+            yield record.key, record.value
 
 
 class BrokerMarkers:
@@ -283,17 +288,22 @@ class TxnLeadership:
     """A leadership listener of the replica manager: the coordinator loads a
     ``__transaction_state`` partition when this broker becomes its leader, its leader epoch
     the coordinator epoch its markers carry (a deposed coordinator's markers are then
-    refused as TRANSACTION_COORDINATOR_FENCED), and unloads it when another broker leads it."""
+    refused as TRANSACTION_COORDINATOR_FENCED), and unloads it when another broker leads it.
+    The log is read on a worker thread (:meth:`TransactionCoordinator.load_off_loop`)."""
 
     def __init__(self, coordinator: TransactionCoordinator) -> None:
         self._coordinator = coordinator
+        self._loads: set[asyncio.Task[None]] = set()
 
     def on_leader(self, partition: Partition) -> None:
         if partition.topic == TRANSACTION_STATE_TOPIC:
             # a new leader epoch of a partition already led: its marker writes in flight stop
             # and the load starts them again under the new coordinator epoch
             self._coordinator.unload(partition.index)
-            self._coordinator.load(partition.index, max(partition.leader_epoch, 0))
+            load = asyncio.ensure_future(
+                self._coordinator.load_off_loop(partition.index, max(partition.leader_epoch, 0)))
+            self._loads.add(load)
+            load.add_done_callback(self._loads.discard)
 
     def on_resign(self, topic: str, index: int, deleted: bool) -> None:
         if topic == TRANSACTION_STATE_TOPIC:

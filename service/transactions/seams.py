@@ -42,7 +42,8 @@ class TxnStateLog(Protocol):
         ...
 
     def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
-        """Every record of ``partition`` in offset order (nothing if it does not exist here)."""
+        """Every record of ``partition`` in offset order (nothing if it does not exist here),
+        as the log is when called: the iterator may then be read on a worker thread."""
         ...
 
     def hosted_partitions(self) -> Sequence[int]:

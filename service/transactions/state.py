@@ -3,7 +3,9 @@
 :class:`TxnStateStore` keeps one :class:`TxnPartition` per loaded partition
 (Kafka's ``transactionMetadataCache`` entry: a coordinator epoch and the
 metadata of every transactional id that hashes there). :meth:`load` rebuilds a
-partition from its log, :meth:`unload` forgets it (issue #16: a coordinator
+partition from its log (or :meth:`begin_loading` and :meth:`finish_loading` around a
+:func:`rebuild` on a worker thread, which a broker taking a partition over uses),
+:meth:`unload` forgets it (issue #16: a coordinator
 moves with the partition's leadership; a request for an id whose partition is
 not loaded here is answered ``NOT_COORDINATOR``).
 
@@ -22,7 +24,7 @@ markers). Not thread-safe: lives on the broker's event loop thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from common.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
@@ -37,7 +39,7 @@ from service.transactions.records import (
 )
 from service.transactions.seams import TxnStateLog
 
-__all__ = ["TxnPartition", "TxnStateStore", "append_error"]
+__all__ = ["TxnPartition", "TxnStateStore", "append_error", "rebuild"]
 
 log = logging.getLogger("strata.transactions")
 
@@ -47,6 +49,27 @@ class TxnPartition:
     partition: int
     coordinator_epoch: int
     transactions: dict[str, TransactionMetadata] = field(default_factory=dict)
+
+
+def rebuild(partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> dict[str, TransactionMetadata]:
+    """The transactions a partition's records leave (the last record of an id wins). Pure:
+    runs on a worker thread when a broker takes a partition over, off the event loop."""
+    transactions: dict[str, TransactionMetadata] = {}
+    count = 0
+    for raw_key, raw_value in records:
+        count += 1
+        try:
+            tid = decode_txn_key(raw_key)
+            if raw_value is None:
+                transactions.pop(tid, None)
+            else:
+                transactions[tid] = TransactionMetadata.from_log_value(tid, decode_txn_value(raw_value))
+        except (TxnRecordFormatError, ValueError) as exc:
+            log.warning("skipping an unreadable __transaction_state-%d record: %s", partition, exc)
+    if count:
+        log.info("loaded %d transactional id(s) from %d record(s) of __transaction_state-%d",
+                 len(transactions), count, partition)
+    return transactions
 
 
 def append_error(exc: KafkaError) -> ErrorCode:
@@ -63,6 +86,8 @@ class TxnStateStore:
         self._log = log_
         self._partition_count: int | None = None
         self.partitions: dict[int, TxnPartition] = {}
+        #: partitions being read, each with the token of the load that may install it
+        self._loading: dict[int, object] = {}
 
     # ------------------------------------------------------------------ topology
 
@@ -87,29 +112,41 @@ class TxnStateStore:
 
     def load(self, partition: int, coordinator_epoch: int) -> TxnPartition:
         """Rebuild ``partition``'s transactions from its log (the last record of an id wins)."""
-        entry = TxnPartition(partition, coordinator_epoch)
-        count = 0
-        for raw_key, raw_value in self._log.replay(partition):
-            count += 1
-            try:
-                tid = decode_txn_key(raw_key)
-                if raw_value is None:
-                    entry.transactions.pop(tid, None)
-                else:
-                    value = decode_txn_value(raw_value)
-                    entry.transactions[tid] = TransactionMetadata.from_log_value(tid, value)
-            except (TxnRecordFormatError, ValueError) as exc:
-                log.warning("skipping an unreadable __transaction_state-%d record: %s", partition, exc)
+        return self.install(partition, coordinator_epoch, rebuild(partition, self._log.replay(partition)))
+
+    def begin_loading(self, partition: int) -> object:
+        """``partition`` is this coordinator's but not read yet: its ids answer
+        COORDINATOR_LOAD_IN_PROGRESS until :meth:`finish_loading` with the token returned."""
+        self.partitions.pop(partition, None)
+        token = self._loading[partition] = object()
+        return token
+
+    def still_loading(self, partition: int, token: object) -> bool:
+        """Whether the load that got ``token`` is still the wanted one (no unload, no newer load)."""
+        return self._loading.get(partition) is token
+
+    def finish_loading(self, partition: int, token: object, coordinator_epoch: int,
+                       transactions: dict[str, TransactionMetadata]) -> TxnPartition | None:
+        """Install what a load read (None, installing nothing, when it was superseded)."""
+        if not self.still_loading(partition, token):
+            return None
+        del self._loading[partition]
+        return self.install(partition, coordinator_epoch, transactions)
+
+    def install(self, partition: int, coordinator_epoch: int,
+                transactions: dict[str, TransactionMetadata]) -> TxnPartition:
+        self._loading.pop(partition, None)
+        entry = TxnPartition(partition, coordinator_epoch, transactions)
         self.partitions[partition] = entry
-        if count:
-            log.info(
-                "loaded %d transactional id(s) from %d record(s) of __transaction_state-%d",
-                len(entry.transactions), count, partition,
-            )
         return entry
+
+    def replay(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        """The partition's records, to read on any thread (the log's state is taken now)."""
+        return self._log.replay(partition)
 
     def unload(self, partition: int) -> None:
         self.partitions.pop(partition, None)
+        self._loading.pop(partition, None)
 
     # ------------------------------------------------------------------ reads
 
@@ -121,6 +158,8 @@ class TxnStateStore:
             return ErrorCode.coordinator_not_available, None
         entry = self.partitions.get(partition)
         if entry is None:
+            if partition in self._loading:
+                return ErrorCode.coordinator_load_in_progress, None
             return ErrorCode.not_coordinator, None
         return ErrorCode.none, entry
 

@@ -1,0 +1,43 @@
+"""The event loop's lag probe (:mod:`service.loop_lag`): a blocked loop shows as a late probe,
+in the histogram's buckets and the recent-max gauge; an idle loop stays in the lowest buckets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from service.loop_lag import LoopLagProbe
+
+
+def test_a_blocked_loop_shows_as_one_late_probe_of_about_the_stall() -> None:
+    async def body() -> LoopLagProbe:
+        probe = LoopLagProbe(0.005)
+        probe.start()
+        await asyncio.sleep(0.1)
+        time.sleep(0.2)  # a blocking call on the loop
+        await asyncio.sleep(0.05)
+        probe.stop()
+        return probe
+
+    probe = asyncio.run(body())
+    cumulative = dict(probe.cumulative())
+    assert cumulative[float("inf")] >= 10
+    assert cumulative[float("inf")] - cumulative[0.1] == 1  # exactly one probe ran >100 ms late
+    assert cumulative[0.25] == cumulative[float("inf")]  # ... and by less than 250 ms
+    assert 0.19 <= probe.recent_max_s < 0.25
+    assert probe.total_s >= 0.19
+
+
+def test_an_idle_loop_is_never_late_by_more_than_a_timer_tick() -> None:
+    async def body() -> LoopLagProbe:
+        probe = LoopLagProbe(0.005)
+        probe.start()
+        probe.start()  # idempotent: one timer
+        await asyncio.sleep(0.2)
+        probe.stop()
+        return probe
+
+    probe = asyncio.run(body())
+    cumulative = dict(probe.cumulative())
+    assert 10 <= cumulative[float("inf")] <= 45  # one timer firing every 5 ms, not two
+    assert cumulative[0.05] == cumulative[float("inf")]
