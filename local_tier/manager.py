@@ -199,7 +199,8 @@ class LogManager(Owned):
     def delete_logs(self, topic: str) -> None:
         """Close the topic's logs, rename each dir to ``<dir>.<uuid>-delete``, then remove it."""
         for key in [key for key in self._logs if key[0] == topic]:
-            shutil.rmtree(self._remove(key), ignore_errors=True)
+            if (doomed := self._remove(key)) is not None:
+                shutil.rmtree(doomed, ignore_errors=True)
         if self.cleaner is not None:
             self.cleaner.forget(topic)
         self.checkpoint()
@@ -221,7 +222,7 @@ class LogManager(Owned):
         finishes the deletes: at 1,000 partitions closing and renaming all at once held the
         event loop 90 ms, and the ``rmtree`` and a checkpoint per partition 5.7 s."""
         for key in list(self._retiring)[:limit]:
-            self._doomed.append(self._close_and_rename(self._retiring.pop(key)))
+            self._retire_one(self._retiring.pop(key))
         if self._retiring:
             return True
         self.finish_deletes()
@@ -232,7 +233,7 @@ class LogManager(Owned):
         """Close and rename every deleted log, checkpoint without them, then remove their
         directories on the delete thread, off the caller's loop."""
         while self._retiring:
-            self._doomed.append(self._close_and_rename(self._retiring.popitem()[1]))
+            self._retire_one(self._retiring.popitem()[1])
         if not self._doomed:
             return
         doomed, self._doomed = self._doomed, []
@@ -243,18 +244,22 @@ class LogManager(Owned):
         """A log of ``key`` is about to be opened again: its deleted predecessor's directory
         must be renamed away first."""
         if key in self._retiring:
-            self._doomed.append(self._close_and_rename(self._retiring.pop(key)))
+            self._retire_one(self._retiring.pop(key))
 
-    def _remove(self, key: tuple[str, int]) -> Path:
+    def _retire_one(self, log: Log) -> None:
+        if (doomed := self._close_and_rename(log)) is not None:
+            self._doomed.append(doomed)
+
+    def _remove(self, key: tuple[str, int]) -> Path | None:
         return self._close_and_rename(self._logs.pop(key))
 
-    @staticmethod
-    def _close_and_rename(log: Log) -> Path:
+    def _close_and_rename(self, log: Log) -> Path | None:
         """Close the log and rename its dir to ``<dir>.<uuid>-delete``, which a restart removes
-        if the process dies before it is gone; the renamed dir."""
+        if the process dies before it is gone; the renamed dir (None: the log dir is
+        offline, nothing more is written there, and the next start deletes the stray log)."""
         log.close()
-        if self.offline:  # nothing more is written there; the next start deletes the stray log
-            return
+        if self.offline:
+            return None
         doomed = log.dir.with_name(f"{log.dir.name}.{uuid.uuid4().hex}{_DELETE_SUFFIX}")
         log.dir.rename(doomed)
         return doomed
