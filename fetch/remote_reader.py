@@ -5,7 +5,12 @@ pinned to ``remote.log.reader.cpus`` when set), never on the event loop. Segment
 objects are read with ranged GETs in fixed-size chunks that go through a
 byte-bounded LRU :class:`ChunkCache`; concurrent misses of one chunk share one
 GET. A sequential reader gets the next chunk fetched ahead (read-ahead) while it
-consumes the current one. Remote offset indexes are cached per segment.
+consumes the current one. Remote offset and time indexes are cached per segment.
+
+ListOffsets by timestamp (:meth:`RemoteReader.offset_for_timestamp`) runs on the
+same threads: the segment's indexes narrow it to about one index interval, read
+with ranged GETs outside the chunk cache (a chunk may be 128 MiB) and bounded by
+``max_scan_bytes`` per lookup.
 
 Memory is bounded by the cache capacity plus, per tiered-fetch thread, one
 response's ``max_bytes``: a hundred consumers reading history at once queue on
@@ -15,22 +20,34 @@ the pool instead of each holding its own buffers (the failure of KAFKA-19763).
 from __future__ import annotations
 
 import bisect
+import logging
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from common.errors import OffsetOutOfRangeError
-from common.record.batch import LOG_OVERHEAD, decode_batch, read_batch_header
+from common.record.batch import BATCH_OVERHEAD, LOG_OVERHEAD, read_batch_header
 from fetch.affinity import pin_current_thread
+from fetch.remote_index import (
+    OFFSET_ENTRY,
+    TIME_ENTRY,
+    BoundedScan,
+    IndexEntries,
+    IndexMismatch,
+    TimestampMatch,
+    decode_index,
+    first_at_or_after,
+    time_scan_start,
+)
 
-__all__ = ["ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource"]
+__all__ = ["ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource", "TimestampMatch"]
 
-_HEADER_BYTES = 61
-_INDEX_ENTRY = struct.Struct(">ii")
+_log = logging.getLogger("strata.fetch")
+_HEADER_BYTES = BATCH_OVERHEAD
 
 
 class RemoteSegmentSource(Protocol):
@@ -49,6 +66,10 @@ class RemoteSegmentSource(Protocol):
 
     def get_offset_index(self, segment: object) -> bytes:
         """The segment's whole ``.index`` object."""
+        ...
+
+    def get_time_index(self, segment: object) -> bytes:
+        """The segment's whole ``.timeindex`` object."""
         ...
 
 
@@ -150,6 +171,7 @@ class RemoteReader:
         index_cache_entries: int = 1024,
         read_ahead_chunks: int = 1,
         cpus: frozenset[int] = frozenset(),
+        max_scan_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         self._source = source
         self.cpus = cpus
@@ -162,8 +184,11 @@ class RemoteReader:
             initializer=pin_current_thread,
             initargs=(cpus,),
         )
-        self._indexes: OrderedDict[Hashable, tuple[list[int], list[int]]] = OrderedDict()
-        self._index_entries = index_cache_entries
+        self._indexes: OrderedDict[Hashable, IndexEntries] = OrderedDict()
+        self._index_entries_max = index_cache_entries
+        #: most ``.log`` bytes one timestamp lookup reads
+        self.max_scan_bytes = max_scan_bytes
+        self._mismatched: set[Hashable] = set()
         self._lock = threading.Lock()
         # reads queued or running, by what they read: an identical request joins one
         self._inflight: dict[Hashable, Future[RemoteReadResult]] = {}
@@ -289,53 +314,65 @@ class RemoteReader:
         self._prefetch(segment, key, segment_size, end)
         return RemoteReadResult(parts, first, next_offset)
 
-    def offset_for_timestamp(
-        self, segment: object, segment_size: int, timestamp: int
-    ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the segment's first record with a timestamp ≥ ``timestamp``.
+    def submit_time_lookup(
+        self, segment: object, segment_size: int, timestamp: int, start_offset: int
+    ) -> Future[TimestampMatch | None]:
+        """Queue an :meth:`offset_for_timestamp` on the tiered-fetch threads."""
+        return self._pool.submit(self.offset_for_timestamp, segment, segment_size, timestamp, start_offset)
 
-        Reads batch headers through the chunk cache and decodes only the batch
-        that holds the answer.
+    def offset_for_timestamp(
+        self, segment: object, segment_size: int, timestamp: int, start_offset: int = 0
+    ) -> TimestampMatch | None:
+        """The segment's first record at or after ``start_offset`` whose timestamp is ≥ ``timestamp``.
+
+        As Kafka, the ``.timeindex`` and ``.index`` objects (one GET each, then
+        cached) give the position to start from, and ranged GETs of the ``.log`` from
+        there read at most ``max_scan_bytes`` (KAFKA_STORAGE_ERROR beyond): a lookup in
+        a 1 GiB segment costs a handful of small GETs, not the segment.
+
+        Where to start (:func:`time_scan_start`): the indexes are written together,
+        every ``index.interval.bytes``, the time index only when the running maximum
+        timestamp grew; so every batch up to the last offset-index entry below the
+        first time entry at or after ``timestamp`` is older than ``timestamp``, and the
+        answer lies within about one index interval. An offset-index entry that does
+        not name the batch at its position (a damaged index) restarts the scan at 0.
         """
         key = self._source.cache_key(segment)
-        pos = 0
-        while pos + _HEADER_BYTES <= segment_size:
-            header = read_batch_header(self._bytes(segment, key, segment_size, pos, pos + _HEADER_BYTES))
-            if pos + header.size > segment_size:
-                break
-            if header.max_timestamp >= timestamp:
-                _, records = decode_batch(self._bytes(segment, key, segment_size, pos, pos + header.size))
-                for record in records:
-                    if record.timestamp >= timestamp:
-                        return record.offset, record.timestamp
-            pos += header.size
-        return None
+        base = int(segment.base_offset)  # type: ignore[attr-defined]
+        times = self._index_entries(segment, key, _TIME_INDEX)
+        offsets = self._index_entries(segment, key, _OFFSET_INDEX)
+        position, named, hint = time_scan_start(times, offsets, base, segment_size, timestamp, start_offset)
+        scan = BoundedScan(self._source, segment, segment_size, self.max_scan_bytes, hint)
+        try:
+            return first_at_or_after(scan, position, named, timestamp, start_offset)
+        except IndexMismatch:
+            if key not in self._mismatched:  # once per segment: its index stays cached
+                self._mismatched.add(key)
+                _log.warning(
+                    "remote segment %s: offset index entry (offset %d, position %d) does not "
+                    "match the log; ListOffsets scans it from its start", key, named, position,
+                )
+            return first_at_or_after(scan, 0, None, timestamp, start_offset)
 
     def _index_position(self, segment: object, key: Hashable, offset: int) -> int:
-        with self._lock:
-            entry = self._indexes.get(key)
-            if entry is not None:
-                self._indexes.move_to_end(key)
-        if entry is None:
-            raw = self._source.get_offset_index(segment)
-            n = len(raw) // _INDEX_ENTRY.size
-            rel: list[int] = []
-            positions: list[int] = []
-            for i in range(n):
-                r, p = _INDEX_ENTRY.unpack_from(raw, i * _INDEX_ENTRY.size)
-                if rel and (r <= rel[-1] or p < positions[-1]):
-                    break  # not monotonic: trust what came before (it is only a hint)
-                rel.append(r)
-                positions.append(p)
-            entry = (rel, positions)
-            with self._lock:
-                self._indexes[key] = entry
-                while len(self._indexes) > self._index_entries:
-                    self._indexes.popitem(last=False)
-        base = int(segment.base_offset)
-        rel, positions = entry
-        i = bisect.bisect_right(rel, offset - base) - 1
+        rel, positions, _ = self._index_entries(segment, key, _OFFSET_INDEX)
+        i = bisect.bisect_right(rel, offset - int(segment.base_offset)) - 1  # type: ignore[attr-defined]
         return positions[i] if i >= 0 else 0
+
+    def _index_entries(self, segment: object, key: Hashable, kind: _IndexKind) -> IndexEntries:
+        """A remote index, decoded and cached per upload (LRU of ``index_cache_entries``)."""
+        cache_key = (kind.name, key)
+        with self._lock:
+            entry = self._indexes.get(cache_key)
+            if entry is not None:
+                self._indexes.move_to_end(cache_key)
+                return entry
+        entry = decode_index(kind.load(self._source, segment), kind.entry)
+        with self._lock:
+            self._indexes[cache_key] = entry
+            while len(self._indexes) > self._index_entries_max:
+                self._indexes.popitem(last=False)
+        return entry
 
     def _chunk_bytes(self, segment: object, key: Hashable, size: int, index: int) -> bytes:
         start = index * self._chunk
@@ -371,3 +408,13 @@ class RemoteReader:
                 self._pool.submit(self._chunk_bytes, segment, key, size, index)
             except RuntimeError:  # pool shut down
                 return
+
+
+class _IndexKind(NamedTuple):
+    name: str
+    entry: struct.Struct
+    load: Callable[[RemoteSegmentSource, object], bytes]
+
+
+_OFFSET_INDEX = _IndexKind("offset", OFFSET_ENTRY, lambda source, seg: source.get_offset_index(seg))
+_TIME_INDEX = _IndexKind("time", TIME_ENTRY, lambda source, seg: source.get_time_index(seg))

@@ -25,9 +25,11 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from common.config.configdef import parse_cpu_list
+from common.errors import KafkaStorageError
 from common.latency import REMOTE_READ_BUCKETS, LatencyHistograms
-from fetch.remote_reader import RemoteReader, RemoteReadResult
+from fetch.remote_reader import RemoteReader, RemoteReadResult, TimestampMatch
 from local_tier.txn_index import TxnSearch
+from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.log_manager import RemoteFetch
 
 if TYPE_CHECKING:
@@ -57,6 +59,10 @@ class _Source:
         assert isinstance(segment, RemoteFetch)
         return self._rsm.read_index(segment.segment, segment.topic_id, segment.partition, "offset")
 
+    def get_time_index(self, segment: object) -> bytes:
+        assert isinstance(segment, RemoteFetch)
+        return self._rsm.read_index(segment.segment, segment.topic_id, segment.partition, "time")
+
 
 class TieredReader:
     """The broker's reads of tiered history: Fetch, read_committed Fetch, ListOffsets by time."""
@@ -71,6 +77,7 @@ class TieredReader:
             cache_bytes=config.get_int("remote.fetch.chunk.cache.bytes"),
             read_ahead_chunks=config.get_int("remote.fetch.read.ahead.chunks"),
             cpus=parse_cpu_list(config.get("remote.log.reader.cpus") or ""),
+            max_scan_bytes=config.get_int("remote.fetch.timestamp.scan.max.bytes"),
         )
 
     def close(self) -> None:
@@ -124,12 +131,29 @@ class TieredReader:
 
     async def offset_for_timestamp(
         self, topic: str, partition: int, timestamp: int, local: Log
-    ) -> tuple[int, int] | None:
-        """ListOffsets by time over the remote segments older than the local log."""
-        target = self.tiering.plan_timestamp_read(topic, partition, timestamp, local)
-        if target is None:
+    ) -> TimestampMatch | None:
+        """ListOffsets by time over the remote segments older than the local log: the first
+        record at or after the log start with a timestamp ≥ ``timestamp``, or None when the
+        answer is not in the bucket (the local log has it, or nobody does).
+
+        Each segment is looked up on the tiered-fetch threads with its indexes and a
+        bounded ranged read; a later segment is asked only when every qualifying record
+        of the first lies below the log start (DeleteRecords inside it).
+        KAFKA_STORAGE_ERROR when the bucket cannot be read.
+        """
+        start = self.tiering.log_start_offset(topic, partition, local)
+        started = time.perf_counter()
+        try:
+            for target in self.tiering.plan_timestamp_reads(topic, partition, timestamp, local, start):
+                found = await asyncio.wrap_future(
+                    self.reader.submit_time_lookup(target, target.segment.size_bytes, timestamp, start)
+                )
+                if found is not None:
+                    return found
             return None
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            None, self.reader.offset_for_timestamp, target, target.segment.size_bytes, timestamp
-        )
+        except (ObjectStoreError, RemoteStorageError, OSError) as exc:
+            raise KafkaStorageError(
+                f"cannot read the tiered part of {topic}-{partition} to find timestamp {timestamp}: {exc}"
+            ) from exc
+        finally:
+            self.read_latency.observe("list_offsets", time.perf_counter() - started)

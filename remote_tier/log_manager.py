@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -258,19 +260,22 @@ class RemoteLogManager:
         assert state is not None
         return RemoteFetch(segment, state.topic_id, partition)
 
-    def plan_timestamp_read(self, topic: str, partition: int, timestamp: int, local: Log) -> RemoteFetch | None:
-        """The remote segment older than the local log where ListOffsets by ``timestamp``
-        looks (None: the answer is not in the bucket)."""
+    def plan_timestamp_reads(
+        self, topic: str, partition: int, timestamp: int, local: Log, start_offset: int
+    ) -> Iterator[RemoteFetch]:
+        """The remote segments older than the local log where ListOffsets by ``timestamp``
+        looks, in offset order: those holding a record at or after ``start_offset`` with a
+        timestamp ≥ ``timestamp`` (none: the answer is not in the bucket). The first is
+        found by bisection over the manifest."""
         self.require_manifest(topic, partition, local)
         state = self.partitions.get((topic, partition))
         manifest = state.manifest if state is not None else None
-        if manifest is None:
-            return None
-        segment = manifest.segment_for_timestamp(timestamp)
-        if segment is None or segment.base_offset >= local.log_start_offset:
-            return None
-        assert state is not None
-        return RemoteFetch(segment, state.topic_id, partition)
+        if state is None or manifest is None:
+            return iter(())
+        local_start = local.log_start_offset
+        candidates = manifest.segments_for_timestamp(timestamp, start_offset)
+        older = itertools.takewhile(lambda s: s.base_offset < local_start, candidates)
+        return (RemoteFetch(s, state.topic_id, partition) for s in older)
 
     async def delete_records(
         self, topic: str, topic_id: uuid.UUID, partition: int, offset: int, leader_epoch: int

@@ -23,10 +23,11 @@ same bytes (and etag).
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -151,10 +152,15 @@ class PartitionManifest:
     cleaner_offset: int | None = None
     replaced: tuple[ReplacedSegment, ...] = ()
     _bases: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+    #: the largest ``max_timestamp`` of the segments up to each one: never decreasing, so
+    #: the first segment holding a timestamp at or after T is found by bisection
+    _reached: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "topic_id", str(uuid.UUID(str(self.topic_id))))
         object.__setattr__(self, "_bases", tuple(s.base_offset for s in self.segments))
+        reached = itertools.accumulate((s.max_timestamp for s in self.segments), max)
+        object.__setattr__(self, "_reached", tuple(reached))
         for before, after in zip(self.segments, self.segments[1:]):
             if after.base_offset <= before.last_offset:
                 raise ManifestFormatError(
@@ -197,7 +203,24 @@ class PartitionManifest:
 
     def segment_for_timestamp(self, timestamp: int) -> RemoteSegment | None:
         """The first segment holding a record with a timestamp at or after ``timestamp``."""
-        return next((s for s in self.segments if s.max_timestamp >= timestamp), None)
+        return next(self.segments_for_timestamp(timestamp), None)
+
+    def segments_for_timestamp(self, timestamp: int, start_offset: int = 0) -> Iterator[RemoteSegment]:
+        """The segments holding a record with a timestamp at or after ``timestamp`` and an
+        offset at or after ``start_offset``, in offset order (ListOffsets by time).
+
+        The first is found by bisection over the running maximum of the segments' max
+        timestamps (timestamps need not grow with offsets), in O(log n) for a manifest of
+        n segments. Only when a segment wholly below ``start_offset`` holds a later
+        timestamp (a DeleteRecords not yet applied to the manifest) are the segments
+        from ``start_offset`` on filtered one by one.
+        """
+        first = bisect.bisect_left(self._reached, timestamp)
+        from_start = bisect.bisect_right(self._bases, start_offset) - 1
+        if from_start >= 0 and self.segments[from_start].last_offset < start_offset:
+            from_start += 1
+        later = self.segments[max(first, from_start, 0) :]
+        return (s for s in later if s.max_timestamp >= timestamp)
 
     def find(self, base_offset: int) -> RemoteSegment | None:
         """The segment covering ``base_offset`` (``base <= base_offset <= last``), if any."""

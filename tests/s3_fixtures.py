@@ -103,6 +103,8 @@ class MotoServer:
         self._thread: threading.Thread | None = None
         #: (method, path) of every request served, for tests that count GETs
         self.requests: list[tuple[str, str]] = []
+        #: (path, body bytes) of every GET answered, for tests that count bytes read
+        self.gets: list[tuple[str, int]] = []
         self._failing: tuple[str, str] | None = None
         self._failed = threading.Event()
 
@@ -133,7 +135,12 @@ class MotoServer:
                 self._failed.set()
                 start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
                 return [_SLOW_DOWN]
-            return moto_app(environ, start_response)
+            body = moto_app(environ, start_response)
+            if method != "GET":
+                return body
+            data = b"".join(body)
+            self.gets.append((path, len(data)))
+            return [data]
 
         self._server = make_server(self.host, self.port, app, threaded=self.threaded)
         self._thread = threading.Thread(

@@ -343,6 +343,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Memory of the tiered-read chunk cache (Strata).", validator=at_least(0)),
     ConfigDef("remote.fetch.read.ahead.chunks", "int", "2",
             "Chunks fetched ahead of a sequential tiered reader (Strata).", validator=at_least(0)),
+    ConfigDef("remote.fetch.timestamp.scan.max.bytes", "int", "33554432",
+            "Most bytes of a remote segment one ListOffsets by timestamp reads past its indexes; "
+            "KAFKA_STORAGE_ERROR beyond (Strata).", validator=at_least(4096)),
     ConfigDef("producer.id.expiration.ms", "int", "86400000",
             "How long a producer id with no open transaction is remembered after its last write.",
             validator=at_least(1)),

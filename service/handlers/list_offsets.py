@@ -7,6 +7,7 @@ manner (:func:`legacy_offsets`, encoded by :mod:`service.handlers.list_offsets_v
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from typing import Any
@@ -91,20 +92,27 @@ async def _lookup(
         if boundary is None:
             return -1, -1, -1
         return -1, boundary - 1, epoch
-    if ts == MAX_TIMESTAMP:
-        found = log.fetch_offset_by_timestamp(MAX_TIMESTAMP)
-    elif ts < 0:
+    if ts < 0 and ts != MAX_TIMESTAMP:
         raise InvalidRequestError(f"unknown special timestamp {ts}")
-    else:
-        found = None
-        if tiering.enabled:
-            found = await ctx.broker.tiered_reads.offset_for_timestamp(topic, partition, ts, log)
-        if found is None:
-            found = log.fetch_offset_by_timestamp(ts)
+    if ts >= 0 and tiering.enabled:
+        remote = await ctx.broker.tiered_reads.offset_for_timestamp(topic, partition, ts, log)
+        if remote is not None:
+            if remote.offset >= limit:
+                return -1, -1, -1
+            return remote.timestamp, remote.offset, remote.leader_epoch
+    found = log.fetch_offset_by_timestamp(ts)
     if found is None or found[0] >= limit:
         return -1, -1, -1
     offset, timestamp = found
-    return timestamp, offset, epoch
+    return timestamp, offset, _epoch_at(log, offset)
+
+
+def _epoch_at(log: Log, offset: int) -> int:
+    """The leader epoch of the batch holding ``offset`` (Kafka answers a record's epoch
+    for a timestamp, not the current one); -1 when the log knows none."""
+    entries = log.leader_epoch_cache.entries
+    i = bisect.bisect_right([start for _, start in entries], offset) - 1
+    return entries[i][0] if i >= 0 else -1
 
 
 # --------------------------------------------------------------------------- v0

@@ -83,6 +83,9 @@ class _Source:
     def get_offset_index(self, segment: object) -> bytes:
         return b""
 
+    def get_time_index(self, segment: object) -> bytes:
+        return b""
+
 
 @pytest.mark.parametrize("length", [0, -12])
 def test_a_tiered_read_over_a_corrupt_header_is_a_corrupt_record_error(length: int) -> None:
