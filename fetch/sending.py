@@ -7,7 +7,11 @@ buffers go out in slices, one event-loop step each.
 Responses that carry records read from the bucket are sent by a
 :class:`HistorySender` thread instead: copying hundreds of MB/s of history into
 sockets on the event loop would make every live producer and consumer wait
-behind it (docs/adr/0005-history-off-the-event-loop.md).
+behind it (docs/adr/0005-history-off-the-event-loop.md). So are responses whose local
+records are not in the page cache (:func:`resident`): a ``sendfile`` or ``pread`` of
+them would wait for the disk on the event loop (issue #32). The TLS path, which must
+read to encrypt, reads such regions through the page cache on a worker thread first
+(:func:`warm_cold_regions`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from typing import Any, TypeGuard
 from fetch.affinity import pin_current_thread
 from local_tier.segment import FileRegion
 
-__all__ = ["SENDFILE_MIN_BYTES", "SEND_SLICE_BYTES", "HistorySender", "carries_history", "send_parts"]
+__all__ = [
+    "SENDFILE_MIN_BYTES",
+    "SEND_SLICE_BYTES",
+    "HistorySender",
+    "carries_history",
+    "resident",
+    "send_parts",
+    "warm_cold_regions",
+]
 
 
 #: File regions smaller than this are read and sent with the bytes around them in
@@ -120,12 +132,57 @@ def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
 
 
 def carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
-    """Whether a response holds records read from the bucket (large in-memory parts).
+    """Whether a response is for the history sender threads: it holds records read from
+    the bucket (large in-memory parts: views of cached chunks), or local records that
+    are not in the page cache (:class:`FileRegion` parts a send would read from disk)."""
+    return any(_large_buffer(p) or (isinstance(p, FileRegion) and not resident(p)) for p in parts)
 
-    Local records are :class:`FileRegion` parts; only remote reads put large
-    buffers (views of cached chunks) in a response.
-    """
-    return any(_large_buffer(p) for p in parts)
+
+#: one byte a page-cache probe reads into (its value is never used; threads may share it)
+_PROBE = bytearray(1)
+#: what a cold region is read through in, on a worker thread
+_WARM_CHUNK = 1024 * 1024
+
+
+def resident(region: FileRegion) -> bool:
+    """Whether the first and the last byte of ``region`` are in the page cache: a read
+    of them with ``RWF_NOWAIT`` does not wait for the disk. A region the probe cannot
+    tell about (a file system without ``RWF_NOWAIT``, a file closed meanwhile) counts
+    as resident: its send goes on as before."""
+    if region.length <= 0:
+        return True
+    try:
+        fd = region.file.fileno()
+        for position in (region.position, region.position + region.length - 1):
+            os.preadv(fd, [_PROBE], position, os.RWF_NOWAIT)
+    except BlockingIOError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return True
+
+
+async def warm_cold_regions(parts: list[bytes | memoryview | FileRegion]) -> None:
+    """Read the regions of ``parts`` that are not in the page cache through it on a
+    worker thread, so the event loop's reads of them then find them there."""
+    for part in parts:
+        if isinstance(part, FileRegion) and not resident(part):
+            await asyncio.to_thread(_read_through, part)
+
+
+def _read_through(region: FileRegion) -> None:
+    fd = held_fd(region)
+    try:
+        scratch = bytearray(min(_WARM_CHUNK, region.length))
+        done = 0
+        while done < region.length:
+            with memoryview(scratch)[: min(len(scratch), region.length - done)] as view:
+                got = os.preadv(fd, [view], region.position + done)
+            if got <= 0:
+                return
+            done += got
+    finally:
+        os.close(fd)
 
 
 def _large_buffer(part: bytes | memoryview | FileRegion) -> TypeGuard[bytes | memoryview]:

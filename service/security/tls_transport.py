@@ -16,7 +16,8 @@ at hand (librdkafka sends about one record per buffer piece, so this loop is the
 of a TLS produce). The loop over slices and records is in C when
 ``service.security._tlsread`` is built (``_tlsread.c``), in Python otherwise.
 
-Sending: ``sendfile`` cannot encrypt, so a response's file regions are read with
+Sending: ``sendfile`` cannot encrypt, so a response's file regions are read (those not in
+the page cache first read through it on a worker thread) with
 ``preadv`` into a buffer of ``CHUNK_BYTES`` shared by the thread's connections (small
 parts are copied beside them; large in-memory parts, history from the bucket, are
 encrypted where they lie). A chunk is encrypted a record at a time into the
@@ -46,6 +47,7 @@ from typing import Any
 
 from OpenSSL import SSL
 
+from fetch.sending import warm_cold_regions
 from local_tier.segment import FileRegion
 from service.network.transport import Parts
 from service.security.tls_engine import (
@@ -281,6 +283,7 @@ class TlsTransport:
 
     async def send_parts(self, parts: Parts) -> None:
         """A response chunk by chunk, one chunk per event-loop step (module docstring)."""
+        await warm_cold_regions(parts)  # the reads below then never wait for the disk
         async with self._send_lock:
             chunks = self._chunks(parts)
             try:

@@ -291,3 +291,30 @@ def test_a_sendfile_that_waits_keeps_sending_its_own_file_after_that_file_is_clo
 
     received = asyncio.run(run())
     assert len(received) == size and received.count(b"A") == size
+
+
+def _cold_file(tmp_path: Path, size: int) -> Path:
+    """A file written, synced and dropped from the page cache (a segment nobody read lately)."""
+    path = tmp_path / "cold.log"
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+def test_local_records_not_in_the_page_cache_go_to_the_history_threads(tmp_path: Path) -> None:
+    """A sendfile of records the page cache does not hold waits for the disk; on the event
+    loop every other client would wait with it (issue #32). Such a response is the
+    history threads', as records read from the bucket are; once read, it is the loop's."""
+    path = _cold_file(tmp_path, 4 * 1024 * 1024)
+    with open(path, "rb", buffering=0) as f:
+        region = FileRegion(f, 0, 4 * 1024 * 1024, 0)
+        assert not server.resident(region)
+        assert _carries_history([b"header", region])
+        asyncio.run(server.warm_cold_regions([b"header", region]))  # the TLS path's way
+        assert server.resident(region)
+        assert not _carries_history([b"header", region])
