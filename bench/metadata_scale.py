@@ -1,7 +1,7 @@
 """What one broker costs as its partition count grows: the baseline of issue 33.
 
     nice python bench/metadata_scale.py [--sizes 10 100 1000 5000] [--with-10k]
-        [--step-timeout 600] [--idle-s 20] [--out-json F] [--out-md F]
+        [--cluster-sizes 10 100 1000] [--step-timeout 600] [--idle-s 20] [--out-json F] [--out-md F]
 
 For each size, a fresh single broker (``python -m service up``, default ``file://``
 store inside its data dir) is started and measured:
@@ -22,6 +22,13 @@ store inside its data dir) is started and measured:
 * **stop / restart**: SIGTERM until the process exits (clean stop); start again
   and time until it logs "listening on" and until a full Metadata answer lists
   every partition with a leader; then a second clean stop.
+
+With ``--cluster-sizes``, three brokers on one bucket (node 1 first, so it holds the
+controller lease) and topics with replication factor 3, per size: each broker's idle CPU
+and bucket traffic, the bytes of the metadata document each broker reads per change
+(``--changes`` topic config changes, one a second so that none coalesce), full Metadata
+latency, and the time from kill -9 of broker 3 until a Metadata answer names a leader
+other than broker 3 for every partition.
 
 A step that fails (e.g. a create refused for lack of file descriptors: the broker
 needs about three per partition, against ``ulimit -n``) ends its size likewise, with the
@@ -44,10 +51,12 @@ These are the requests the broker would send to S3 with the same code paths.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -55,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -68,13 +77,16 @@ PER_TOPIC = 100
 TOPICS_PER_REQUEST = 10
 COUNTS_ENV = "STRATA_BENCH_STORE_COUNTS"
 LIST_PAGE = 1000
+#: between timed metadata changes: longer than the brokers' 500 ms poll, so every change
+#: is read on its own (faster changes coalesce into one read)
+CHANGE_GAP_S = 1.0
 
 
 class DidNotFinish(Exception):
     """A step overran its time limit."""
 
     def __init__(self, step: str, limit_s: float) -> None:
-        super().__init__(f"{step}: did not finish in {limit_s:.0f} s")
+        super().__init__(f"{step}: did not finish in {limit_s:g} s")
         self.step = step
 
 
@@ -95,6 +107,7 @@ def _install_store_counters(path: Path) -> None:
 
     counts: dict[str, list[int]] = {}
     lock = threading.Lock()
+    nested = threading.local()  # get_with_etag calls get: count the outer request only
 
     def add(op: str, key: str, requests: int, nbytes: int) -> None:
         with lock:
@@ -106,7 +119,13 @@ def _install_store_counters(path: Path) -> None:
         original = getattr(FileSystemObjectStore, name)
 
         def counted(self, key, *args, **kwargs):  # type: ignore[no-untyped-def]
-            result = original(self, key, *args, **kwargs)
+            if getattr(nested, "inside", False):
+                return original(self, key, *args, **kwargs)
+            nested.inside = True
+            try:
+                result = original(self, key, *args, **kwargs)
+            finally:
+                nested.inside = False
             add(name, key, 1, size_of(args, result))
             return result
 
@@ -167,7 +186,7 @@ class Broker(BrokerProcess):
     """One counted broker process with its data dir; figures read from /proc (CPU and
     RSS as :class:`foundation.BrokerProcess` reads them)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, extra: tuple[str, ...] = ()) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
@@ -175,7 +194,7 @@ class Broker(BrokerProcess):
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
         self.cmd = [
             sys.executable, str(Path(__file__).resolve()), "--counted-broker", "up",
-            "--data-dir", str(data_dir), "--listen", self.bootstrap, "--http", "off",
+            "--data-dir", str(data_dir), "--listen", self.bootstrap, "--http", "off", *extra,
         ]
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
@@ -232,6 +251,11 @@ class Broker(BrokerProcess):
         doc = self.data_dir / "bucket" / "cluster" / "metadata.json"
         return doc.stat().st_size if doc.exists() else 0
 
+    @staticmethod
+    def metadata_document_bytes_at(work: Path, partitions: int) -> int:
+        doc = work / f"cluster-{partitions}-bucket" / "cluster" / "metadata.json"
+        return doc.stat().st_size if doc.exists() else 0
+
 
 # ---------------------------------------------------------------------------
 # the steps
@@ -243,21 +267,23 @@ def topic_plan(partitions: int) -> list[tuple[str, int]]:
     return [(f"scale-{t:05d}", PER_TOPIC) for t in range(partitions // PER_TOPIC)]
 
 
-def create_topics(bootstrap: str, plan: list[tuple[str, int]], limit_s: float) -> dict:
+def create_topics(bootstrap: str, plan: list[tuple[str, int]], limit_s: float,
+                  replication_factor: int = 1, per_request: int = TOPICS_PER_REQUEST) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     started = time.monotonic()
     last_request_s = 0.0
     created = 0
-    for i in range(0, len(plan), TOPICS_PER_REQUEST):
+    for i in range(0, len(plan), per_request):
         remaining = limit_s - (time.monotonic() - started)
         if remaining <= 0:
             raise DidNotFinish(f"create (after {created:,} partitions)", limit_s)
-        batch = plan[i:i + TOPICS_PER_REQUEST]
+        batch = plan[i:i + per_request]
         request_started = time.monotonic()
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in batch],
+            [NewTopic(name, num_partitions=n, replication_factor=replication_factor)
+             for name, n in batch],
             request_timeout=max(1.0, remaining), operation_timeout=max(1.0, remaining))
         try:
             for future in futures.values():
@@ -268,7 +294,7 @@ def create_topics(bootstrap: str, plan: list[tuple[str, int]], limit_s: float) -
             raise
         last_request_s = time.monotonic() - request_started
         created += sum(n for _, n in batch)
-        if len(plan) > TOPICS_PER_REQUEST:
+        if len(plan) > per_request:
             log(f"  created {created:,} partitions in {time.monotonic() - started:.1f} s "
                 f"(last request {last_request_s:.1f} s)")
     total = time.monotonic() - started
@@ -281,26 +307,37 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def idle(broker: Broker, seconds: float) -> dict:
-    time.sleep(3)
-    cpu0, counts0, t0 = broker.cpu_seconds(), broker.store_counts(), time.monotonic()
-    time.sleep(seconds)
-    time.sleep(1.1)  # the counts file is written once a second
-    cpu1, counts1, t1 = broker.cpu_seconds(), broker.store_counts(), time.monotonic()
-    window = t1 - t0
-    delta = {k: [v[0] - counts0.get(k, [0, 0])[0], v[1] - counts0.get(k, [0, 0])[1]]
-             for k, v in counts1.items()}
+def bucket_delta(before: dict, after: dict, window: float) -> dict:
+    """Requests and bytes per second between two snapshots of a broker's bucket counts."""
+    delta = {k: [v[0] - before.get(k, [0, 0])[0], v[1] - before.get(k, [0, 0])[1]]
+             for k, v in after.items()}
     delta = {k: v for k, v in delta.items() if v[0]}
     return {
-        "idle_cpu_pct": 100 * (cpu1 - cpu0) / window,
-        "rss_mib": broker.rss_mib(),
-        "open_fds": broker.open_fds(),
         "bucket_requests_per_s": sum(v[0] for v in delta.values()) / window,
         "bucket_read_bytes_per_s": sum(v[1] for k, v in delta.items()
                                        if k.split()[1] in ("get", "get_with_etag")) / window,
         "bucket_by_op": {k: {"requests_per_s": v[0] / window, "bytes_per_s": v[1] / window}
                          for k, v in sorted(delta.items())},
     }
+
+
+def idle_many(brokers: list[Broker], seconds: float) -> list[dict]:
+    """Each broker's CPU, memory, descriptors and bucket traffic over ``seconds`` of idle."""
+    time.sleep(3)
+    before = [(b.cpu_seconds(), b.store_counts()) for b in brokers]
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    time.sleep(1.1)  # the counts file is written once a second
+    window = time.monotonic() - t0
+    return [
+        {"idle_cpu_pct": 100 * (b.cpu_seconds() - cpu0) / window, "rss_mib": b.rss_mib(),
+         "open_fds": b.open_fds(), **bucket_delta(counts0, b.store_counts(), window)}
+        for b, (cpu0, counts0) in zip(brokers, before, strict=True)
+    ]
+
+
+def idle(broker: Broker, seconds: float) -> dict:
+    return idle_many([broker], seconds)[0]
 
 
 def metadata_latency(bootstrap: str, partitions: int, calls: int = 20) -> dict:
@@ -319,7 +356,8 @@ def metadata_latency(bootstrap: str, partitions: int, calls: int = 20) -> dict:
     return {"metadata_p50_ms": statistics.median(samples), "metadata_p99_ms": percentile(samples, 99)}
 
 
-def wait_all_led(bootstrap: str, partitions: int, limit_s: float) -> None:
+def wait_all_led(bootstrap: str, partitions: int, limit_s: float,
+                 dead: frozenset[int] = frozenset()) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -331,11 +369,13 @@ def wait_all_led(bootstrap: str, partitions: int, limit_s: float) -> None:
             time.sleep(0.1)
             continue
         led = sum(1 for name, t in md.topics.items() if name.startswith("scale-")
-                  for p in t.partitions.values() if p.leader >= 0 and p.error is None)
+                  for p in t.partitions.values()
+                  if p.leader >= 0 and p.leader not in dead and p.error is None)
         if led == partitions:
             return
         time.sleep(0.1)
-    raise DidNotFinish("restart (every partition led)", limit_s)
+    raise DidNotFinish("every partition led" + (f" by a broker but {sorted(dead)}" if dead else ""),
+                       limit_s)
 
 
 def produce_load(bootstrap: str, plan: list[tuple[str, int]], rate: int, seconds: float,
@@ -386,7 +426,7 @@ def measure(partitions: int, work: Path, args: argparse.Namespace) -> dict:
     broker = Broker(work / f"broker-{partitions}")
     plan = topic_plan(partitions)
     limit = args.step_timeout
-    try:
+    with one_size(result, [broker], args):
         log(f"{partitions:,} partitions: starting a fresh broker")
         result["first_start_s"] = broker.start(limit)
         log(f"{partitions:,} partitions: creating {len(plan)} topic(s)")
@@ -410,6 +450,108 @@ def measure(partitions: int, work: Path, args: argparse.Namespace) -> dict:
         result["second_stop_s"] = broker.stop(limit)
         log(f"  restart: listening {result['restart_listening_s']:.1f} s, every partition led "
             f"{result['restart_serving_s']:.1f} s; stop {result['second_stop_s']:.1f} s")
+    return result
+
+
+def wait_brokers(bootstrap: str, count: int, limit_s: float) -> None:
+    """Until Metadata lists ``count`` brokers (it lists the unfenced ones only)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        if len(admin.list_topics(timeout=limit_s).brokers) >= count:
+            return
+        time.sleep(0.1)
+    raise DidNotFinish(f"{count} brokers unfenced", limit_s)
+
+
+def led_by(bootstrap: str, node_id: int) -> int:
+    """How many partitions ``node_id`` leads now."""
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=60)
+    return sum(1 for name, t in md.topics.items() if name.startswith("scale-")
+               for p in t.partitions.values() if p.leader == node_id)
+
+
+def alter_configs(bootstrap: str, topic: str, changes: int, limit_s: float) -> None:
+    """``changes`` committed metadata changes, one at a time (a topic config each)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for i in range(changes):
+        entry = ConfigEntry("retention.ms", str(86_400_000 + i),
+                            incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=limit_s)
+        time.sleep(CHANGE_GAP_S)
+
+
+def per_metadata_change(delta: dict, window: float, changes: int) -> dict:
+    """Bytes and GETs of the metadata document per change (the lease's polls left out: they
+    are idle traffic, counted under idle)."""
+    reads = [v for k, v in delta["bucket_by_op"].items()
+             if k.startswith("cluster/metadata.json ") and k.split()[1] in ("get", "get_with_etag")]
+    return {"read_bytes": sum(v["bytes_per_s"] for v in reads) * window / changes,
+            "gets": sum(v["requests_per_s"] for v in reads) * window / changes,
+            "bucket_by_op": delta["bucket_by_op"]}
+
+
+def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> dict:
+    """Three brokers on one bucket, RF 3: idle traffic per broker, the bucket bytes each
+    broker reads per metadata change, Metadata latency, and the time until every partition
+    is led again after kill -9 of a broker that is not the controller."""
+    size = 3
+    result: dict = {"partitions": partitions, "brokers": size}
+    store = (work / f"cluster-{partitions}-bucket").as_uri()
+    brokers = [Broker(work / f"cluster-{partitions}-broker-{n}",
+                      ("--node-id", str(n), "--object-store", store)) for n in range(1, size + 1)]
+    plan = topic_plan(partitions)
+    limit = args.step_timeout
+    with one_size(result, brokers, args):
+        log(f"{size} brokers, {partitions:,} partitions (RF {size}): starting")
+        for b in brokers:  # the first holds the controller lease
+            b.start(limit)
+        wait_brokers(brokers[0].bootstrap, size, limit)
+        result.update(create_topics(brokers[0].bootstrap, plan, limit, replication_factor=size,
+                                    per_request=args.cluster_topics_per_request))
+        result["metadata_document_bytes"] = brokers[0].metadata_document_bytes_at(work, partitions)
+        log(f"  created in {result['create_s']:.1f} s; document {result['metadata_document_bytes']:,} B;"
+            f" idle {args.idle_s:.0f} s")
+        result["idle"] = idle_many(brokers, args.idle_s)
+        for n, r in enumerate(result["idle"], 1):
+            log(f"  broker {n}: idle CPU {r['idle_cpu_pct']:.1f}%, RSS {r['rss_mib']:.0f} MiB, "
+                f"bucket {r['bucket_requests_per_s']:.1f} req/s {r['bucket_read_bytes_per_s']:,.0f} B/s read")
+        before = [b.store_counts() for b in brokers]
+        started = time.monotonic()
+        alter_configs(brokers[0].bootstrap, plan[0][0], args.changes, limit)
+        time.sleep(1.1)  # the counts file
+        window = time.monotonic() - started
+        per_change = [bucket_delta(c0, b.store_counts(), window) for b, c0 in zip(brokers, before, strict=True)]
+        result["per_change"] = [per_metadata_change(d, window, args.changes) for d in per_change]
+        log("  per change, bytes of the metadata document read by each broker: "
+            + ", ".join(f"{c['read_bytes']:,.0f}" for c in result["per_change"]))
+        result.update(metadata_latency(brokers[0].bootstrap, partitions))
+        log(f"  Metadata p50 {result['metadata_p50_ms']:.1f} ms p99 {result['metadata_p99_ms']:.1f} ms")
+        victim = brokers[-1]
+        result["led_by_victim"] = led_by(brokers[0].bootstrap, size)
+        killed = time.monotonic()
+        victim.kill()
+        wait_all_led(brokers[0].bootstrap, partitions, limit, dead=frozenset({size}))
+        result["failover_s"] = time.monotonic() - killed
+        log(f"  kill -9 of broker {size} (leader of {result['led_by_victim']:,}): every partition "
+            f"led again after {result['failover_s']:.1f} s")
+    return result
+
+
+@contextlib.contextmanager
+def one_size(result: dict, brokers: list[Broker], args: argparse.Namespace) -> Iterator[None]:
+    """The steps of one size: the first that overruns or is refused ends the size (its reason
+    recorded in ``result``), never the sweep; the brokers are killed and their logs kept."""
+    try:
+        yield
     except DidNotFinish as exc:
         log(f"  {exc}")
         result["did_not_finish"] = str(exc)
@@ -417,8 +559,17 @@ def measure(partitions: int, work: Path, args: argparse.Namespace) -> dict:
         log(f"  failed: {exc}")
         result["did_not_finish"] = f"failed: {exc}"
     finally:
-        broker.kill()
-    return result
+        for b in brokers:
+            b.kill()
+        keep_logs(args, brokers)
+
+
+def keep_logs(args: argparse.Namespace, brokers: list[Broker]) -> None:
+    """Copy the brokers' logs to ``--keep-logs`` (the work dir is removed at the end)."""
+    if args.keep_logs:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        for b in brokers:
+            shutil.copy(b.log_path, args.keep_logs / b.log_path.name)
 
 
 # ---------------------------------------------------------------------------
@@ -445,6 +596,38 @@ COLUMNS = [
 
 
 def markdown_table(results: list[dict]) -> str:
+    return "\n\n".join(filter(None, [
+        single_table([r for r in results if "brokers" not in r]),
+        cluster_table([r for r in results if "brokers" in r]),
+    ]))
+
+
+def cluster_table(results: list[dict]) -> str:
+    if not results:
+        return ""
+    lines = ["| partitions (3 brokers, RF 3) | create | idle CPU per broker | bucket req/s idle per broker"
+             " | bucket B/s read idle per broker | document bytes read per change per broker | Metadata p50"
+             " | every partition led after kill -9 |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        idle = r.get("idle", [])
+        cells = [
+            f"{r['partitions']:,}",
+            f"{r['create_s']:.1f} s" if "create_s" in r else "",
+            " / ".join(f"{i['idle_cpu_pct']:.1f}%" for i in idle),
+            " / ".join(f"{i['bucket_requests_per_s']:.1f}" for i in idle),
+            " / ".join(f"{i['bucket_read_bytes_per_s']:,.0f}" for i in idle),
+            " / ".join(f"{c['read_bytes']:,.0f}" for c in r.get("per_change", [])),
+            f"{r['metadata_p50_ms']:.1f} ms" if "metadata_p50_ms" in r else "",
+            f"{r['failover_s']:.1f} s" if "failover_s" in r else r.get("did_not_finish", ""),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def single_table(results: list[dict]) -> str:
+    if not results:
+        return ""
     lines = ["| " + " | ".join(title for _, title, _ in COLUMNS) + " |",
              "| " + " | ".join("---:" for _ in COLUMNS) + " |"]
     for r in results:
@@ -460,13 +643,21 @@ def main() -> int:
         run_counted_broker(sys.argv[2:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 5000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10, 100, 1000, 5000])
     parser.add_argument("--with-10k", action="store_true", help="also 10,000 partitions")
     parser.add_argument("--step-timeout", type=float, default=600)
     parser.add_argument("--idle-s", type=float, default=20)
     parser.add_argument("--rate", type=int, default=500, help="records/s of the produce load")
     parser.add_argument("--produce-s", type=float, default=10)
+    parser.add_argument("--cluster-sizes", type=int, nargs="*", default=[],
+                        help="also three brokers with RF 3 at these partition counts")
+    parser.add_argument("--cluster-topics-per-request", type=int, default=TOPICS_PER_REQUEST,
+                        help="topics of 100 partitions per CreateTopics request with three brokers")
+    parser.add_argument("--changes", type=int, default=10,
+                        help="metadata changes timed per cluster size (bucket bytes per change)")
     parser.add_argument("--work-dir", type=Path, default=None)
+    parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                        help="copy every broker's log here")
     parser.add_argument("--out-json", type=Path, default=None)
     parser.add_argument("--out-md", type=Path, default=None)
     args = parser.parse_args()
@@ -476,6 +667,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="metadata-scale-", dir=args.work_dir) as tmp:
         for n in sizes:
             results.append(measure(n, Path(tmp), args))
+            write_report(args, started, results)
+        for n in args.cluster_sizes:
+            results.append(measure_cluster(n, Path(tmp), args))
             write_report(args, started, results)
     print(markdown_table(results))
     return 0
@@ -491,6 +685,7 @@ def write_report(args: argparse.Namespace, started: float, results: list[dict]) 
         "machine": {"nproc": os.cpu_count(), "cpu": _cpu_model(), "loadavg": os.getloadavg(),
                     "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]},
         "settings": {"per_topic": PER_TOPIC, "topics_per_request": TOPICS_PER_REQUEST,
+                     "cluster_topics_per_request": args.cluster_topics_per_request,
                      "idle_s": args.idle_s, "rate": args.rate, "produce_s": args.produce_s,
                      "step_timeout_s": args.step_timeout},
         "results": results,
