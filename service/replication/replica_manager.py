@@ -16,6 +16,13 @@ same snapshot twice, or skipping one, ends in the same state:
   group and transaction coordinators load and unload the state of their
   internal topics' partitions, tiering starts and stops uploading.
 
+New partitions are opened :data:`OPEN_SLICE` per event-loop turn: opening a log costs
+about a millisecond (files, the leader-epoch checkpoint), so a topic of thousands of
+partitions opened in one turn held the loop for seconds, and with it every heartbeat
+(a controller that heard none for ``controller.quorum.timeout.ms`` stood down). The rest
+follow on the next turns, each a new :meth:`apply` of the latest metadata; until then
+requests for them answer NOT_LEADER_OR_FOLLOWER, which clients retry.
+
 Each partition directory holds Kafka's ``partition.metadata`` file (the topic
 id), so a log left from a deleted topic is never taken for a new topic of the
 same name.
@@ -72,6 +79,18 @@ __all__ = [
 _log = logging.getLogger("strata.replication")
 #: deleted logs closed and renamed per turn of the event loop
 RETIRE_SLICE = 50
+#: new partitions opened per turn of the event loop (module docstring)
+OPEN_SLICE = 100
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # start-up and tests apply without a loop: everything at once
+        return False
+    return True
+
+
 PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
 
@@ -168,6 +187,8 @@ class ReplicaManager:
         #: disk): why; Produce and Fetch answer KAFKA_STORAGE_ERROR, and
         #: :meth:`retry_offline` tries them again (issue #36)
         self.unopened: dict[TopicPartition, str] = {}
+        #: a later turn of the loop opens the partitions this apply left (OPEN_SLICE)
+        self._opening_more = False
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -195,8 +216,14 @@ class ReplicaManager:
         for key in [k for k in self.unopened if k not in wanted]:
             del self.unopened[key]
         became_followers: list[Partition] = []
+        opened, room = 0, OPEN_SLICE if _loop_running() else len(wanted)
         for key, (topic_id, reg) in wanted.items():
             found = self.partitions.get(key)
+            if found is None and opened >= room:
+                self._open_more_soon()
+                continue
+            if found is None:
+                opened += 1
             partition = self._open(key, topic_id) if found is None else found
             if partition is None:
                 continue
@@ -287,6 +314,20 @@ class ReplicaManager:
         partition = Partition(key[0], key[1], topic_id, log, self.node_id, lambda: self.may_lead())
         self.partitions[key] = partition
         return partition
+
+    def _open_more_soon(self) -> None:
+        """Apply the latest metadata again on the loop's next turn (more partitions to open)."""
+        if self._opening_more:
+            return
+        loop = asyncio.get_running_loop()
+        self._opening_more = True
+
+        def more() -> None:
+            self._opening_more = False
+            if self.metadata is not None:
+                self.apply(self.metadata)
+
+        loop.call_soon(more)
 
     def retry_offline(self) -> None:
         """Try again to open the partitions that could not be (no work when none)."""
