@@ -104,6 +104,9 @@ def run_local_cluster(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     procs: dict[int, subprocess.Popen[bytes]] = {}
     store = args.object_store or (Path(args.data_dir).resolve() / "bucket").as_uri()
+    # Made here, before any broker: a broker that fails to start removes what its start
+    # created, and a DATA_DIR it found missing would take the other brokers' data with it.
+    Path(args.data_dir).resolve().mkdir(parents=True, exist_ok=True)
     try:
         for k, cmd, listen, http in _commands(args):
             # a session of its own: Ctrl-C reaches this process, which stops the brokers in order
