@@ -429,6 +429,10 @@ def merged_table(paths: list[Path]) -> str:
                 row.reason = "skipped by the test"
             if row.test != row.number:  # a re-run's sub-test replaces a capped run's bare row
                 cells.get(row.number, {}).pop(row.setup, None)
+            else:  # a re-run capped before its report replaces the first run's sub-tests
+                for test, by_setup in cells.items():
+                    if test.startswith(row.number):
+                        by_setup.pop(row.setup, None)
             cells.setdefault(row.test, {})[row.setup] = row
     cells = {test: by for test, by in cells.items() if by}
     setups = list(dict.fromkeys(s for by_setup in cells.values() for s in by_setup))
