@@ -389,12 +389,15 @@ class Broker:
             return await delete_topic_remotely(self.cluster, self.controller, name)
         return await asyncio.to_thread(self.active_controller().delete_topic, name)
 
-    async def create_partitions(self, name: str, total: int, validate_only: bool) -> TopicInfo:
+    async def create_partitions(self, name: str, total: int, validate_only: bool,
+                                assignments: Sequence[Sequence[int]] | None = None) -> TopicInfo:
+        """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new one."""
         controller = self.active_controller()
         info = self.controller.topic(name)
         if info is not None:
             self._check_descriptors(total - info.partitions)
-        return await asyncio.to_thread(controller.create_partitions, name, total, validate_only)
+        return await asyncio.to_thread(controller.create_partitions, name, total, validate_only,
+                                       assignments)
 
     async def alter_topic_configs(
         self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool

@@ -154,6 +154,14 @@ async def handle_delete_topics(ctx: RequestContext, request: Any) -> Any:
     return build(mod.DeleteTopicsResponse, throttle_time=0, responses=tuple(results))
 
 
+def _new_partition_replicas(topic: Any) -> list[list[int]] | None:
+    """The replicas a CreatePartitions topic asks for, one list per new partition in order;
+    None leaves the placement to the controller (Kafka's null ``Assignments``)."""
+    if not topic.assignments:
+        return None
+    return [[int(b) for b in a.broker_ids] for a in topic.assignments]
+
+
 async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(37, ctx.version)
@@ -162,7 +170,8 @@ async def handle_create_partitions(ctx: RequestContext, request: Any) -> Any:
         fields: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none}
         try:
             require_topic(ctx, Op.ALTER, topic.name)
-            await broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only))
+            await broker.create_partitions(topic.name, int(topic.count), bool(request.validate_only),
+                                           _new_partition_replicas(topic))
         except KafkaError as exc:
             fields.update(_error_fields(ctx, "CreatePartitions", exc))
         results.append(build(mod.CreatePartitionsTopicResult, **fields))

@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -276,6 +277,26 @@ def test_admin_writes_sent_to_any_broker_reach_the_controller(s3_cluster: Cluste
     # librdkafka sends it to the controller some Metadata named: maybe not `other`
     client.delete_topics(["forwarded"], request_timeout=TIMEOUT_S)["forwarded"].result(TIMEOUT_S)
     _known_everywhere(s3_cluster, "forwarded", known=False)
+
+
+def test_create_partitions_places_new_partitions_on_the_replicas_asked_for(s3_cluster: Cluster) -> None:
+    """CreatePartitions' Assignments are the new partitions' replicas, in order, as in Kafka
+    (librdkafka's 0081_admin asks for them; they were ignored and the placer chose)."""
+    _create(s3_cluster.bootstrap, NewTopic("grown", num_partitions=1, replica_assignment=[[1, 2]]))
+    asked = [[3, 2], [3, 1], [3, 2]]
+    admin = _admin(s3_cluster.bootstrap)
+    admin.create_partitions([NewPartitions("grown", 4, replica_assignment=asked)],
+                            request_timeout=TIMEOUT_S)["grown"].result(timeout=TIMEOUT_S)
+
+    def replicas() -> list[list[int]] | None:
+        parts = _admin(s3_cluster.bootstrap).list_topics("grown", timeout=TIMEOUT_S).topics["grown"].partitions
+        return [list(parts[p].replicas) for p in sorted(parts)] if len(parts) == 4 else None
+
+    assert s3_cluster.wait_for("four partitions", replicas, TIMEOUT_S) == [[1, 2], *asked]
+    with pytest.raises(KafkaException) as refused:  # a broker that does not exist: Kafka's error
+        admin.create_partitions([NewPartitions("grown", 5, replica_assignment=[[3, 9]])],
+                                request_timeout=TIMEOUT_S)["grown"].result(timeout=TIMEOUT_S)
+    assert refused.value.args[0].code() == KafkaError.INVALID_REPLICA_ASSIGNMENT
 
 
 def test_controller_apis_and_partition_leadership_are_checked(s3_cluster: Cluster) -> None:

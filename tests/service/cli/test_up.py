@@ -66,3 +66,36 @@ def test_a_failed_start_keeps_what_was_there_and_removes_only_what_it_made(tmp_p
     _fail_on_busy_port(data)
     assert sorted(p.name for p in data.iterdir()) == ["logs", "notes.txt"]  # no bucket/, no .lock
     assert (data / "logs" / "t-0" / "00000000000000000000.log").exists()
+
+
+def test_strata_up_brokers_makes_the_data_dir_before_any_broker_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each broker of ``strata up --brokers N`` removes what its failed start created (see the
+    tests above); the DATA_DIR they share must therefore exist before the first one starts,
+    or the first to fail (a port in use) removes it with every other broker's data in it
+    ('No such file or directory: .../broker-2/logs' on the others)."""
+    import io
+
+    from service.cli import local_cluster
+    from service.cli.main import build_parser
+
+    data = tmp_path / "new" / "strata-data"
+    seen: list[bool] = []
+
+    class FailedStart:  # a broker that could not listen: exits 1 at once
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            seen.append(data.is_dir())
+            self.stdout = io.BytesIO(b"")
+            self.pid, self.returncode = -1, 1
+
+        def poll(self) -> int:
+            return 1
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 1
+
+    monkeypatch.setattr(local_cluster.subprocess, "Popen", FailedStart)
+    monkeypatch.setattr(local_cluster.signal, "signal", lambda *a: None)  # pytest keeps its Ctrl-C
+    args = build_parser().parse_args(["up", "--brokers", "2", "--data-dir", str(data), "--http", "off"])
+    assert local_cluster.run_local_cluster(args) == 1  # every broker exited
+    assert seen == [True, True]
