@@ -1,9 +1,8 @@
 """The broker: wires the cluster membership, the local logs, replication and the fetch waiters.
 
-Handlers talk to the :class:`Broker`; it owns no protocol code and touches no
-segment files itself (``local_tier`` does). A single-node ``strata up`` is a
-cluster of one: the same code with one broker, which then holds the controller
-lease and leads every partition.
+Handlers talk to the :class:`Broker`; it owns no protocol code and touches no segment
+files itself (``local_tier`` does). A single-node ``strata up`` is a cluster of one:
+the same code with one broker, holding the controller lease and leading every partition.
 
 * Metadata comes from the bucket through a :class:`controller.MetadataView`
   (``self.controller`` reads it, :mod:`service.cluster.image`); each newer

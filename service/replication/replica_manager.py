@@ -16,16 +16,12 @@ same snapshot twice, or skipping one, ends in the same state:
   group and transaction coordinators load and unload the state of their
   internal topics' partitions, tiering starts and stops uploading.
 
-New partitions are opened :data:`OPEN_SLICE` per event-loop turn: opening a log costs
-about a millisecond (files, the leader-epoch checkpoint), so a topic of thousands of
-partitions opened in one turn held the loop for seconds, and with it every heartbeat
-(a controller that heard none for ``controller.quorum.timeout.ms`` stood down). The rest
-follow on the next turns, each a new :meth:`apply` of the latest metadata; until then
-requests for them answer NOT_LEADER_OR_FOLLOWER, which clients retry.
+New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each: thousands in one
+turn held every heartbeat for seconds), the rest at the next turns' :meth:`apply`;
+meanwhile they answer NOT_LEADER_OR_FOLLOWER, which clients retry.
 
-Each partition directory holds Kafka's ``partition.metadata`` file (the topic
-id), so a log left from a deleted topic is never taken for a new topic of the
-same name.
+Each partition directory holds Kafka's ``partition.metadata`` file (the topic id),
+so a log left from a deleted topic is never taken for a new topic of the same name.
 
 Requests reach logs through :meth:`ReplicaManager.leader_log` (the leadership
 and leader-epoch checks of :meth:`Partition.check_leader`); followers' fetches
@@ -84,11 +80,11 @@ OPEN_SLICE = 100
 
 
 def _loop_running() -> bool:
+    """Start-up and tests apply without a running loop: everything at once then."""
     try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # start-up and tests apply without a loop: everything at once
+        return asyncio.get_running_loop() is not None
+    except RuntimeError:
         return False
-    return True
 
 
 PARTITION_METADATA = "partition.metadata"
