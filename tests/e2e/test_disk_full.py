@@ -232,29 +232,31 @@ def test_a_topic_created_on_a_full_disk_lets_the_broker_restart_and_comes_online
                            sets={"log.segment.bytes": str(1024 * 1024)},
                            args=["--object-store", (tmp_path / "bucket").as_uri()])
     broker.start()
-    _fill_through_kafka(broker, "filler")
-    born_full = helpers.topic_name("born-full")
-    helpers.create_topic(broker.bootstrap, born_full)  # the metadata's reserve pays for it
-    with rawkafka.Connection.to(broker.bootstrap) as conn:
-        assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) == KAFKA_STORAGE_ERROR
-    broker.stop()
-    fill(broker.data_dir / "pad")  # what the clean stop gave back (trimmed indexes) is taken again
-    broker.start()  # the old broker refused to start here
-    assert broker.running
-    with rawkafka.Connection.to(broker.bootstrap) as conn:
-        # offline (56) unless the start itself freed a page for it (leftover files removed)
-        assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) in (KAFKA_STORAGE_ERROR, 0)
-        _, fetched = rawkafka.parse_fetch_v4(conn.call(  # the other topic is served
-            rawkafka.API_FETCH, 4, rawkafka.fetch_v4_body("filler", 0, 0)))
-        assert fetched[0].error_code == rawkafka.NONE and fetched[0].records
-    _delete_topic(broker, "filler")
-
-    def accepted() -> bool:
+    try:
+        _fill_through_kafka(broker, "filler")
+        born_full = helpers.topic_name("born-full")
+        helpers.create_topic(broker.bootstrap, born_full)  # the metadata's reserve pays for it
         with rawkafka.Connection.to(broker.bootstrap) as conn:
-            return _produce_raw(conn, born_full, rawkafka.record_batch([b"after"])) == rawkafka.NONE
+            assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) == KAFKA_STORAGE_ERROR
+        broker.stop()
+        fill(broker.data_dir / "pad")  # what the clean stop gave back (trimmed indexes) is taken again
+        broker.start()  # the old broker refused to start here
+        assert broker.running
+        with rawkafka.Connection.to(broker.bootstrap) as conn:
+            # offline (56) unless the start itself freed a page for it (leftover files removed)
+            assert _produce_raw(conn, born_full, rawkafka.record_batch([b"x"])) in (KAFKA_STORAGE_ERROR, 0)
+            _, fetched = rawkafka.parse_fetch_v4(conn.call(  # the other topic is served
+                rawkafka.API_FETCH, 4, rawkafka.fetch_v4_body("filler", 0, 0)))
+            assert fetched[0].error_code == rawkafka.NONE and fetched[0].records
+        _delete_topic(broker, "filler")
 
-    helpers.wait_until(accepted, "the partition opened once space was freed", timeout=30, interval=0.5)
-    _, end = helpers.watermarks(broker.bootstrap, born_full)
-    assert [v for _, v in _read_all(broker.bootstrap, born_full, end)][-1] == b"after"
-    assert "Traceback" not in broker.log_text()
-    broker.kill()
+        def accepted() -> bool:
+            with rawkafka.Connection.to(broker.bootstrap) as conn:
+                return _produce_raw(conn, born_full, rawkafka.record_batch([b"after"])) == rawkafka.NONE
+
+        helpers.wait_until(accepted, "the partition opened once space was freed", timeout=30, interval=0.5)
+        _, end = helpers.watermarks(broker.bootstrap, born_full)
+        assert [v for _, v in _read_all(broker.bootstrap, born_full, end)][-1] == b"after"
+        assert "Traceback" not in broker.log_text()
+    finally:
+        broker.kill()
