@@ -1138,8 +1138,17 @@ class Log(Owned):
     def close(self) -> None:
         """Close every file (idempotent), on the flush thread after the fsyncs queued there:
         the caller (the event loop) does not wait for them."""
+        if (job := self.close_job()) is not None:
+            self._submit(job)
+
+    @owner_only
+    def close_job(self) -> Callable[[], None] | None:
+        """:meth:`close` for a caller closing many logs: the log is closed now, and the
+        returned job (None: it was already) closes its files; the caller runs it on the
+        flush thread after the jobs queued there (one submit for many logs: each submit
+        is a round trip of the interpreter lock with the flush thread)."""
         if self._closed:
-            return
+            return None
         self._closed = True
         live = list(self._segments)
         doomed = [segment for _, segment in self._pending_deletes]
@@ -1150,7 +1159,7 @@ class Log(Owned):
                 segment.close()
             self._remove_files(doomed)
 
-        self._submit(job)
+        return job
 
     @owner_only
     def delete(self) -> None:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import uuid
 from collections import Counter
@@ -77,14 +78,15 @@ _log = logging.getLogger("strata.replication")
 RETIRE_SLICE = 50
 #: new partitions opened per turn of the event loop (module docstring)
 OPEN_SLICE = 100
+#: the next slice waits this long: a timer, so I/O and timers run in between (uvloop may run call_soon's back to back)
+NEXT_TURN_S = 0.001
 
 
 def _loop_running() -> bool:
     """Start-up and tests apply without a running loop: everything at once then."""
-    try:
+    with contextlib.suppress(RuntimeError):
         return asyncio.get_running_loop() is not None
-    except RuntimeError:
-        return False
+    return False
 
 
 PARTITION_METADATA = "partition.metadata"
@@ -277,9 +279,8 @@ class ReplicaManager:
         self._retire_deleted_logs()
 
     def _retire_deleted_logs(self) -> None:
-        """Close and rename the deleted logs :data:`RETIRE_SLICE` at a time, a turn of the event
-        loop each (the logs already left the manager: nothing reads them meanwhile, and one
-        opened again under its name settles first); all at once without a running loop."""
+        """Close and rename the deleted logs :data:`RETIRE_SLICE` per loop turn (they left the manager:
+        nothing reads them meanwhile; one opened again under its name settles first); all at once without a loop."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -288,14 +289,13 @@ class ReplicaManager:
 
         def step() -> None:
             if self._logs.retire(RETIRE_SLICE):
-                loop.call_soon(step)
+                loop.call_later(NEXT_TURN_S, step)
 
         step()
 
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition | None:
-        """The partition, its log opened (created); None when the disk refuses (it is
-        offline here until :meth:`retry_offline` opens it, as Kafka keeps serving the
-        partitions of its other log directories)."""
+        """The partition, its log opened (created); None when the disk refuses: offline here
+        until :meth:`retry_offline` opens it (Kafka serves its other log directories' partitions)."""
         try:
             log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
             _write_topic_id(log.dir, topic_id)
@@ -323,7 +323,7 @@ class ReplicaManager:
             if self.metadata is not None:
                 self.apply(self.metadata)
 
-        loop.call_soon(more)
+        loop.call_later(NEXT_TURN_S, more)
 
     def retry_offline(self) -> None:
         """Try again to open the partitions that could not be (no work when none)."""
