@@ -101,6 +101,9 @@ async def _serve(
             def dispatch(self, frame: Any, conn: Any) -> Any:
                 return router_slot[0].dispatch(frame, conn)
 
+            def prepare(self, frame: Any) -> Any:
+                return router_slot[0].prepare(frame)
+
         for spec in settings.listeners:
             server = KafkaServer(
                 _Dispatch(),

@@ -28,7 +28,7 @@ from dataclasses import MISSING, fields
 from functools import cache
 from typing import Any, NamedTuple
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
@@ -41,6 +41,7 @@ __all__ = [
     "decode_request",
     "encode_response",
     "error_response",
+    "load_schemas",
     "peek_api",
     "response_module",
 ]
@@ -104,6 +105,19 @@ def _response_writer(api_key: int, version: int) -> tuple[Callable[..., Any], bo
     # ApiVersions answers with header v0 even in flexible versions (KIP-511).
     header_flexible = schema.__header_schema__.__module__.endswith(".v1.header")
     return entity_writer(schema), header_flexible
+
+
+def load_schemas(api_key: int, version: int, request: bool = True) -> None:
+    """Import and compile what a request of ``api_key`` v``version`` needs (its request reader
+    when ``request``, its response writer and module): done once a process, the first time
+    takes milliseconds to tens of milliseconds (kio's generated modules are imported and their
+    dataclasses built), so the broker runs it on a worker thread before the request reaches the
+    event loop. Versions kio has no schema for are left to their hand-written codecs."""
+    for load in (_request_reader, _response_writer, response_module)[0 if request else 1:]:
+        try:
+            load(api_key, version)
+        except UnknownEntity:
+            pass
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:

@@ -6,6 +6,7 @@ never advertise an API or a version it does not implement.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import inspect
@@ -25,6 +26,7 @@ from common.protocol.codec import (
     decode_request,
     encode_response,
     error_response,
+    load_schemas,
     peek_api,
     response_module,
 )
@@ -194,6 +196,16 @@ def decoders() -> dict[tuple[int, int], Decoder]:
 
 _UNSUPPORTED_VERSION_HEAD = struct.Struct(">iihi")
 _NO_QUOTAS: frozenset[str] = frozenset()
+#: (api key, version) pairs whose codecs are loaded, and those being loaded (process-wide, as
+#: the codecs' caches are)
+_SCHEMAS_READY: set[tuple[int, int]] = set()
+_SCHEMAS_LOADING: dict[tuple[int, int], asyncio.Future[None]] = {}
+
+
+def _schemas_loaded(key: tuple[int, int], fut: asyncio.Future[None]) -> None:
+    _SCHEMAS_LOADING.pop(key, None)
+    if not fut.cancelled() and fut.exception() is None:
+        _SCHEMAS_READY.add(key)
 
 
 class Router:
@@ -204,6 +216,25 @@ class Router:
         self._broker = broker
         self.authorizer = authorizer
         self.quotas = quotas
+
+    def prepare(self, frame: bytes | memoryview) -> Awaitable[None] | None:
+        """None when the frame's API version can be dispatched at once, else what to await
+        first: the first request of a version loads its codecs on a worker thread
+        (:func:`~common.protocol.codec.load_schemas`), as importing them on the loop held it
+        for 50-200 ms on a busy machine. The connection awaits it before dispatching, so its
+        requests stay in order; a failed load is left to the dispatch to report."""
+        key = peek_api(frame)[:2]
+        if key in _SCHEMAS_READY:
+            return None
+        spec = api_table().get(key[0])
+        if spec is None or not spec.min_version <= key[1] <= spec.max_version:
+            return None  # refused by dispatch
+        fut = _SCHEMAS_LOADING.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(asyncio.to_thread(load_schemas, *key, key not in decoders()))
+            fut.add_done_callback(lambda f, k=key: _schemas_loaded(k, f))
+            _SCHEMAS_LOADING[key] = fut
+        return asyncio.shield(fut)  # a connection closing meanwhile does not cancel the others' wait
 
     def dispatch(self, frame: bytes | memoryview, conn: Connection | None) -> Awaitable[Response]:
         kinds = self.quotas.kinds() if self.quotas is not None else _NO_QUOTAS  # once a request

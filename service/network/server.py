@@ -88,6 +88,8 @@ class KafkaServer:
         limits: ConnectionQuotas | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        #: what to await before dispatching a frame, when the dispatcher says (``prepare``)
+        self._prepare = getattr(dispatcher, "prepare", None)
         self.listener = listener
         self._limits = limits
         self._history = history
@@ -330,6 +332,8 @@ class Connection(RequestBodies):
                         log.info("connection %s closed mid-frame", self.peer)
                         await self._finish_reading()
                         return
+                    if server._prepare is not None and (ready := server._prepare(frame)) is not None:
+                        await ready
                     fut = start_eagerly(loop, server._dispatcher.dispatch(frame, self))
                     handed_over = True
                     self._reserved = 0  # all of ``size``, the handler's now
