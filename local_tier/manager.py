@@ -95,17 +95,17 @@ class LogManager(Owned):
 
     @owner_only
     def start_cleaner(
-        self, owner: Owner, config: CleanerConfig, eligible: Callable[[Log], bool] = lambda log: True,
+        self, owner: Owner, config: CleanerConfig, limit: Callable[[Log], int | None] = lambda log: None,
         throttler: Throttler | None = None,
     ) -> LogCleaner:
         """Start the log cleaner of this directory (``log.cleaner.enable``; ADR 0019).
 
         ``owner`` runs a function on the thread that owns the logs (the broker's
-        event loop) and returns its result; ``eligible`` picks the logs it cleans;
+        event loop) and returns its result; ``limit`` bounds a log's cleaning (see LogCleaner);
         ``throttler`` is the I/O budget it draws from (its own when None).
         """
         if self.cleaner is None:
-            self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, eligible=eligible,
+            self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, limit=limit,
                                       throttler=throttler)
             self.cleaner.start()
         return self.cleaner

@@ -173,6 +173,14 @@ class RemoteLogManager:
         state = self.partitions.get((topic, partition))
         return state.remote_next_offset if state is not None else None
 
+    def local_clean_limit(self, local: Log) -> int | None:
+        """Where the local cleaner stops on ``local`` (None: nowhere, an untiered log). A tiered
+        log is cleaned on disk only below the bucket's end as this broker last read it: the
+        uploader reads the segments past it as they are, and cleaning merges segments (ADR 0019)."""
+        if not (self.enabled and local.config.remote_storage_enable):
+            return None
+        return self.remote_boundary(local.topic, local.partition) or 0
+
     def require_manifest(self, topic: str, partition: int, local: Log) -> None:
         """REPLICA_NOT_AVAILABLE (retriable) while the partition's manifest is unread.
 

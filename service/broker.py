@@ -212,12 +212,12 @@ class Broker:
         await self.replicas.close()
 
     def start_log_cleaner(self) -> None:
-        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019); tiered compacted
-        logs are compacted in the bucket instead (the remote cleaner), and both draw on one I/O budget."""
+        """Start the log cleaner threads, with this loop as the logs' owner (ADR 0019); a tiered compacted
+        log is cleaned on disk up to the bucket's end, in the bucket by the remote cleaner; one I/O budget."""
         self.logs.start_cleaner(
             LoopOwner(asyncio.get_running_loop(), lambda: self._closing),
             self._cleaner_config,
-            eligible=lambda log_: not (log_.config.remote_storage_enable and self.tiering.enabled),
+            limit=self.tiering.local_clean_limit,
             throttler=self.remote_cleaner.throttler,
         )
 

@@ -86,16 +86,20 @@ def cleanable_range(
     checkpoint: int | None,
     now_ms: int,
     first_batch_ts: Callable[[CleanableSegment], int] = first_batch_timestamp,
+    limit: int | None = None,
 ) -> CleanableRange:
     """Kafka's ``cleanableOffsets``: the dirty section starts at the checkpoint (the log start
     when none, or when it lies outside the log) and ends before the LSO, the active segment
     and the first segment younger than ``min.compaction.lag.ms``, rounded down to a segment's
-    base; ``max.compaction.lag.ms`` makes an old enough dirty section due at once."""
+    base; ``max.compaction.lag.ms`` makes an old enough dirty section due at once. ``limit``,
+    when given, ends it sooner (a tiered log's first offset not yet in the bucket)."""
     config = view.config
     first_dirty = checkpoint if checkpoint is not None else view.log_start_offset
     if first_dirty < view.log_start_offset or first_dirty > view.log_end_offset:
         first_dirty = view.log_start_offset  # the log was truncated or recreated meanwhile
     uncleanable = min(view.last_stable_offset, view.active_base_offset)
+    if limit is not None:
+        uncleanable = min(uncleanable, limit)
     lag = max(config.min_compaction_lag_ms, 0)
     if lag > 0:
         for seg in view.segments_from(first_dirty):

@@ -184,8 +184,9 @@ class LogCleaner:
     """Compacts the compacted logs of one log directory (see the module docstring).
 
     ``logs()`` returns the directory's logs (called on any thread: it must return a
-    copy); ``eligible(log)`` says whether this cleaner cleans it (the broker leaves
-    tiered logs to the remote cleaner).
+    copy); ``limit(log)`` is the offset its cleaning stops before, None for none (the broker
+    gives a tiered log's first offset not yet in the bucket: the uploader reads the
+    segments past it as they are, ADR 0019).
     """
 
     def __init__(
@@ -195,7 +196,7 @@ class LogCleaner:
         owner: Owner,
         config: CleanerConfig,
         *,
-        eligible: Callable[[Log], bool] = lambda log: True,
+        limit: Callable[[Log], int | None] = lambda log: None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         throttler: Throttler | None = None,
     ) -> None:
@@ -203,7 +204,7 @@ class LogCleaner:
         self.config = config
         self._logs = logs
         self._owner = owner
-        self._eligible = eligible
+        self._limit = limit
         self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._in_progress: set[TopicPartition] = set()
@@ -366,22 +367,22 @@ class LogCleaner:
             waiting = {key for key, retry in self._retries.items() if retry.not_before > now_s}
             skip = self._in_progress | set(self._uncleanable) | waiting
 
-        def compacted_views() -> list[tuple[Log, LogCleaningView]]:
-            """On the owner thread: the views of the compacted logs to consider."""
+        def compacted_views() -> list[tuple[Log, LogCleaningView, int | None]]:
+            """On the owner thread: the views of the compacted logs to consider, with their limits."""
             return [
-                (log, log.cleaning_view())
+                (log, log.cleaning_view(), self._limit(log))
                 for key, log in self._logs().items()
-                if key not in skip and not log.closed and log.config.compact and self._eligible(log)
+                if key not in skip and not log.closed and log.config.compact
             ]
 
-        views: list[tuple[Log, LogCleaningView]] = self._owner(compacted_views)
+        views: list[tuple[Log, LogCleaningView, int | None]] = self._owner(compacted_views)
         if not views:
             return None
         now = self._clock_ms()
         candidates = []
-        for log, view in views:
+        for log, view, limit in views:
             key = (view.topic, view.partition)
-            cleanable = cleanable_range(view, self.checkpoint(key), now)
+            cleanable = cleanable_range(view, self.checkpoint(key), now, limit=limit)
             progress = self._progress(key)
             progress.dirty_ratio, progress.cleanable_bytes = cleanable.dirty_ratio, cleanable.cleanable_bytes
             if cleanable.total_bytes == 0:

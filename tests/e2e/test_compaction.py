@@ -98,7 +98,7 @@ def expected(model: Model) -> list[tuple[bytes, bytes]]:
 def compacted_view(rows: list[tuple[int, bytes | None, bytes | None]]) -> list[tuple[bytes | None, bytes | None]]:
     offsets = [o for o, _, _ in rows]
     assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
-    return sorted((k, v) for _, k, v in rows)
+    return sorted(((k, v) for _, k, v in rows), key=lambda kv: (kv[0] or b"", kv[1] or b""))
 
 
 def clean_twice(bootstrap: str, topic: str, model: Model, tag: str) -> list[tuple[int, bytes | None, bytes | None]]:

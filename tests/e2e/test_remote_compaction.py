@@ -107,6 +107,39 @@ def test_a_tiered_compacted_topic_reads_compacted_from_the_bucket(start_broker: 
                for n in objects(broker, topic))
 
 
+def test_the_local_copy_of_a_tiered_compacted_topic_is_compacted_below_the_buckets_end(
+    start_broker: BrokerFactory,
+) -> None:
+    """While the disk still holds a tiered compacted topic, consumers read it from there: it is
+    compacted as Kafka's would be (librdkafka's 0077 read it uncompacted), up to the bucket's
+    end only, so uploads go on from where they were. The bucket's cleaner is off here: what
+    reads compacted was cleaned on disk."""
+    broker = start_broker(sets={**TIERED_FAST, "log.local.retention.bytes": "-2",
+                                "remote.log.compaction.enable": "false"})
+    topic = topic_name("local-compacted")
+    create_topic(broker.bootstrap, topic, config=COMPACTED_TIERED)
+    model: Model = {}
+    history = random_history(random.Random(77), 30, 500, b"v") + fillers("seal-a")
+    produce(broker.bootstrap, topic, history)
+    model.update(history)
+    with_tombstones = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
+    wait_until(lambda: compacted_view(read_all(broker.bootstrap, topic)) == with_tombstones,
+               "the latest value per key read from the disk", timeout=40, interval=0.5)
+    m = manifest_of(broker, topic)
+    assert m is not None and m["segments"] and not m.get("cleaner_offset")  # the bucket was not cleaned
+    assert len(local_logs(broker, topic)) > 1  # the disk still holds the cleaned segments
+    # the uploads go on past the cleaned segments, and every key still reads at its latest value
+    # (its tombstone kept, or gone once delete.retention.ms has passed)
+    uploaded = m["segments"][-1]["last_offset"]
+    more = fillers("seal-b", 80)
+    produce(broker.bootstrap, topic, more)
+    model.update(more)
+    wait_until(lambda: (manifest_of(broker, topic) or m)["segments"][-1]["last_offset"] > uploaded + 40,
+               "the next segments uploaded", timeout=30, interval=0.3)
+    latest = sorted(model.items(), key=lambda kv: (kv[0], kv[1] or b""))
+    assert compacted_view(read_all(broker.bootstrap, topic)) in (latest, expected(model))
+
+
 def test_kill_9_between_upload_and_swap_leaves_the_bucket_whole(start_broker: BrokerFactory) -> None:
     """The broker killed with a remote compaction's objects uploaded but not swapped in: the
     manifest never lists them, the log reads whole after the restart, and compaction completes."""
