@@ -31,6 +31,7 @@ from common.config.configdef import InvalidConfigValue, local_retention_problem
 from common.config.dynamic import DEFAULT, DYNAMIC, SECTION, dynamic_levels
 from common.config.entries import ConfigEntry, ConfigSource, ConfigSynonym
 from common.config.keys import BROKER_CONFIGS
+from common.config.security_keys import SASL_MECHANISMS
 from common.errors import InvalidRequestError
 from service.quotas.connections import override_pairs
 
@@ -89,6 +90,11 @@ def alter(section: Any, resource: str, ops: Sequence[tuple[str, int, str | None]
     if fixed:
         unknown = [n for n in fixed if n not in BROKER_CONFIGS and not n.startswith(LISTENER_PREFIX)]
         if unknown:
+            kerberos = next((n for n in unknown if n.startswith("sasl.kerberos.")), None)
+            if kerberos is not None:  # Kafka accepts them even with no GSSAPI listener, to no effect
+                raise InvalidRequestError(
+                    f"Unknown broker config name: {kerberos} (this broker has no SASL/GSSAPI, Kerberos; "
+                    f"its SASL mechanisms are {', '.join(SASL_MECHANISMS)})")
             raise InvalidRequestError(f"Unknown broker config name: {unknown[0]}")
         raise InvalidRequestError(
             f"Cannot update these configs dynamically: {fixed} (read only at start: set them with "
