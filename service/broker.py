@@ -114,7 +114,7 @@ class Broker:
         self.records_in: Counter[str] = Counter()
         self.records_out: Counter[str] = Counter()
         self.request_latency = LatencyHistograms()
-        self.loop_lag = LoopLagProbe(config.get_int("event.loop.lag.probe.interval.ms") / 1000)
+        self.loop_lag = LoopLagProbe.of(config)
         data_dir.mkdir(parents=True, exist_ok=True)
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.

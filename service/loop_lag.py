@@ -20,16 +20,31 @@ Two views of it, because an operator asks two questions:
 Idle cost: one timer callback per interval, no per-partition work (at the
 default 20 ms, 50 callbacks a second, each a few microseconds).
 
-Not thread-safe: observed and read on the event loop thread.
+A stall is also told in the log, with where the loop thread was: :class:`StallWatch`, a
+daemon thread, looks at the probe every quarter of ``event.loop.stall.log.ms`` and, when the
+probe is late by more than that, takes the loop thread's stack; once the loop runs again
+it logs the stall's length and that stack. Full garbage collections longer than the same
+bound are logged too (they hold every thread; the watch cannot see them from inside).
+
+Not thread-safe: observed and read on the event loop thread (the watch only reads the
+probe's due time, one float).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import gc
+import logging
+import sys
+import threading
 import time
+import traceback
+from typing import Any
 
-__all__ = ["LAG_BUCKETS", "LoopLagProbe"]
+__all__ = ["LAG_BUCKETS", "LoopLagProbe", "StallWatch"]
+
+log = logging.getLogger("strata.loop")
 
 #: seconds; from below a healthy loop's timer jitter (1 ms) to a stall clients time out on
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -41,8 +56,10 @@ _MAX_WINDOW_S = 60.0
 class LoopLagProbe:
     """Measures the lateness of a periodic timer callback on the running loop."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, stall_log_s: float = 0.0) -> None:
         self.interval_s = interval_s
+        #: stalls longer than this are logged with the loop thread's stack (0: not watched)
+        self.watch = StallWatch(self, stall_log_s) if stall_log_s > 0 else None
         self.buckets = LAG_BUCKETS
         self.counts = [0] * (len(LAG_BUCKETS) + 1)
         self.total_s = 0.0
@@ -52,15 +69,30 @@ class LoopLagProbe:
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
 
+    @classmethod
+    def of(cls, config: Any) -> LoopLagProbe:
+        """The probe a broker's configs ask for."""
+        return cls(config.get_int("event.loop.lag.probe.interval.ms") / 1000,
+                   config.get_int("event.loop.stall.log.ms") / 1000)
+
     def start(self) -> None:
         """Begin probing on the running loop (idempotent)."""
         if self._handle is None:
             self._schedule(asyncio.get_running_loop())
+            if self.watch is not None:
+                self.watch.start(threading.get_ident())
 
     def stop(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+        if self.watch is not None:
+            self.watch.stop()
+
+    @property
+    def due(self) -> float:
+        """When the next probe is due (``time.monotonic()``)."""
+        return self._due
 
     def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         # measured on the monotonic clock: uvloop's loop.time() has millisecond steps and is
@@ -94,3 +126,58 @@ class LoopLagProbe:
             running += count
             out.append((bound, running))
         return out
+
+
+class StallWatch:
+    """Logs each stall of the loop longer than ``threshold_s`` with the loop thread's stack
+    taken during it, and each full garbage collection longer than that (module docstring).
+    Its thread wakes four times per ``threshold_s``; nothing else runs while the loop is fine."""
+
+    def __init__(self, probe: LoopLagProbe, threshold_s: float) -> None:
+        self.threshold_s = threshold_s
+        self.stalls = 0
+        self.gc_pauses = 0
+        self._probe = probe
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop_thread = 0
+        self._gc_start = 0.0
+
+    def start(self, loop_thread: int) -> None:
+        self._loop_thread = loop_thread
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="strata-stall-watch", daemon=True)
+        self._thread.start()
+        gc.callbacks.append(self._on_gc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
+
+    def _run(self) -> None:
+        seen_due, stack, worst = -1.0, "", 0.0
+        while not self._stop.wait(max(self.threshold_s / 4, 0.005)):
+            due = self._probe.due
+            late = time.monotonic() - due
+            if seen_due >= 0 and due != seen_due:  # the loop ran again: tell the stall, once
+                self.stalls += 1
+                log.warning("the event loop stalled for at least %.0f ms; its thread was running:\n%s",
+                            worst * 1000, stack.rstrip())
+                seen_due, stack, worst = -1.0, "", 0.0
+            if due == seen_due:
+                worst = max(worst, late)  # the same stall, still going on
+            elif late > self.threshold_s:
+                frame = sys._current_frames().get(self._loop_thread)
+                stack = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(unknown)\n"
+                seen_due, worst = due, late
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        took = time.perf_counter() - self._gc_start
+        if took > self.threshold_s:
+            self.gc_pauses += 1
+            log.warning("a garbage collection of generation %d held every thread for %.0f ms (%d collected)",
+                        info.get("generation", -1), took * 1000, info.get("collected", 0))

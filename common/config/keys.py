@@ -395,6 +395,8 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("event.loop.lag.probe.interval.ms", "int", "20",
             "How often the event loop's lag is probed (strata_event_loop_lag_seconds; Strata).",
             validator=at_least(1)),
+    ConfigDef("event.loop.stall.log.ms", "int", "200", "A longer stall of the event loop is logged with "
+              "what its thread ran, as is a garbage collection this long (0: off; Strata).", validator=at_least(0)),
     # Brokers talking to each other (docs/adr/0016-inter-broker-protocol.md).
     ConfigDef("offsets.topic.replication.factor", "int", "3",
             "Replication factor of __consumer_offsets when it is created; when not set, 3, or "

@@ -7,6 +7,7 @@ Kafka error code) and the answer back into that version's response.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -27,6 +28,11 @@ __all__ = ["handle_consumer_group_describe", "handle_consumer_group_heartbeat"]
 E = ErrorCode
 _NO_OPS = OPERATIONS_NOT_REQUESTED
 # v1 (KIP-1099): the protocol each member speaks (classic ones inside a migrated group)
+log = logging.getLogger("strata.groups")
+
+#: errors a member meets in ordinary life (a coordinator moving or loading): logged at DEBUG
+_ROUTINE = frozenset({E.not_coordinator, E.coordinator_load_in_progress, E.coordinator_not_available})
+
 _MEMBER_TYPE_CLASSIC = 0
 _MEMBER_TYPE_CONSUMER = 1
 
@@ -62,6 +68,10 @@ def handle_consumer_group_heartbeat(ctx: RequestContext, request: Any) -> Any:
     result = ctx.broker.groups.consumer_group_heartbeat(heartbeat)
     if result.error != E.none:
         ctx.broker.metrics_error("ConsumerGroupHeartbeat", result.error)
+        log.log(logging.DEBUG if result.error in _ROUTINE else logging.INFO,
+                "ConsumerGroupHeartbeat of group %r, member %r at epoch %d from %s (%s): %s: %s",
+                heartbeat.group_id, heartbeat.member_id, heartbeat.member_epoch, heartbeat.client_id,
+                heartbeat.client_host, result.error.name, result.message)
     mod = response_module(68, ctx.version)
     assignment = None
     if result.error == E.none and result.assignment is not None:

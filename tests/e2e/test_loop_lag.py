@@ -30,6 +30,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.cluster_fixtures import Cluster, _ClusterPool
 from tests.conftest import BrokerProcess, free_port
 from tests.e2e.helpers import CLIENT_TIMEOUT_S, admin, wait_for_topic, wait_until
 from tests.e2e.rawconsumer import cstring
@@ -44,6 +45,8 @@ PROBE = {
     # must not land in the windows measured here
     "replica.high.watermark.checkpoint.interval.ms": "600000",
     "log.flush.offset.checkpoint.interval.ms": "600000",
+    # a stall is logged with what the loop ran: the failure message quotes it
+    "event.loop.stall.log.ms": "40",
 }
 TXN_IDS = 20_000
 API_INIT_PRODUCER_ID = 22
@@ -127,9 +130,17 @@ def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machi
             in zip(sorted(delta), sorted(delta.items())[1:]) if bound > LAG_LIMIT_S and n > delta[lower]}
     limit = STARVED_LIMIT_S if machine.starved else LAG_LIMIT_S
     print(f"loop lag: {samples} probes, {_late(delta)} more than 50 ms late {late}; {machine}; "
-          f"limit {limit * 1000:g} ms")
+          f"limit {limit * 1000:g} ms; stalls the broker logged:\n{_stalls_logged(broker)}")
     too_late = delta[float("inf")] - delta[limit]
-    assert too_late == 0, f"{too_late} of {samples} probes ran more than {limit * 1000:g} ms late: {late} ({machine})"
+    assert too_late == 0, f"{too_late} of {samples} probes ran more than {limit * 1000:g} ms late: {late} " \
+                          f"({machine}); the broker logged:\n{_stalls_logged(broker)}"
+
+
+def _stalls_logged(broker: BrokerProcess) -> str:
+    """The broker's own account of its stalls (:class:`service.loop_lag.StallWatch`)."""
+    lines = broker.log_path.read_text(errors="replace").splitlines()
+    told = [n for n, line in enumerate(lines) if "event loop stalled" in line or "garbage collection of" in line]
+    return "\n".join("\n".join(lines[n:n + 30]) for n in told[-5:]) or "(no stall)"
 
 
 @pytest.fixture
@@ -205,15 +216,24 @@ def _leader(broker: BrokerProcess, topic: str) -> int:
     return -1 if t is None or t.error is not None else t.partitions[0].leader
 
 
-def test_a_transaction_coordinator_failover_keeps_the_loop_lag_under_50_ms(
-    start_cluster: object, tmp_path: Path,
-) -> None:
-    cluster = start_cluster(2, sets={  # type: ignore[operator]
+def test_a_transaction_coordinator_failover_keeps_the_loop_lag_under_50_ms(memory_dir: Path) -> None:
+    """In memory, as the deletion above: on the shared disk of a CI machine, a segment append's
+    write() into the page cache waited 50-130 ms behind other tests' fsyncs (the broker's
+    stall log showed it in ``LogSegment.append``), which is the disk's latency, not this
+    test's subject."""
+    cluster = _ClusterPool(memory_dir)(2, sets={
         **PROBE,
         "transaction.state.log.num.partitions": "1",
         "transaction.state.log.replication.factor": "2",
         "offsets.topic.replication.factor": "2",
     })
+    try:
+        _failover(cluster)
+    finally:
+        cluster.close()
+
+
+def _failover(cluster: Cluster) -> None:
     first = cluster.brokers[1]
     ids = [f"txn-{n:05d}" for n in range(TXN_IDS)]
     Producer({"bootstrap.servers": first.bootstrap, "transactional.id": ids[0]}).init_transactions(

@@ -41,3 +41,46 @@ def test_an_idle_loop_is_never_late_by_more_than_a_timer_tick() -> None:
     cumulative = dict(probe.cumulative())
     assert 10 <= cumulative[float("inf")] <= 45  # one timer firing every 5 ms, not two
     assert cumulative[0.05] == cumulative[float("inf")]
+
+
+def _stalling_call() -> None:
+    time.sleep(0.3)  # a blocking call on the loop, in a function of its own name
+
+
+def test_a_stall_is_logged_with_what_the_loop_thread_ran(caplog: object) -> None:
+    import logging
+
+    async def body() -> LoopLagProbe:
+        probe = LoopLagProbe(0.005, stall_log_s=0.1)
+        probe.start()
+        await asyncio.sleep(0.2)  # a free loop: nothing logged
+        _stalling_call()
+        await asyncio.sleep(0.2)
+        probe.stop()
+        return probe
+
+    with caplog.at_level(logging.WARNING, logger="strata.loop"):  # type: ignore[attr-defined]
+        probe = asyncio.run(body())
+    assert probe.watch is not None and probe.watch.stalls == 1
+    [record] = [r for r in caplog.records if "stalled" in r.getMessage()]  # type: ignore[attr-defined]
+    message = record.getMessage()
+    assert "_stalling_call" in message and "time.sleep(0.3)" in message
+    assert 200 <= float(message.split("at least ")[1].split(" ms")[0]) <= 320
+
+
+def test_a_long_garbage_collection_is_logged(caplog: object) -> None:
+    import gc
+    import logging
+
+    async def body() -> LoopLagProbe:
+        probe = LoopLagProbe(0.005, stall_log_s=0.000001)  # any collection is long enough
+        probe.start()
+        gc.collect()
+        probe.stop()
+        return probe
+
+    with caplog.at_level(logging.WARNING, logger="strata.loop"):  # type: ignore[attr-defined]
+        probe = asyncio.run(body())
+    assert probe.watch is not None and probe.watch.gc_pauses >= 1
+    assert any("garbage collection of generation 2" in r.getMessage() for r in caplog.records)  # type: ignore[attr-defined]
+    assert probe.watch._on_gc not in gc.callbacks  # stop() took the callback away
