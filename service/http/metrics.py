@@ -342,6 +342,15 @@ def _loop_lag(probe: LoopLagProbe) -> Iterator[Any]:
     yield _gauge("strata_event_loop_lag_max_seconds",
                  "The largest event loop lag of the last one to two minutes.", [],
                  [((), probe.recent_max_s)])
+    if probe.watch is not None:
+        stalls = CounterMetricFamily("strata_event_loop_stalls", "Event loop stalls longer than "
+                                     "event.loop.stall.log.ms, each logged with what the loop ran.")
+        stalls.add_metric([], probe.watch.stalls)
+        yield stalls
+        pauses = CounterMetricFamily("strata_gc_pauses", "Garbage collections longer than "
+                                     "event.loop.stall.log.ms (they hold every thread), each logged.")
+        pauses.add_metric([], probe.watch.gc_pauses)
+        yield pauses
 
 
 def _gauge(name: str, doc: str, labels: list[str], values: list[tuple[tuple[str, ...], float]]) -> GaugeMetricFamily:

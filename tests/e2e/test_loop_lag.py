@@ -56,7 +56,9 @@ def _lag(broker: BrokerProcess) -> dict[float, int]:
     """The broker's loop-lag histogram: cumulative count by upper bound (``inf``: all samples)."""
     with urllib.request.urlopen(f"{broker.admin_url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    for family in text_string_to_metric_families(text):
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    assert {"strata_event_loop_stalls", "strata_gc_pauses"} <= families.keys()  # the stall watch's counters
+    for family in families.values():
         if family.name == "strata_event_loop_lag_seconds":
             return {float(s.labels["le"]): int(s.value) for s in family.samples if s.name.endswith("_bucket")}
     raise AssertionError("no strata_event_loop_lag_seconds in /metrics")
