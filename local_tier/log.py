@@ -156,8 +156,11 @@ class Log(Owned):
         scheduler: Executor | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         failure: LogDirFailure | None = None,
+        on_roll: Callable[[Log], None] | None = None,
     ) -> None:
         self._init_owner()
+        #: called on the owner after each roll (the tiering uploads the sealed segment soon)
+        self._on_roll = on_roll
         self.dir = dir
         self._failure = failure if failure is not None else LogDirFailure(dir.parent)
         self._topic = topic
@@ -550,6 +553,8 @@ class Log(Owned):
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)
         self._snapshot_in_background()
+        if self._on_roll is not None:
+            self._on_roll(self)
         return segment
 
     # ------------------------------------------------------------------ producers

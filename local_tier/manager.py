@@ -92,6 +92,8 @@ class LogManager(Owned):
         self._retiring: dict[tuple[str, int], Log] = {}
         self._doomed: list[Path] = []
         self.cleaner: LogCleaner | None = None
+        #: told ``(topic, partition)`` on the owner after a log rolled a segment
+        self.roll_listeners: list[Callable[[str, int], None]] = []
 
     @owner_only
     def start_cleaner(
@@ -150,10 +152,15 @@ class LogManager(Owned):
                 scheduler=self._executor,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 failure=self.failure,
+                on_roll=self._rolled,
             )
         if clean:
             marker.unlink()
             fsync_dir(self.log_dir)
+
+    def _rolled(self, log: Log) -> None:
+        for listener in self.roll_listeners:
+            listener(log.topic, log.partition)
 
     @property
     def offline(self) -> bool:
@@ -181,6 +188,7 @@ class LogManager(Owned):
                 scheduler=self._executor,
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 failure=self.failure,
+                on_roll=self._rolled,
             )
             self._logs[(topic, partition)] = log
         return log

@@ -159,6 +159,7 @@ async def _serve(
             admin.ready = True
         on_serving()
         background = asyncio.create_task(broker.run_background(), name="log-maintenance")
+        broker.logs.roll_listeners.append(broker.tiering.segment_rolled)  # sealed segments go up soon
         tiering = asyncio.create_task(broker.tiering.run(broker), name="tiering")
         tls_reload = asyncio.create_task(tls_sources.run(), name="tls-reload")
         controller = broker.controller

@@ -228,3 +228,21 @@ def test_a_manifest_changed_before_the_swap_loses_nothing_and_the_next_pass_comp
         return bool(m and m.get("cleaner_offset")) and compacted_view(read_all(broker.bootstrap, topic)) == expected(model)
 
     wait_until(compacted, "the next pass to compact", timeout=40, interval=0.3)
+
+
+def test_a_sealed_segment_goes_to_the_bucket_at_once_not_at_the_next_interval(start_broker: BrokerFactory) -> None:
+    """A roll starts its partition's upload round within about half a second: with a 10 minute
+    task interval, the segments a produce sealed are in the bucket seconds later (the local
+    cleaner of a tiered compacted topic waits for them, ADR 0019)."""
+    broker = start_broker(sets={"remote.log.manager.task.interval.ms": "600000"})
+    topic = topic_name("rolled")
+    create_topic(broker.bootstrap, topic, config={"segment.bytes": "4096"})
+    time.sleep(1.0)  # the start-up round is over: only a roll can start the next one
+    produce(broker.bootstrap, topic, fillers("roll", 120))
+    sealed = len(local_logs(broker, topic)) - 1
+    assert sealed >= 2
+    start = time.monotonic()
+    m = wait_until(lambda: (m := manifest_of(broker, topic)) and len(m["segments"]) >= sealed and m,
+                   "the sealed segments in the bucket", timeout=10, interval=0.1)
+    assert m["segments"][-1]["last_offset"] + 1 == int(local_logs(broker, topic)[-1].stem)
+    print(f"sealed segments in the bucket {time.monotonic() - start:.2f} s after the produce")
