@@ -28,6 +28,7 @@ or the topic (Kafka's checks).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -57,6 +58,8 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 #: Topics a coordinator owns (Kafka's ``Topic.isInternal``).
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 _ZERO_UUID = uuid.UUID(int=0)
+
+log = logging.getLogger("strata.metadata")
 
 
 def is_internal_topic(name: str | None) -> bool:
@@ -179,7 +182,10 @@ async def _resolve(
         AclOperation.CREATE, ResourceType.TOPIC, name)
     if allow_create and may_create and ctx.broker.auto_create_topics and not is_internal_topic(name):
         try:
-            return await ctx.broker.create_topic(name)
+            created = await ctx.broker.create_topic(name)
+            log.info("auto-created topic %r for a Metadata request of %s (%s) (auto.create.topics.enable)",
+                     name, ctx.header.client_id, ctx.client_host)
+            return created
         except TopicAlreadyExistsError:  # another client's request created it meanwhile
             info = controller.topic(name)
             if info is not None:

@@ -204,6 +204,8 @@ def test_metadata_request_auto_creates_topic_with_broker_defaults(start_broker) 
     assert p.flush(15) == 0
     md = admin(b.bootstrap).list_topics("auto-created", timeout=CLIENT_TIMEOUT_S)
     assert len(md.topics["auto-created"].partitions) == 4
+    # the broker says so (a client re-creating a topic just deleted was slow to find without it)
+    assert "auto-created topic 'auto-created' for a Metadata request" in b.log_path.read_text()
 
 
 def test_topics_and_configs_survive_restart(start_broker) -> None:  # type: ignore[no-untyped-def]
