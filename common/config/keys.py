@@ -273,6 +273,8 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("group.consumer.heartbeat.interval.ms", "int", "5000",
             "Heartbeat interval the coordinator gives consumer-protocol members.",
             validator=at_least(1)),
+    ConfigDef("group.coordinator.append.linger.ms", "int", "5", "A ConsumerGroupHeartbeat that changed the group "
+              "is answered this long after its write at the least, as Kafka's batched writes are.", validator=at_least(0)),
     ConfigDef("group.consumer.max.size", "int", "2147483647",
             "Most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond).",
             validator=at_least(1)),

@@ -333,6 +333,8 @@ class Router:
         if not writes:
             return result
         broker = self._broker
+        if spec.key == _CONSUMER_GROUP_HEARTBEAT and (linger_ms := broker.config.get_int(_LINGER)) > 0:
+            await asyncio.sleep(linger_ms / 1000)  # see _LINGER
         failed = await barrier.wait_replicated(broker, writes, broker.coordinator_write_timeout_ms)
         if not failed:
             return result
@@ -346,6 +348,13 @@ class Router:
 
 
 _WRITE_TXN_MARKERS = 27
+_CONSUMER_GROUP_HEARTBEAT = 68
+#: Kafka's group coordinator gathers its writes for this long and answers once they are
+#: written, so a heartbeat that changed the group is answered 5 ms later at the least;
+#: Strata appends at once, then waits as long before answering: librdkafka 2.15's KIP-848
+#: consumer stops heartbeating for good when a leave is answered within a millisecond of
+#: the answer before it (librdkafka's 0045 subscribe_many_updates, issue 37)
+_LINGER = "group.coordinator.append.linger.ms"
 
 
 async def handle_envelope(ctx: RequestContext, request: Any) -> Any:

@@ -13,6 +13,7 @@ STALE_MEMBER_EPOCH (OffsetCommit v9) — and that the connection stays open.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -144,3 +145,21 @@ def test_offset_commit_v9_checks_the_member_epoch(conn: Connection, topic: str) 
         tp: rc.STALE_MEMBER_EPOCH}
     assert rc.offset_commit_v9(conn, g, m.member_epoch, "stranger", {tp: 4}) == {tp: rc.UNKNOWN_MEMBER_ID}
     assert rg.offset_fetch(conn, g, {topic: [0]}) == (rc.NONE, {tp: 3})
+
+
+def test_a_heartbeat_that_changes_the_group_is_answered_after_the_append_linger(
+        conn: Connection, topic: str) -> None:
+    """group.coordinator.append.linger.ms (5, Kafka's default): a join and a leave are answered
+    5 ms after their write at the least, as Kafka's batched writes are (librdkafka 2.15's KIP-848
+    consumer stops heartbeating for good when a leave is answered within a millisecond of the
+    answer before it)."""
+    g, member = group(), str(uuid.uuid4())
+    started = time.perf_counter()
+    r = join(conn, g, topic, member)
+    joined_s = time.perf_counter() - started
+    steady = rc.heartbeat(conn, g, member, r.member_epoch)  # nothing to write
+    started = time.perf_counter()
+    left = rc.heartbeat(conn, g, member, -1)
+    left_s = time.perf_counter() - started
+    assert steady.error_code == rc.NONE and left.error_code == rc.NONE and left.member_epoch == -1
+    assert joined_s >= 0.005 and left_s >= 0.005, (joined_s, left_s)
