@@ -13,6 +13,15 @@ entry is appended to the file with one ``os.write``. An index is therefore alway
 exactly ``entries * entry_size`` bytes long, and nothing needs trimming on roll.
 The segment decides when to add an entry (every ``index.interval.bytes``).
 
+An index holds no file descriptor while nothing is written to it: the file is read
+whole at open and closed, and a descriptor is opened for the first write after. The
+descriptors the event loop writes through are bounded (:data:`OPEN_INDEXES`, an LRU:
+the least recently written index's descriptor is closed when a new one would pass
+the bound), so a broker of 10,000 idle partitions holds one descriptor per partition
+(its active segment's ``.log``), not three (issue 33). An fsync (:meth:`_Index.flush`,
+on the flush thread) opens the file by its path for itself: it never shares a
+descriptor the loop may close.
+
 Nothing read from an index file is trusted: a file larger than
 ``segment.index.bytes`` is not read (it is reported corrupt), and
 :meth:`OffsetIndex.sanity_check` / :meth:`TimeIndex.sanity_check` bound every
@@ -25,18 +34,72 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import struct
+import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import OrderedDict
 from pathlib import Path
 
-__all__ = ["CorruptIndexError", "OffsetIndex", "TimeIndex"]
+__all__ = ["OPEN_INDEXES", "CorruptIndexError", "OffsetIndex", "TimeIndex"]
 
 _INT32_MAX = 2**31 - 1
 
 
 class CorruptIndexError(Exception):
     """An index file fails its sanity check; the segment rebuilds it from the log."""
+
+
+def _default_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 8))
+
+
+class _OpenIndexes:
+    """The descriptors of the indexes written on one thread (the event loop, which owns the
+    logs; :meth:`bind`), at most :attr:`limit`, least recently written closed first.
+
+    Indexes written on other threads (a cleaner's new segment, recovery at load) are not
+    counted: their writers close them, and no thread ever closes another thread's
+    descriptor. The table is guarded by a lock held for dictionary operations only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.closed_for_room = 0  # descriptors closed to stay under the limit
+        self._owner: int | None = None
+        self._lock = threading.Lock()
+        self._lru: OrderedDict[_Index, None] = OrderedDict()
+
+    def bind(self) -> None:
+        """Count the indexes written on the calling thread from now on (the broker's loop)."""
+        self._owner = threading.get_ident()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def opened(self, index: _Index) -> None:
+        """``index`` (now with a descriptor) was written to: the most recent; may close others'."""
+        if threading.get_ident() != self._owner:
+            return
+        victims: list[_Index] = []
+        with self._lock:
+            self._lru[index] = None
+            self._lru.move_to_end(index)
+            while len(self._lru) > self.limit:
+                victim, _ = self._lru.popitem(last=False)
+                victims.append(victim)
+        for victim in victims:  # loop-owned, like ``index``: not in use on another thread
+            self.closed_for_room += 1
+            victim._close_fd()
+
+    def forget(self, index: _Index) -> None:
+        with self._lock:
+            self._lru.pop(index, None)
+
+
+#: the bound on the event loop's open index descriptors (see the module docstring)
+OPEN_INDEXES = _OpenIndexes(_default_limit())
 
 
 class _Index:
@@ -56,10 +119,14 @@ class _Index:
         self.max_entries = max(1, max_index_size // self._ENTRY.size)
         self._keys = array("q")
         self._values = array("q")
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self._file_size = os.fstat(self._fd).st_size
-        self._oversized = self._file_size > self.max_entries * self._ENTRY.size
-        data = b"" if self._oversized else _read_all(self._fd, self._file_size)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self._file_size = os.fstat(fd).st_size
+            self._oversized = self._file_size > self.max_entries * self._ENTRY.size
+            data = b"" if self._oversized else _read_all(fd, self._file_size)
+        finally:
+            os.close(fd)
+        self._fd = -1  # opened by the first write (:meth:`_writable`)
         whole = len(data) - len(data) % self._ENTRY.size
         for key, value in self._ENTRY.iter_unpack(data[:whole]):
             self._keys.append(key)
@@ -85,12 +152,13 @@ class _Index:
         if self.is_full():
             raise ValueError(f"index {self.path.name} is full ({self.max_entries} entries)")
         entry = self._ENTRY.pack(key, value)
+        fd = self._writable()
         try:
-            written = os.write(self._fd, entry)
+            written = os.write(fd, entry)
             if written != len(entry):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
         except OSError:
-            os.ftruncate(self._fd, self._file_size)
+            os.ftruncate(fd, self._file_size)
             raise
         self._keys.append(key)
         self._values.append(value)
@@ -102,7 +170,7 @@ class _Index:
         del self._values[count:]
         self._file_size = count * self._ENTRY.size
         self._oversized = False
-        os.ftruncate(self._fd, self._file_size)
+        os.ftruncate(self._writable(), self._file_size)
 
     def reset(self) -> None:
         """Remove every entry (before a rebuild)."""
@@ -120,13 +188,39 @@ class _Index:
                 f"not a multiple of the entry size {self._ENTRY.size}"
             )
 
+    def _writable(self) -> int:
+        """The descriptor to write through, opened when closed (counted in :data:`OPEN_INDEXES`)."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        OPEN_INDEXES.opened(self)
+        return self._fd
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
     def flush(self) -> None:
-        os.fsync(self._fd)
+        """fsync the file through a descriptor of this call's own (it runs on the flush thread,
+        and the loop may close its descriptor meanwhile); a file renamed meanwhile is found
+        at its new path, one deleted meanwhile needs nothing."""
+        for _ in range(2):
+            path = self.path
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                if self.path != path:
+                    continue  # renamed between reading the path and opening it
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        OPEN_INDEXES.forget(self)
+        self._close_fd()
 
     def rename(self, path: Path) -> None:
         """Rename the file (the descriptor stays valid)."""

@@ -50,6 +50,7 @@ from fetch.tiered import TieredReader
 from fetch.waiter import AppendWaiters
 from local_tier.cleaning.settings import cleaner_config
 from local_tier.config import LogConfig
+from local_tier.index import OPEN_INDEXES
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.ownership import LoopOwner
@@ -82,7 +83,7 @@ __all__ = ["Broker"]
 
 log = logging.getLogger("strata.broker")
 
-_FDS_PER_PARTITION = 3  # the active segment's .log, .index and .timeindex
+_FDS_PER_PARTITION = 1  # the active segment's .log; its indexes' are bounded apart (OPEN_INDEXES)
 
 
 class Broker:
@@ -357,18 +358,17 @@ class Broker:
         return await allocate_producer_ids(cluster)
 
     def _check_descriptors(self, new_partitions: int) -> None:
-        """Refuse partitions this process could not open files for (each holds about three):
-        past the descriptor limit every later file open fails (EMFILE), metadata writes
-        included; refusing the request up front keeps the broker working."""
+        """Refuse partitions this process could not open files for: past the descriptor limit every
+        later open fails (EMFILE), metadata writes included; refusing up front keeps the broker working."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft == resource.RLIM_INFINITY:
             return
         hosted = len(self.logs.all_logs())
-        if (hosted + new_partitions) * _FDS_PER_PARTITION > soft * 0.8:
+        if (hosted + new_partitions) * _FDS_PER_PARTITION + OPEN_INDEXES.limit > soft * 0.8:
             raise InvalidPartitionsError(
                 f"{new_partitions} more partitions would need more open files than this process may "
-                f"hold (it hosts {hosted}; ulimit -n is {soft}, about {_FDS_PER_PARTITION} per partition): "
-                "raise the limit (ulimit -n / LimitNOFILE) or create fewer partitions"
+                f"hold (it hosts {hosted}; ulimit -n is {soft}: {_FDS_PER_PARTITION} per partition and "
+                f"{OPEN_INDEXES.limit} for indexes): raise the limit (ulimit -n / LimitNOFILE) or create fewer partitions"
             )
 
     def replication_factor(self, info: TopicInfo) -> int:

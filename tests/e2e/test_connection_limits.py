@@ -285,3 +285,25 @@ def test_connection_limits_change_at_run_time_as_dynamic_broker_configs(start_br
     strata_configs(broker, "--entity-default", "--alter", "--delete-config", "max.connections.per.ip")
     assert served_from("127.0.0.5", 5) == 5
     assert described()["max.connections.per.ip"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_index_descriptors_are_bounded_so_more_partitions_fit_the_open_files(start_broker: Any) -> None:
+    """Each partition holds its active segment's ``.log`` descriptor; the indexes' are opened on
+    write and bounded together (ulimit -n / 8 here: 128), so 600 partitions fit in 1,024 open
+    files where three descriptors each (1,800) were refused, and written to, stay under it."""
+    broker = start_broker(open_files=1024)
+    topic = topic_name("many-fds")
+    create_topic(broker.bootstrap, topic, partitions=600)
+    p = producer(broker.bootstrap, **{"linger.ms": 5})
+    value = b"x" * 3000  # two batches a partition: past index.interval.bytes, an index entry each
+    acked = []
+    for _ in range(2):
+        for partition in range(600):
+            p.produce(topic, value=value, partition=partition,
+                      on_delivery=lambda err, msg: acked.append(msg.partition()) if err is None else None)
+        assert p.flush(60) == 0
+    assert len(acked) == 1200
+    assert open_files(broker) <= 600 + 128 + 120, open_files(broker)
+    assert "Too many open files" not in broker.log_text()
+    read = consume(broker.bootstrap, topic, [0, 299, 599], 6)
+    assert [len(m.value()) for m in read] == [3000] * 6
