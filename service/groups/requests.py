@@ -7,7 +7,7 @@ Plain frozen data, decoded from (or encoded into) the Kafka requests by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -34,6 +34,17 @@ class GroupConfig:
     #: the first is the default
     consumer_assignors: tuple[str, ...] = tuple(cast(list[str], broker_default("group.consumer.assignors")))
     consumer_migration_policy: str = str(broker_default("group.consumer.migration.policy"))
+    #: a group id → its own configs (service.group_configs: ``consumer.session.timeout.ms`` ...)
+    group_overrides: Callable[[str], Mapping[str, str]] = lambda group: {}
+
+    def session_timeout_ms(self, group: str) -> int:
+        """A consumer-protocol member's session timeout in ``group`` (its own config, else the broker's)."""
+        return int(self.group_overrides(group).get("consumer.session.timeout.ms", self.consumer_session_timeout_ms))
+
+    def heartbeat_interval_ms(self, group: str) -> int:
+        """The heartbeat interval ``group``'s consumer-protocol members are given."""
+        return int(self.group_overrides(group).get("consumer.heartbeat.interval.ms",
+                                                   self.consumer_heartbeat_interval_ms))
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,12 @@ coordinator wrote, as an ``acks=all`` producer does, and tells it
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from common.config import BrokerConfig
 from common.errors import (
@@ -43,6 +44,8 @@ from controller.topic_changes import default_replication_factor
 from local_tier.log import LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.producer_state import AppendOrigin
+from service.group_configs import SECTION as GROUP_CONFIGS
+from service.group_configs import overrides_of
 from service.groups.coordinator import GroupCoordinator
 from service.groups.errors import CoordinatorNotAvailableError
 from service.groups.loading import PartitionSnapshot, take_snapshot
@@ -89,6 +92,9 @@ class TopicsReader(Protocol):
     def partition(self, name: str, index: int) -> PartitionRegistration | None: ...
 
     def registered_brokers(self) -> int: ...
+
+    @property
+    def metadata(self) -> Any: ...  # the cluster metadata: its ``section(name)``, group configs'
 
     def add_listener(self, listener: MetadataListener) -> None: ...
 
@@ -319,9 +325,10 @@ def group_config(config: BrokerConfig) -> GroupConfig:
 def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
     """A coordinator over the broker's logs, its timers on the running loop, serving the
     groups of no partition until :class:`OffsetsLeadership` loads them."""
+    settings = dataclasses.replace(group_config(broker.config), group_overrides=overrides_of(
+        lambda: broker.controller.metadata.section(GROUP_CONFIGS)))  # kafka-configs.sh --entity-type groups
     coordinator = GroupCoordinator(
-        BrokerOffsetLog(broker), LoopTimer(), group_config(broker.config),
-        ControllerTopics(broker.controller),
+        BrokerOffsetLog(broker), LoopTimer(), settings, ControllerTopics(broker.controller),
     )
     coordinator.serve_partitions()
     OffsetsReplication(broker, coordinator, broker.config.get_int("offsets.commit.timeout.ms"))

@@ -19,7 +19,10 @@ from common.protocol.codec import build, response_module
 from service.dynamic_config import SECTION as BROKER_SECTION
 from service.dynamic_config import alter as alter_broker
 from service.dynamic_config import describe as describe_broker
-from service.handlers.authz import require_cluster, require_topic
+from service.group_configs import SECTION as GROUP_SECTION
+from service.group_configs import alter as alter_group
+from service.group_configs import describe as describe_group
+from service.handlers.authz import require_cluster, require_group, require_topic
 from service.handlers.context import RequestContext
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
@@ -42,6 +45,7 @@ __all__ = [
 
 RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
+RESOURCE_GROUP = 32  # Kafka 4's group configs (service.group_configs)
 _ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -61,6 +65,8 @@ def _require_configs(ctx: RequestContext, rtype: int, name: str, op: Op) -> None
         require_topic(ctx, op, name)
     elif rtype == RESOURCE_BROKER:
         require_cluster(ctx, op)
+    elif rtype == RESOURCE_GROUP:
+        require_group(ctx, op, name)
 
 
 def _error_fields(ctx: RequestContext, api: str, exc: KafkaError) -> dict[str, Any]:
@@ -195,6 +201,9 @@ def handle_describe_configs(ctx: RequestContext, request: Any) -> Any:
             elif rtype == RESOURCE_BROKER:  # static and dynamic configs (service.dynamic_config)
                 entries = describe_broker(ctx.broker.config, controller.metadata.section(BROKER_SECTION),
                                           res.resource_name, ctx.broker.node_id, keys)
+            elif rtype == RESOURCE_GROUP:
+                entries = describe_group(controller.metadata.section(GROUP_SECTION), res.resource_name,
+                                         ctx.broker.config, keys)
             else:
                 raise InvalidRequestError(f"resource type {rtype} is not supported")
             fields["configs"] = tuple(
@@ -239,6 +248,8 @@ async def handle_incremental_alter_configs(ctx: RequestContext, request: Any) ->
                 await _alter_broker(ctx, res.resource_name, ops, bool(request.validate_only), replace_all=False)
             elif rtype == RESOURCE_TOPIC:
                 await broker.alter_topic_configs(res.resource_name, ops, bool(request.validate_only))
+            elif rtype == RESOURCE_GROUP:
+                await _alter_group(ctx, res.resource_name, ops, bool(request.validate_only), replace_all=False)
             else:
                 raise InvalidRequestError(f"Unknown resource type {rtype}")
         except KafkaError as exc:
@@ -286,6 +297,9 @@ async def handle_alter_configs(ctx: RequestContext, request: Any) -> Any:
             elif rtype == RESOURCE_BROKER:
                 await _alter_broker(ctx, res.resource_name, [(k, _SET, v) for k, v in configs.items()],
                                     validate_only, replace_all=True)
+            elif rtype == RESOURCE_GROUP:
+                await _alter_group(ctx, res.resource_name, [(k, _SET, v) for k, v in configs.items()],
+                                   validate_only, replace_all=True)
             else:
                 raise InvalidRequestError(f"Unknown resource type {rtype}")
         except KafkaError as exc:
@@ -303,6 +317,17 @@ async def _alter_broker(ctx: RequestContext, resource: str, ops: list[tuple[str,
         return (current if validate_only else updated), None
 
     await asyncio.to_thread(ctx.broker.active_controller().alter_section, BROKER_SECTION, change)
+
+
+async def _alter_group(ctx: RequestContext, group: str, ops: list[tuple[str, int, str | None]],
+                       validate_only: bool, *, replace_all: bool) -> None:
+    """A group's own configs, a controller write (the request was forwarded to it)."""
+
+    def change(current: Any) -> tuple[Any, None]:
+        updated = alter_group(current, group, ops, ctx.broker.config, replace_all=replace_all)
+        return (current if validate_only else updated), None
+
+    await asyncio.to_thread(ctx.broker.active_controller().alter_section, GROUP_SECTION, change)
 
 
 #: DescribeCluster v1's endpoint types (Kafka's ``EndpointType``): a broker's listener serves BROKER

@@ -163,3 +163,30 @@ def test_a_heartbeat_that_changes_the_group_is_answered_after_the_append_linger(
     left_s = time.perf_counter() - started
     assert steady.error_code == rc.NONE and left.error_code == rc.NONE and left.member_epoch == -1
     assert joined_s >= 0.005 and left_s >= 0.005, (joined_s, left_s)
+
+
+def test_a_groups_own_configs_through_the_admin_client_reach_its_members(
+        broker: BrokerProcess, conn: Connection, topic: str) -> None:
+    """kafka-configs.sh --entity-type groups (Kafka 4, resource type 32), through confluent-kafka's
+    IncrementalAlterConfigs: the group's heartbeat interval is what its members are given, and
+    DescribeConfigs shows the group's values; Kafka's bounds are refused with INVALID_CONFIG."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    g = group()
+    client = helpers.admin(broker.bootstrap)
+    resource = ConfigResource(ResourceType.GROUP, g, incremental_configs=[
+        ConfigEntry("consumer.heartbeat.interval.ms", "6000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("consumer.session.timeout.ms", "50000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(timeout=helpers.CLIENT_TIMEOUT_S)
+    described = client.describe_configs([ConfigResource(ResourceType.GROUP, g)])
+    configs = next(iter(described.values())).result(timeout=helpers.CLIENT_TIMEOUT_S)
+    assert configs["consumer.heartbeat.interval.ms"].value == "6000"
+    assert configs["consumer.session.timeout.ms"].value == "50000"
+    assert join(conn, g, topic).heartbeat_interval_ms == 6000
+    assert join(conn, group(), topic).heartbeat_interval_ms == 5000  # another group: the broker's
+    bad = ConfigResource(ResourceType.GROUP, g, incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as refused:
+        client.incremental_alter_configs([bad])[bad].result(timeout=helpers.CLIENT_TIMEOUT_S)
+    assert refused.value.args[0].code() == 40 and "greater than or equal to 45000" in refused.value.args[0].str()

@@ -173,7 +173,7 @@ class Heartbeats:
         send = joining or full or dict(reconciled.assigned) != dict(member.assigned)
         return HeartbeatResult(
             E.none, None, member_id, reconciled.member_epoch,
-            self._config.consumer_heartbeat_interval_ms,
+            self._config.heartbeat_interval_ms(group.group_id),
             dict(reconciled.assigned) if send else None,
         )
 
@@ -436,7 +436,7 @@ class Heartbeats:
         cancel(handles[0])
         gid = group.group_id
         member = group.members.get(member_id)
-        timeout = self._config.consumer_session_timeout_ms
+        timeout = self._config.session_timeout_ms(gid)
         if member is not None and member.classic is not None:
             timeout = member.classic.session_timeout_ms
         handles[0] = self._timer.call_later(
