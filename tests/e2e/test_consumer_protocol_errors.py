@@ -190,3 +190,30 @@ def test_a_groups_own_configs_through_the_admin_client_reach_its_members(
     with pytest.raises(KafkaException) as refused:
         client.incremental_alter_configs([bad])[bad].result(timeout=helpers.CLIENT_TIMEOUT_S)
     assert refused.value.args[0].code() == 40 and "greater than or equal to 45000" in refused.value.args[0].str()
+
+
+def test_strata_configs_sets_and_describes_a_groups_configs(broker: BrokerProcess) -> None:
+    """`strata configs --entity-type groups` (kafka-configs.sh's): set, describe, refuse, delete."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT, subprocess_env
+
+    g = group()
+
+    def strata(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "service", "configs", "--entity-type", "groups", *args,
+                               "-b", broker.bootstrap], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
+                              text=True, timeout=60, check=False)
+
+    assert strata("--entity-name", g, "--alter", "--add-config", "consumer.heartbeat.interval.ms=7000").returncode == 0
+    described = strata("--entity-name", g, "--describe")
+    assert described.returncode == 0, described
+    assert f"Dynamic configs for group {g}:" in described.stdout
+    assert "consumer.heartbeat.interval.ms=7000" in described.stdout
+    assert "consumer.session.timeout.ms" not in described.stdout  # not the group's own: --all shows it
+    assert "consumer.session.timeout.ms=45000" in strata("--entity-name", g, "--describe", "--all").stdout
+    refused = strata("--entity-name", g, "--alter", "--add-config", "share.session.timeout.ms=45000")
+    assert refused.returncode != 0 and "no share groups" in refused.stdout + refused.stderr
+    assert strata("--entity-name", g, "--alter", "--delete-config", "consumer.heartbeat.interval.ms").returncode == 0
+    assert "consumer.heartbeat.interval.ms" not in strata("--entity-name", g, "--describe").stdout
