@@ -403,7 +403,7 @@ class RemoteLogManager:
             if only is not None and (topic, partition) not in only:
                 continue
             state = self._state(topic, partition, topic_id)
-            if not state.uploading:
+            if not state.uploading and not self._nothing_to_do(local, state, epoch):
                 tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
             elif only is not None:  # its round in flight may have missed the roll: once more after it
                 self.segment_rolled(topic, partition)
@@ -608,6 +608,25 @@ class RemoteLogManager:
             log.warning("tiering of %s-%d failed (will retry): %s", topic, partition, exc)
         finally:
             state.uploading = False
+
+    def _nothing_to_do(self, local: Log, state: PartitionTierState, epoch: int) -> bool:
+        """Whether a round of this led partition would find nothing to do, told from memory: its
+        manifest is read and claimed at this epoch, no sealed segment waits for upload, the cached
+        manifest has nothing for retention, and its orphan clean-up is not due. An idle partition
+        then costs the round a few attribute reads, not a task (issue 33: 10,000 of them)."""
+        if state.claimed_epoch != epoch or not state.loaded:
+            return False
+        boundary = state.remote_next_offset
+        if self._next_upload(local, boundary) is not None:
+            return False
+        now = _now_ms()
+        if now >= state.next_orphan_cleanup_ms:
+            return False
+        config = local.config
+        if not config.delete:
+            return True
+        local_only = sum(s.size for s in local.segments if boundary is None or s.base_offset >= boundary)
+        return not retention_due(state.manifest, config, local_only, now)
 
     def _next_upload(self, local: Log, boundary: int | None) -> Any:
         """The oldest sealed, committed local segment not wholly in the bucket (below

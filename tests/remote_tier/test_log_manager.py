@@ -509,3 +509,37 @@ def test_a_local_segment_with_a_corrupt_batch_length_is_a_counted_upload_failure
         assert manifest is not None and [s.base_offset for s in manifest.segments] == _sealed_bases(good)
     finally:
         service.close()
+
+
+def test_a_round_gives_an_idle_partition_no_task_and_a_rolled_one_its_upload(make_broker: Any, tmp_path: Path) -> None:
+    """Issue 33: a round over many idle tiered partitions costs attribute reads, not a task each; a
+    partition with a sealed segment waiting, or whose orphan clean-up is due, still gets its round."""
+    broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "3600000"}))
+    logs = broker.create_topic("many", partitions=50)
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    rounds: list[int] = []
+    real_round = service._partition_round
+
+    def counted(loop: Any, topic: str, partition: int, *rest: Any) -> Any:
+        rounds.append(partition)
+        return real_round(loop, topic, partition, *rest)
+
+    service._partition_round = counted  # type: ignore[method-assign]
+    try:
+        asyncio.run(service.run_once(broker))  # the first: every partition claims its manifest
+        assert sorted(rounds) == list(range(50))
+        rounds.clear()
+        asyncio.run(service.run_once(broker))
+        assert rounds == []  # nothing to do anywhere: no task
+        _fill(logs[7], batches=40)  # sealed segments to upload
+        asyncio.run(service.run_once(broker))
+        assert rounds == [7]
+        state = service.state("many", 7)
+        assert state is not None and state.manifest is not None
+        assert state.manifest.next_offset == logs[7].segments[-1].base_offset  # every sealed one is up
+        rounds.clear()
+        service.state("many", 3).next_orphan_cleanup_ms = 0  # type: ignore[union-attr]
+        asyncio.run(service.run_once(broker))
+        assert rounds == [3]
+    finally:
+        service.close()
