@@ -162,7 +162,9 @@ def test_a_heartbeat_that_changes_the_group_is_answered_after_the_append_linger(
     left = rc.heartbeat(conn, g, member, -1)
     left_s = time.perf_counter() - started
     assert steady.error_code == rc.NONE and left.error_code == rc.NONE and left.member_epoch == -1
-    assert joined_s >= 0.005 and left_s >= 0.005, (joined_s, left_s)
+    # uvloop's timers count whole milliseconds: a 5 ms wait may end just under 5 ms (4.99 seen on
+    # CI); the answers this is about came in 0.8 ms
+    assert joined_s >= 0.004 and left_s >= 0.004, (joined_s, left_s)
 
 
 def test_a_groups_own_configs_through_the_admin_client_reach_its_members(
