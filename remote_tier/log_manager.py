@@ -567,10 +567,7 @@ class RemoteLogManager:
                 state.adopt(await self._run_in_copier(loop, self.rsm.manifest, state.topic_id, partition))
             # the whole log's retention, on the bucket (compact-only logs: the cleaner's job)
             config = local.config
-            boundary = state.remote_next_offset
-            local_only = sum(
-                s.size for s in local.segments if boundary is None or s.base_offset >= boundary
-            )
+            local_only = _local_only_bytes(local, state.remote_next_offset)
             if config.delete and retention_due(state.manifest, config, local_only, _now_ms()):
                 removed = await self._run_in_copier(
                     loop,
@@ -623,10 +620,7 @@ class RemoteLogManager:
         if now >= state.next_orphan_cleanup_ms:
             return False
         config = local.config
-        if not config.delete:
-            return True
-        local_only = sum(s.size for s in local.segments if boundary is None or s.base_offset >= boundary)
-        return not retention_due(state.manifest, config, local_only, now)
+        return not (config.delete and retention_due(state.manifest, config, _local_only_bytes(local, boundary), now))
 
     def _next_upload(self, local: Log, boundary: int | None) -> Any:
         """The oldest sealed, committed local segment not wholly in the bucket (below
@@ -744,3 +738,8 @@ class RemoteLogManager:
 
     async def _run_in_copier(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
         return await loop.run_in_executor(self._copiers, fn, *args)
+
+
+def _local_only_bytes(local: Log, boundary: int | None) -> int:
+    """The bytes of ``local``'s segments not in the bucket (from ``boundary``, the bucket's end, on)."""
+    return sum(s.size for s in local.segments if boundary is None or s.base_offset >= boundary)
