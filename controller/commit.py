@@ -1,48 +1,98 @@
 """Writing the cluster metadata as the controller of one epoch: the fencing rule.
 
-Every write of the document carries the writer's controller epoch and is a
-compare-and-set against the version the change was computed from
-(:meth:`MetadataCommitter.commit`). A write is refused, before anything is
-sent, when the stored document already carries a higher controller epoch; and a
-write that loses its compare-and-set re-reads the document and is refused the
-same way if a higher epoch wrote it meanwhile. Since a new controller's first
-act is a write with its epoch, every later write of a deposed controller fails:
-its ``If-Match`` names a version that is gone, and the re-read shows the higher
-epoch (``docs/adr/0009-controller-lease.md``).
+The metadata is a log in the bucket (format 3, ``docs/adr/0025-metadata-log.md``): a
+head naming a snapshot, then one batch of Kafka's records per revision, each written
+once into its slot with ``put_if_absent``. A change computed from revision ``n`` is
+committed by writing slot ``n+1``; if that slot is taken, another writer got there
+first and the change is re-validated against what it wrote
+(:class:`StaleSnapshot`). Every batch carries the writer's controller epoch. A write
+is refused, before anything is sent, when the image already carries a higher
+controller epoch; and a write that loses its slot reads on and is refused the same
+way if a higher epoch wrote meanwhile. Since a new controller's first act is a write
+with its epoch, every later write of a deposed controller fails: the slot it wants
+is taken, and the batches after it show the higher epoch
+(``docs/adr/0009-controller-lease.md``).
+
+A format 1 or 2 document (one JSON document rewritten per change) is read as before;
+the first commit over it switches the cluster to the log, with one compare-and-set
+of the document that ends format-2 writes (ADR 0025 §9).
 
 Epoch 0 is the writer without a lease (the single-node :class:`controller.Controller`):
-it may write only documents that no elected controller has written.
+it may write only metadata that no elected controller has written.
 
-Thread-safe (no state besides the store, which is).
+Thread-safe: one commit at a time per committer (the writer's lock); reads from any
+thread.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from controller.document import ClusterMetadata
-from controller.document_codec import decode, encode
+from controller.document_codec import encode
 from controller.errors import ControllerFencedError
-from controller.metadata_store import MetadataConflict, MetadataStore
+from controller.metadata_log import MetadataLog
+from controller.metadata_log_format import Batch, Head
+from controller.metadata_records import records_between, replay
+from controller.metadata_store import MetadataConflict, MetadataStore, ObjectStoreMetadataStore
 from controller.registrations import NO_LEADER
+from remote_tier.store import ObjectStore
 
-__all__ = ["MetadataCommitter", "Snapshot", "StaleSnapshot", "check_controller_epoch"]
+__all__ = ["LogPolicy", "MetadataCommitter", "Snapshot", "StaleSnapshot", "check_controller_epoch",
+           "current_document"]
+
+_log = logging.getLogger(__name__)
+
+#: compare every committed image with the replay of its batch (the test suite sets it)
+VERIFY_REPLAY = os.environ.get("STRATA_VERIFY_METADATA_REPLAY") == "1"
 
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A committed document and its store version (the object's etag)."""
+    """A committed image and its store version: the etag of a format 1/2 document, or
+    ``log:<revision>`` for format 3."""
 
     metadata: ClusterMetadata
     version: str
+    format_version: int = 3
 
     @property
     def revision(self) -> int:
         return self.metadata.revision
 
 
+@dataclass(frozen=True, slots=True)
+class LogPolicy:
+    """When the controller snapshots and trims the log (Kafka's key names where they exist)."""
+
+    max_bytes_between_snapshots: int = 20 * 1024 * 1024
+    snapshot_interval_ms: int = 3_600_000
+    retention_ms: int = 3_600_000
+
+    @classmethod
+    def from_config(cls, config: object) -> LogPolicy:
+        get = getattr(config, "get_int")
+        return cls(
+            get("metadata.log.max.record.bytes.between.snapshots"),
+            get("metadata.log.max.snapshot.interval.ms"),
+            get("metadata.log.retention.ms"),
+        )
+
+
+def _log_version(revision: int) -> str:
+    return f"log:{revision}"
+
+
 class StaleSnapshot(MetadataConflict):
-    """The write lost its compare-and-set; ``current`` is what the store holds now."""
+    """The write lost its slot; ``current`` is what the store holds now."""
 
     def __init__(self, current: Snapshot | None) -> None:
         super().__init__("the cluster metadata changed since it was read")
@@ -68,24 +118,90 @@ def check_controller_epoch(stored: ClusterMetadata, controller_epoch: int, node_
 class MetadataCommitter:
     """Reads snapshots and commits changes to a :class:`MetadataStore` (see module docstring)."""
 
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        policy: LogPolicy | None = None,
+        *,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
+        self._log = MetadataLog(store)  # type: ignore[arg-type]
+        self._policy = policy or LogPolicy()
+        self._clock = clock
+        self._monotonic = monotonic
+        # the newest revision known to be the log's last, and when that was known
+        self._tip = (-1, float("-inf"))
+        self._since_snapshot = 0  # bytes of log written since the last snapshot
+        self._last_snapshot = monotonic()
+        self._snapshotting = threading.Lock()
 
     @property
     def store(self) -> MetadataStore:
         return self._store
 
+    @property
+    def log(self) -> MetadataLog:
+        return self._log
+
+    # -- reads ------------------------------------------------------------------------
+
     def read(self) -> Snapshot | None:
-        """The stored snapshot, or None if the document was never written."""
-        current = self._store.read()
-        if current is None:
+        """The stored image, or None if the cluster was never initialised: a format 1/2
+        document as it is, or format 3's snapshot with the whole log after it replayed."""
+        head = self._log.read_head()
+        if head is None:
             return None
-        data, version = current
-        return Snapshot(decode(data), version)
+        if head.head is None:
+            assert head.document is not None
+            return Snapshot(head.document, head.etag, format_version=2)
+        image = self._log.read_snapshot(head.head.snapshot)
+        return self.follow(Snapshot(image, _log_version(image.revision)))
+
+    def follow(self, base: Snapshot) -> Snapshot:
+        """``base`` (format 3) with every batch written after it applied; ``base`` itself
+        when the next slot is empty (one GET)."""
+        batches = self._log.read_after(base.revision)
+        started = self._monotonic()
+        if not batches:
+            self._tip = (base.revision, started)
+            return base
+        image = replay(base.metadata, *batches)
+        self._tip = (image.revision, started)
+        return Snapshot(image, _log_version(image.revision))
+
+    def latest(self, base: Snapshot | None) -> Snapshot | None:
+        """The newest image after ``base``: the log followed from a format-3 ``base``, or
+        the document re-read when its version moved."""
+        if base is not None and base.format_version >= 3:
+            return self.follow(base)
+        if base is not None and self._store.version() == base.version:
+            return base
+        return self.read()
+
+    def log_start(self) -> int | None:
+        """The first slot the log still holds (None: not format 3): one GET of the head."""
+        head = self._log.read_head()
+        return None if head is None or head.head is None else head.head.log_start
+
+    # -- writes -----------------------------------------------------------------------
 
     def create(self, metadata: ClusterMetadata) -> Snapshot:
-        """Write the first document; ``MetadataConflict`` if one exists already."""
-        return Snapshot(metadata, self._store.write(encode(metadata), None))
+        """Initialise a new cluster's metadata in format 3 (returns the cluster the bucket
+        holds then); ``MetadataConflict`` if another node initialised it first.
+
+        The first snapshot is written only if absent: nodes starting together each make a
+        cluster id, and the one whose snapshot landed first is the cluster's."""
+        now = self._clock()
+        if not self._log.create_snapshot(metadata):
+            metadata = self._log.read_snapshot(metadata.revision)
+        head = Head(metadata.cluster_id, metadata.revision, metadata.revision + 1,
+                    NO_LEADER, 0, now, snapshot_written_ms=now)
+        if self._log.write_head(head, None) is None:
+            raise MetadataConflict("the cluster metadata was initialised by another node")
+        self._tip = (metadata.revision, self._monotonic())
+        return Snapshot(metadata, _log_version(metadata.revision))
 
     def commit(
         self,
@@ -96,26 +212,143 @@ class MetadataCommitter:
         controller_id: int = NO_LEADER,
     ) -> Snapshot:
         """Write ``updated`` (computed from ``base``) as controller ``controller_id`` of
-        ``controller_epoch``; returns the new snapshot.
+        ``controller_epoch``; returns the new snapshot (``base`` when nothing changed).
 
-        The written document has ``revision = base.revision + 1`` and carries the
-        writer's epoch and id. Raises ``ControllerFencedError`` if ``base`` or the
-        document stored now has a higher controller epoch, :class:`StaleSnapshot`
-        (with the stored snapshot) if another write of an epoch not above ours got
-        there first: re-apply the change to ``current`` and commit again.
+        The batch goes into slot ``base.revision + 1`` and carries the writer's epoch and
+        id. Raises ``ControllerFencedError`` if ``base`` or the log now has a higher
+        controller epoch, :class:`StaleSnapshot` (with the stored snapshot) if another
+        write of an epoch not above ours took the slot: re-apply the change to
+        ``current`` and commit again.
         """
         check_controller_epoch(base.metadata, controller_epoch, controller_id)
-        stamped = replace(
-            updated,
-            revision=base.metadata.revision + 1,
-            controller_epoch=controller_epoch,
-            controller_id=controller_id if controller_epoch > 0 else NO_LEADER,
-        )
-        try:
-            version = self._store.write(encode(stamped), base.version)
-        except MetadataConflict:
+        writer = controller_id if controller_epoch > 0 else NO_LEADER
+        records = records_between(base.metadata, updated)
+        md = base.metadata
+        if not records and (md.controller_epoch, md.controller_id) == (controller_epoch, writer):
+            return base
+        if base.format_version < 3:
+            base = self._switch_to_log(base, controller_epoch, writer)
+            records.append({"type": "FeatureLevelRecord", "name": "strata.metadata.format",
+                            "feature_level": 3})
+        self._check_position(base, controller_epoch, controller_id)
+        batch = Batch(base.revision + 1, writer, controller_epoch, str(uuid.uuid4()),
+                      self._clock(), records or [{"type": "NoOpRecord"}])
+        started = self._monotonic()
+        size = self._log.append(batch)
+        if size is None:
+            current = self.follow(base)
+            check_controller_epoch(current.metadata, controller_epoch, controller_id)
+            raise StaleSnapshot(current)
+        if self._monotonic() - started >= self._policy.retention_ms / 2000:
+            self._check_still_in_log(batch.revision, controller_id)
+        image = replay(base.metadata, batch)
+        if VERIFY_REPLAY:
+            _verify(image, updated)
+        self._tip = (image.revision, started)
+        self._since_snapshot += size
+        committed = Snapshot(image, _log_version(image.revision))
+        self._maybe_snapshot(committed)
+        return committed
+
+    def _switch_to_log(self, base: Snapshot, controller_epoch: int, writer: int) -> Snapshot:
+        """Turn a format 1/2 document into a format-3 head whose snapshot is that document
+        (ADR 0025 §9); :class:`StaleSnapshot` if the document moved meanwhile."""
+        now = self._clock()
+        self._log.write_snapshot(base.metadata)
+        head = Head(base.metadata.cluster_id, base.revision, base.revision + 1, writer,
+                    controller_epoch, now, snapshot_written_ms=now)
+        if self._log.write_head(head, base.version) is None:
             current = self.read()
             if current is not None:
-                check_controller_epoch(current.metadata, controller_epoch, controller_id)
-            raise StaleSnapshot(current) from None
-        return Snapshot(stamped, version)
+                check_controller_epoch(current.metadata, controller_epoch, writer)
+            raise StaleSnapshot(current)
+        _log.info("cluster metadata switched to the metadata log (format 3) at revision %d",
+                  base.revision)
+        return Snapshot(base.metadata, _log_version(base.revision))
+
+    def _check_position(self, base: Snapshot, controller_epoch: int, node_id: int) -> None:
+        """Refuse to write after ``base`` when its next slot may have been trimmed: a base
+        not known to be the log's end within half the retention is checked against the
+        head first (a slot below the log start would be written where nobody reads)."""
+        revision, seen = self._tip
+        if revision == base.revision and self._monotonic() - seen < self._policy.retention_ms / 2000:
+            return
+        start = self.log_start()
+        if start is not None and start > base.revision + 1:
+            current = self.read()
+            if current is not None:
+                check_controller_epoch(current.metadata, controller_epoch, node_id)
+            raise StaleSnapshot(current)
+
+    def _check_still_in_log(self, revision: int, node_id: int) -> None:
+        start = self.log_start()
+        if start is not None and start > revision:
+            raise ControllerFencedError(
+                f"node {node_id} wrote metadata slot {revision} after the log was trimmed past it "
+                "(it was paused longer than half of metadata.log.retention.ms); it is not the controller"
+            )
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    def _maybe_snapshot(self, committed: Snapshot) -> None:
+        policy, now = self._policy, self._monotonic()
+        due = self._since_snapshot >= policy.max_bytes_between_snapshots or (
+            self._since_snapshot > 0 and (now - self._last_snapshot) * 1000 >= policy.snapshot_interval_ms
+        )
+        if not due or not self._snapshotting.acquire(blocking=False):
+            return
+        self._since_snapshot, self._last_snapshot = 0, now
+        threading.Thread(target=self._snapshot_in_background, args=(committed,),
+                         name="strata-metadata-snapshot", daemon=True).start()
+
+    def _snapshot_in_background(self, committed: Snapshot) -> None:
+        try:
+            self.take_snapshot(committed)
+        except Exception:  # noqa: BLE001 - the next snapshot tries again; the log stays whole
+            _log.exception("cannot snapshot the cluster metadata at revision %d", committed.revision)
+        finally:
+            self._snapshotting.release()
+
+    def take_snapshot(self, committed: Snapshot) -> Head | None:
+        """Snapshot ``committed``, point the head at it and trim the log below the previous
+        snapshot once that is older than the retention (ADR 0025 §7). The new head, or
+        None when the head already names a snapshot as new, or moved meanwhile. Blocking."""
+        image = committed.metadata
+        size = self._log.write_snapshot(image)
+        current = self._log.read_head()
+        if current is None or current.head is None or current.head.snapshot >= image.revision:
+            return None
+        old, now = current.head, self._clock()
+        trim = now - old.snapshot_written_ms >= self._policy.retention_ms
+        head = Head(
+            image.cluster_id, image.revision, old.snapshot + 1 if trim else old.log_start,
+            image.controller_id, image.controller_epoch, now,
+            previous_snapshot=old.snapshot, previous_written_ms=old.snapshot_written_ms,
+            snapshot_written_ms=now,
+        )
+        if self._log.write_head(head, current.etag) is None:
+            return None
+        _log.info("cluster metadata snapshot at revision %d (%d bytes); the log starts at %d",
+                  image.revision, size, head.log_start)
+        if head.log_start > old.log_start:
+            self._log.delete_slots(old.log_start, head.log_start - 1)
+        if old.previous_snapshot >= 0:
+            self._log.delete_snapshot(old.previous_snapshot)
+        return head
+
+
+def _verify(image: ClusterMetadata, updated: ClusterMetadata) -> None:
+    expected = replace(updated, revision=image.revision, controller_epoch=image.controller_epoch,
+                       controller_id=image.controller_id)
+    if image != expected:
+        raise AssertionError(
+            f"replaying metadata batch {image.revision} does not give the committed image:\n"
+            f"{image!r}\n!=\n{expected!r}"
+        )
+
+
+def current_document(store: ObjectStore, key: str = "cluster/metadata.json") -> dict[str, Any] | None:
+    """The newest image in ``store`` as a format-2 document, whatever the stored format
+    (None when there is no cluster): for tools and tests that look at the metadata."""
+    current = MetadataCommitter(ObjectStoreMetadataStore(store, key)).read()
+    return None if current is None else dict(json.loads(encode(current.metadata)))

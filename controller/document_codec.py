@@ -42,7 +42,16 @@ from controller.registrations import (
     PartitionRegistration,
 )
 
-__all__ = ["FORMAT_VERSION", "decode", "encode"]
+__all__ = [
+    "FORMAT_VERSION",
+    "broker_from_json",
+    "broker_json",
+    "decode",
+    "encode",
+    "partition_from_json",
+    "partition_json",
+    "topic_from_json",
+]
 
 FORMAT_VERSION = 2
 _V1 = 1
@@ -57,7 +66,7 @@ def encode(metadata: ClusterMetadata) -> bytes:
         "revision": metadata.revision,
         "controller": {"node_id": metadata.controller_id, "epoch": metadata.controller_epoch},
         "producer_ids": {"next_producer_id": metadata.next_producer_id},
-        "brokers": [_broker_json(b) for _, b in sorted(metadata.brokers.items())],
+        "brokers": [broker_json(b) for _, b in sorted(metadata.brokers.items())],
         "topics": [
             {
                 "name": t.name,
@@ -66,7 +75,7 @@ def encode(metadata: ClusterMetadata) -> bytes:
                 "configs": dict(sorted(t.configs.items())),
                 "created_ms": t.created_ms,
                 "partition_states": [
-                    _partition_json(i, p) for i, p in enumerate(metadata.partitions[t.topic_id])
+                    partition_json(i, p) for i, p in enumerate(metadata.partitions[t.topic_id])
                 ],
             }
             for t in sorted(metadata.topics.values(), key=lambda t: t.name)
@@ -98,7 +107,7 @@ def decode(data: bytes) -> ClusterMetadata:
 # -- format 2 ----------------------------------------------------------------------------
 
 
-def _broker_json(b: BrokerRegistration) -> dict[str, Any]:
+def broker_json(b: BrokerRegistration) -> dict[str, Any]:
     return {
         "node_id": b.node_id,
         "incarnation_id": None if b.incarnation_id is None else str(b.incarnation_id),
@@ -118,7 +127,7 @@ def _broker_json(b: BrokerRegistration) -> dict[str, Any]:
     }
 
 
-def _partition_json(index: int, p: PartitionRegistration) -> dict[str, Any]:
+def partition_json(index: int, p: PartitionRegistration) -> dict[str, Any]:
     out: dict[str, Any] = {
         "partition": index,
         "replicas": list(p.replicas),
@@ -140,12 +149,12 @@ def _from_v2(document: dict[str, Any]) -> ClusterMetadata:
     topics: dict[str, TopicInfo] = {}
     partitions: dict[uuid.UUID, tuple[PartitionRegistration, ...]] = {}
     for t in document["topics"]:
-        topic = _topic(t)
+        topic = topic_from_json(t)
         states = t["partition_states"]
-        registrations = tuple(_partition(i, s) for i, s in enumerate(states))
+        registrations = tuple(partition_from_json(i, s) for i, s in enumerate(states))
         topics[topic.name] = topic
         partitions[topic.topic_id] = registrations
-    brokers = [_broker(b) for b in document["brokers"]]
+    brokers = [broker_from_json(b) for b in document["brokers"]]
     controller = document["controller"]
     sections = document.get("sections") or {}
     if not isinstance(sections, dict):
@@ -168,7 +177,7 @@ def _from_v2(document: dict[str, Any]) -> ClusterMetadata:
     )
 
 
-def _topic(t: dict[str, Any]) -> TopicInfo:
+def topic_from_json(t: dict[str, Any]) -> TopicInfo:
     return TopicInfo(
         name=str(t["name"]),
         topic_id=uuid.UUID(t["topic_id"]),
@@ -178,7 +187,7 @@ def _topic(t: dict[str, Any]) -> TopicInfo:
     )
 
 
-def _partition(index: int, s: dict[str, Any]) -> PartitionRegistration:
+def partition_from_json(index: int, s: dict[str, Any]) -> PartitionRegistration:
     if _int(s["partition"], "partition") != index:
         raise ValueError(f"partition state {s['partition']!r} is listed at position {index}")
     return PartitionRegistration(
@@ -195,7 +204,7 @@ def _partition(index: int, s: dict[str, Any]) -> PartitionRegistration:
     )
 
 
-def _broker(b: dict[str, Any]) -> BrokerRegistration:
+def broker_from_json(b: dict[str, Any]) -> BrokerRegistration:
     incarnation = b["incarnation_id"]
     rack = b["rack"]
     return BrokerRegistration(
@@ -261,7 +270,7 @@ def _from_v1(document: dict[str, Any]) -> ClusterMetadata:
     ]
     owner = min((b.node_id for b in brokers), default=_V1_DEFAULT_NODE_ID)
     sole = PartitionRegistration(replicas=(owner,), isr=(owner,), leader=owner)
-    topics = [_topic(t) for t in document["topics"]]
+    topics = [topic_from_json(t) for t in document["topics"]]
     return ClusterMetadata(
         cluster_id=str(document["cluster_id"]),
         revision=_int(document["revision"], "revision"),

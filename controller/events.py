@@ -99,6 +99,8 @@ def diff(old: Iterable[TopicInfo], new: Iterable[TopicInfo]) -> list[MetadataEve
     events: list[MetadataEvent] = [TopicDeleted(t) for tid, t in before.items() if tid not in after]
     for tid, topic in after.items():
         previous = before.get(tid)
+        if previous is topic:
+            continue
         if previous is None:
             events.append(TopicCreated(topic))
             continue

@@ -1,4 +1,6 @@
-"""Where the cluster metadata document lives, read and written with compare-and-set.
+"""Where the cluster metadata lives: the head document, read and written with
+compare-and-set, and the objects of the metadata log beside it (format 3,
+``docs/adr/0025-metadata-log.md``).
 
 :class:`MetadataStore` is the seam: one opaque document plus an opaque version.
 ``write(data, expected_version)`` succeeds only if the stored version is still
@@ -47,6 +49,23 @@ class MetadataStore(Protocol):
         """The current version without the document (None if never written)."""
         ...
 
+    @property
+    def log_prefix(self) -> str:
+        """Where the metadata log and its snapshots live (format 3), beside the document."""
+        ...
+
+    def get_object(self, key: str) -> bytes | None:
+        """Object ``key`` of the log or a snapshot, or None if there is none."""
+        ...
+
+    def create_object(self, key: str, data: bytes) -> bool:
+        """Write ``key`` if it does not exist; False if it does (a log slot taken)."""
+        ...
+
+    def put_object(self, key: str, data: bytes) -> None: ...
+
+    def delete_object(self, key: str) -> None: ...
+
 
 class ObjectStoreMetadataStore:
     """The metadata document as one object at ``key`` of an :class:`ObjectStore`.
@@ -86,6 +105,41 @@ class ObjectStoreMetadataStore:
             return None
         except ObjectStoreError as err:
             raise _storage_error("read", self._key, err) from err
+
+    @property
+    def log_prefix(self) -> str:
+        return self._key[: -len(".json")] if self._key.endswith(".json") else self._key
+
+    def get_object(self, key: str) -> bytes | None:
+        try:
+            return self._store.get(key)
+        except ObjectNotFound:
+            return None
+        except ObjectStoreError as err:
+            raise _storage_error("read", key, err) from err
+
+    def create_object(self, key: str, data: bytes) -> bool:
+        try:
+            self._store.put_if_absent(key, data)
+        except PreconditionFailed:
+            return False
+        except ObjectStoreError as err:
+            raise _storage_error("write", key, err) from err
+        return True
+
+    def put_object(self, key: str, data: bytes) -> None:
+        try:
+            self._store.put(key, data)
+        except ObjectStoreError as err:
+            raise _storage_error("write", key, err) from err
+
+    def delete_object(self, key: str) -> None:
+        try:
+            self._store.delete(key)
+        except ObjectNotFound:
+            pass
+        except ObjectStoreError as err:
+            raise _storage_error("delete", key, err) from err
 
     def write(self, data: bytes, expected_version: str | None) -> str:
         try:

@@ -6,9 +6,14 @@ it, and a way to wait for a revision (a broker that asked the controller for a
 change waits until it has loaded the revision the change was committed at, as a
 Kafka broker waits for a metadata offset).
 
-Snapshots arrive two ways: :meth:`MetadataView.refresh` polls the bucket (one
-HEAD; a GET only when the version moved), and :meth:`MetadataView.offer` takes
-a snapshot the local controller just committed (no request at all). A view
+Snapshots arrive two ways: :meth:`MetadataView.refresh` polls the bucket, and
+:meth:`MetadataView.offer` takes a snapshot the local controller just committed
+(no request at all). A poll of the metadata log (format 3,
+``docs/adr/0025-metadata-log.md``) is one GET of the slot after the last applied
+(404 when nothing happened), then the batches found are replayed onto the image;
+every ``metadata.log.head.check.ms`` it also reads the head, and reloads from the
+newest snapshot if the log was trimmed past its position while it was away. A
+format 1/2 document is polled with a HEAD and re-read when its etag moved. A view
 never goes back: it installs a snapshot only if its revision is higher than the
 one it has (revisions grow by one with every write, whoever the writer).
 
@@ -25,6 +30,7 @@ from dataclasses import dataclass
 
 from controller.commit import MetadataCommitter, Snapshot
 from controller.events import MetadataListener, diff_metadata
+from controller.metadata_log_format import MetadataLogError
 from controller.metadata_store import ObjectStoreMetadataStore
 from controller.registrations import NO_LEADER, Endpoint
 from remote_tier.store import ObjectStore
@@ -47,9 +53,20 @@ class ControllerInfo:
 class MetadataView:
     """The cluster metadata as one broker sees it (see the module docstring)."""
 
-    def __init__(self, store: ObjectStore, *, metadata_key: str = "cluster/metadata.json") -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        metadata_key: str = "cluster/metadata.json",
+        head_check_ms: int = 60_000,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._metadata_store = ObjectStoreMetadataStore(store, metadata_key)
         self._committer = MetadataCommitter(self._metadata_store)
+        self._head_check_s = head_check_ms / 1000
+        self._monotonic = monotonic
+        self._next_head_check = monotonic() + self._head_check_s
+        self._refreshing = threading.Lock()  # one read of the store at a time
         self._changed = threading.Condition()
         self._install_lock = threading.Lock()
         self._snapshot: Snapshot | None = None
@@ -76,13 +93,32 @@ class MetadataView:
         self._snapshot_listeners.append(listener)
 
     def refresh(self) -> bool:
-        """Load the stored metadata if it changed; True if a newer snapshot was installed."""
-        current = self._snapshot
-        version = self._metadata_store.version()
-        if version is None or (current is not None and version == current.version):
+        """Load what changed in the store; True if a newer snapshot was installed."""
+        with self._refreshing:
+            current = self._snapshot
+            try:
+                if current is not None and self._trimmed_past(current):
+                    fresh = self._committer.read()
+                else:
+                    fresh = self._committer.latest(current)
+            except MetadataLogError as err:
+                _log.error("cannot apply the metadata log after revision %d (%s); reloading from "
+                           "the newest snapshot", -1 if current is None else current.revision, err)
+                fresh = self._committer.read()
+            return fresh is not None and fresh is not current and self.offer(fresh)
+
+    def _trimmed_past(self, current: Snapshot) -> bool:
+        """Every ``head_check_ms``: whether the log now starts after ``current``'s next slot
+        (this broker was away while it was snapshotted and trimmed)."""
+        if current.format_version < 3 or self._monotonic() < self._next_head_check:
             return False
-        fresh = self._committer.read()
-        return fresh is not None and self.offer(fresh)
+        self._next_head_check = self._monotonic() + self._head_check_s
+        start = self._committer.log_start()
+        if start is None or start <= current.revision + 1:
+            return False
+        _log.warning("the metadata log now starts at revision %d, after this broker's %d: "
+                     "reloading from the newest snapshot", start, current.revision)
+        return True
 
     def offer(self, snapshot: Snapshot) -> bool:
         """Install ``snapshot`` if it is newer than this view's; True if it was."""

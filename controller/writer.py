@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from common.config.broker import BrokerConfig
 from common.errors import KafkaError
-from controller.commit import MetadataCommitter, Snapshot, StaleSnapshot
+from controller.commit import LogPolicy, MetadataCommitter, Snapshot, StaleSnapshot
 from controller.document import ClusterMetadata
 from controller.errors import ControllerFencedError, NotControllerError, TopicDeletionDisabledError
 from controller.events import MetadataListener, diff_metadata
@@ -87,7 +87,7 @@ class MetadataWriter(MetadataReads):
         clock: Callable[[], int],
         placement_seed: int | None = None,
     ) -> None:
-        self._committer = MetadataCommitter(store)
+        self._committer = MetadataCommitter(store, LogPolicy.from_config(config), clock=clock)
         self._config = config
         self._clock = clock
         self._listeners: list[MetadataListener] = []
@@ -252,10 +252,10 @@ class MetadataWriter(MetadataReads):
     def refresh(self) -> None:
         """Re-read the store; listeners hear of changes committed by other writers."""
         with self._lock:
-            current = self._committer.read()
+            current = self._committer.latest(self._snapshot)
             if current is None:
                 raise NotControllerError("cluster metadata disappeared from the store")
-            if current.version != self._snapshot.version:
+            if current is not self._snapshot:
                 self._install(current)
 
     # -- the compare-and-set cycle ----------------------------------------------------------
@@ -273,7 +273,7 @@ class MetadataWriter(MetadataReads):
                 self._check_lease()
                 base = self._snapshot
                 updated, result = change(base.metadata)
-                if updated is base.metadata or updated == base.metadata:
+                if updated is base.metadata:
                     return result
                 try:
                     committed = self._committer.commit(
@@ -296,7 +296,8 @@ class MetadataWriter(MetadataReads):
                 except ControllerFencedError as fenced:
                     self._on_fenced(fenced)
                     raise
-                self._install(committed)
+                if committed is not base:
+                    self._install(committed)
                 return result
             raise NotControllerError(
                 f"cluster metadata was changed by another writer {_MAX_ATTEMPTS} times in a "

@@ -120,7 +120,7 @@ class Broker:
         # The object store holds the cluster metadata and the tiered segments; the
         # embedded default is a directory beside the logs.
         self.object_store = object_store or FileSystemObjectStore(data_dir / "bucket")
-        self.view = MetadataView(self.object_store)
+        self.view = MetadataView(self.object_store, head_check_ms=config.get_int("metadata.log.head.check.ms"))
         self.controller = MetadataImage(self.view, config, self._controller_id)
         self.logs = LogManager(
             data_dir / "logs", producer_id_expiration_ms=config.get_int("producer.id.expiration.ms")

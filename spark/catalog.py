@@ -1,7 +1,7 @@
 """Planning on the driver: topics, partition manifests, offset ranges, splits.
 
-Planning reads ``cluster/metadata.json`` (topic names to ids and partition
-counts) and one ``manifest.json`` per partition, parsed here from the documented
+Planning reads the cluster metadata (topic names to ids and partition counts;
+:mod:`spark.metadata`) and one ``manifest.json`` per partition, parsed here from the documented
 layout (``docs/object-layout.md``; this reader shares no code with the broker's
 writer). Segment objects are opened at planning only to turn a timestamp into an
 offset (the one segment that holds it) or to split a large segment at its offset
@@ -31,6 +31,7 @@ from typing import Any
 from pyspark.sql.datasource import InputPartition
 
 from spark.bucket import Bucket, MissingObject
+from spark.metadata import read_topics
 from spark.options import EARLIEST, LATEST, Bounds, ReadOptions, StrataSourceError
 from spark.segments import AbortedTxn, SegmentRef, offset_for_timestamp
 from spark.txns import BucketTxns, overlapping
@@ -39,7 +40,6 @@ __all__ = ["BrokerSlice", "Catalog", "PartitionView", "SegmentSlice"]
 
 log = logging.getLogger("strata.spark")
 
-METADATA_KEY = "cluster/metadata.json"
 # manifest formats this reader knows: 2 adds .txnindex/.snapshot objects (docs/object-layout.md),
 # which only read_committed reads fetch (control batches are skipped in either format);
 # 3: compacted partitions (offset gaps, empty batches; ADR 0019)
@@ -130,18 +130,7 @@ class Catalog:
 
     def topics(self) -> dict[str, tuple[str, int]]:
         """name → (topic id, partition count) of every topic in the cluster metadata."""
-        try:
-            raw = self.bucket.get(METADATA_KEY)
-        except MissingObject:
-            raise StrataSourceError(
-                f"{self.opts.object_store} holds no Strata cluster ({METADATA_KEY} is missing): "
-                "point object.store at the URL the broker was started with"
-            ) from None
-        try:
-            doc = json.loads(raw)
-            return {t["name"]: (str(t["topic_id"]), int(t["partitions"])) for t in doc["topics"]}
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StrataSourceError(f"{METADATA_KEY} is not valid cluster metadata: {exc}") from exc
+        return read_topics(self.bucket)
 
     def partitions(self) -> list[tuple[str, str, int]]:
         """(topic, topic id, partition) of every partition the options subscribe to."""

@@ -212,9 +212,20 @@ class Cluster:
         """The node holding the controller lease (-1: none)."""
         return int(self.lease().get("holder", -1))
 
+    def object_store(self) -> Any:
+        """The cluster's object store, as the brokers open it."""
+        from remote_tier.url import open_object_store
+
+        if self.s3 is None:
+            return open_object_store(self.store_url)
+        return open_object_store(self.store_url, s3_endpoint=self.s3.endpoint_url, s3_region="us-east-1",
+                                 s3_access_key="testing", s3_secret_key="testing")
+
     def metadata(self) -> dict[str, Any]:
-        data = self.read_object("cluster/metadata.json")
-        return {} if data is None else dict(json.loads(data))
+        """The newest cluster metadata image as a format-2 document ({} before there is one)."""
+        from controller.commit import current_document
+
+        return current_document(self.object_store()) or {}
 
     def wait_for(self, what: str, check: Any, timeout_s: float = 30.0, interval_s: float = 0.1) -> Any:
         """Poll ``check()`` until it returns something truthy; that value."""

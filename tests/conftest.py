@@ -21,6 +21,9 @@ import os
 # not a log's owner touching it fails the test (local_tier/ownership.py). Set before any
 # product module is imported, since the check is decided at import.
 os.environ.setdefault("STRATA_CHECK_LOG_OWNER", "1")
+# Every metadata commit, here and in every broker started, checks that replaying its batch of
+# records gives exactly the image the controller computed (controller/commit.py).
+os.environ.setdefault("STRATA_VERIFY_METADATA_REPLAY", "1")
 import shutil
 import signal
 import socket

@@ -29,6 +29,7 @@ from common.config.configdef import (
     local_retention_problem,
     parse_cpu_list,
 )
+from common.config.metadata_keys import METADATA_CONFIGS
 from common.config.security_keys import SECURITY_CONFIGS
 from common.errors import InvalidConfigError
 
@@ -391,9 +392,6 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("controller.lease.poll.ms", "long", "500",
             "How often a broker that is not the controller reads the lease (Strata).",
             validator=at_least(1)),
-    ConfigDef("metadata.poll.interval.ms", "long", "500",
-            "How often a broker checks the bucket for a newer cluster metadata (Strata).",
-            validator=at_least(1)),
     ConfigDef("event.loop.lag.probe.interval.ms", "int", "20",
             "How often the event loop's lag is probed (strata_event_loop_lag_seconds; Strata).",
             validator=at_least(1)),
@@ -450,6 +448,7 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "Lets consumers fetch from a replica in their rack (client.rack) when set to "
             "org.apache.kafka.common.replica.RackAwareReplicaSelector (KIP-392)."),
     *SECURITY_CONFIGS,  # listeners, TLS, SASL, ACLs, quotas: common/config/security_keys.py
+    *METADATA_CONFIGS,  # the metadata log: common/config/metadata_keys.py
 )
 # fmt: on
 

@@ -32,7 +32,7 @@ from service.version import strata_version
 
 __all__ = ["MAX_PAGE", "AdminRoutes", "store_location"]
 
-MAX_PARTITIONS = 1000  # per create request; the Kafka protocol takes more
+MAX_PARTITIONS = 100_000  # per create request (a bound on what one request may ask; ADR 0025)
 MAX_PAGE = 1000
 _MAX_SERIES = 100  # topics and groups per history request
 

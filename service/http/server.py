@@ -201,7 +201,8 @@ class AdminHttpServer:
             return error_response(503, "NOT_READY", "the broker is still recovering its logs")
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, lambda: next(iter(self._broker.object_store.list("cluster/")), None))
+            # a HEAD of the metadata head: a LIST is priced like a PUT (ADR 0025 §8)
+            await loop.run_in_executor(None, self._broker.object_store.head, "cluster/metadata.json")
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready", with its reason
             return error_response(503, "OBJECT_STORE_UNAVAILABLE", f"the object store does not answer: {exc}")
         return web.json_response({"status": "ready"})

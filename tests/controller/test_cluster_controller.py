@@ -19,6 +19,7 @@ from controller import (
     ObjectStoreMetadataStore,
     TopicInfo,
 )
+from controller.commit import current_document
 from controller.lease import LEASE_KEY, LeaseRecord
 from controller.topic_changes import random_uuid
 from remote_tier import FileSystemObjectStore, ObjectInfo, ObjectStore
@@ -36,7 +37,10 @@ METADATA_KEY = "cluster/metadata.json"
 
 
 def stored_metadata(store: ObjectStore) -> dict:  # type: ignore[type-arg]
-    return json.loads(store.get(METADATA_KEY))
+    """The stored image as a format-2 document (the bucket holds the metadata log)."""
+    document = current_document(store, METADATA_KEY)
+    assert document is not None
+    return document
 
 
 def test_one_of_three_becomes_active_and_its_first_act_is_a_write_with_its_epoch(
@@ -46,8 +50,8 @@ def test_one_of_three_becomes_active_and_its_first_act_is_a_write_with_its_epoch
     for x in (a, b, c):
         x.tick()
     assert [x.is_active for x in (a, b, c)] == [True, False, False]
+    assert json.loads(make_store().get(METADATA_KEY))["version"] == 3  # the head of the log
     document = stored_metadata(make_store())
-    assert document["version"] == 2
     assert document["controller"] == {"node_id": 1, "epoch": 1}
     assert (a.epoch, a.controller_id, b.controller_id, c.controller_id) == (1, 1, 1, 1)
     with pytest.raises(
@@ -113,8 +117,8 @@ def test_a_deposed_controllers_write_with_its_old_epoch_is_refused(
 
 
 class _PausingStore:
-    """Delegates to ``inner``; runs ``before_put`` once, just before the first metadata
-    write: the writer is "paused" between its lease check and its PUT."""
+    """Delegates to ``inner``; runs ``before_put`` once, just before the first write of a
+    metadata log slot: the writer is "paused" between its lease check and its PUT."""
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
@@ -126,10 +130,10 @@ class _PausingStore:
     def head(self, key: str) -> ObjectInfo:
         return self.inner.head(key)
 
-    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        if key == METADATA_KEY and self.before_put:
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        if key.startswith("cluster/metadata/log/") and self.before_put:
             self.before_put.pop()()
-        return self.inner.put_if_match(key, data, etag)
+        return self.inner.put_if_absent(key, data)
 
 
 def test_a_write_sent_just_before_a_pause_fails_once_the_successor_has_written(

@@ -18,6 +18,7 @@ from controller import (
     PartitionRegistration,
     TopicInfo,
 )
+from controller.commit import current_document
 from controller.document_codec import decode, encode
 from remote_tier import ObjectStore
 from tests.controller.cluster_helpers import (
@@ -164,8 +165,9 @@ def test_the_single_node_controller_upgrades_a_format_1_bucket_on_its_first_writ
         and controller.cluster_id == V1_DOCUMENT["cluster_id"]
     )
     controller.register_broker("localhost", 9092)
-    document = json.loads(store.get("cluster/metadata.json"))
-    assert (document["version"], document["revision"]) == (2, 8)
+    assert json.loads(store.get("cluster/metadata.json"))["version"] == 3  # now the log's head
+    document = current_document(store)
+    assert document is not None and document["revision"] == 8
     assert [p["leader"] for p in document["topics"][0]["partition_states"]] == [1, 1]
 
 
@@ -177,6 +179,6 @@ def test_a_new_controller_upgrades_format_1_and_partitions_follow_their_broker(
     ctl = tick_until_active(clock, [make_cluster_controller(store, clock, 1)])
     offline = ctl.partitions("orders")
     assert [(p.leader, p.isr, p.leader_epoch) for p in offline] == [(-1, (1,), 1)] * 2
-    assert json.loads(store.get("cluster/metadata.json"))["version"] == 2
+    assert json.loads(store.get("cluster/metadata.json"))["version"] == 3
     join(ctl, 1)  # the broker of the single-node cluster comes back: it leads again
     assert [(p.leader, p.leader_epoch) for p in ctl.partitions("orders")] == [(1, 2)] * 2

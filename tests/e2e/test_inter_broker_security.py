@@ -5,7 +5,6 @@ topic, acks=all."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from confluent_kafka.admin import NewTopic
@@ -36,7 +35,7 @@ def test_a_cluster_with_a_sasl_ssl_inter_broker_listener_replicates(start_cluste
               "inter.broker.listener.name": "INTERNAL", "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
               "default.replication.factor": "3", "min.insync.replicas": "2"},
     )
-    registered = json.loads(cluster.read_object("cluster/metadata.json") or b"{}")
+    registered = cluster.metadata()
     assert all([e["name"] for e in b["endpoints"]] == ["INTERNAL", "PLAINTEXT"]
                and b["endpoints"][0]["security_protocol"] == 3 for b in registered["brokers"])
     assert len(registered["brokers"]) == 3 and not any(b["fenced"] for b in registered["brokers"])
@@ -50,7 +49,7 @@ def test_a_cluster_with_a_sasl_ssl_inter_broker_listener_replicates(start_cluste
     for partition in range(3):
         produce_values(cluster.bootstrap, topic, values, partition=partition, acks="all")
     assert sorted(m.value() for m in consume(cluster.bootstrap, topic, [0, 1, 2], 90)) == sorted(values * 3)
-    final = json.loads(cluster.read_object("cluster/metadata.json") or b"{}")
+    final = cluster.metadata()
     states = [p for t in final["topics"] if t["name"] == topic for p in t["partition_states"]]
     assert [len(p["replicas"]) for p in states] == [3, 3, 3]
     assert all(len(p["isr"]) >= 2 for p in states), states  # followers caught up over SASL_SSL

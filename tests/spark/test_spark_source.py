@@ -31,7 +31,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from spark.bucket import Bucket, open_bucket
 from spark.jar import PYTHON_NAME
+from spark.metadata import read_topics
 from tests.e2e import helpers, rawtxn
 from tests.e2e.rawkafka import NONE, Connection
 from tests.e2e.test_read_committed import write_client_history, write_history
@@ -103,10 +105,19 @@ def _produce(bootstrap: str, topic: str, partition: int, records: list[tuple], *
             for _, m, h in acked]
 
 
+def _s3_options(endpoint: str) -> dict[str, str]:
+    return {"endpoint": endpoint, "access_key": TEST_ACCESS_KEY, "secret_key": TEST_SECRET_KEY,
+            "region": "us-east-1"}
+
+
+def _topic_id(bucket: Bucket, topic: str) -> str:
+    """The topic's id, read from the bucket's metadata log as the Spark source reads it."""
+    return read_topics(bucket)[topic][0]
+
+
 def _manifest_end(moto: MotoServer, bucket: str, prefix: str, topic: str, partition: int) -> int:
     s3 = helpers.s3_client(moto.endpoint_url)
-    meta = json.loads(s3.get_object(Bucket=bucket, Key=f"{prefix}/cluster/metadata.json")["Body"].read())
-    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == topic)
+    tid = _topic_id(open_bucket(f"s3://{bucket}/{prefix}", _s3_options(moto.endpoint_url)), topic)
     try:
         body = s3.get_object(Bucket=bucket, Key=f"{prefix}/topics/{tid}/{partition}/manifest.json")["Body"]
     except s3.exceptions.NoSuchKey:
@@ -325,8 +336,7 @@ def test_a_narrow_time_range_opens_only_the_segments_that_overlap_it(
 
 def _manifest(h: History, topic: str, partition: int) -> dict:
     s3 = helpers.s3_client(h.moto.endpoint_url)
-    meta = json.loads(s3.get_object(Bucket=h.bucket, Key=f"{PREFIX}/cluster/metadata.json")["Body"].read())
-    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == topic)
+    tid = _topic_id(open_bucket(f"s3://{h.bucket}/{PREFIX}", _s3_options(h.moto.endpoint_url)), topic)
     key = f"{PREFIX}/topics/{tid}/{partition}/manifest.json"
     return json.loads(s3.get_object(Bucket=h.bucket, Key=key)["Body"].read())
 
@@ -445,8 +455,7 @@ def test_a_gap_in_the_manifest_fails_or_is_skipped_by_fail_on_data_loss(
     """A file:// copy of the bucket with one segment dropped from partition 0's manifest."""
     h = history
     tmp_path = _copy_of(codecs_copy, tmp_path)
-    meta = json.loads((tmp_path / "cluster" / "metadata.json").read_text())
-    tid = next(t["topic_id"] for t in meta["topics"] if t["name"] == "codecs")
+    tid = _topic_id(open_bucket(tmp_path.as_uri()), "codecs")
     manifest_path = tmp_path / "topics" / tid / "0" / "manifest.json"
     doc = json.loads(manifest_path.read_text())
     dropped = doc["segments"].pop(3)

@@ -1,0 +1,217 @@
+"""The bytes of the metadata log in the bucket: keys, the head, batches, snapshots.
+
+``docs/adr/0025-metadata-log.md`` describes the layout (format 3)::
+
+    cluster/metadata.json                                  the head (small; rewritten per snapshot)
+    cluster/metadata/snapshot/<revision:020d>.json.gz      a format-2 document, gzipped
+    cluster/metadata/log/<revision:020d>.jsonl             one batch: the records of that revision
+
+A batch is JSON Lines: a header line ``{"batch": {...}}`` then one record per line,
+gzipped when it is 64 KiB or more (told apart by the gzip magic, which never begins
+JSON). What the records mean is :mod:`controller.metadata_records`.
+
+Pure functions; thread-safe. Sizes are bounded before anything is decoded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "HEAD_FORMAT",
+    "Batch",
+    "Head",
+    "MetadataLogError",
+    "decode_batch",
+    "decode_head",
+    "decode_snapshot",
+    "encode_batch",
+    "encode_head",
+    "encode_snapshot",
+    "log_key",
+    "log_prefix",
+    "snapshot_key",
+]
+
+HEAD_FORMAT = 3
+GZIP_FROM_BYTES = 64 * 1024
+#: the most a batch or snapshot may inflate to: a create of 100,000 partitions is ~24 MB
+MAX_DECODED_BYTES = 512 * 1024 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+class MetadataLogError(ValueError):
+    """A head, batch or snapshot that is not what format 3 says (truncated, miscounted,
+    too large, or from a newer Strata)."""
+
+
+def log_prefix(head_key: str) -> str:
+    """``cluster/metadata.json`` -> ``cluster/metadata``: where the log and snapshots live."""
+    return head_key[: -len(".json")] if head_key.endswith(".json") else head_key
+
+
+def log_key(prefix: str, revision: int) -> str:
+    return f"{prefix}/log/{revision:020d}.jsonl"
+
+
+def snapshot_key(prefix: str, revision: int) -> str:
+    return f"{prefix}/snapshot/{revision:020d}.json.gz"
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The head object: where the log starts and which snapshots replay begins from.
+
+    Invariant: ``log_start <= snapshot + 1``; ``previous_snapshot`` (-1: none) is the
+    older snapshot still kept, written at ``previous_written_ms``."""
+
+    cluster_id: str
+    snapshot: int
+    log_start: int
+    controller_id: int
+    controller_epoch: int
+    written_ms: int
+    previous_snapshot: int = -1
+    previous_written_ms: int = 0
+    snapshot_written_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One slot of the log: its header and records (dicts with a ``type``)."""
+
+    revision: int
+    controller_id: int
+    controller_epoch: int
+    batch_id: str
+    written_ms: int
+    records: list[dict[str, Any]]
+
+
+def encode_head(head: Head, prefix: str) -> bytes:
+    body = {
+        "version": HEAD_FORMAT,
+        "cluster_id": head.cluster_id,
+        "snapshot": {
+            "revision": head.snapshot,
+            "key": snapshot_key(prefix, head.snapshot),
+            "written_ms": head.snapshot_written_ms,
+        },
+        "previous_snapshot": (
+            None if head.previous_snapshot < 0
+            else {"revision": head.previous_snapshot, "written_ms": head.previous_written_ms}
+        ),
+        "log_start": head.log_start,
+        "written_by": {"controller_id": head.controller_id, "controller_epoch": head.controller_epoch},
+        "written_ms": head.written_ms,
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_head(document: dict[str, Any]) -> Head:
+    """A parsed head document (``version`` 3) as a :class:`Head`."""
+    try:
+        snapshot = document["snapshot"]
+        previous = document.get("previous_snapshot") or {}
+        writer = document["written_by"]
+        head = Head(
+            cluster_id=str(document["cluster_id"]),
+            snapshot=_int(snapshot["revision"]),
+            snapshot_written_ms=_int(snapshot.get("written_ms", 0)),
+            log_start=_int(document["log_start"]),
+            controller_id=_int(writer["controller_id"]),
+            controller_epoch=_int(writer["controller_epoch"]),
+            written_ms=_int(document["written_ms"]),
+            previous_snapshot=_int(previous.get("revision", -1)),
+            previous_written_ms=_int(previous.get("written_ms", 0)),
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise MetadataLogError(f"the metadata head is malformed: {err!r}") from err
+    if head.log_start > head.snapshot + 1:
+        raise MetadataLogError(
+            f"the metadata head's log starts at {head.log_start}, after its snapshot {head.snapshot}"
+        )
+    return head
+
+
+def encode_batch(batch: Batch) -> bytes:
+    header = {
+        "batch": {
+            "revision": batch.revision,
+            "controller_id": batch.controller_id,
+            "controller_epoch": batch.controller_epoch,
+            "batch_id": batch.batch_id,
+            "written_ms": batch.written_ms,
+            "records": len(batch.records),
+        }
+    }
+    lines = [json.dumps(header, separators=(",", ":"))]
+    lines.extend(json.dumps(r, separators=(",", ":")) for r in batch.records)
+    data = ("\n".join(lines) + "\n").encode()
+    return gzip.compress(data, 6, mtime=0) if len(data) >= GZIP_FROM_BYTES else data
+
+
+def decode_batch(data: bytes, revision: int) -> Batch:
+    """The batch stored in slot ``revision``; :class:`MetadataLogError` if it is not one."""
+    text = _inflate(data, f"metadata log slot {revision}")
+    lines = text.splitlines()
+    try:
+        header = json.loads(lines[0])["batch"]
+        records = [json.loads(line) for line in lines[1:] if line]
+        batch = Batch(
+            revision=_int(header["revision"]),
+            controller_id=_int(header["controller_id"]),
+            controller_epoch=_int(header["controller_epoch"]),
+            batch_id=str(header["batch_id"]),
+            written_ms=_int(header["written_ms"]),
+            records=records,
+        )
+        count = _int(header["records"])
+    except (IndexError, KeyError, TypeError, ValueError) as err:
+        raise MetadataLogError(f"metadata log slot {revision} is malformed: {err!r}") from err
+    if batch.revision != revision:
+        raise MetadataLogError(f"metadata log slot {revision} holds batch {batch.revision}")
+    if count != len(records) or not all(isinstance(r, dict) and "type" in r for r in records):
+        raise MetadataLogError(
+            f"metadata log slot {revision} says {count} records but holds {len(records)} "
+            "(truncated or not written by Strata)"
+        )
+    return batch
+
+
+def encode_snapshot(document: bytes) -> bytes:
+    """A format-2 document (:func:`controller.document_codec.encode`) as a snapshot object."""
+    return gzip.compress(document, 6, mtime=0)
+
+
+def decode_snapshot(data: bytes, revision: int) -> bytes:
+    """The format-2 document inside snapshot object ``revision``."""
+    return _inflate(data, f"metadata snapshot {revision}").encode()
+
+
+def _inflate(data: bytes, what: str) -> str:
+    if data[:2] == _GZIP_MAGIC:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            raw = inflater.decompress(data, MAX_DECODED_BYTES)
+        except zlib.error as err:
+            raise MetadataLogError(f"{what} is not valid gzip: {err}") from err
+        if inflater.unconsumed_tail:
+            raise MetadataLogError(f"{what} inflates to more than {MAX_DECODED_BYTES} bytes")
+        data = raw
+    elif len(data) > MAX_DECODED_BYTES:
+        raise MetadataLogError(f"{what} is larger than {MAX_DECODED_BYTES} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as err:
+        raise MetadataLogError(f"{what} is not UTF-8: {err}") from err
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MetadataLogError(f"{value!r} is not an integer")
+    return value

@@ -1,0 +1,260 @@
+"""The metadata log in the bucket (format 3, ADR 0025): replay, snapshots, trimming,
+brokers catching up, a lost answer, bulk fencing, and readers of every format."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from common.errors import KafkaStorageError, TopicAlreadyExistsError
+from controller import BrokerConfig, Controller, ObjectStoreMetadataStore
+from controller.commit import LogPolicy, MetadataCommitter, current_document
+from controller.document import ClusterMetadata
+from controller.document_codec import encode
+from controller.metadata_log_format import (
+    Batch,
+    MetadataLogError,
+    decode_batch,
+    encode_batch,
+    log_key,
+)
+from controller.metadata_records import records_between, replay
+from controller.metadata_view import MetadataView
+from controller.registrations import BrokerRegistration, Endpoint
+from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.store import ObjectStoreError
+from spark.bucket import open_bucket
+from spark.metadata import read_topics
+from tests.controller.cluster_helpers import FakeClock, join, tick_until_active
+from tests.controller.cluster_helpers import make_cluster_controller as make_ctl
+from tests.controller.test_membership import wait_sessions_out
+
+PREFIX = "cluster/metadata"
+
+
+def _slots(bucket: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (bucket / PREFIX / "log").glob("*.jsonl"))
+
+
+def _snapshots(bucket: Path) -> list[int]:
+    return sorted(int(p.name.split(".")[0]) for p in (bucket / PREFIX / "snapshot").glob("*.gz"))
+
+
+def _controller(store: FileSystemObjectStore, **overrides: str) -> Controller:
+    return Controller(ObjectStoreMetadataStore(store), BrokerConfig(overrides))
+
+
+def _random_changes(ctl: Controller, rng: random.Random, steps: int, first: int) -> None:
+    """Creates, growths, config changes, deletes, sections and producer ids, at random."""
+    for step in range(first, first + steps):
+        names = [t.name for t in ctl.topics()]
+        choice = rng.randrange(6)
+        if choice == 0 or not names:
+            configs = {"retention.ms": str(rng.randrange(1, 10**6))} if rng.random() < 0.5 else None
+            ctl.create_topic(f"t{step}", rng.randrange(1, 5), configs=configs)
+        elif choice == 1:
+            name = rng.choice(names)
+            ctl.create_partitions(name, ctl.topic(name).partitions + rng.randrange(1, 3))
+        elif choice == 2:
+            ctl.incremental_alter_configs(rng.choice(names), [("cleanup.policy", 0, "compact"),
+                                                              ("retention.ms", 1, None)])
+        elif choice == 3:
+            ctl.delete_topic(rng.choice(names))
+        elif choice == 4:
+            ctl.alter_section("acls", lambda v, s=step: ({**(v or {}), str(s): [s]}, None))
+        else:
+            ctl._allocate_producer_ids(1, None)
+
+
+def test_random_changes_replayed_from_the_bucket_equal_the_controllers_image(tmp_path: Path) -> None:
+    store = FileSystemObjectStore(tmp_path / "bucket")
+    ctl = _controller(store)
+    ctl.register_broker("127.0.0.1", 9092)
+    rng = random.Random(33)
+    reader = MetadataCommitter(ObjectStoreMetadataStore(store))
+    followed = reader.read()
+    for round_ in range(8):
+        _random_changes(ctl, rng, 10, round_ * 10)
+        assert reader.read().metadata == ctl.metadata  # snapshot + the whole log
+        followed = reader.follow(followed)  # from where it was, by GETs of the next slots
+        assert followed.metadata == ctl.metadata
+    assert len(_slots(tmp_path / "bucket")) == ctl.metadata.revision  # one slot per revision
+
+
+def test_a_change_is_a_batch_of_its_records_not_the_whole_cluster(tmp_path: Path) -> None:
+    store = FileSystemObjectStore(tmp_path / "bucket")
+    ctl = _controller(store)
+    for i in range(200):
+        ctl.create_topic(f"topic-{i}", 4)
+    ctl.incremental_alter_configs("topic-7", [("retention.ms", 0, "1000")])
+    last = (tmp_path / "bucket" / log_key(PREFIX, ctl.metadata.revision)).read_bytes()
+    batch = decode_batch(last, ctl.metadata.revision)
+    assert [r["type"] for r in batch.records] == ["ConfigRecord"]
+    assert len(last) < 400 < len(encode(ctl.metadata)) // 100
+
+
+def test_records_round_trip_and_a_miscounted_or_unknown_batch_is_refused() -> None:
+    records = [{"type": "NoOpRecord"}] * 5000  # large enough to be gzipped
+    batch = Batch(4, 1, 2, str(uuid.uuid4()), 0, records)
+    data = encode_batch(batch)
+    assert data[:2] == b"\x1f\x8b" and decode_batch(data, 4) == batch
+    small = encode_batch(Batch(4, 1, 2, "b", 0, [{"type": "NoOpRecord"}]))
+    with pytest.raises(MetadataLogError, match="says 1 records but holds 0"):
+        decode_batch(small.splitlines()[0], 4)
+    with pytest.raises(MetadataLogError, match="holds batch 4"):
+        decode_batch(small, 5)
+    unknown = Batch(1, 1, 1, "b", 0, [{"type": "DelegationTokenRecord"}])
+    with pytest.raises(MetadataLogError, match="does not know; upgrade Strata"):
+        replay(ClusterMetadata("c"), unknown)
+
+
+def test_snapshots_bound_the_replay_and_trimming_keeps_every_reader_whole(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    store = FileSystemObjectStore(bucket)
+    ctl = _controller(store, **{"metadata.log.retention.ms": "0"})
+    committer = ctl._committer
+    for round_ in range(3):
+        for i in range(5):
+            ctl.create_topic(f"r{round_}-{i}", 2)
+        head = committer.take_snapshot(ctl.snapshot)
+        assert head is not None and head.snapshot == ctl.metadata.revision
+    # two snapshots kept; the log starts after the older one (retention 0)
+    assert _snapshots(bucket) == [head.previous_snapshot, head.snapshot]
+    assert _slots(bucket)[0] == head.log_start == head.previous_snapshot + 1
+    ctl.create_topic("after", 1)
+    fresh = MetadataCommitter(ObjectStoreMetadataStore(store)).read()
+    assert fresh.metadata == ctl.metadata
+    assert sorted(read_topics(open_bucket(bucket.as_uri()))) == sorted(t.name for t in ctl.topics())
+
+
+def test_a_controller_snapshots_by_itself_after_enough_bytes_of_log(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    ctl = _controller(FileSystemObjectStore(bucket),
+                      **{"metadata.log.max.record.bytes.between.snapshots": "2000"})
+    for i in range(30):
+        ctl.create_topic(f"t{i}", 3)
+    head = json.loads((bucket / "cluster" / "metadata.json").read_bytes())
+    deadline = 0
+    while head["snapshot"]["revision"] == 0 and deadline < 200:  # written on a background thread
+        time.sleep(0.05)
+        deadline += 1
+        head = json.loads((bucket / "cluster" / "metadata.json").read_bytes())
+    assert head["version"] == 3 and head["snapshot"]["revision"] > 0
+
+
+def test_a_broker_away_for_many_snapshots_reloads_the_newest_and_equals_the_controller(
+    tmp_path: Path,
+) -> None:
+    store = FileSystemObjectStore(tmp_path / "bucket")
+    ctl = _controller(store, **{"metadata.log.retention.ms": "0"})
+    ctl.create_topic("before", 1)
+    away = MetadataView(store, head_check_ms=10**9)  # checks the head only at start
+    away.refresh()
+    for round_ in range(3):
+        ctl.create_topic(f"while-away-{round_}", 2)
+        ctl._committer.take_snapshot(ctl.snapshot)
+    assert min(_slots(tmp_path / "bucket")) > away.revision + 1  # its next slot is gone
+    assert not away.refresh()  # the probe alone cannot tell: nothing new, it thinks
+    away._next_head_check = 0  # ... until its head check is due
+    assert away.refresh()
+    assert away.snapshot().metadata == ctl.metadata
+    ctl.create_topic("back", 1)
+    assert away.refresh() and away.snapshot().metadata == ctl.metadata
+
+
+class _LostAnswer(FileSystemObjectStore):
+    """The first write of a log slot lands, but its answer is lost (a timeout)."""
+
+    lose = False
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        etag = super().put_if_absent(key, data)
+        if self.lose and "/log/" in key:
+            self.lose = False
+            raise ObjectStoreError("read timeout")
+        return etag
+
+
+def test_a_create_whose_answer_was_lost_is_answered_topic_already_exists(tmp_path: Path) -> None:
+    store = _LostAnswer(tmp_path / "bucket")
+    ctl = _controller(store)
+    store.lose = True
+    with pytest.raises(KafkaStorageError):
+        ctl.create_topic("orders", 3)
+    with pytest.raises(TopicAlreadyExistsError):
+        ctl.create_topic("orders", 3)  # the retry sees its batch in the log
+    assert ctl.topic("orders").partitions == 3
+
+
+def test_a_brokers_death_moves_all_its_leaderships_in_one_batch(tmp_path: Path) -> None:
+    clock = FakeClock()
+    bucket = tmp_path / "bucket"
+    ctl = tick_until_active(clock, [make_ctl(FileSystemObjectStore(bucket), clock, 1)])
+    for node in (1, 2, 3):
+        join(ctl, node)
+    for i in range(30):
+        ctl.create_topic(f"t{i}", 10, 3)
+    led = sum(1 for _, _, p in ctl.metadata.iter_partitions() if p.leader == 2)
+    before = ctl.metadata.revision
+    wait_sessions_out(ctl, clock, 1, 3)
+    assert ctl.metadata.brokers[2].fenced
+    fencing = [decode_batch((bucket / log_key(PREFIX, r)).read_bytes(), r)
+               for r in range(before + 1, ctl.metadata.revision + 1)]
+    moved = [b for b in fencing if any(r["type"] == "PartitionChangeRecord" for r in b.records)]
+    assert len(moved) == 1 and led > 50
+    types = [r["type"] for r in moved[0].records]
+    assert types.count("PartitionChangeRecord") == 300  # every partition's ISR loses broker 2
+    assert types[-1] == "BrokerRegistrationChangeRecord"
+
+
+def test_a_format_2_bucket_is_read_by_brokers_and_spark_then_switched_to_the_log(
+    tmp_path: Path,
+) -> None:
+    bucket = tmp_path / "bucket"
+    store = FileSystemObjectStore(bucket)
+    ctl = _controller(store)
+    ctl.create_topic("old", 2)
+    document = json.loads(encode(ctl.metadata))  # what Strata wrote before the log
+    for path in (bucket / "cluster").rglob("*"):
+        if path.is_file():
+            path.unlink()
+    (bucket / "cluster" / "metadata.json").write_bytes(json.dumps(document).encode())
+
+    view = MetadataView(store)
+    assert view.refresh() and view.snapshot().format_version == 2
+    assert read_topics(open_bucket(bucket.as_uri()))["old"][1] == 2
+    upgraded = _controller(store)
+    upgraded.create_topic("new", 1)
+    assert json.loads((bucket / "cluster" / "metadata.json").read_bytes())["version"] == 3
+    assert view.refresh() and view.snapshot().metadata == upgraded.metadata
+    assert sorted(read_topics(open_bucket(bucket.as_uri()))) == ["new", "old"]
+    assert current_document(store)["revision"] == upgraded.metadata.revision
+
+
+def test_nodes_initialising_one_bucket_together_agree_on_one_cluster(tmp_path: Path) -> None:
+    store = FileSystemObjectStore(tmp_path / "bucket")
+    ids = set()
+    for _ in range(3):
+        committer = MetadataCommitter(ObjectStoreMetadataStore(store), LogPolicy())
+        try:
+            ids.add(committer.create(ClusterMetadata(cluster_id=uuid.uuid4().hex[:22])).metadata.cluster_id)
+        except Exception:  # noqa: BLE001 - the losers' heads conflict; they read the winner's
+            ids.add(committer.read().metadata.cluster_id)
+    assert len(ids) == 1
+
+
+def test_records_between_says_only_what_changed() -> None:
+    base = ClusterMetadata("c").with_broker(
+        BrokerRegistration(1, uuid.uuid4(), 3, (Endpoint("PLAINTEXT", "h", 9092),), fenced=True))
+    unfenced = base.with_broker(
+        BrokerRegistration(1, base.brokers[1].incarnation_id, 3, base.brokers[1].endpoints,
+                           fenced=False))
+    assert records_between(base, unfenced) == [{
+        "type": "BrokerRegistrationChangeRecord", "node_id": 1, "broker_epoch": 3, "fenced": -1,
+        "in_controlled_shutdown": 0}]
+    assert records_between(base, base) == []
