@@ -18,7 +18,8 @@ Invariants:
 * A full disk: ``<root>/.strata-reserve`` is a file of ``reserve_bytes``
   (default 1 MiB) allocated up front. When a small write (at most
   ``reserve_bytes`` minus 64 KiB: the cluster metadata, a manifest) fails with
-  ENOSPC or EDQUOT, the store deletes the reserve and tries once more, so the
+  ENOSPC or EDQUOT, the store shrinks the reserve by what the write needs and tries
+  once more, so the
   metadata write that frees space (DeleteTopics, a lower retention) gets
   through even when the logs beside the store filled the disk.
   :meth:`FileSystemObjectStore.restore_reserve` allocates it again once space is
@@ -66,6 +67,9 @@ DEFAULT_RESERVE_BYTES = 1 << 20
 # A write may use the reserve when it is this much smaller than it: file system
 # blocks, a directory block, rounding.
 _RESERVE_SLACK = 64 * 1024
+# a write on a full disk takes its bytes, rounded up to blocks, and one block more from the
+# reserve: no more, or what is freed beyond it would go to the logs' appends
+_BLOCK = 4096
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _HASH_CHUNK = 1 << 20
 # An etag is cached only for files unmodified for this long, so a later file that
@@ -206,8 +210,10 @@ class FileSystemObjectStore:
         if self._reserve_bytes == 0:
             return True
         try:
-            if self._reserve_path.stat().st_size >= self._reserve_bytes:
+            size = self._reserve_path.stat().st_size
+            if size >= self._reserve_bytes:
                 return True
+            return self._grow_reserve()
         except FileNotFoundError:
             pass
         except OSError:
@@ -227,12 +233,43 @@ class FileSystemObjectStore:
             tmp.unlink(missing_ok=True)
         return True
 
+    def _grow_reserve(self) -> bool:
+        """A reserve shrunk by writes on a full disk takes back what is free, up to its size:
+        the blocks a replaced object frees go back to the reserve, not to the logs' appends."""
+        with self._locked():
+            fd = os.open(self._reserve_path, os.O_WRONLY)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    _allocate(fd, self._reserve_bytes)
+                    return True
+                except OSError:
+                    stats = os.statvfs(self._root)
+                    free = stats.f_bavail * stats.f_frsize
+                    grow = min(self._reserve_bytes, size + free - free % _BLOCK)
+                    if grow > size:
+                        try:
+                            _allocate(fd, grow)
+                        except OSError:
+                            pass
+                    return False
+            finally:
+                os.close(fd)
+
     def _write_temp_with_reserve(self, path: Path, data: bytes) -> tuple[Path, str]:
-        """The disk is full: give up the reserve and write once more (under the lock,
-        so no other writer's :meth:`restore_reserve` takes the space back first)."""
+        """The disk is full: give up as much of the reserve as this write needs and write
+        once more (under the lock, so no other writer's :meth:`restore_reserve` takes the
+        space back first). The metadata log adds an object per change, so the reserve is
+        shrunk, not deleted: a full disk still takes a few dozen metadata changes (a
+        restart's registration, then the DeleteTopics that frees space)."""
+        need = -(-len(data) // _BLOCK) * _BLOCK + _BLOCK  # its blocks, and one for the file system
         with self._locked():
             try:
-                self._reserve_path.unlink()
+                left = self._reserve_path.stat().st_size - need
+                if left >= _BLOCK:
+                    os.truncate(self._reserve_path, left)
+                else:
+                    self._reserve_path.unlink()
             except FileNotFoundError:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
             return _write_temp(path, data)

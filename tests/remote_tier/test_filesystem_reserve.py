@@ -26,15 +26,23 @@ def test_a_small_write_on_a_full_disk_gets_the_reserve_and_it_comes_back(
 
     store.put_if_absent("cluster/other.json", b"x" * 100_000)  # the reserve pays for it
     assert store.get("cluster/other.json") == b"x" * 100_000
-    assert not (disk / "bucket" / _RESERVE).exists()
+    left = (disk / "bucket" / _RESERVE).stat().st_size  # shrunk by what the write took, no more
+    assert _MIB - 100_000 - 3 * 4096 <= left < _MIB - 100_000
     assert [o.key for o in store.list("")] == ["cluster/metadata.json", "cluster/other.json"]
     assert store.restore_reserve() is False  # still full
+    assert (disk / "bucket" / _RESERVE).stat().st_size == left
 
-    # Without a reserve, a write that does not fit fails as before, leaving no temp file.
+    # Small writes go on taking from what is left (the metadata log adds an object per change).
+    for n in range(20):
+        store.put_if_absent(f"cluster/log-{n}", b"l" * 300)
+    assert (disk / "bucket" / _RESERVE).stat().st_size == left - 20 * 4096  # a block each
+
+    # A write larger than what is left fails as before, leaving no temp file.
     with pytest.raises(ObjectStoreUnavailable, match="disk is not full"):
         store.put("cluster/metadata.json", b"v2" * 500_000)
     assert store.get("cluster/metadata.json") == b"v1" * 1000
     assert sorted(p.name for p in (disk / "bucket" / "cluster").iterdir()) == [
+        *(f"log-{n}" for n in sorted(range(20), key=str)),
         "metadata.json",
         "other.json",
     ]
