@@ -260,11 +260,17 @@ class Broker(BrokerProcess):
 
     @staticmethod
     def metadata_document_bytes_in(bucket: Path) -> int:
-        """The bytes of the newest snapshot of the metadata log (the whole cluster, gzipped;
-        what a broker reads once at start), or of a format-2 document."""
-        snapshots = sorted((bucket / "cluster" / "metadata" / "snapshot").glob("*.json.gz"))
-        doc = snapshots[-1] if snapshots else bucket / "cluster" / "metadata.json"
-        return doc.stat().st_size if doc.exists() else 0
+        """The bytes a snapshot of the cluster's metadata would have now (the whole image,
+        gzipped, as the controller writes it; what a broker reads once at start)."""
+        import gzip
+
+        from controller.commit import current_document
+        from remote_tier.filesystem import FileSystemObjectStore
+
+        document = current_document(FileSystemObjectStore(bucket))
+        if document is None:
+            return 0
+        return len(gzip.compress(json.dumps(document, separators=(",", ":")).encode(), 6))
 
 
 # ---------------------------------------------------------------------------
@@ -476,6 +482,22 @@ def wait_brokers(bootstrap: str, count: int, limit_s: float) -> None:
     raise DidNotFinish(f"{count} brokers unfenced", limit_s)
 
 
+def wait_isr_full(bootstrap: str, size: int, limit_s: float) -> None:
+    """Until every partition's ISR has ``size`` replicas."""
+    from confluent_kafka.admin import AdminClient
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=60)
+        short = sum(1 for name, t in md.topics.items() if name.startswith("scale-")
+                    for p in t.partitions.values() if len(p.isrs) < size)
+        if not short:
+            return
+        if time.monotonic() > deadline:
+            raise DidNotFinish(f"full ISRs ({short:,} partitions still short)", limit_s)
+        time.sleep(1)
+
+
 def led_by(bootstrap: str, node_id: int) -> int:
     """How many partitions ``node_id`` leads now."""
     from confluent_kafka.admin import AdminClient
@@ -530,6 +552,7 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
         result["metadata_document_bytes"] = brokers[0].metadata_document_bytes_at(work, partitions)
         log(f"  created in {result['create_s']:.1f} s; document {result['metadata_document_bytes']:,} B;"
             f" idle {args.idle_s:.0f} s")
+        wait_isr_full(brokers[0].bootstrap, size, limit)  # the followers' ISR changes are done
         result["idle"] = idle_many(brokers, args.idle_s)
         for n, r in enumerate(result["idle"], 1):
             log(f"  broker {n}: idle CPU {r['idle_cpu_pct']:.1f}%, RSS {r['rss_mib']:.0f} MiB, "
@@ -545,13 +568,15 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
             + ", ".join(f"{c['read_bytes']:,.0f}" for c in result["per_change"]))
         result.update(metadata_latency(brokers[0].bootstrap, partitions))
         log(f"  Metadata p50 {result['metadata_p50_ms']:.1f} ms p99 {result['metadata_p99_ms']:.1f} ms")
-        victim = brokers[-1]
-        result["led_by_victim"] = led_by(brokers[0].bootstrap, size)
+        led = {n: led_by(brokers[0].bootstrap, n) for n in range(2, size + 1)}  # 1 is the controller
+        victim_id = max(led, key=led.__getitem__)
+        victim = brokers[victim_id - 1]
+        result["led_by_victim"] = led[victim_id]
         killed = time.monotonic()
         victim.kill()
-        wait_all_led(brokers[0].bootstrap, partitions, limit, dead=frozenset({size}))
+        wait_all_led(brokers[0].bootstrap, partitions, limit, dead=frozenset({victim_id}))
         result["failover_s"] = time.monotonic() - killed
-        log(f"  kill -9 of broker {size} (leader of {result['led_by_victim']:,}): every partition "
+        log(f"  kill -9 of broker {victim_id} (leader of {result['led_by_victim']:,}): every partition "
             f"led again after {result['failover_s']:.1f} s")
     return result
 

@@ -41,7 +41,7 @@ from common.errors import (
     UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
-from common.protocol.codec import build, response_module
+from common.protocol.codec import SplicedResponse, build, encode_entity, response_module
 from service.groups.records import OFFSETS_TOPIC
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
@@ -78,7 +78,9 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     # clients look elsewhere instead of coming back to it (issue #31)
     unsure = broker.node_id if not broker.replicas.may_lead() else None
 
-    topics = []
+    md = controller.metadata
+    active = frozenset(n for n, b in md.brokers.items() if b.is_active)
+    topics: list[bytes] = []
     for name, topic_id in requested:
         try:
             if name is not None:  # a topic the principal may not DESCRIBE is not even looked up
@@ -88,7 +90,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                 require_topic(ctx, AclOperation.DESCRIBE, info.name)
         except KafkaError as exc:
             broker.metrics_error("Metadata", exc.code)
-            topics.append(
+            topics.append(encode_entity(
                 build(
                     mod.MetadataResponseTopic,
                     error_code=exc.code,
@@ -98,34 +100,13 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                     partitions=(),
                     topic_authorized_operations=_topic_ops(ctx, want_topic_ops, name),
                 )
-            )
+            ))
             continue
-        md = controller.metadata
-        partitions = tuple(
-            build(
-                mod.MetadataResponsePartition,
-                error_code=(ErrorCode.none if reg.has_leader and reg.leader != unsure
-                            else ErrorCode.leader_not_available),
-                partition_index=p,
-                leader_id=reg.leader if reg.leader != unsure else -1,
-                leader_epoch=reg.leader_epoch,
-                replica_nodes=tuple(reg.replicas),
-                isr_nodes=tuple(reg.isr),
-                offline_replicas=tuple(r for r in reg.replicas if not md.is_active(r)),
-            )
-            for p, reg in enumerate(md.partitions.get(info.topic_id, ()))
-        )
-        topics.append(
-            build(
-                mod.MetadataResponseTopic,
-                error_code=ErrorCode.none,
-                name=info.name,
-                topic_id=info.topic_id,
-                is_internal=is_internal_topic(info.name),
-                partitions=partitions,
-                topic_authorized_operations=_topic_ops(ctx, want_topic_ops, info.name),
-            )
-        )
+        md = controller.metadata  # a topic created meanwhile is in the newer image
+        if active != (now := frozenset(n for n, b in md.brokers.items() if b.is_active)):
+            active = now
+        topics.append(_topic_bytes(ctx.version, mod, md, info, unsure, active,
+                                   _topic_ops(ctx, want_topic_ops, info.name)))
     brokers = tuple(
         build(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in controller.brokers(ctx.listener_name)
@@ -133,15 +114,62 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     cluster_ops = OPERATIONS_NOT_REQUESTED
     if getattr(request, "include_cluster_authorized_operations", False):  # v8-v10
         cluster_ops = authorized_operations(ctx, ResourceType.CLUSTER, "kafka-cluster")
-    return build(
+    body = build(
         mod.MetadataResponse,
         throttle_time=0,
         brokers=brokers,
         cluster_id=controller.cluster_id,
         controller_id=named_controller(controller.controller_id, broker.node_id, brokers),
-        topics=tuple(topics),
+        topics=(),
         cluster_authorized_operations=cluster_ops,
     )
+    # after the topics: cluster_authorized_operations (v8-v10), then tagged fields (v9+)
+    suffix = (4 if 8 <= ctx.version <= 10 else 0) + (1 if ctx.version >= 9 else 0)
+    return SplicedResponse(body, tuple(topics), flexible=ctx.version >= 9, suffix=suffix)
+
+
+#: (version, topic id) -> (its partition registrations, active brokers, the broker not sure it
+#: leads, authorized operations, name, the topic's encoded bytes): a Metadata answer re-encodes
+#: only the topics whose registrations changed (an image shares unchanged ones by identity)
+_TOPIC_BYTES: dict[tuple[int, uuid.UUID], tuple[Any, frozenset[int], int | None, int, str, bytes]] = {}
+
+
+def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
+                 active: frozenset[int], topic_ops: int) -> bytes:
+    """The encoded MetadataResponseTopic of ``info``, from the cache when nothing it says changed."""
+    registrations = md.partitions.get(info.topic_id, ())
+    key = (version, info.topic_id)
+    hit = _TOPIC_BYTES.get(key)
+    if (hit is not None and hit[0] is registrations and hit[1] == active and hit[2] == unsure
+            and hit[3] == topic_ops and hit[4] == info.name):
+        return hit[5]
+    partitions = tuple(
+        build(
+            mod.MetadataResponsePartition,
+            error_code=(ErrorCode.none if reg.has_leader and reg.leader != unsure
+                        else ErrorCode.leader_not_available),
+            partition_index=p,
+            leader_id=reg.leader if reg.leader != unsure else -1,
+            leader_epoch=reg.leader_epoch,
+            replica_nodes=tuple(reg.replicas),
+            isr_nodes=tuple(reg.isr),
+            offline_replicas=tuple(r for r in reg.replicas if r not in active),
+        )
+        for p, reg in enumerate(registrations)
+    )
+    data = encode_entity(build(
+        mod.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=info.name,
+        topic_id=info.topic_id,
+        is_internal=is_internal_topic(info.name),
+        partitions=partitions,
+        topic_authorized_operations=topic_ops,
+    ))
+    if len(_TOPIC_BYTES) > 4 * len(md.topics) + 64:  # deleted topics' entries: start over
+        _TOPIC_BYTES.clear()
+    _TOPIC_BYTES[key] = (registrations, active, unsure, topic_ops, info.name, data)
+    return data
 
 
 def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid.UUID | None]]:

@@ -22,6 +22,7 @@ from common.errors import ErrorCode, InvalidRequestError, KafkaError
 from common.protocol.codec import (
     FrameError,
     RequestHeader,
+    SplicedResponse,
     build,
     decode_request,
     encode_response,
@@ -318,7 +319,10 @@ class Router:
         if not (result is None or isinstance(result, (list, bytes))):
             if throttle and hasattr(result, "throttle_time"):
                 result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=throttle))
-            result = encode_response(ctx.header, result)
+            if isinstance(result, SplicedResponse):
+                result = result.encode(ctx.header)
+            else:
+                result = encode_response(ctx.header, result)
         broker.request_latency.observe(spec.name, elapsed)
         return result
 

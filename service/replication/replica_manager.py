@@ -40,14 +40,12 @@ Not thread-safe: everything runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from common.errors import (
@@ -64,6 +62,7 @@ from local_tier.log import Log
 from local_tier.manager import LogManager
 from service.replication.delayed_produce import ProduceWaiters
 from service.replication.partition import Partition, Transition, monotonic_ms
+from service.replication.partition_metadata import PARTITION_METADATA, read_topic_id, write_topic_id
 
 __all__ = [
     "PARTITION_METADATA",
@@ -89,7 +88,6 @@ def _loop_running() -> bool:
     return False
 
 
-PARTITION_METADATA = "partition.metadata"
 TopicPartition = tuple[str, int]
 
 
@@ -129,35 +127,6 @@ class IsrChanges(Protocol):
     def submit(self, partition: Partition, new_isr: tuple[int, ...]) -> None: ...
 
 
-def _encode_topic_id(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
-
-
-def read_topic_id(log_dir: Path) -> uuid.UUID | None:
-    """The topic id in a partition dir's ``partition.metadata`` (None: none or unreadable)."""
-    try:
-        text = (log_dir / PARTITION_METADATA).read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            raw = value.strip()
-            try:
-                return uuid.UUID(bytes=base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
-            except ValueError:
-                return None
-    return None
-
-
-def _write_topic_id(log_dir: Path, topic_id: uuid.UUID) -> None:
-    """Kafka's ``partition.metadata``: ``version: 0`` and the topic id (written once)."""
-    path = log_dir / PARTITION_METADATA
-    if read_topic_id(log_dir) == topic_id:
-        return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(f"version: 0\ntopic_id: {_encode_topic_id(topic_id)}\n")
-    tmp.replace(path)
 
 
 class ReplicaManager:
@@ -192,6 +161,7 @@ class ReplicaManager:
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
         self.isr_shrinks = 0
         self.isr_expands = 0
+        self._stray_topic_ids: dict[TopicPartition, tuple[Log, uuid.UUID | None]] = {}
 
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
@@ -244,6 +214,8 @@ class ReplicaManager:
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
                     self._changed(partition)
                 self._maybe_expand_isr(partition)
+        if not self._opening_more:  # every wanted log is open: the stray check reads no more
+            self._stray_topic_ids.clear()
         if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
                 if partition.leader_id >= 0 and md.is_active(partition.leader_id):
@@ -268,7 +240,7 @@ class ReplicaManager:
         for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
             if key in self.partitions:
                 continue
-            topic_id = read_topic_id(log.dir)
+            topic_id = self._topic_id_of(key, log)
             info = md.topics.get(key[0])
             if key not in wanted or (topic_id is not None and info is not None
                                      and topic_id != info.topic_id):
@@ -277,6 +249,17 @@ class ReplicaManager:
                              "its topic no longer exists" if deleted else "not a replica here")
                 self._delete_log(key, topic_id, deleted)
         self._retire_deleted_logs()
+
+    def _topic_id_of(self, key: TopicPartition, log: Log) -> uuid.UUID | None:
+        """The topic id in ``log``'s ``partition.metadata``, read once per log: a start opens
+        partitions in slices and looks at the logs not opened yet at every slice (at 10,000
+        partitions, 50 million file reads on the event loop)."""
+        known = self._stray_topic_ids.get(key)
+        if known is not None and known[0] is log:
+            return known[1]
+        topic_id = read_topic_id(log.dir)
+        self._stray_topic_ids[key] = (log, topic_id)
+        return topic_id
 
     def _retire_deleted_logs(self) -> None:
         """Close and rename the deleted logs :data:`RETIRE_SLICE` per loop turn (they left the manager:
@@ -298,7 +281,7 @@ class ReplicaManager:
         until :meth:`retry_offline` opens it (Kafka serves its other log directories' partitions)."""
         try:
             log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
-            _write_topic_id(log.dir, topic_id)
+            write_topic_id(log.dir, topic_id)
         except (OSError, KafkaStorageError) as exc:
             if key not in self.unopened:
                 _log.error("%s-%d: cannot open its log (%s); offline on this broker until it can be "
