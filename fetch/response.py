@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
+from common.protocol.fields import uvarint as _uvarint
 from fetch.planner import PartitionData
 from local_tier.segment import FileRegion
 
@@ -28,15 +29,6 @@ _ABORTED = struct.Struct(">qq")  # producer id, first offset
 # int64, no tagged fields}
 _DIVERGING = struct.Struct(">BBBiqB")
 _DIVERGING_SIZE = 13
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def string(value: str, flexible: bool) -> bytes:

@@ -32,6 +32,7 @@ from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from common.protocol.fields import uvarint as _uvarint
 from common.protocol.reader import request_reader
 
 __all__ = [
@@ -171,15 +172,6 @@ class SplicedResponse:
         count = _uvarint(len(self.items) + 1) if self.flexible else _I32.pack(len(self.items))
         out = b"".join((frame[: cut - empty], count, *self.items, frame[cut:]))
         return _I32.pack(len(out) - 4) + out[4:]
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 __all__ = ["CONVERTERS", "FIXED", "Buffer", "MalformedRequest", "Reader", "array", "nullable_entity",
-           "primitive", "read_uvarint", "short", "sized"]
+           "primitive", "read_uvarint", "short", "sized", "uvarint"]
 
 Buffer = bytes | bytearray | memoryview
 Reader = Callable[[Buffer, int, int], tuple[Any, int]]
@@ -63,6 +63,16 @@ _read_i8 = _fixed(_I8, "int8")
 _read_i16 = _fixed(_I16, "int16")
 _read_i32 = _fixed(_I32, "int32")
 _read_i64 = _fixed(_I64, "int64")
+
+
+def uvarint(value: int) -> bytes:
+    """``value`` as an unsigned varint (Kafka's ``writeUnsignedVarint``)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def read_uvarint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
