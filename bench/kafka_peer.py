@@ -34,6 +34,7 @@ import datetime as _dt
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -103,7 +104,7 @@ def measured(system: System, run) -> dict:
     res.update({"system": system.key, "records_per_s": res["records"] / res["seconds"],
                 "mb_per_s": res["bytes"] / res["seconds"] / 1e6, "server_cpu_seconds": cpu,
                 "server_cpu_s_per_gb": cpu / gb if gb else None, "rss_mib": system.rss_mib(),
-                "peak_rss_mib": system.peak_rss_mib()})
+                "peak_rss_mib": system.peak_rss_mib(), "loadavg_1m_after": os.getloadavg()[0]})
     log(f"      {system.name}: {res['records']:,} records in {res['seconds']:.2f} s = "
         f"{res['records_per_s']:,.0f}/s, {res['mb_per_s']:,.1f} MB/s; server CPU {cpu:.2f} s "
         f"({res['server_cpu_s_per_gb'] or 0:.1f} s/GB), client CPU {res['client_cpu_seconds']:.2f} s, "
@@ -237,14 +238,20 @@ def partitions(system: System, rep: int, ctx: dict) -> dict:
 
 def latency(system: System, rep: int, ctx: dict) -> dict:
     """Offered loads from low to high; past the first one a system cannot keep up with (its p50
-    over a second, or under 90% of the rate sent), the higher ones are skipped for it."""
+    over a second, under 90% of the rate sent, or a run that failed), the higher ones are skipped
+    for it."""
     cfg = {"latency_warmup_seconds": 1.0, "latency_seconds": ctx["cfg"]["latency_seconds"]}
     out = {}
     for linger in (0, 5):
         for rate in ctx["cfg"]["latency_rates"]:
             topic = f"peer-lat-{rate}-l{linger}-r{rep}"
-            res = foundation.run_latency(system, ctx["work"], cfg, None, linger, rate, topic, admin_create)
-            res.update({"system": system.key, "rss_mib": system.rss_mib(),
+            try:
+                res = foundation.run_latency(system, ctx["work"], cfg, None, linger, rate, topic, admin_create)
+            except SystemExit as exc:  # e.g. the producer's local queue overflowed: past saturation
+                log(f"    {system.name} failed at {rate:,} rec/s with linger {linger} ms ({exc}): higher loads skipped")
+                ctx.setdefault("latency_failures", []).append(f"{system.name}, {rate:,} rec/s, linger {linger} ms")
+                break
+            res.update({"system": system.key, "rss_mib": system.rss_mib(), "loadavg_1m_after": os.getloadavg()[0],
                         "server_cpu_seconds": res.pop("broker_cpu_seconds")})
             out[f"latency {rate} rec/s, linger {linger} ms"] = res
             foundation.delete_topic(system.bootstrap, topic)
@@ -428,9 +435,15 @@ PHASES = (("one-broker", 1, ("single", "partitions", "latency", "txn", "tls")),
           ("history", 1, ("history",)), ("three-brokers", 3, ("rf3",)))
 
 
+def _interrupt(_sig, _frame) -> None:
+    """SIGTERM stops the run like Ctrl-C, so the servers it started are stopped too."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     global PROFILE_DIR
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     cfg = QUICK if args.quick else FULL
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -461,6 +474,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for s in systems:
                 data["exit_codes"][f"{s.key}-{phase}"] = s.stop()
+    data["failures"] += [f"latency stopped early (the run failed): {f}" for f in ctx.get("latency_failures", [])]
     data["total_seconds"] = time.monotonic() - started
     kafka_peer_report.summarise(data)
     out = Path(args.out)

@@ -114,6 +114,17 @@ def latency_table(data: dict) -> list[str]:
     return L
 
 
+def _load(data: dict) -> str:
+    """The machine's 1-minute load average over the run: other work on the shared cores weighs on
+    both systems alike only on average, so say how busy it was."""
+    loads = sorted(r["loadavg_1m_after"] for row in data["rows"].values() for runs in row["runs"].values()
+                   for r in runs if "loadavg_1m_after" in r)
+    if not loads:
+        return ""
+    return (f" Other work shared the machine: its 1-minute load average after each run was {loads[0]:.1f} to "
+            f"{loads[-1]:.1f} (median {loads[len(loads) // 2]:.1f}) on {data['machine']['nproc']} cores.")
+
+
 def _header(data: dict) -> list[str]:
     m = data["machine"]
     ck = m.get("confluent_kafka", {})
@@ -128,7 +139,7 @@ def _header(data: dict) -> list[str]:
          f"(librdkafka {m['kcat_librdkafka']}); Kafka 4.1.2 built from source "
          "(`shared/tools/kafka-broker/`), JVM heap 1 GiB, G1 (run.sh's flags), and its Java client "
          f"4.1.2. Data dirs on the same disk ({fs}); servers and clients share the same {m['nproc']} cores. "
-         "Raw figures: `docs/benchmarks-kafka-peer.json`."),
+         "Raw figures: `docs/benchmarks-kafka-peer.json`." + _load(data)),
         "",
         ("Both systems run in the same process of the benchmark, one after the other, each workload "
          f"{data['config']['repeats']} time(s) with the order alternating; the median run of each is shown. "
