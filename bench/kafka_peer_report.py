@@ -141,12 +141,15 @@ def _header(data: dict) -> list[str]:
          f"4.1.2. Data dirs on the same disk ({fs}); servers and clients share the same {m['nproc']} cores. "
          "Raw figures: `docs/benchmarks-kafka-peer.json`." + _load(data)),
         "",
-        ("Both systems run in the same process of the benchmark, one after the other, each workload "
+        ("One benchmark process drives both systems, one after the other, each workload "
          f"{data['config']['repeats']} time(s) with the order alternating; the median run of each is shown. "
          "Server CPU is utime+stime from /proc/PID/stat of every server process (the JVM; the Python broker), "
          "per GB of record payload; RSS is VmRSS of the server processes after the run (summed over three "
          "brokers for RF 3). Both run with their defaults (no fsync per record) plus 1 GiB segments and, for "
-         "Kafka, `group.initial.rebalance.delay.ms=0`. 'Limited by' is read from CPU busy (CPU seconds over "
+         "Kafka, `group.initial.rebalance.delay.ms=0`, and for Strata too (its default is 3 s). "
+         "The history rows use 16 MiB segments on both; Strata's topic has `remote.storage.enable=true`, "
+         "`local.retention.bytes=0` (its broker: a `file://` bucket, `remote.log.manager.task.interval.ms=200`), "
+         "and is read once only the active segment is left on its disk. 'Limited by' is read from CPU busy (CPU seconds over "
          "wall seconds; 100% = one core): `all cores` = server + client ≥ 85% of the machine, `client` = a "
          "single client process ≥ 85% of a core, `broker` = the server processes ≥ 85% of a core (Strata's broker "
          "does its work on one event loop), `waiting` = none of these (round trips, linger, acknowledgement "
