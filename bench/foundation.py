@@ -538,10 +538,12 @@ def run_sendfile(path: Path) -> dict:
 
 
 def run_latency(b: BrokerProcess, work_dir: Path, cfg: dict, profile: Path | None, linger_ms: int,
-                rate: int = LATENCY_RATE, topic: str | None = None) -> dict:
-    """bench/latency.py at ``rate`` records/s (also used by bench/latency_sweep.py)."""
+                rate: int = LATENCY_RATE, topic: str | None = None, create=create_topic) -> dict:
+    """bench/latency.py at ``rate`` records/s (also used by bench/latency_sweep.py and
+    bench/kafka_peer.py, whose ``create`` also waits for the topic's leader: a consumer that
+    starts before another broker knows its new topic fetches seconds late)."""
     topic = topic or f"bench-latency-linger{linger_ms}"
-    create_topic(b.bootstrap, topic)
+    create(b.bootstrap, topic)
     total_seconds = cfg["latency_warmup_seconds"] + cfg["latency_seconds"]
     count = int(rate * total_seconds)
     warm = int(rate * cfg["latency_warmup_seconds"])

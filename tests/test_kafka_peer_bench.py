@@ -1,0 +1,104 @@
+"""bench/kafka_peer.py without Kafka: its arguments, and its report on a made-up result.
+
+CI has no Kafka broker, so the benchmark's runs are not exercised here; what is checked is
+what a full run would be judged by: the medians, the Strata/Kafka ratios, the table rows and
+that the section lands between its markers without touching the rest of the file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import kafka_peer  # noqa: E402
+import kafka_peer_report  # noqa: E402
+
+
+def _run(system: str, rate: float, cpu: float, client_cpu: float = 0.2, seconds: float = 1.0) -> dict:
+    return {"system": system, "records": int(rate * seconds), "bytes": int(rate * seconds) * 100,
+            "seconds": seconds, "records_per_s": rate, "mb_per_s": rate * 100 / 1e6,
+            "server_cpu_seconds": cpu, "server_cpu_s_per_gb": cpu / (rate * seconds * 100 / 1e9),
+            "client_cpu_seconds": client_cpu, "rss_mib": 90.0 if system == "strata" else 450.0,
+            "command": f"kcat -b {system}"}
+
+
+def _latency(system: str, p99: float) -> dict:
+    return {"system": system, "rate_achieved": 5000.0, "p50_ms": p99 / 4, "p99_ms": p99, "p999_ms": p99 * 2,
+            "max_ms": p99 * 3, "server_cpu_seconds": 0.5, "command_producer": "python bench/latency.py produce"}
+
+
+def _data() -> dict:
+    return {
+        "command": "nice python bench/kafka_peer.py --quick", "mode": "quick", "date": "2026-11-28T00:00:00+00:00",
+        "total_seconds": 120.0, "work_dir": "/tmp/strata-bench-kafka-peer-x",
+        "machine": {"nproc": 2, "cpu_model": "test CPU", "memory_gib": 8, "kernel": "6", "python": "3.11",
+                    "confluent_kafka": {"confluent_kafka": "2", "librdkafka": "2"}, "kcat": "1.7.1",
+                    "kcat_librdkafka": "2.0.2", "data_dir_filesystem": {"type": "ext4"}},
+        "config": {"repeats": 3}, "notes": [],
+        "servers": {"strata-one-broker": ["python -m service up --data-dir /tmp/strata-bench-kafka-peer-x/s"]},
+        "rows": {
+            "1 partition, 100 B, kcat: produce": {"workload": "single", "runs": {
+                "strata": [_run("strata", 900_000, 0.3), _run("strata", 1_000_000, 0.3),
+                           _run("strata", 800_000, 0.3)],
+                "kafka": [_run("kafka", 400_000, 1.5), _run("kafka", 500_000, 1.0, client_cpu=0.95),
+                          _run("kafka", 300_000, 1.2)]}},
+            "latency 5000 rec/s, linger 0 ms": {"workload": "latency", "runs": {
+                "strata": [_latency("strata", 4.0), _latency("strata", 6.0), _latency("strata", 5.0)],
+                "kafka": [_latency("kafka", 10.0), _latency("kafka", 8.0), _latency("kafka", 12.0)]}},
+        },
+    }
+
+
+def test_quick_is_the_development_mode_and_only_picks_workloads() -> None:
+    args = kafka_peer.parse_args(["--quick", "--only", "single,rf3"])
+    assert args.quick and args.only == ["single", "rf3"]
+    assert kafka_peer.parse_args([]).only == list(kafka_peer.WORKLOADS)
+    assert kafka_peer.QUICK["repeats"] == 1 and kafka_peer.FULL["repeats"] >= 3
+
+
+def test_an_unknown_workload_is_refused_by_name(capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exc:
+        kafka_peer.parse_args(["--only", "single,bogus"])
+    assert exc.value.code == 2
+    assert "bogus" in capsys.readouterr().err
+
+
+def test_medians_and_ratios_are_strata_over_kafka() -> None:
+    data = _data()
+    kafka_peer_report.summarise(data)
+    row = data["rows"]["1 partition, 100 B, kcat: produce"]
+    assert row["median"]["strata"]["records_per_s"] == 900_000
+    assert row["median"]["kafka"]["records_per_s"] == 400_000
+    assert row["ratio"] == pytest.approx(900_000 / 400_000)
+    # 0.3 s per 0.09 GB against 1.5 s per 0.04 GB
+    assert row["cpu_per_gb_ratio"] == pytest.approx((0.3 / 0.09) / (1.5 / 0.04))
+    lat = data["rows"]["latency 5000 rec/s, linger 0 ms"]
+    assert lat["p99_ratio"] == pytest.approx(5.0 / 10.0)
+
+
+def test_what_limited_a_run_is_read_from_cpu_busy() -> None:
+    assert kafka_peer_report.bound_by(_run("kafka", 1, 0.2, client_cpu=0.95), 2) == "client"
+    assert kafka_peer_report.bound_by({**_run("kafka", 1, 0.2, client_cpu=0.95), "client_processes": 20}, 2) == "waiting"
+    assert kafka_peer_report.bound_by(_run("strata", 1, 0.9, client_cpu=0.9), 2) == "all cores"
+    assert kafka_peer_report.bound_by(_run("strata", 1, 0.9, client_cpu=0.1), 2) == "broker"
+
+
+def test_the_section_goes_between_its_markers_and_leaves_the_rest(tmp_path: Path) -> None:
+    md = tmp_path / "benchmarks.md"
+    md.write_text("# Strata benchmarks\n\n<!-- peers:start -->\nNATS\n<!-- peers:end -->\n\n"
+                  "<!-- kafka-peer:start -->\nold\n<!-- kafka-peer:end -->\n\ntail\n")
+    data = _data()
+    kafka_peer_report.summarise(data)
+    kafka_peer_report.write_report(data, md)
+    text = md.read_text()
+    assert "<!-- peers:start -->\nNATS\n<!-- peers:end -->" in text and text.endswith("tail\n")
+    assert "old" not in text and text.count("<!-- kafka-peer:start -->") == 1
+    assert "| 1 partition, 100 B, kcat: produce | 900,000 | 400,000 | **2.25** |" in text
+    assert "| 5000 rec/s, linger 0 ms |" in text and "**0.50**" in text
+    assert "$WORK/s" in text and "/tmp/strata-bench-kafka-peer-x" not in text
+    assert (tmp_path / "benchmarks-kafka-peer.json").exists()
