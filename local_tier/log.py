@@ -580,7 +580,10 @@ class Log(Owned):
 
     @owner_only
     def take_producer_snapshot(self) -> None:
-        """Write the producer snapshot at the log end now (clean shutdown)."""
+        """Write the producer snapshot at the log end now (clean shutdown); not again when one
+        at the log end is there already (an idle log: 10,000 of them took 10 s to stop)."""
+        if self._producer_state.has_snapshot_at(self.log_end_offset):
+            return
         self._producer_state.map_end_offset = self.log_end_offset
         self._producer_state.take_snapshot()
 

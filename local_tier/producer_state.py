@@ -249,6 +249,11 @@ class ProducerStateManager:
 
     # -- snapshots --------------------------------------------------------------------
 
+    def has_snapshot_at(self, offset: int) -> bool:
+        """Whether a snapshot file at ``offset`` is on disk (the state there follows from the
+        log below it, so it needs no rewrite while the log does not move)."""
+        return snapshot_path(self.dir, offset).exists()
+
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the snapshot files on disk, ascending."""
         offsets = []

@@ -244,3 +244,18 @@ def test_snapshot_codec_round_trip_and_refuses_garbage() -> None:
     for bad in (data[:5], data[:-3], b"\x00\x01" + data[2:], data[:6] + b"\x7f\xff\xff\xff" + data[10:]):
         with pytest.raises(CorruptSnapshotError):
             decode_snapshot(bad)
+
+
+def test_a_clean_stop_of_an_idle_log_does_not_rewrite_its_snapshot(tmp_path: Path, logs: list[Log]) -> None:
+    log = open_log(tmp_path / "t-0", logs)
+    log.append_as_leader(batch(8, 0, 0), 0)
+    log.take_producer_snapshot()  # the first clean stop
+    path = tmp_path / "t-0" / "00000000000000000003.snapshot"
+    written = path.stat().st_mtime_ns, path.stat().st_ino
+    log.close()
+    log = open_log(tmp_path / "t-0", logs)
+    log.take_producer_snapshot()  # stopped again without an append: the snapshot says it all
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == written
+    log.append_as_leader(batch(8, 0, 3), 0)
+    log.take_producer_snapshot()
+    assert log.producer_state.snapshot_offsets() == [3, 6]
