@@ -26,6 +26,8 @@ __all__ = [
     "Batch",
     "Head",
     "MetadataLogError",
+    "batch_object",
+    "batch_text",
     "decode_batch",
     "decode_head",
     "decode_snapshot",
@@ -139,6 +141,17 @@ def decode_head(document: dict[str, Any]) -> Head:
 
 
 def encode_batch(batch: Batch) -> bytes:
+    """The object of ``batch``: its text (:func:`batch_text`), gzipped from 64 KiB."""
+    return batch_object(batch_text(batch))
+
+
+def batch_object(text: bytes) -> bytes:
+    """What is stored for a batch of ``text``: the text, gzipped from :data:`GZIP_FROM_BYTES`."""
+    return gzip.compress(text, 6, mtime=0) if len(text) >= GZIP_FROM_BYTES else text
+
+
+def batch_text(batch: Batch) -> bytes:
+    """The JSON Lines of ``batch``: its header line, then a line per record."""
     header = {
         "batch": {
             "revision": batch.revision,
@@ -151,8 +164,7 @@ def encode_batch(batch: Batch) -> bytes:
     }
     lines = [json.dumps(header, separators=(",", ":"))]
     lines.extend(json.dumps(r, separators=(",", ":")) for r in batch.records)
-    data = ("\n".join(lines) + "\n").encode()
-    return gzip.compress(data, 6, mtime=0) if len(data) >= GZIP_FROM_BYTES else data
+    return ("\n".join(lines) + "\n").encode()
 
 
 def decode_batch(data: bytes, revision: int) -> Batch:
