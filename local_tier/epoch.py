@@ -50,8 +50,26 @@ class LeaderEpochCache:
         """The newest epoch, -1 when none was assigned."""
         return self._entries[-1][0] if self._entries else -1
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` (ignored unless newer than the latest)."""
+    @property
+    def needs_persist(self) -> bool:
+        """Whether memory holds entries the file does not (an epoch assigned without
+        ``persist``, a truncation): the next append writes them before its bytes."""
+        return self._entries != self._on_disk
+
+    def persist(self) -> None:
+        """Write memory's entries to the file now; OSError (a full disk) leaves the file as it was."""
+        if self._entries != self._on_disk:
+            write_checkpoint(self.path, self._entries)
+            self._on_disk = list(self._entries)
+
+    def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (ignored unless newer than the latest).
+
+        ``persist=False`` (a partition becoming leader, before any record of the epoch) keeps
+        it in memory only: no file write or fsync on the event loop per leadership, which at
+        10,000 partitions held the loop long enough to miss heartbeats (Kafka's KAFKA-15046).
+        The epoch reaches the file with the first append in it (:meth:`needs_persist`); lost
+        in a crash before that, no record carries it, and the next leadership assigns it again."""
         if self._entries:
             latest_epoch = self._entries[-1][0]
             if epoch <= latest_epoch:
@@ -66,7 +84,7 @@ class LeaderEpochCache:
                 return
         kept = [e for e in self._entries if e[1] < start_offset]
         entries = [*kept, (epoch, start_offset)]
-        if entries != self._on_disk:
+        if persist and entries != self._on_disk:
             write_checkpoint(self.path, entries)
             self._on_disk = entries
         self._entries = entries

@@ -456,6 +456,8 @@ class Log(Owned):
                 f"record leader epoch {leader_epoch} for",
                 lambda: self._leader_epoch_cache.assign(leader_epoch, first_offset),
             )
+        elif self._leader_epoch_cache.needs_persist:  # the epoch its leadership assigned in memory
+            self._guarded(f"record leader epoch {leader_epoch} for", self._leader_epoch_cache.persist)
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),

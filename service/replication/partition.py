@@ -156,11 +156,8 @@ class Partition:
         log = self.log
         self.leader_epoch_start_offset = log.log_end_offset
         if self.leader_epoch > log.leader_epoch_cache.latest_epoch:
-            try:
-                log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset)
-            except OSError as exc:  # a full disk: the next append records the epoch
-                _log.warning("%s: cannot record leader epoch %d (%s)", self.name,
-                             self.leader_epoch, exc)
+            # in memory: the first append of the epoch writes it (no disk I/O per leadership)
+            log.leader_epoch_cache.assign(self.leader_epoch, log.log_end_offset, persist=False)
         now = monotonic_ms()
         self.followers = {
             r: FollowerState(now if r in self.isr else 0.0) for r in self.replicas if r != self.local_id

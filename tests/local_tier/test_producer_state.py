@@ -259,3 +259,17 @@ def test_a_clean_stop_of_an_idle_log_does_not_rewrite_its_snapshot(tmp_path: Pat
     log.append_as_leader(batch(8, 0, 3), 0)
     log.take_producer_snapshot()
     assert log.producer_state.snapshot_offsets() == [3, 6]
+
+
+def test_a_leadership_epoch_is_written_with_the_first_append_not_before(tmp_path: Path, logs: list[Log]) -> None:
+    """Becoming leader assigns the epoch in memory (no disk I/O per leadership on the loop);
+    the first append of that epoch writes the checkpoint before its bytes."""
+    log = open_log(tmp_path / "t-0", logs)
+    checkpoint = tmp_path / "t-0" / "leader-epoch-checkpoint"
+    log.leader_epoch_cache.assign(7, 0, persist=False)  # what Partition._become_leader does
+    assert log.leader_epoch_cache.end_offset_for(7) == (7, 0)  # answered from memory at once
+    assert not checkpoint.exists() and log.leader_epoch_cache.needs_persist
+    log.append_as_leader(batch(8, 0, 0), 7)
+    assert checkpoint.read_text() == "0\n1\n7 0\n" and not log.leader_epoch_cache.needs_persist
+    log.close()
+    assert open_log(tmp_path / "t-0", logs).leader_epoch_cache.entries == [(7, 0)]
