@@ -70,6 +70,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(REPO))  # the controller package reads the bucket's metadata (snapshot size)
 
 from foundation import BrokerProcess, free_port, log  # noqa: E402
 
