@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import struct
 import threading
 from collections import OrderedDict
@@ -43,8 +44,9 @@ from fetch.remote_index import (
     first_at_or_after,
     time_scan_start,
 )
+from local_tier.segment import FileRegion
 
-__all__ = ["ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource", "TimestampMatch"]
+__all__ = ["BucketRegion", "ChunkCache", "RemoteReadResult", "RemoteReader", "RemoteSegmentSource", "TimestampMatch"]
 
 _log = logging.getLogger("strata.fetch")
 _HEADER_BYTES = BATCH_OVERHEAD
@@ -71,6 +73,14 @@ class RemoteSegmentSource(Protocol):
     def get_time_index(self, segment: object) -> bytes:
         """The segment's whole ``.timeindex`` object."""
         ...
+
+    # Optional: ``open_log(segment)``, the ``.log`` object as an open file (anything
+    # with ``fileno()``) or None, for a source whose objects are local files; the
+    # reader then hands out file regions to ``sendfile`` instead of reading chunks.
+
+
+class _Descriptor(Protocol):
+    def fileno(self) -> int: ...
 
 
 class ChunkCache:
@@ -135,27 +145,39 @@ class ChunkCache:
 
 
 @dataclass(frozen=True, slots=True)
-class RemoteReadResult:
-    """Whole batches read from a segment object, as views of cached chunks.
+class BucketRegion(FileRegion):
+    """A region of a segment object's file in a bucket on the local file system: history
+    read from the bucket, so sent by the history threads (docs/adr/0005) with
+    ``sendfile``, however warm its pages, where a local segment's region may go out
+    from the event loop."""
 
-    ``parts`` are zero-copy slices of the chunk cache's buffers: a 16 MiB read is
+
+@dataclass(frozen=True, slots=True)
+class RemoteReadResult:
+    """Whole batches read from a segment object: a region of its file, or views of
+    cached chunks.
+
+    ``parts`` are never copies. From a bucket on the local file system they are one
+    :class:`BucketRegion` of the object's file, sent with ``sendfile`` like a local
+    segment's. From S3 they are slices of the chunk cache's buffers: a 16 MiB read is
     handed to the socket as sixteen views, never joined. Copying it would hold the
     GIL for milliseconds, which the event loop serving the live tail would wait out.
     """
 
-    parts: tuple[memoryview, ...]
+    parts: tuple[memoryview | FileRegion, ...]
     first_batch_offset: int
     #: one past the last offset of the batches read (``first_batch_offset`` when none)
     next_offset: int = -1
 
     @property
     def size(self) -> int:
-        return sum(len(p) for p in self.parts)
+        return sum(p.length if isinstance(p, FileRegion) else len(p) for p in self.parts)
 
     @property
     def records(self) -> bytes:
-        """The batches as one byte string (a copy; for callers that need one)."""
-        return b"".join(self.parts)
+        """The batches as one byte string (a copy, read from the file for a region:
+        blocking; for callers that need one)."""
+        return b"".join(p.read_bytes() if isinstance(p, FileRegion) else p for p in self.parts)
 
 
 class RemoteReader:
@@ -286,33 +308,40 @@ class RemoteReader:
     def read(
         self, segment: object, segment_size: int, offset: int, max_bytes: int, min_one_message: bool
     ) -> RemoteReadResult:
-        """Whole batches from the one containing ``offset``, within ``max_bytes`` (KIP-74)."""
+        """Whole batches from the one containing ``offset``, within ``max_bytes`` (KIP-74).
+
+        When the source can open the segment's object as a file (a bucket on the local
+        file system), the result is one :class:`BucketRegion` of it that the history
+        threads send with ``sendfile``, as local segments go out: the batch headers are
+        read with ``pread`` and the records never pass through this process's memory.
+        Otherwise they are views of the chunk cache's ranged GETs.
+        """
         key = self._source.cache_key(segment)
         pos = self._index_position(segment, key, offset)
-        # find the batch holding ``offset``
-        while True:
-            if pos + LOG_OVERHEAD > segment_size:
-                raise OffsetOutOfRangeError(f"offset {offset} is past the end of remote segment {key}")
-            header = read_batch_header(self._bytes(segment, key, segment_size, pos, pos + _HEADER_BYTES))
-            if header.last_offset >= offset:
-                break
-            pos += header.size
-        start = end = pos
-        first = next_offset = header.base_offset
-        while end < segment_size:
-            if end != start:
-                header = read_batch_header(
-                    self._bytes(segment, key, segment_size, end, end + _HEADER_BYTES)
-                )
-            if end + header.size > segment_size:
-                break  # incomplete tail: never hand out a partial batch
-            if end - start + header.size > max_bytes and not (end == start and min_one_message):
-                break
-            end += header.size
-            next_offset = header.next_offset
+        file = self._open_log(segment)
+        if file is None:
+
+            def header_at(at: int) -> bytes:
+                return self._bytes(segment, key, segment_size, at, at + _HEADER_BYTES)
+        else:
+
+            def header_at(at: int) -> bytes:
+                return os.pread(file.fileno(), _HEADER_BYTES, at)
+
+        start, end, first, next_offset = _batch_span(
+            header_at, key, segment_size, pos, offset, max_bytes, min_one_message
+        )
+        if file is not None:
+            region = BucketRegion(file, start, end - start, first, next_offset)  # type: ignore[arg-type]
+            return RemoteReadResult((region,) if end > start else (), first, next_offset)
         parts = self._views(segment, key, segment_size, start, end) if end > start else ()
         self._prefetch(segment, key, segment_size, end)
         return RemoteReadResult(parts, first, next_offset)
+
+    def _open_log(self, segment: object) -> _Descriptor | None:
+        """The segment's ``.log`` object as an open file, if the source can give one."""
+        open_log = getattr(self._source, "open_log", None)
+        return open_log(segment) if open_log is not None else None
 
     def submit_time_lookup(
         self, segment: object, segment_size: int, timestamp: int, start_offset: int
@@ -408,6 +437,39 @@ class RemoteReader:
                 self._pool.submit(self._chunk_bytes, segment, key, size, index)
             except RuntimeError:  # pool shut down
                 return
+
+
+def _batch_span(
+    header_at: Callable[[int], bytes],
+    key: Hashable,
+    segment_size: int,
+    pos: int,
+    offset: int,
+    max_bytes: int,
+    min_one_message: bool,
+) -> tuple[int, int, int, int]:
+    """``(start, end, first offset, next offset)`` of the whole batches to send: from the
+    one holding ``offset`` (searched from ``pos``) while they fit in ``max_bytes``, the
+    first one whatever its size with ``min_one_message``, never a partial tail batch."""
+    while True:
+        if pos + LOG_OVERHEAD > segment_size:
+            raise OffsetOutOfRangeError(f"offset {offset} is past the end of remote segment {key}")
+        header = read_batch_header(header_at(pos))
+        if header.last_offset >= offset:
+            break
+        pos += header.size
+    start = end = pos
+    first = next_offset = header.base_offset
+    while end < segment_size:
+        if end != start:
+            header = read_batch_header(header_at(end))
+        if end + header.size > segment_size:
+            break  # incomplete tail: never hand out a partial batch
+        if end - start + header.size > max_bytes and not (end == start and min_one_message):
+            break
+        end += header.size
+        next_offset = header.next_offset
+    return start, end, first, next_offset
 
 
 class _IndexKind(NamedTuple):

@@ -4,7 +4,8 @@ Record data goes out with ``os.sendfile`` straight from the page cache; small
 file regions are read and sent with the bytes around them. Large in-memory
 buffers go out in slices, one event-loop step each.
 
-Responses that carry records read from the bucket are sent by a
+Responses that carry records read from the bucket (views of cached chunks, or
+regions of a file:// bucket's objects to ``sendfile``) are sent by a
 :class:`HistorySender` thread instead: copying hundreds of MB/s of history into
 sockets on the event loop would make every live producer and consumer wait
 behind it (docs/adr/0005-history-off-the-event-loop.md). So are responses whose local
@@ -24,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeGuard
 
 from fetch.affinity import pin_current_thread
+from fetch.remote_reader import BucketRegion
 from local_tier.segment import FileRegion
 
 __all__ = [
@@ -133,9 +135,13 @@ def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
 
 def carries_history(parts: list[bytes | memoryview | FileRegion]) -> bool:
     """Whether a response is for the history sender threads: it holds records read from
-    the bucket (large in-memory parts: views of cached chunks), or local records that
-    are not in the page cache (:class:`FileRegion` parts a send would read from disk)."""
-    return any(_large_buffer(p) or (isinstance(p, FileRegion) and not resident(p)) for p in parts)
+    the bucket (large in-memory parts: views of cached chunks; regions of a file://
+    bucket's objects), or local records that are not in the page cache
+    (:class:`FileRegion` parts a send would read from disk)."""
+    return any(
+        _large_buffer(p) or isinstance(p, BucketRegion) or (isinstance(p, FileRegion) and not resident(p))
+        for p in parts
+    )
 
 
 #: one byte a page-cache probe reads into (its value is never used; threads may share it)

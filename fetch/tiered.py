@@ -28,6 +28,7 @@ from common.config.configdef import parse_cpu_list
 from common.errors import KafkaStorageError
 from common.latency import REMOTE_READ_BUCKETS, LatencyHistograms
 from fetch.remote_reader import RemoteReader, RemoteReadResult, TimestampMatch
+from local_tier.segment import FileRegion
 from local_tier.txn_index import TxnSearch
 from remote_tier.errors import ObjectStoreError, RemoteStorageError
 from remote_tier.log_manager import RemoteFetch
@@ -35,6 +36,7 @@ from remote_tier.log_manager import RemoteFetch
 if TYPE_CHECKING:
     from common.config import BrokerConfig
     from local_tier.log import Log
+    from remote_tier.filesystem import ObjectFile
     from remote_tier.log_manager import RemoteLogManager
     from remote_tier.storage_manager import RemoteStorageManager
 
@@ -54,6 +56,10 @@ class _Source:
     def get_range(self, segment: object, start: int, end: int) -> bytes:
         assert isinstance(segment, RemoteFetch)
         return self._rsm.read_range(segment.segment, segment.topic_id, segment.partition, start, end)
+
+    def open_log(self, segment: object) -> ObjectFile | None:
+        assert isinstance(segment, RemoteFetch)
+        return self._rsm.open_log(segment.segment, segment.topic_id, segment.partition)
 
     def get_offset_index(self, segment: object) -> bytes:
         assert isinstance(segment, RemoteFetch)
@@ -98,8 +104,9 @@ class TieredReader:
 
     async def read(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool
-    ) -> tuple[memoryview, ...]:
-        """Whole batches from ``offset``, as zero-copy views (see :class:`RemoteReadResult`)."""
+    ) -> tuple[memoryview | FileRegion, ...]:
+        """Whole batches from ``offset``, never copied: a region of the object's file to
+        ``sendfile``, or views of cached chunks (see :class:`RemoteReadResult`)."""
         started = time.perf_counter()
         result = await self._submit(fetch, offset, max_bytes, min_one_message)
         self.read_latency.observe("fetch", time.perf_counter() - started)
@@ -107,7 +114,7 @@ class TieredReader:
 
     async def read_committed(
         self, fetch: RemoteFetch, offset: int, max_bytes: int, min_one_message: bool, local: Log
-    ) -> tuple[tuple[memoryview, ...], list[tuple[int, int]]]:
+    ) -> tuple[tuple[memoryview | FileRegion, ...], list[tuple[int, int]]]:
         """:meth:`read` plus ``(producer id, first offset)`` of the aborted transactions
         overlapping what was read: the list a read of the same offsets from local disk gives."""
         started = time.perf_counter()

@@ -56,7 +56,7 @@ from remote_tier.store import (
     clamp_range,
 )
 
-__all__ = ["FileSystemObjectStore"]
+__all__ = ["FileSystemObjectStore", "ObjectFile"]
 
 _INTERNAL = ".strata"
 _LOCK_NAME = ".strata.lock"
@@ -124,6 +124,20 @@ class FileSystemObjectStore:
             raise ObjectNotFound(key) from None
         except OSError as err:
             raise self._unavailable("read", key, err) from err
+
+    def open_read(self, key: str) -> ObjectFile:
+        """The object's file, open read-only, for ``os.sendfile`` of ranges of it: a
+        reader that sends the bytes on never copies them into memory. The descriptor
+        keeps the object's bytes readable even if it is deleted afterwards (as an
+        open local segment does); a missing key is :class:`ObjectNotFound`, as ``get``."""
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as err:
+            raise self._unavailable("read", key, err) from err
+        return ObjectFile(fd)
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         """The whole object and the MD5 of exactly the bytes read (see ``store.get_with_etag``)."""
@@ -377,6 +391,26 @@ class FileSystemObjectStore:
             f"{err.strerror or err}. Check that the directory exists, is writable by "
             "this user, and that the disk is not full."
         )
+
+
+class ObjectFile:
+    """A read-only descriptor on an object's file, closed when the last holder drops it.
+
+    Ranges of it are handed to sockets by other threads and the event loop, each
+    through a ``dup`` of its own (``fetch.sending.held_fd``), so no holder needs to
+    know when the others are done; closing on release never closes a descriptor in use.
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def __del__(self) -> None:
+        os.close(self._fd)
 
 
 def _may_hold(dir_prefix: str, prefix: str) -> bool:

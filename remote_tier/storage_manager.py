@@ -34,6 +34,7 @@ from remote_tier.errors import (
     ObjectStoreError,
     SegmentOverlapError,
 )
+from remote_tier.filesystem import FileSystemObjectStore, ObjectFile
 from remote_tier.layout import PartitionLayout, SegmentFile, new_upload_id
 from remote_tier.manifest import ManifestStore, PartitionManifest, RemoteSegment
 from remote_tier.retrying import RetryingObjectStore
@@ -423,6 +424,18 @@ class RemoteStorageManager:
             segment.base_offset, segment.upload_id, SegmentFile.LOG
         )
         return self._store.get(key, start, end)
+
+    def open_log(self, segment: RemoteSegment, topic_id: TopicId, partition: int) -> ObjectFile | None:
+        """The segment's ``.log`` as an open file when the store is a local directory
+        (the embedded default), for sending ranges of it with ``sendfile``; None for a
+        store that can only be read with GETs (S3)."""
+        inner = self._store.inner
+        if not isinstance(inner, FileSystemObjectStore):
+            return None
+        key = self.layout(topic_id, partition).segment_key(
+            segment.base_offset, segment.upload_id, SegmentFile.LOG
+        )
+        return inner.open_read(key)
 
     def read_txn_index(self, segment: RemoteSegment, topic_id: TopicId, partition: int) -> bytes:
         """The segment's whole ``.txnindex`` (empty when the manifest lists none)."""

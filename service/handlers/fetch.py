@@ -15,9 +15,8 @@ from typing import Any
 from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import timedelta_to_ms
 from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
-from fetch.response import encode_fetch_response
+from fetch.response import encode_fetch_response, frame_size
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
-from local_tier.segment import FileRegion
 from service.handlers.context import RequestContext
 from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
@@ -115,9 +114,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             for d in data:
                 d.remote = None
         else:
-            await _read_remote(broker, data, isolation == READ_COMMITTED)
+            remote_bytes = await _read_remote(broker, data, isolation == READ_COMMITTED)
             if remote_quota is not None:
-                remote_quota.record(sum(d.size for d in data if d.regions and not isinstance(d.regions[0], FileRegion)))
+                remote_quota.record(remote_bytes)
     elif wanted and not errors and total < min_bytes and max_wait_ms > 0:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait_ms / 1000
@@ -152,8 +151,9 @@ def _rack_of(broker: Any) -> Any:
     return rack
 
 
-async def _read_remote(broker: Any, data: list[Any], committed: bool = False) -> None:
-    """Fill the partitions planned from the bucket, waiting at most remote.fetch.max.wait.ms.
+async def _read_remote(broker: Any, data: list[Any], committed: bool = False) -> int:
+    """Fill the partitions planned from the bucket, waiting at most remote.fetch.max.wait.ms;
+    returns the bytes they got (what the remote fetch quota counts).
 
     A read that takes longer keeps running on its tiered-fetch thread (it warms the
     chunk cache for the consumer's next fetch); this response carries the local
@@ -161,6 +161,7 @@ async def _read_remote(broker: Any, data: list[Any], committed: bool = False) ->
     """
     reads = broker.tiered_reads
     pending = [d for d in data if d.remote is not None]
+    filled = 0
     tasks = [
         asyncio.ensure_future(
             reads.read_committed(
@@ -192,8 +193,10 @@ async def _read_remote(broker: Any, data: list[Any], committed: bool = False) ->
             parts, aborted = result if committed else (result, [])
             if parts:
                 d.regions = list(parts)
-                d.size = sum(len(p) for p in parts)
+                d.size = frame_size(parts)
                 d.aborted = aborted
+                filled += d.size
+    return filled
 
 
 def _consume_result(task: asyncio.Future[Any]) -> None:

@@ -18,6 +18,7 @@ request's ``max_bytes`` is not read; the answer says so and how to ask for it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,13 +119,19 @@ async def _read(view: PartitionsView, req: BrowseRequest, offset: int,
         raise for_code(part.error_code)(part.error_message or "")
     if part.remote is not None:
         parts = await view.tiered_reads.read(part.remote.target, offset, budget, False)
-        return b"".join(bytes(p) for p in parts) or None, "remote"  # empty: the batch is too big
+        return await _joined(parts) or None, "remote"  # empty: the batch is too big
     if part.size > budget:
         return None, "local"  # the first batch alone is over the budget: not read
-    regions = [r for r in part.regions if isinstance(r, FileRegion)]
+    return await _joined([r for r in part.regions if isinstance(r, FileRegion)]), "local"
+
+
+async def _joined(parts: Sequence[bytes | memoryview | FileRegion]) -> bytes:
+    """The parts' bytes as one string; file regions are read on an executor thread."""
     loop = asyncio.get_running_loop()
-    chunks = [await loop.run_in_executor(None, r.read_bytes) for r in regions]
-    return b"".join(chunks), "local"
+    chunks = [
+        await loop.run_in_executor(None, p.read_bytes) if isinstance(p, FileRegion) else bytes(p) for p in parts
+    ]
+    return b"".join(chunks)
 
 
 def _decode(data: bytes, position: int, wanted: int,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -12,8 +13,11 @@ import pytest
 from common.errors import OffsetOutOfRangeError
 from common.record.batch import build_batch, decode_all
 from fetch.remote_reader import ChunkCache, RemoteReader
+from fetch.sending import carries_history
 from local_tier.config import LogConfig
 from local_tier.log import Log
+from local_tier.segment import FileRegion
+from remote_tier.filesystem import ObjectFile
 
 
 @dataclass(frozen=True)
@@ -134,3 +138,43 @@ def test_cache_stays_within_its_byte_bound() -> None:
     assert cache.size_bytes <= 10_000
     assert cache.get(99, lambda: b"never") == b"x" * 1000  # most recent is still there
     assert cache.get(0, lambda: b"reloaded") == b"reloaded"  # oldest was evicted
+
+
+class _FileSource(_Source):
+    """A bucket on the local file system: the ``.log`` object is a file it can open."""
+
+    def __init__(self, data: bytes, index: bytes, path: Path) -> None:
+        super().__init__(data, index)
+        path.write_bytes(data)
+        self.path = path
+
+    def open_log(self, segment: _Seg) -> ObjectFile:
+        return ObjectFile(os.open(self.path, os.O_RDONLY))
+
+
+def test_file_store_reads_are_file_regions_cut_exactly_like_chunk_reads(segment, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """From a file:// bucket the reader hands out a region of the object's file for the
+    history threads to ``sendfile`` (no GET, no copy in memory) holding exactly the
+    batches a ranged-GET read gives, for every offset, budget and min_one_message."""
+    seg, chunks = segment
+    files = _FileSource(chunks.data, chunks.index, tmp_path / "object.log")
+    by_gets = RemoteReader(chunks, threads=1, chunk_bytes=4096, cache_bytes=1 << 20)
+    by_file = RemoteReader(files, threads=1, chunk_bytes=4096, cache_bytes=1 << 20)
+    try:
+        for offset in (0, 1, 19, 20, 505, 999):
+            for budget in (10, 2_500, 10_000, 1 << 20):
+                for min_one in (True, False):
+                    want = by_gets.read(seg, len(chunks.data), offset, budget, min_one)
+                    got = by_file.read(seg, len(files.data), offset, budget, min_one)
+                    assert got.records == want.records and got.size == want.size
+                    assert (got.first_batch_offset, got.next_offset) == (want.first_batch_offset, want.next_offset)
+                    if want.size:
+                        (region,) = got.parts
+                        assert isinstance(region, FileRegion) and region.next_offset == want.next_offset
+                        assert carries_history([region])  # bucket history: the history threads send it
+        assert files.gets == [] and by_file.cache.size_bytes == 0  # nothing read into memory
+        with pytest.raises(OffsetOutOfRangeError):
+            by_file.read(seg, len(files.data), 1000, 10_000, True)
+    finally:
+        by_gets.close()
+        by_file.close()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from common.record.batch import iter_batches
-from remote_tier import ObjectStore, ObjectStoreUnavailable
+from remote_tier import ObjectNotFound, ObjectStore, ObjectStoreUnavailable
 from remote_tier.errors import FencedError
+from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.layout import PartitionLayout
 from remote_tier.manifest import RemoteSegment
 from remote_tier.storage_manager import RemoteStorageManager
@@ -273,3 +275,25 @@ def test_delete_partition_removes_the_manifest_and_every_object(
     assert [i.key for i in any_store.list(PREFIX)] == [
         f"{PREFIX}/topics/{TOPIC_ID}/1/manifest.json"
     ]
+
+
+def test_open_log_gives_the_file_of_a_filesystem_segment_and_a_deleted_one_is_not_found(
+    any_store: ObjectStore, local: list[LocalSegment]
+) -> None:
+    """A file:// bucket hands tiered reads the segment's file to ``sendfile`` from; S3 gives
+    None (ranged GETs). Once deleted (retention, DeleteTopics), opening it fails as a GET
+    does, with ObjectNotFound."""
+    manager = _manager(any_store)
+    remote = _upload(manager, local[0])
+    opened = manager.open_log(remote, TOPIC_ID, 0)
+    if not isinstance(any_store, FileSystemObjectStore):
+        assert opened is None
+        return
+    assert opened is not None
+    assert os.pread(opened.fileno(), remote.size_bytes + 1, 0) == local[0].log_path.read_bytes()
+    assert manager.delete_partition(TOPIC_ID, 0) > 0
+    with pytest.raises(ObjectNotFound):
+        manager.read_range(remote, TOPIC_ID, 0, 0, 10)
+    with pytest.raises(ObjectNotFound):
+        manager.open_log(remote, TOPIC_ID, 0)
+    assert os.pread(opened.fileno(), 10, 0) == local[0].log_path.read_bytes()[:10]  # still open: still readable
