@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from local_tier.manager import LogManager
 from local_tier.segment import FileRegion
 from remote_tier import FileSystemObjectStore, ObjectStore
 from remote_tier.log_manager import RemoteLogManager
+from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.s3 import S3ObjectStore
+from remote_tier.tier_state import NEVER, retention_due, retention_due_at
 from service.handlers.fetch import _read_remote
 from tests.remote_tier.flaky import FlakyObjectStore
 from tests.s3_fixtures import S3Bucket
@@ -543,3 +546,56 @@ def test_a_round_gives_an_idle_partition_no_task_and_a_rolled_one_its_upload(mak
         assert rounds == [3]
     finally:
         service.close()
+
+
+def test_a_resting_partition_is_not_looked_at_until_its_log_or_leadership_changes(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    """Issue 33: once a round found nothing to do for a partition, later rounds do not look at it
+    (its segments, manifest, retention) until its log changes or its leadership does."""
+    broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "3600000"}))
+    logs = broker.create_topic("many", partitions=50)
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    looked: list[int] = []
+    real_check = service._nothing_to_do
+
+    def counted(local: Log, *rest: Any) -> bool:
+        looked.append(local.partition)
+        return real_check(local, *rest)
+
+    service._nothing_to_do = counted  # type: ignore[method-assign]
+    try:
+        asyncio.run(service.run_once(broker))  # every partition claims its manifest
+        asyncio.run(service.run_once(broker))  # and has nothing to do: it rests
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        assert looked == []
+        _fill(logs[7], batches=40)
+        asyncio.run(service.run_once(broker))
+        assert looked == [7]
+        state = service.state("many", 7)
+        assert state is not None and state.manifest is not None
+        assert state.manifest.next_offset == logs[7].segments[-1].base_offset  # the sealed ones are up
+        service.on_resign("many", 12, deleted=False)  # and it leads again at the next round
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        assert sorted(looked) == [7, 12]  # 7: its round just ran; 12: a claim again
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        asyncio.run(service.run_once(broker))
+        assert looked == [12]  # its claim ran; then every partition rests
+    finally:
+        service.close()
+
+
+def test_the_bucket_s_retention_ms_wakes_a_resting_partition_when_it_falls_due() -> None:
+    segment = RemoteSegment(base_offset=0, last_offset=9, size_bytes=100, min_timestamp=900,
+                            max_timestamp=1_000, leader_epoch=0, record_count=10, upload_id="u")
+    manifest = PartitionManifest(topic="t", topic_id=str(uuid.uuid4()), partition=0, leader_epoch=0,
+                                 log_start_offset=0, segments=(segment,))
+    config = LogConfig(retention_ms=500)
+    assert retention_due_at(manifest, config) == 1_501
+    assert not retention_due(manifest, config, 0, 1_500) and retention_due(manifest, config, 0, 1_501)
+    assert retention_due_at(manifest, LogConfig(retention_ms=-1)) == NEVER
+    assert retention_due_at(manifest, LogConfig(retention_ms=500, cleanup_policy="compact")) == NEVER
+    assert retention_due_at(None, config) == NEVER
