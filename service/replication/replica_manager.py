@@ -63,6 +63,7 @@ from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from service.replication.delayed_produce import ProduceWaiters
+from service.replication.isr_watch import IsrWatch
 from service.replication.partition import Partition, Transition, monotonic_ms
 
 __all__ = [
@@ -192,6 +193,8 @@ class ReplicaManager:
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: the led partitions the ISR check (:meth:`shrink_isrs`) looks at
+        self.isr_watch = IsrWatch()
 
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
@@ -244,6 +247,7 @@ class ReplicaManager:
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
                     self._changed(partition)
                 self._maybe_expand_isr(partition)
+                self.isr_watch.add(partition)
         if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
                 if partition.leader_id >= 0 and md.is_active(partition.leader_id):
@@ -412,6 +416,7 @@ class ReplicaManager:
         if partition.maybe_increment_high_watermark():
             self.produce_waiters.wake(partition)
         self._waiters.notify(partition.topic, partition.index)
+        self.isr_watch.add(partition)
 
     def _changed(self, partition: Partition) -> None:
         """The partition's high watermark, ISR or leadership changed: wake the fetches and
@@ -455,6 +460,8 @@ class ReplicaManager:
         if moved:
             self._changed(partition)
         self._maybe_expand_isr(partition)
+        if fetch.fetch_offset < log.log_end_offset:
+            self.isr_watch.add(partition)
         return None
 
     def after_isr_change(self, partition: Partition, high_watermark_moved: bool) -> None:
@@ -470,20 +477,8 @@ class ReplicaManager:
         Kafka's ``maybeShrinkIsr``). Returns how many partitions it asked for."""
         if self.isr_changes is None:
             return 0
-        now = monotonic_ms()
-        asked = 0
-        for partition in self.led():
-            lagging = partition.out_of_sync(now, max_lag_ms)
-            if not lagging:
-                continue
-            new_isr = tuple(r for r in partition.isr if r not in lagging)
-            # pending: the maximal ISR stays the committed one until the answer
-            partition.pending_isr = new_isr
-            _log.info("%s: asking to drop %s from the ISR %s (no catch-up for %d ms)",
-                      partition.name, lagging, list(partition.isr), max_lag_ms)
-            self.isr_changes.submit(partition, new_isr)
-            self.isr_shrinks += 1
-            asked += 1
+        asked = self.isr_watch.shrink(self.partitions, self.isr_changes.submit, monotonic_ms(), max_lag_ms)
+        self.isr_shrinks += asked
         return asked
 
     def _maybe_expand_isr(self, partition: Partition) -> None:
