@@ -146,7 +146,9 @@ class RemoteLogManager:
     """Only a partition's leader uploads, at its leader epoch: the first round after it
     became leader writes that epoch into the manifest (a compare-and-set), so from then
     on any upload of a deposed leader fails the manifest's epoch check and is never
-    published (:class:`remote_tier.manifest.FencedError`)."""
+    published (:class:`remote_tier.manifest.FencedError`). Where the bucket held no manifest
+    when it became leader (nothing to write the epoch into), that is the first round with
+    something to do, which claims before it uploads."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig) -> None:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
@@ -427,8 +429,7 @@ class RemoteLogManager:
             await asyncio.gather(*tasks)
 
     def _round_logs(
-        self,
-        broker: TieredLogs, now_ms: int, only: set[tuple[str, int]] | None
+        self, broker: TieredLogs, now_ms: int, only: set[tuple[str, int]] | None
     ) -> Iterator[tuple[str, int, Log, uuid.UUID, int]]:
         """(topic, partition, log, topic id, leader epoch: -1 when followed) of the tiered local
         logs a round looks at: ``only``'s leaders, or every one not resting."""
@@ -652,8 +653,13 @@ class RemoteLogManager:
         """Whether a round of this led partition would find nothing to do, told from memory: its
         manifest is read and claimed at this epoch, no sealed segment waits for upload, the cached
         manifest has nothing for retention, and its orphan clean-up is not due. An idle partition
-        then costs the round a few attribute reads, not a task (issue 33: 10,000 of them)."""
-        if state.claimed_epoch != epoch or not state.loaded:
+        then costs the round a few attribute reads, not a task (issue 33: 10,000 of them).
+
+        A partition whose manifest was read absent under this leadership is not claimed while it
+        has nothing else to do: a claim writes nothing where there is no manifest, and the round
+        that has something to do claims first (re-reading the manifest). 10,000 new partitions
+        then cost their first round no claim each (two bucket reads and a copier hop apiece)."""
+        if not state.loaded or (state.claimed_epoch != epoch and state.manifest is not None):
             return False
         boundary = state.remote_next_offset
         if self._next_upload(local, boundary) is not None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -599,3 +600,41 @@ def test_the_bucket_s_retention_ms_wakes_a_resting_partition_when_it_falls_due()
     assert retention_due_at(manifest, LogConfig(retention_ms=-1)) == NEVER
     assert retention_due_at(manifest, LogConfig(retention_ms=500, cleanup_policy="compact")) == NEVER
     assert retention_due_at(None, config) == NEVER
+
+
+def test_a_partition_led_without_a_manifest_is_claimed_only_once_it_has_something_to_upload(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    """Issue 33: 10,000 new partitions cost their first round no claim each (a claim writes
+    nothing where there is no manifest); the round that uploads claims first."""
+    broker = make_broker(_config())
+    logs = broker.create_topic("fresh", partitions=20)
+    topic_id = broker.controller.topic("fresh").topic_id
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    claims: list[int] = []
+    real_claim = service._claim
+
+    async def counted(loop: Any, topic_id: Any, partition: int, epoch: int) -> Any:
+        claims.append(partition)
+        return await real_claim(loop, topic_id, partition, epoch)
+
+    service._claim = counted  # type: ignore[method-assign]
+
+    async def lead_then_fill() -> None:
+        for log in logs:
+            service.on_leader(SimpleNamespace(topic="fresh", index=log.partition, topic_id=topic_id, log=log))
+        await service.loaded()  # each manifest read: none yet
+        await service.run_once(broker)
+        assert claims == []
+        _fill(logs[5], batches=40)
+        await service.run_once(broker)
+        assert claims == [5]
+
+    try:
+        asyncio.run(lead_then_fill())
+        state = service.state("fresh", 5)
+        assert state is not None and state.claimed_epoch == 0 and state.manifest is not None
+        assert state.manifest.leader_epoch == 0
+        assert state.manifest.next_offset == logs[5].segments[-1].base_offset
+    finally:
+        service.close()
