@@ -157,10 +157,17 @@ class Log(Owned):
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         failure: LogDirFailure | None = None,
         on_roll: Callable[[Log], None] | None = None,
+        on_change: Callable[[Log], None] | None = None,
     ) -> None:
         self._init_owner()
         #: called on the owner after each roll (the tiering uploads the sealed segment soon)
         self._on_roll = on_roll
+        #: called on the owner after each change (:meth:`_changed`): the log manager's
+        #: checkpoints then revisit this log only, not every log of the directory
+        self._on_change = on_change
+        #: how many changes the log has had (:meth:`_changed`): a periodic pass that remembers
+        #: it knows, without looking further, that an idle log has nothing new for it
+        self.changes = 0
         self.dir = dir
         self._failure = failure if failure is not None else LogDirFailure(dir.parent)
         self._topic = topic
@@ -324,6 +331,7 @@ class Log(Owned):
         self._config = config
         for segment in self._segments:
             segment.config = config
+        self._changed()
 
     @property
     @owner_only
@@ -385,6 +393,21 @@ class Log(Owned):
     @owner_only
     def last_flush_ms(self) -> int:
         return self._last_flush_ms
+
+    @property
+    @owner_only
+    def flush_in_flight(self) -> bool:
+        """Whether a flush is still queued or running on the flush thread: the recovery point
+        moves when it is done (the flush thread runs jobs in order, so the last one is enough)."""
+        last = self._last_flush
+        return last is not None and not last[1].done()
+
+    def _changed(self) -> None:
+        """Something periodic work reads has changed: the log end, the segments, the high
+        watermark, the log start, the config, or a flush was scheduled (the recovery point)."""
+        self.changes += 1
+        if self._on_change is not None:
+            self._on_change(self)
 
     # ------------------------------------------------------------------ append
 
@@ -471,6 +494,7 @@ class Log(Owned):
         if self._write_failing:
             self._write_failing = False
             _log.info("%s: appends succeed again", self.name)
+        self._changed()
         self._count_unflushed(validated.record_count, now)
         return LogAppendInfo(
             first_offset=first_offset,
@@ -555,6 +579,7 @@ class Log(Owned):
         _log.debug("%s: rolled to segment %s", self.name, segment_file_name(new_base, ".log"))
         self._flush_up_to(new_base, background=True)
         self._snapshot_in_background()
+        self._changed()
         if self._on_roll is not None:
             self._on_roll(self)
         return segment
@@ -706,6 +731,7 @@ class Log(Owned):
 
         future = self._submit(job) if background else _run_now(job)
         self._last_flush = (offset, future)
+        self._changed()  # the recovery point moves once the job is done (flush_in_flight)
         return future
 
     @owner_only
@@ -721,8 +747,11 @@ class Log(Owned):
     @owner_only
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to ``[log_start_offset, log_end_offset]``."""
-        self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
-        return self._high_watermark
+        high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+        if high_watermark != self._high_watermark:
+            self._high_watermark = high_watermark
+            self._changed()
+        return high_watermark
 
     def _out_of_range(self, offset: int) -> OffsetOutOfRangeError:
         return OffsetOutOfRangeError(
@@ -856,6 +885,7 @@ class Log(Owned):
             "index the transactions of",
             lambda: apply_append(self._producer_state, producers, segment, last_offset + 1),
         )
+        self._changed()
         self._count_unflushed(validated.record_count, now)
         return LogAppendInfo(
             first_offset=first_offset,
@@ -888,6 +918,7 @@ class Log(Owned):
             self._recovery_point = min(self._recovery_point, leo)
         self._first_recovered_base = None
         self._load_producer_state(self._producer_id_expiration_ms)  # snapshots above go too
+        self._changed()
         _log.info("%s: truncated to offset %d", self.name, leo)
         return True
 
@@ -909,6 +940,7 @@ class Log(Owned):
         self._leader_epoch_cache.truncate_from_end(0)
         self._producer_state.clear(offset)
         self._producer_state.delete_snapshots_below(2**63 - 1)
+        self._changed()
         _log.info("%s: starts empty at offset %d", self.name, offset)
 
     @owner_only
@@ -941,6 +973,8 @@ class Log(Owned):
         log start offset (their records were deleted). The whole log's retention is
         then the remote tier's job.
         """
+        if len(self._segments) == 1 and not self._segments[0].size and not self._pending_deletes:
+            return 0  # an empty log: nothing to delete (the pass over 10,000 idle ones is cheap)
         self._remove_due_deletes(now_ms)
         remote = self._config.remote_storage_enable
         deleted = 0
@@ -1012,6 +1046,7 @@ class Log(Owned):
         del self._bases[0]
         segment.delete()
         self._pending_deletes.append((now_ms + self._config.file_delete_delay_ms, segment))
+        self._changed()
         self._remove_due_deletes(now_ms)
 
     def _remove_due_deletes(self, now_ms: int) -> None:
@@ -1042,6 +1077,7 @@ class Log(Owned):
             return False
         self._log_start_offset = offset
         self._leader_epoch_cache.truncate_from_start(offset)
+        self._changed()
         return True
 
     # ------------------------------------------------------------------ cleaning
@@ -1134,6 +1170,7 @@ class Log(Owned):
         fsync_dir(self.dir)
         self._segments[first : first + len(replaced)] = [cleaned]
         self._bases[first : first + len(replaced)] = [cleaned.base_offset]
+        self._changed()
         _log.info(
             "%s: swapped in cleaned segment %s (%d bytes) for %d segment(s) of %d bytes",
             self.name, cleaned.log_path.name, cleaned.size, len(replaced),

@@ -6,7 +6,8 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from local_tier.cleaning.manager import CleanerConfig, LogCleaner, Throttler
 from local_tier.config import LogConfig
 from local_tier.dir_failure import LogDirFailure, is_disk_full
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
+from local_tier.offset_files import OffsetFile, TopicPartition, succeeded
 from local_tier.ownership import Owned, owner_only
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
@@ -94,6 +96,16 @@ class LogManager(Owned):
         self.cleaner: LogCleaner | None = None
         #: told ``(topic, partition)`` on the owner after a log rolled a segment
         self.roll_listeners: list[Callable[[str, int], None]] = []
+        self._recovery_points = OffsetFile(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point,
+                                            unsettled=lambda log: log.flush_in_flight)
+        self._start_offsets = OffsetFile(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
+        self._high_watermark_file = OffsetFile(REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark)
+        self._offset_files = (self._recovery_points, self._start_offsets, self._high_watermark_file)
+        #: the compacted logs (``cleanup.policy`` has compact): the cleaners' passes look at
+        #: these only, not at every log of the directory
+        self._compacted: dict[TopicPartition, Log] = {}
+        #: how many logs each topic has here
+        self._topic_logs: Counter[str] = Counter()
 
     @owner_only
     def start_cleaner(
@@ -108,7 +120,7 @@ class LogManager(Owned):
         """
         if self.cleaner is None:
             self.cleaner = LogCleaner(self.log_dir, self.all_logs, owner, config, limit=limit,
-                                      throttler=throttler)
+                                      throttler=throttler, compacted=self.compacted_logs)
             self.cleaner.start()
         return self.cleaner
 
@@ -140,7 +152,7 @@ class LogManager(Owned):
                 _log.warning("ignoring %s: not a <topic>-<partition> directory", path)
                 continue
             topic, partition = parsed
-            self._logs[parsed] = Log(
+            self._add(parsed, Log(
                 path,
                 topic,
                 partition,
@@ -153,7 +165,8 @@ class LogManager(Owned):
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 failure=self.failure,
                 on_roll=self._rolled,
-            )
+                on_change=self._changed,
+            ))
         if clean:
             marker.unlink()
             fsync_dir(self.log_dir)
@@ -161,6 +174,35 @@ class LogManager(Owned):
     def _rolled(self, log: Log) -> None:
         for listener in self.roll_listeners:
             listener(log.topic, log.partition)
+
+    def _changed(self, log: Log) -> None:
+        """On the owner, after ``log`` changed: the checkpoints look at it at their next pass."""
+        key = (log.topic, log.partition)
+        for offsets in self._offset_files:
+            offsets.dirty.add(key)
+
+    def _add(self, key: TopicPartition, log: Log) -> None:
+        self._logs[key] = log
+        self._topic_logs[key[0]] += 1
+        self._index(key, log)
+        self._changed(log)
+
+    def _drop(self, key: TopicPartition) -> Log | None:
+        """Take ``key``'s log out of the manager (its checkpoint entries go at the next pass)."""
+        log = self._logs.pop(key, None)
+        if log is not None:
+            self._topic_logs[key[0]] -= 1
+            if not self._topic_logs[key[0]]:
+                del self._topic_logs[key[0]]
+            self._compacted.pop(key, None)
+            self._changed(log)
+        return log
+
+    def _index(self, key: TopicPartition, log: Log) -> None:
+        if log.config.compact:
+            self._compacted[key] = log
+        else:
+            self._compacted.pop(key, None)
 
     @property
     def offline(self) -> bool:
@@ -189,8 +231,9 @@ class LogManager(Owned):
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
                 failure=self.failure,
                 on_roll=self._rolled,
+                on_change=self._changed,
             )
-            self._logs[(topic, partition)] = log
+            self._add((topic, partition), log)
         return log
 
     @owner_only
@@ -198,10 +241,21 @@ class LogManager(Owned):
         return dict(self._logs)
 
     @owner_only
+    def compacted_logs(self) -> dict[TopicPartition, Log]:
+        """The logs whose ``cleanup.policy`` has compact (a copy): what the cleaners look at."""
+        return dict(self._compacted)
+
+    @owner_only
+    def hosted_topics(self) -> Collection[str]:
+        """The topics with a log here (a live view: read it on the owner)."""
+        return self._topic_logs.keys()
+
+    @owner_only
     def update_config(self, topic: str, config: LogConfig) -> None:
-        for (name, _), log in self._logs.items():
-            if name == topic:
+        for key, log in self._logs.items():
+            if key[0] == topic:
                 log.update_config(config)
+                self._index(key, log)
 
     @owner_only
     def delete_logs(self, topic: str) -> None:
@@ -218,7 +272,7 @@ class LogManager(Owned):
         """Delete one partition's log (its topic deleted, or moved to another broker); no-op if
         absent. ``defer``: it only leaves the logs now; the caller deletes many and closes and
         renames them with :meth:`retire` a slice at a time, or :meth:`finish_deletes`."""
-        log = self._logs.pop((topic, partition), None)
+        log = self._drop((topic, partition))
         if log is not None:
             self._retiring[(topic, partition)] = log
             if not defer:
@@ -265,7 +319,9 @@ class LogManager(Owned):
             self._doomed.append(doomed)
 
     def _remove(self, key: tuple[str, int]) -> Path | None:
-        return self._close_and_rename(self._logs.pop(key))
+        log = self._drop(key)
+        assert log is not None
+        return self._close_and_rename(log)
 
     def _close_and_rename(self, log: Log) -> Path | None:
         """Close the log and rename its dir to ``<dir>.<uuid>-delete``, which a restart removes
@@ -280,34 +336,52 @@ class LogManager(Owned):
 
     @owner_only
     def checkpoint(self) -> Future[bool]:
-        """Write the recovery points and log start offsets of every log, atomically, on the
-        flush thread (the offsets are taken now, on the loop).
+        """Write the recovery points, log start offsets and high watermarks of every log,
+        atomically, on the flush thread (the offsets are taken now, on the loop); a file whose
+        entries did not change since its last successful write is not written again.
 
         The future's result is False, having logged why, when a checkpoint could not
         be written; a caller that answers only once they are durable (DeleteRecords)
         waits for it.
         """
-        files = {
-            RECOVERY_POINT_CHECKPOINT: {key: log.recovery_point for key, log in self._logs.items()},
-            LOG_START_OFFSET_CHECKPOINT: {key: log.log_start_offset for key, log in self._logs.items()},
-            REPLICATION_OFFSET_CHECKPOINT: self._high_watermarks(),
-        }
-        return self._write_checkpoints(files, "the checkpoints")
+        return self._write_checkpoints(self._offset_files, "the checkpoints")
 
     @owner_only
     def checkpoint_high_watermarks(self) -> Future[bool]:
         """Write every log's high watermark (``replica.high.watermark.checkpoint.interval.ms``)
-        on the flush thread: a restarted replica exposes nothing its leader had not
-        committed. Its result is False, having logged why, when the file could not be written."""
-        return self._write_checkpoints({REPLICATION_OFFSET_CHECKPOINT: self._high_watermarks()},
-                                       "the high watermarks")
+        on the flush thread, if one changed: a restarted replica exposes nothing its leader had
+        not committed. Its result is False, having logged why, when the file could not be written."""
+        return self._write_checkpoints((self._high_watermark_file,), "the high watermarks")
 
-    def _high_watermarks(self) -> dict[tuple[str, int], int]:
-        return {key: log.high_watermark for key, log in self._logs.items()}
+    def _write_checkpoints(self, offset_files: tuple[OffsetFile, ...], what: str) -> Future[bool]:
+        """Write the files that are due, in order on the flush thread, after the fsyncs queued
+        before (so a recovery point written is one they made true); with none due, whether
+        their last writes succeeded."""
+        due = [f for f in offset_files if f.refresh(self._logs)]
+        if not due:
+            return self._written(offset_files)
+        files = {f.name: dict(f.entries) for f in due}
+        earlier = [f.written for f in offset_files if f not in due and f.written is not None]
+        future = self._submit_checkpoints(files, what, earlier)
+        for offset_file in due:
+            offset_file.written = future
+        return future
 
-    def _write_checkpoints(self, files: Mapping[str, Mapping[tuple[str, int], int]], what: str) -> Future[bool]:
-        """Write ``files`` (name → offsets) in order on the flush thread, after the fsyncs
-        queued before (so a recovery point written is one they made true)."""
+    def _written(self, offset_files: tuple[OffsetFile, ...]) -> Future[bool]:
+        """Whether the last writes of ``offset_files`` succeeded, told on the flush thread after
+        them when one is still queued there."""
+        writes = [f.written for f in offset_files if f.written is not None]
+        if all(w.done() for w in writes):
+            result: Future[bool] = Future()
+            result.set_result(all(succeeded(w) for w in writes))
+            return result
+        self._last_checkpoint = future = self._executor.submit(lambda: all(succeeded(w) for w in writes))
+        return future
+
+    def _submit_checkpoints(self, files: Mapping[str, Mapping[tuple[str, int], int]], what: str,
+                            earlier: list[Future[bool]]) -> Future[bool]:
+        """Write ``files`` on the flush thread; its result is also that of the ``earlier``
+        writes of the other files asked for, done by then (the thread runs jobs in order)."""
         failure = self.failure
 
         def job() -> bool:
@@ -327,7 +401,7 @@ class LogManager(Owned):
             if self._checkpoint_failing:
                 self._checkpoint_failing = False
                 _log.info("%s: checkpoints written again", self.log_dir)
-            return True
+            return all(succeeded(w) for w in earlier)
 
         self._last_checkpoint = future = self._executor.submit(job)
         return future

@@ -33,7 +33,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +51,13 @@ from remote_tier.errors import FencedError, ObjectStoreError, RemoteStorageError
 from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.storage_manager import RemoteStorageManager
 from remote_tier.store import ObjectStore
-from remote_tier.tier_state import PartitionTierState, follow_remote_start, retention_due
+from remote_tier.tier_state import (
+    NEVER,
+    PartitionTierState,
+    follow_remote_start,
+    retention_due,
+    retention_due_at,
+)
 from remote_tier.txn_indexes import RemoteTxnIndexes
 
 if TYPE_CHECKING:
@@ -140,7 +146,9 @@ class RemoteLogManager:
     """Only a partition's leader uploads, at its leader epoch: the first round after it
     became leader writes that epoch into the manifest (a compare-and-set), so from then
     on any upload of a deposed leader fails the manifest's epoch check and is never
-    published (:class:`remote_tier.manifest.FencedError`)."""
+    published (:class:`remote_tier.manifest.FencedError`). Where the bucket held no manifest
+    when it became leader (nothing to write the epoch into), that is the first round with
+    something to do, which claims before it uploads."""
 
     def __init__(self, store: ObjectStore, config: BrokerConfig) -> None:
         self.enabled = config.get_bool("remote.log.storage.system.enable")
@@ -396,21 +404,53 @@ class RemoteLogManager:
         return out
 
     async def run_once(self, broker: TieredLogs, only: set[tuple[str, int]] | None = None) -> None:
-        """One round: every tiered partition's (``only``: those partitions', leaders' only)."""
+        """One round: every tiered partition's (``only``: those partitions', leaders' only).
+
+        A partition a round found nothing to do for rests (``PartitionTierState.rest``): the
+        next rounds skip it, reading one counter, until its log changes or a deadline of
+        its own passes, so an idle broker's round costs next to nothing per partition."""
         loop = asyncio.get_running_loop()
+        now = _now_ms()
         tasks = []
-        for topic, partition, local, topic_id, epoch in self._tiered_logs(broker, led=True):
-            if only is not None and (topic, partition) not in only:
-                continue
+        for topic, partition, local, topic_id, epoch in self._round_logs(broker, now, only):
             state = self._state(topic, partition, topic_id)
-            if not state.uploading and not self._nothing_to_do(local, state, epoch):
+            if epoch < 0:  # followed: its round only when local retention can wait for the bucket
+                if len(local.segments) > 1:
+                    tasks.append(self._follower_round(loop, topic, partition, local, topic_id))
+                else:  # one segment: nothing is deleted locally until it rolls (a change)
+                    state.rest(local, NEVER, led=False)
+            elif not state.uploading and not self._nothing_to_do(local, state, epoch):
                 tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
             elif only is not None:  # its round in flight may have missed the roll: once more after it
                 self.segment_rolled(topic, partition)
-        for topic, partition, local, topic_id, _ in self._tiered_logs(broker, led=False) if only is None else ():
-            tasks.append(self._follower_round(loop, topic, partition, local, topic_id))
+            elif not state.uploading:
+                state.rest(local, retention_due_at(state.manifest, local.config), led=True)
         if tasks:
             await asyncio.gather(*tasks)
+
+    def _round_logs(
+        self, broker: TieredLogs, now_ms: int, only: set[tuple[str, int]] | None
+    ) -> Iterator[tuple[str, int, Log, uuid.UUID, int]]:
+        """(topic, partition, log, topic id, leader epoch: -1 when followed) of the tiered local
+        logs a round looks at: ``only``'s leaders, or every one not resting."""
+        logs = broker.logs
+        if only is None:
+            keyed: Iterable[tuple[tuple[str, int], Log | None]] = logs.all_logs().items()
+        else:
+            keyed = [(key, logs.get_log(*key)) for key in only]
+        partitions = self.partitions
+        for (topic, partition), local in keyed:
+            if local is None:
+                continue
+            state = partitions.get((topic, partition))
+            if only is None and state is not None and state.resting(local, now_ms):
+                continue
+            info = broker.controller.topic(topic)
+            if not local.config.remote_storage_enable or info is None:
+                continue
+            epoch = broker.leader_epoch(topic, partition)
+            if only is None or epoch >= 0:
+                yield topic, partition, local, info.topic_id, epoch
 
     async def _follower_round(
         self, loop: asyncio.AbstractEventLoop, topic: str, partition: int, local: Log,
@@ -445,6 +485,7 @@ class RemoteLogManager:
             return
         state = self._state(partition.topic, partition.index, partition.topic_id)
         state.loaded = False
+        state.wake()
         task = asyncio.ensure_future(self._read_led_manifest(partition.topic, partition.index, state))
         self._loads.add(task)
         task.add_done_callback(self._loads.discard)
@@ -474,6 +515,7 @@ class RemoteLogManager:
         if state is not None:
             state.loaded = False
             state.claimed_epoch = -1
+            state.wake()
         if deleted:
             self.partitions.pop((topic, index), None)
 
@@ -543,6 +585,7 @@ class RemoteLogManager:
         epoch: int,
     ) -> None:
         state.uploading = True
+        state.wake()
         try:
             if state.claimed_epoch != epoch:
                 state.adopt(await self._claim(loop, state.topic_id, partition, epoch))
@@ -610,8 +653,13 @@ class RemoteLogManager:
         """Whether a round of this led partition would find nothing to do, told from memory: its
         manifest is read and claimed at this epoch, no sealed segment waits for upload, the cached
         manifest has nothing for retention, and its orphan clean-up is not due. An idle partition
-        then costs the round a few attribute reads, not a task (issue 33: 10,000 of them)."""
-        if state.claimed_epoch != epoch or not state.loaded:
+        then costs the round a few attribute reads, not a task (issue 33: 10,000 of them).
+
+        A partition whose manifest was read absent under this leadership is not claimed while it
+        has nothing else to do: a claim writes nothing where there is no manifest, and the round
+        that has something to do claims first (re-reading the manifest). 10,000 new partitions
+        then cost their first round no claim each (two bucket reads and a copier hop apiece)."""
+        if not state.loaded or (state.claimed_epoch != epoch and state.manifest is not None):
             return False
         boundary = state.remote_next_offset
         if self._next_upload(local, boundary) is not None:

@@ -186,7 +186,9 @@ class LogCleaner:
     ``logs()`` returns the directory's logs (called on any thread: it must return a
     copy); ``limit(log)`` is the offset its cleaning stops before, None for none (the broker
     gives a tiered log's first offset not yet in the bucket: the uploader reads the
-    segments past it as they are, ADR 0019).
+    segments past it as they are, ADR 0019). ``compacted()`` (default: ``logs()``), called on
+    the owner, returns at least the compacted logs: each pass looks at those only, so an idle
+    broker's passes cost nothing per log that is not compacted.
     """
 
     def __init__(
@@ -199,10 +201,12 @@ class LogCleaner:
         limit: Callable[[Log], int | None] = lambda log: None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         throttler: Throttler | None = None,
+        compacted: Callable[[], Mapping[TopicPartition, Log]] | None = None,
     ) -> None:
         self.log_dir = log_dir
         self.config = config
         self._logs = logs
+        self._compacted = logs if compacted is None else compacted
         self._owner = owner
         self._limit = limit
         self._clock_ms = clock_ms
@@ -371,7 +375,7 @@ class LogCleaner:
             """On the owner thread: the views of the compacted logs to consider, with their limits."""
             return [
                 (log, log.cleaning_view(), self._limit(log))
-                for key, log in self._logs().items()
+                for key, log in self._compacted().items()
                 if key not in skip and not log.closed and log.config.compact
             ]
 

@@ -21,7 +21,7 @@ import logging
 import math
 import time
 from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from service.http.state import group_lag
@@ -110,7 +110,7 @@ class History:
         self._samples += 1
         for name in _TOTALS:
             self._totals[name].push(max(0, sum(snap[name].values()) - sum(last[name].values())) / dt)
-        hosted = {topic for topic, _ in v.logs.all_logs()}  # deleted topics lose their series
+        hosted = v.logs.hosted_topics()  # deleted topics lose their series
         self._push_each(self._topics_in, _deltas(snap["bytes_in"], last["bytes_in"], dt, hosted))
         self._push_each(self._topics_out, _deltas(snap["bytes_out"], last["bytes_out"], dt, hosted))
         self._push_each(self._groups, self._group_lags())
@@ -165,7 +165,7 @@ class History:
 
 
 def _deltas(now: Mapping[str, int], before: Mapping[str, int], dt: float,
-            only: set[str]) -> dict[str, float]:
+            only: Collection[str]) -> dict[str, float]:
     return {name: max(0, value - before.get(name, 0)) / dt for name, value in now.items()
             if name in only}
 

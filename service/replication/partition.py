@@ -283,6 +283,19 @@ class Partition:
                 out.append(replica)
         return sorted(out)
 
+    def caught_up(self) -> bool:
+        """Whether every follower in the ISR holds this leader's log end and no ISR change is
+        pending: then none can fall out of sync before the log end moves or one fetches from
+        behind it."""
+        if not self.is_leader or self.pending_isr is not None:
+            return False
+        leo = self.log.log_end_offset
+        for replica in self.isr:
+            state = self.followers.get(replica)
+            if replica != self.local_id and state is not None and state.log_end_offset != leo:
+                return False
+        return True
+
     def out_of_sync(self, now_ms: float, max_lag_ms: int) -> list[int]:
         """ISR members that have not caught up for ``max_lag_ms`` (module docstring)."""
         if not self.is_leader or self.pending_isr is not None:

@@ -61,6 +61,7 @@ from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
 from service.replication.delayed_produce import ProduceWaiters
+from service.replication.isr_watch import IsrWatch
 from service.replication.partition import Partition, Transition, monotonic_ms
 from service.replication.partition_metadata import PARTITION_METADATA, read_topic_id, write_topic_id
 
@@ -162,6 +163,8 @@ class ReplicaManager:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self._stray_topic_ids: dict[TopicPartition, tuple[Log, uuid.UUID | None]] = {}
+        #: the led partitions the ISR check (:meth:`shrink_isrs`) looks at
+        self.isr_watch = IsrWatch()
 
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
@@ -214,6 +217,7 @@ class ReplicaManager:
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
                     self._changed(partition)
                 self._maybe_expand_isr(partition)
+                self.isr_watch.add(partition)
         if not self._opening_more:  # every wanted log is open: the stray check reads no more
             self._stray_topic_ids.clear()
         if self.followers is not None and not self._logs.offline:
@@ -395,6 +399,7 @@ class ReplicaManager:
         if partition.maybe_increment_high_watermark():
             self.produce_waiters.wake(partition)
         self._waiters.notify(partition.topic, partition.index)
+        self.isr_watch.add(partition)
 
     def _changed(self, partition: Partition) -> None:
         """The partition's high watermark, ISR or leadership changed: wake the fetches and
@@ -438,6 +443,8 @@ class ReplicaManager:
         if moved:
             self._changed(partition)
         self._maybe_expand_isr(partition)
+        if fetch.fetch_offset < log.log_end_offset:
+            self.isr_watch.add(partition)
         return None
 
     def after_isr_change(self, partition: Partition, high_watermark_moved: bool) -> None:
@@ -453,20 +460,8 @@ class ReplicaManager:
         Kafka's ``maybeShrinkIsr``). Returns how many partitions it asked for."""
         if self.isr_changes is None:
             return 0
-        now = monotonic_ms()
-        asked = 0
-        for partition in self.led():
-            lagging = partition.out_of_sync(now, max_lag_ms)
-            if not lagging:
-                continue
-            new_isr = tuple(r for r in partition.isr if r not in lagging)
-            # pending: the maximal ISR stays the committed one until the answer
-            partition.pending_isr = new_isr
-            _log.info("%s: asking to drop %s from the ISR %s (no catch-up for %d ms)",
-                      partition.name, lagging, list(partition.isr), max_lag_ms)
-            self.isr_changes.submit(partition, new_isr)
-            self.isr_shrinks += 1
-            asked += 1
+        asked = self.isr_watch.shrink(self.partitions, self.isr_changes.submit, monotonic_ms(), max_lag_ms)
+        self.isr_shrinks += asked
         return asked
 
     def _maybe_expand_isr(self, partition: Partition) -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -30,7 +32,9 @@ from local_tier.manager import LogManager
 from local_tier.segment import FileRegion
 from remote_tier import FileSystemObjectStore, ObjectStore
 from remote_tier.log_manager import RemoteLogManager
+from remote_tier.manifest import PartitionManifest, RemoteSegment
 from remote_tier.s3 import S3ObjectStore
+from remote_tier.tier_state import NEVER, retention_due, retention_due_at
 from service.handlers.fetch import _read_remote
 from tests.remote_tier.flaky import FlakyObjectStore
 from tests.s3_fixtures import S3Bucket
@@ -541,5 +545,96 @@ def test_a_round_gives_an_idle_partition_no_task_and_a_rolled_one_its_upload(mak
         service.state("many", 3).next_orphan_cleanup_ms = 0  # type: ignore[union-attr]
         asyncio.run(service.run_once(broker))
         assert rounds == [3]
+    finally:
+        service.close()
+
+
+def test_a_resting_partition_is_not_looked_at_until_its_log_or_leadership_changes(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    """Issue 33: once a round found nothing to do for a partition, later rounds do not look at it
+    (its segments, manifest, retention) until its log changes or its leadership does."""
+    broker = make_broker(_config(**{"remote.log.orphan.cleanup.min.age.ms": "3600000"}))
+    logs = broker.create_topic("many", partitions=50)
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    looked: list[int] = []
+    real_check = service._nothing_to_do
+
+    def counted(local: Log, *rest: Any) -> bool:
+        looked.append(local.partition)
+        return real_check(local, *rest)
+
+    service._nothing_to_do = counted  # type: ignore[method-assign]
+    try:
+        asyncio.run(service.run_once(broker))  # every partition claims its manifest
+        asyncio.run(service.run_once(broker))  # and has nothing to do: it rests
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        assert looked == []
+        _fill(logs[7], batches=40)
+        asyncio.run(service.run_once(broker))
+        assert looked == [7]
+        state = service.state("many", 7)
+        assert state is not None and state.manifest is not None
+        assert state.manifest.next_offset == logs[7].segments[-1].base_offset  # the sealed ones are up
+        service.on_resign("many", 12, deleted=False)  # and it leads again at the next round
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        assert sorted(looked) == [7, 12]  # 7: its round just ran; 12: a claim again
+        looked.clear()
+        asyncio.run(service.run_once(broker))
+        asyncio.run(service.run_once(broker))
+        assert looked == [12]  # its claim ran; then every partition rests
+    finally:
+        service.close()
+
+
+def test_the_bucket_s_retention_ms_wakes_a_resting_partition_when_it_falls_due() -> None:
+    segment = RemoteSegment(base_offset=0, last_offset=9, size_bytes=100, min_timestamp=900,
+                            max_timestamp=1_000, leader_epoch=0, record_count=10, upload_id="u")
+    manifest = PartitionManifest(topic="t", topic_id=str(uuid.uuid4()), partition=0, leader_epoch=0,
+                                 log_start_offset=0, segments=(segment,))
+    config = LogConfig(retention_ms=500)
+    assert retention_due_at(manifest, config) == 1_501
+    assert not retention_due(manifest, config, 0, 1_500) and retention_due(manifest, config, 0, 1_501)
+    assert retention_due_at(manifest, LogConfig(retention_ms=-1)) == NEVER
+    assert retention_due_at(manifest, LogConfig(retention_ms=500, cleanup_policy="compact")) == NEVER
+    assert retention_due_at(None, config) == NEVER
+
+
+def test_a_partition_led_without_a_manifest_is_claimed_only_once_it_has_something_to_upload(
+    make_broker: Any, tmp_path: Path
+) -> None:
+    """Issue 33: 10,000 new partitions cost their first round no claim each (a claim writes
+    nothing where there is no manifest); the round that uploads claims first."""
+    broker = make_broker(_config())
+    logs = broker.create_topic("fresh", partitions=20)
+    topic_id = broker.controller.topic("fresh").topic_id
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    claims: list[int] = []
+    real_claim = service._claim
+
+    async def counted(loop: Any, topic_id: Any, partition: int, epoch: int) -> Any:
+        claims.append(partition)
+        return await real_claim(loop, topic_id, partition, epoch)
+
+    service._claim = counted  # type: ignore[method-assign]
+
+    async def lead_then_fill() -> None:
+        for log in logs:
+            service.on_leader(SimpleNamespace(topic="fresh", index=log.partition, topic_id=topic_id, log=log))
+        await service.loaded()  # each manifest read: none yet
+        await service.run_once(broker)
+        assert claims == []
+        _fill(logs[5], batches=40)
+        await service.run_once(broker)
+        assert claims == [5]
+
+    try:
+        asyncio.run(lead_then_fill())
+        state = service.state("fresh", 5)
+        assert state is not None and state.claimed_epoch == 0 and state.manifest is not None
+        assert state.manifest.leader_epoch == 0
+        assert state.manifest.next_offset == logs[5].segments[-1].base_offset
     finally:
         service.close()

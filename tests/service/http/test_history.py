@@ -36,7 +36,8 @@ class _View:
         self.records_out: Counter[str] = Counter()
         self.hosted: dict[tuple[str, int], _Log] = {}
         self.groups = _Groups()
-        self.logs = SimpleNamespace(all_logs=lambda: self.hosted, get_log=lambda t, p: self.hosted.get((t, p)))
+        self.logs = SimpleNamespace(all_logs=lambda: self.hosted, get_log=lambda t, p: self.hosted.get((t, p)),
+                                    hosted_topics=lambda: {t for t, _ in self.hosted})
 
 
 def _history(view: _View, keep: int = 5) -> tuple[History, list[float]]:
