@@ -24,6 +24,7 @@ from service.broker import Broker
 from service.cluster.identity import DataDirOwnerError
 from service.dynamic_config import SECTION as DYNAMIC_SECTION
 from service.dynamic_config import EffectiveConfig
+from service.gc_policy import SurvivorFreezer
 from service.handlers import Router
 from service.handlers.router import api_table
 from service.handlers.sasl import credential_lookup
@@ -155,6 +156,7 @@ async def _serve(
             return
         await ensure_bootstrap_users(broker, bootstrap_users(broker.inter_broker))
         _freeze_what_start_made()
+        SurvivorFreezer().install()  # and what a slow full collection finds alive later
         for server in servers.values():
             server.serve()
         if admin is not None:
