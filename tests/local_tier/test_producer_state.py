@@ -273,3 +273,12 @@ def test_a_leadership_epoch_is_written_with_the_first_append_not_before(tmp_path
     assert checkpoint.read_text() == "0\n1\n7 0\n" and not log.leader_epoch_cache.needs_persist
     log.close()
     assert open_log(tmp_path / "t-0", logs).leader_epoch_cache.entries == [(7, 0)]
+
+
+def test_a_clean_stop_of_an_empty_log_writes_no_snapshot(tmp_path: Path, logs: list[Log]) -> None:
+    log = open_log(tmp_path / "t-0", logs)
+    log.take_producer_snapshot()
+    assert log.producer_state.snapshot_offsets() == []  # nothing a load would replay
+    log.append_as_leader(batch(8, 0, 0), 0)
+    log.take_producer_snapshot()
+    assert log.producer_state.snapshot_offsets() == [3]
