@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from common.config.broker import BrokerConfig
 from controller.document import ClusterMetadata
 from controller.document_codec import encode
 from controller.errors import ControllerFencedError
@@ -78,12 +79,11 @@ class LogPolicy:
     retention_ms: int = 3_600_000
 
     @classmethod
-    def from_config(cls, config: object) -> LogPolicy:
-        get = getattr(config, "get_int")
+    def from_config(cls, config: BrokerConfig) -> LogPolicy:
         return cls(
-            get("metadata.log.max.record.bytes.between.snapshots"),
-            get("metadata.log.max.snapshot.interval.ms"),
-            get("metadata.log.retention.ms"),
+            config.get_int("metadata.log.max.record.bytes.between.snapshots"),
+            config.get_int("metadata.log.max.snapshot.interval.ms"),
+            config.get_int("metadata.log.retention.ms"),
         )
 
 

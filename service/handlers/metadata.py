@@ -78,8 +78,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     # clients look elsewhere instead of coming back to it (issue #31)
     unsure = broker.node_id if not broker.replicas.may_lead() else None
 
-    md = controller.metadata
-    active = frozenset(n for n, b in md.brokers.items() if b.is_active)
+    image, active = None, frozenset[int]()
     topics: list[bytes] = []
     for name, topic_id in requested:
         try:
@@ -103,8 +102,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             ))
             continue
         md = controller.metadata  # a topic created meanwhile is in the newer image
-        if active != (now := frozenset(n for n, b in md.brokers.items() if b.is_active)):
-            active = now
+        if md is not image:
+            image, active = md, frozenset(n for n, b in md.brokers.items() if b.is_active)
         topics.append(_topic_bytes(ctx.version, mod, md, info, unsure, active,
                                    _topic_ops(ctx, want_topic_ops, info.name)))
     brokers = tuple(

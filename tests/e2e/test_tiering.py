@@ -33,17 +33,23 @@ def _local_segments(data_dir: Path, topic: str) -> list[Path]:
     return sorted((data_dir / "logs" / f"{topic}-0").glob("*.log"))
 
 
+def tiered_sets(segment_bytes: int) -> dict[str, str]:
+    """A broker that tiers every sealed segment within a fraction of a second and keeps only
+    the active one on its disk."""
+    return {
+        "log.segment.bytes": str(segment_bytes),
+        "remote.log.manager.task.interval.ms": "200",
+        "log.retention.check.interval.ms": "200",
+        "log.local.retention.bytes": "0",  # keep only the active segment locally
+        "log.segment.delete.delay.ms": "0",
+    }
+
+
 @pytest.fixture
 def tiered_broker(start_broker: Any, s3_bucket: Any) -> Any:
     endpoint, bucket = s3_bucket
     broker = start_broker(
-        sets={
-            "log.segment.bytes": str(SEGMENT_BYTES),
-            "remote.log.manager.task.interval.ms": "200",
-            "log.retention.check.interval.ms": "200",
-            "log.local.retention.bytes": "0",  # keep only the active segment locally
-            "log.segment.delete.delay.ms": "0",
-        },
+        sets=tiered_sets(SEGMENT_BYTES),
         args=["--object-store", f"s3://{bucket}/cluster-a", "--s3-endpoint", endpoint],
     )
     broker.endpoint, broker.bucket = endpoint, bucket

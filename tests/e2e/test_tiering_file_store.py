@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e import helpers
+from tests.e2e.test_tiering import tiered_sets
 
 SEGMENT_BYTES = 256 * 1024
 RECORDS = 2000
@@ -43,13 +44,7 @@ def test_history_from_a_file_bucket_is_sent_from_its_files_not_read_into_memory(
     start_broker: Any, tmp_path: Path
 ) -> None:
     broker = start_broker(
-        sets={
-            "log.segment.bytes": str(SEGMENT_BYTES),
-            "remote.log.manager.task.interval.ms": "200",
-            "log.retention.check.interval.ms": "200",
-            "log.local.retention.bytes": "0",  # keep only the active segment locally
-            "log.segment.delete.delay.ms": "0",
-        },
+        sets=tiered_sets(SEGMENT_BYTES),
         args=["--object-store", (tmp_path / "bucket").as_uri()],
     )
     topic = helpers.topic_name("file-history")
