@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -108,10 +108,15 @@ class ClusterMetadata:
         registrations = self.partitions.get(topic_id, ())
         return registrations[index] if 0 <= index < len(registrations) else None
 
-    def iter_partitions(self) -> Iterator[tuple[TopicInfo, int, PartitionRegistration]]:
-        """Every partition as ``(topic, index, registration)``, topics by name."""
-        for name in sorted(self.topics):
-            topic = self.topics[name]
+    def iter_partitions(
+        self, names: Iterable[str] | None = None
+    ) -> Iterator[tuple[TopicInfo, int, PartitionRegistration]]:
+        """Every partition as ``(topic, index, registration)``, topics by name; only those
+        of the topics ``names`` when given (names of no topic are skipped)."""
+        for name in sorted(self.topics if names is None else names):
+            topic = self.topics.get(name)
+            if topic is None:
+                continue
             for index, registration in enumerate(self.partitions[topic.topic_id]):
                 yield topic, index, registration
 
@@ -121,7 +126,8 @@ class ClusterMetadata:
         """Replace the registrations of existing partitions ``(topic_id, index)``."""
         if not changes:
             return self
-        updated = {k: list(v) for k, v in self.partitions.items() if k in {t for t, _ in changes}}
+        touched = {t for t, _ in changes}  # once: per topic it cost O(changes) x topics
+        updated = {k: list(self.partitions[k]) for k in touched}
         for (topic_id, index), registration in changes.items():
             updated[topic_id][index] = registration
         return replace(

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from common.errors import ErrorCode
 from fetch.planner import PartitionData, PartitionFetch
@@ -78,7 +79,8 @@ class CachedPartition:
 
     def must_respond(self, data: PartitionData) -> bool:
         """Whether ``data`` goes in an incremental response; records what was answered."""
-        changed = data.size > 0 or data.error_code != ErrorCode.none
+        changed = (data.size > 0 or data.error_code != ErrorCode.none
+                   or data.diverging_epoch is not None or data.preferred_read_replica >= 0)
         if data.high_watermark != self.high_watermark:
             changed = True
             self.high_watermark = data.high_watermark
@@ -103,6 +105,9 @@ class FetchSession:
     creation_ms: int
     last_used_ms: int
     epoch: int
+    #: what the broker keeps beside the session (a follower's :class:`fetch.waiter.Watch`),
+    #: closed when the session ends
+    attached: Any = None
 
     def requests(self) -> list[PartitionFetch]:
         return [cached.request for cached in self.partitions.values()]
@@ -118,6 +123,11 @@ class FetchSession:
                 cached.request = f
         for tp in forgotten:
             partitions.pop(tp, None)
+
+    def close(self) -> None:
+        if self.attached is not None:
+            self.attached.close()
+            self.attached = None
 
     def _evictable_key(self) -> tuple[bool, int, int]:
         return self.privileged, len(self.partitions), self.id
@@ -183,11 +193,14 @@ class FetchSessionCache:
         forgotten: Sequence[TopicPartition],
         *,
         privileged: bool = False,
+        listed: bool = True,
     ) -> FetchContext:
-        """Classify a Fetch request (Kafka's ``FetchManager.newContext``)."""
+        """Classify a Fetch request (Kafka's ``FetchManager.newContext``). ``listed``:
+        an incremental context lists the session's partitions (a reader that tracks
+        what changed itself, a follower's, does without that walk of the session)."""
         if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             # a full fetch closes the session it names, if any
-            self._sessions.pop(session_id, None)
+            self._drop(session_id)
             kind = Kind.SESSIONLESS if epoch == FINAL_EPOCH else Kind.FULL
             return FetchContext(kind, fetches, epoch, privileged=privileged)
         session = self._sessions.get(session_id)
@@ -197,12 +210,12 @@ class FetchSessionCache:
             return FetchContext(Kind.ERROR, [], epoch, error=ErrorCode.invalid_fetch_session_epoch)
         session.update(fetches, forgotten)
         if not session.partitions:
-            del self._sessions[session.id]  # nothing left to fetch: the session ends
+            self._drop(session.id)  # nothing left to fetch: the session ends
             return FetchContext(Kind.SESSIONLESS, fetches, epoch)
         session.last_used_ms = self._clock()
         session.epoch = next_epoch(session.epoch)
         self.incremental_fetches += 1
-        return FetchContext(Kind.INCREMENTAL, session.requests(), epoch, session=session)
+        return FetchContext(Kind.INCREMENTAL, session.requests() if listed else [], epoch, session=session)
 
     def respond(
         self, ctx: FetchContext, data: list[PartitionData]
@@ -281,5 +294,15 @@ class FetchSessionCache:
         return True
 
     def _evict(self, session: FetchSession) -> None:
-        del self._sessions[session.id]
+        self._drop(session.id)
         self.evictions += 1
+
+    def _drop(self, session_id: int) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+
+    def close(self) -> None:
+        """Every session ends (the broker stops)."""
+        for session_id in list(self._sessions):
+            self._drop(session_id)

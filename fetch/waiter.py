@@ -1,11 +1,16 @@
-"""Long-poll parking for Fetch requests: wake on append, never poll."""
+"""Long-poll parking for Fetch requests: wake on append, never poll.
+
+Two kinds of interest: a parked fetch (:meth:`AppendWaiters.wait`, for one request) and a
+standing :class:`Watch` (a follower's fetch session, for as long as the session lives),
+which collects the partitions that changed so a request reads only those.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
 
-__all__ = ["AppendWaiters"]
+__all__ = ["AppendWaiters", "Watch"]
 
 TopicPartition = tuple[str, int]
 
@@ -20,8 +25,10 @@ class AppendWaiters:
 
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future[bool]]] = {}
+        self._watches: dict[TopicPartition, set[Watch]] = {}
 
     def notify(self, topic: str, partition: int) -> None:
+        self.touch(topic, partition)
         futures = self._waiters.pop((topic, partition), None)
         if not futures:
             return
@@ -57,6 +64,23 @@ class AppendWaiters:
                     if not waiting:
                         del self._waiters[tp]
 
+    def touch(self, topic: str, partition: int) -> None:
+        """Something a watch reports changed on the partition (its log start, say), but
+        nothing a parked fetch waits for: only the watches hear of it."""
+        watches = self._watches.get((topic, partition))
+        if watches:
+            for watch in watches:
+                watch.mark((topic, partition))
+
+    def watch(self) -> Watch:
+        """A standing interest in partitions, empty until :meth:`Watch.add`."""
+        return Watch(self._watches)
+
+    @property
+    def watched(self) -> int:
+        """Partitions some watch holds."""
+        return len(self._watches)
+
     @property
     def parked(self) -> int:
         return len({id(f) for futures in self._waiters.values() for f in futures})
@@ -65,3 +89,65 @@ class AppendWaiters:
 def _expire(fut: asyncio.Future[bool]) -> None:
     if not fut.done():
         fut.set_result(False)
+
+
+class Watch:
+    """The partitions one follower fetch session holds; :meth:`take` returns those touched
+    since the last take, and :meth:`wait` parks until one is. Closed with its session."""
+
+    __slots__ = ("_index", "keys", "dirty", "_future")
+
+    def __init__(self, index: dict[TopicPartition, set[Watch]]) -> None:
+        self._index = index
+        self.keys: set[TopicPartition] = set()
+        self.dirty: set[TopicPartition] = set()
+        self._future: asyncio.Future[bool] | None = None
+
+    def add(self, keys: Iterable[TopicPartition]) -> None:
+        index = self._index
+        for key in keys:
+            if key not in self.keys:
+                self.keys.add(key)
+                index.setdefault(key, set()).add(self)
+
+    def remove(self, keys: Iterable[TopicPartition]) -> None:
+        index = self._index
+        for key in keys:
+            if key in self.keys:
+                self.keys.discard(key)
+                self.dirty.discard(key)
+                watches = index.get(key)
+                if watches is not None:
+                    watches.discard(self)
+                    if not watches:
+                        del index[key]
+
+    def close(self) -> None:
+        self.remove(list(self.keys))
+        if self._future is not None and not self._future.done():
+            self._future.set_result(False)
+
+    def mark(self, key: TopicPartition) -> None:
+        self.dirty.add(key)
+        if self._future is not None and not self._future.done():
+            self._future.set_result(True)
+
+    def take(self) -> set[TopicPartition]:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a partition is touched (True at once if one was) or ``timeout_s``."""
+        if self.dirty:
+            return True
+        if timeout_s <= 0:
+            return False
+        loop = asyncio.get_running_loop()
+        fut = self._future = loop.create_future()
+        timer = loop.call_later(timeout_s, _expire, fut)
+        try:
+            return await fut
+        finally:
+            timer.cancel()
+            if self._future is fut:
+                self._future = None

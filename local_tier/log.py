@@ -963,6 +963,7 @@ class Log(Owned):
         if producer_snapshot:
             write_snapshot(self.dir, offset, producer_snapshot)
             self._load_producer_state(self._producer_id_expiration_ms)
+        self._changed()  # the leader-epoch history, after the log end
 
     # ------------------------------------------------------------------ retention
 

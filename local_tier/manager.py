@@ -94,8 +94,9 @@ class LogManager(Owned):
         self._retiring: dict[tuple[str, int], Log] = {}
         self._doomed: list[Path] = []
         self.cleaner: LogCleaner | None = None
-        #: told ``(topic, partition)`` on the owner after a log rolled a segment
+        #: told ``(topic, partition)`` on the owner after a log rolled a segment, or changed
         self.roll_listeners: list[Callable[[str, int], None]] = []
+        self.change_listeners: list[Callable[[str, int], None]] = []
         self._recovery_points = OffsetFile(RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point,
                                             unsettled=lambda log: log.flush_in_flight)
         self._start_offsets = OffsetFile(LOG_START_OFFSET_CHECKPOINT, lambda log: log.log_start_offset)
@@ -180,6 +181,8 @@ class LogManager(Owned):
         key = (log.topic, log.partition)
         for offsets in self._offset_files:
             offsets.dirty.add(key)
+        for listener in self.change_listeners:
+            listener(*key)
 
     def _add(self, key: TopicPartition, log: Log) -> None:
         self._logs[key] = log

@@ -41,8 +41,11 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             denied = [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
                       for t in request.topics for p in t.partitions]
             return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied)
-        data = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
-        return encode_fetch_response(ctx.version, ctx.header.correlation_id, data)
+        answer = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
+        if answer.error_code != ErrorCode.none:
+            broker.metrics_error("Fetch", answer.error_code)
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id, answer.partitions,
+                                     error_code=answer.error_code, session_id=answer.session_id)
     wanted = [
         PartitionFetch(
             topic.topic,

@@ -16,7 +16,8 @@ through three states (``PartitionFetchState``):
    end offset; the leader answers up to its log end and long-polls like for a
    consumer (``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``); the
    batches are appended as they are (:meth:`local_tier.log.Log.append_as_follower`)
-   and the follower's high watermark follows the leader's.
+   and the follower's high watermark follows the leader's. The requests go in an
+   incremental fetch session (:mod:`service.replication.fetch_session`, ADR 0026).
 
 Truncation follows Kafka's rules (KIP-101/279): the leader answers where its copy
 of the follower's last epoch ends; the follower cuts its log at the smaller of
@@ -48,13 +49,14 @@ import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
 from common.protocol.codec import build
 from service.cluster.channel import PeerChannels
 from service.cluster.wire import request_module
+from service.replication.fetch_session import FollowerSession, Position, fetch_request
 from service.replication.partition import Partition
 
 __all__ = [
@@ -94,10 +96,23 @@ class PartitionFetchState:
     leader_epoch: int
     state: State
     delayed_until: float = 0.0
+    key: TopicPartition = field(init=False)
+    _position: Position | None = field(default=None, init=False, repr=False)
+    _position_of: tuple[int, int] = field(default=(-1, -1), init=False, repr=False)
 
-    @property
-    def key(self) -> TopicPartition:
-        return (self.partition.topic, self.partition.index)
+    def __post_init__(self) -> None:
+        self.key = (self.partition.topic, self.partition.index)
+
+    def position(self) -> Position:
+        """What a fetch request says of this partition, recomputed only after its log
+        changed (``Log.changes``) or its leader epoch did."""
+        log = self.partition.log
+        of = (log.changes, self.leader_epoch)
+        if self._position is None or of != self._position_of:
+            self._position = (log.log_end_offset, self.leader_epoch, log.leader_epoch_cache.latest_epoch,
+                              log.log_start_offset)
+            self._position_of = of
+        return self._position
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +168,7 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self.fetched_bytes = 0
         self.fetch_requests = 0
+        self._session = FollowerSession()
 
     def add(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -189,20 +205,32 @@ class ReplicaFetcher:
 
     async def _do_work(self) -> None:
         now = time.monotonic()
-        ready = [s for s in self.partitions.values() if s.delayed_until <= now and s.state is not State.PARKED]
-        if not ready:
+        fetching: list[PartitionFetchState] = []
+        others: list[PartitionFetchState] = []  # bootstrapping or truncating
+        next_ready = float("inf")
+        for s in self.partitions.values():  # one pass: at 10,000 partitions every walk counts
+            if s.state is State.PARKED:
+                continue
+            if s.delayed_until > now:
+                next_ready = min(next_ready, s.delayed_until)
+            elif s.state is State.FETCHING:
+                fetching.append(s)
+            else:
+                others.append(s)
+        if not fetching and not others:
             self._wake.clear()
-            delays = [s.delayed_until - now for s in self.partitions.values()
-                      if s.state is not State.PARKED and s.delayed_until > now]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), min(delays) if delays else None)
+                await asyncio.wait_for(self._wake.wait(),
+                                       None if next_ready == float("inf") else next_ready - now)
             return
-        for state in [s for s in ready if s.state is State.BOOTSTRAPPING]:
-            await self._start_from_bucket(state)
-        truncating = [s for s in ready if s.state is State.TRUNCATING]
-        if truncating:
-            await self._truncate(truncating)
-        fetching = [s for s in ready if s.state is State.FETCHING and s.key in self.partitions]
+        if others:
+            for state in [s for s in others if s.state is State.BOOTSTRAPPING]:
+                await self._start_from_bucket(state)
+            truncating = [s for s in others if s.state is State.TRUNCATING]
+            if truncating:
+                await self._truncate(truncating)
+            # those whose truncation completed fetch in this round too
+            fetching = [s for s in fetching + others if s.state is State.FETCHING and s.key in self.partitions]
         if fetching:
             await self._fetch(fetching)
 
@@ -291,59 +319,42 @@ class ReplicaFetcher:
 
     async def _fetch(self, states: list[PartitionFetchState]) -> None:
         config = self._config
+        session = self._session
+        plan = session.plan({s.key: s.position() for s in states})
+        with_session: list[bool] = []  # whether the request went out with the session (v7+)
+
+        def request(version: int) -> Any:
+            with_session.append(version >= 7)
+            return fetch_request(version, plan, with_session[-1], self._config)
+
         try:
             _, answer = await self._peers.request(
-                self.source_id,
-                _API_FETCH,
-                lambda v: self._fetch_request(v, states),
+                self.source_id, _API_FETCH, request,
                 timeout_s=(config.max_wait_ms + config.request_timeout_ms) / 1000,
             )
         except KafkaError as exc:
+            session.failed()
             _log.info("fetch from broker %d failed: %s", self.source_id, exc)
             self._delay(states)
             return
         self.fetch_requests += 1
-        if int(answer.error_code) != 0:
+        error = ErrorCode(int(answer.error_code))
+        if with_session and with_session[-1] and not session.answered(
+                plan, error, int(getattr(answer, "session_id", 0))):
+            _log.info("broker %d answered %s; starting a new fetch session", self.source_id,
+                      error.name.upper())
+            return  # the next round is a full fetch
+        if error != ErrorCode.none:
             self._delay(states)
             return
-        by_key = {s.key: s for s in states}
+        asked = plan.positions
         for topic in answer.responses:
             for p in topic.partitions:
-                state = by_key.get((topic.topic, int(p.partition_index)))
-                if state is None or self.partitions.get(state.key) is not state:
-                    continue  # removed while the fetch was in flight
+                key = (topic.topic, int(p.partition_index))
+                state = self.partitions.get(key)
+                if state is None or key not in asked or state.state is not State.FETCHING:
+                    continue  # not asked for, or removed or re-added while the fetch was in flight
                 self._process(state, p)
-
-    def _fetch_request(self, version: int, states: list[PartitionFetchState]) -> Any:
-        mod = request_module(_API_FETCH, version)
-        config = self._config
-        topics: dict[str, list[Any]] = {}
-        for s in states:
-            log = s.partition.log
-            topics.setdefault(s.partition.topic, []).append(
-                build(
-                    mod.FetchPartition,
-                    partition=s.partition.index,
-                    current_leader_epoch=s.leader_epoch,
-                    fetch_offset=log.log_end_offset,
-                    last_fetched_epoch=log.leader_epoch_cache.latest_epoch,
-                    log_start_offset=log.log_start_offset,
-                    partition_max_bytes=config.partition_max_bytes,
-                )
-            )
-        return build(
-            mod.FetchRequest,
-            replica_id=config.node_id,
-            max_wait=config.max_wait_ms,
-            min_bytes=config.min_bytes,
-            max_bytes=config.max_bytes,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=tuple(build(mod.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
 
     def _process(self, state: PartitionFetchState, data: Any) -> None:
         code = ErrorCode(data.error_code)

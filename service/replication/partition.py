@@ -41,7 +41,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from common.errors import (
@@ -248,6 +248,18 @@ class Partition:
         state.last_fetch_ms = now_ms
         state.broker_epoch = broker_epoch
         return self.maybe_increment_high_watermark()
+
+    def note_append(self, requests_ms: Mapping[int, float]) -> None:
+        """Before the log end moved past them: a follower that held the log end at its last
+        noted fetch, and has fetched since (``requests_ms``: each follower broker's latest
+        request), held it then. A follower in an incremental fetch session does not name a
+        partition whose position is unchanged, so this is the fetch Kafka's leader would
+        have noted for it (its ``lastCaughtUpTimeMs``)."""
+        for replica, state in self.followers.items():
+            if state.log_end_offset >= state.last_fetch_leader_leo >= 0:
+                seen = requests_ms.get(replica, 0.0)
+                if seen > state.last_caught_up_ms:
+                    state.last_caught_up_ms = seen
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark up to the lowest log end offset in the maximal ISR."""

@@ -42,11 +42,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from common.errors import (
     KafkaStorageError,
@@ -60,6 +59,7 @@ from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
+from service.replication.contracts import FollowerFetch, Followers, IsrChanges, LeadershipListener
 from service.replication.delayed_produce import ProduceWaiters
 from service.replication.isr_watch import IsrWatch
 from service.replication.partition import Partition, Transition, monotonic_ms
@@ -78,8 +78,25 @@ _log = logging.getLogger("strata.replication")
 RETIRE_SLICE = 50
 #: new partitions opened per turn of the event loop (module docstring)
 OPEN_SLICE = 100
+#: ... and for at most this long: on a busy disk 100 took 200-500 ms, long enough for
+#: three brokers on two cores to miss one another's heartbeats during a large create
+OPEN_SLICE_S = 0.05
 #: the next slice waits this long: a timer, so I/O and timers run in between (uvloop may run call_soon's back to back)
 NEXT_TURN_S = 0.001
+
+
+def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> set[str] | None:
+    """The topics whose registrations or configs differ from ``previous`` (an image replayed
+    from the metadata log keeps the objects of what did not change), created or deleted;
+    None (all of them) when the brokers changed: a follower follows only an active leader."""
+    if previous is None or previous.brokers != md.brokers:
+        return None
+    changed = {name for name in previous.topics if name not in md.topics}
+    for name, info in md.topics.items():
+        if (previous.topics.get(name) is not info
+                or previous.partitions.get(info.topic_id) is not md.partitions[info.topic_id]):
+            changed.add(name)
+    return changed
 
 
 def _loop_running() -> bool:
@@ -90,44 +107,6 @@ def _loop_running() -> bool:
 
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerFetch:
-    """One partition of a follower's Fetch, as the leader checks it."""
-
-    topic: str
-    partition: int
-    replica_id: int
-    fetch_offset: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1  # Fetch v12+; -1: not sent
-    log_start_offset: int = -1
-    broker_epoch: int = -1
-
-
-class LeadershipListener(Protocol):
-    """Hears this broker start and stop leading partitions (on the event loop)."""
-
-    def on_leader(self, partition: Partition) -> None: ...
-
-    def on_resign(self, topic: str, index: int, deleted: bool) -> None: ...
-
-
-class Followers(Protocol):
-    """The replica fetchers, as the replica manager drives them."""
-
-    def add(self, partition: Partition) -> None: ...
-
-    def remove(self, keys: Iterable[TopicPartition]) -> None: ...
-
-
-class IsrChanges(Protocol):
-    """Where proposed ISR changes go (AlterPartition to the controller)."""
-
-    def submit(self, partition: Partition, new_isr: tuple[int, ...]) -> None: ...
-
-
 
 
 class ReplicaManager:
@@ -155,8 +134,10 @@ class ReplicaManager:
         #: disk): why; Produce and Fetch answer KAFKA_STORAGE_ERROR, and
         #: :meth:`retry_offline` tries them again (issue #36)
         self.unopened: dict[TopicPartition, str] = {}
-        #: a later turn of the loop opens the partitions this apply left (OPEN_SLICE)
+        #: a later turn of the loop opens the partitions this apply left (OPEN_SLICE), of
+        #: these topics
         self._opening_more = False
+        self._opening_topics: set[str] = set()
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -165,6 +146,10 @@ class ReplicaManager:
         self._stray_topic_ids: dict[TopicPartition, tuple[Log, uuid.UUID | None]] = {}
         #: the led partitions the ISR check (:meth:`shrink_isrs`) looks at
         self.isr_watch = IsrWatch()
+        #: when each follower broker's latest Fetch reached this leader (monotonic ms)
+        self.follower_requests_ms: dict[int, float] = {}
+        # a follower session hears of every change of a log (its log start, say)
+        logs.change_listeners.append(waiters.touch)
 
     def add_listener(self, listener: LeadershipListener) -> None:
         self._listeners.append(listener)
@@ -172,25 +157,32 @@ class ReplicaManager:
     # -- applying the metadata -------------------------------------------------------------
 
     def apply(self, md: ClusterMetadata) -> None:
-        """Reconcile the hosted partitions with ``md`` (module docstring)."""
+        """Reconcile the hosted partitions with ``md`` (module docstring): the topics whose
+        registrations changed since the last ``md``, or every topic when the brokers did."""
         previous, self.metadata = self.metadata, md
+        scope = _changed_topics(previous, md)
+        if scope is not None:
+            scope |= self._opening_topics | {key[0] for key in self.unopened}
         wanted: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
-        for topic, index, reg in md.iter_partitions():
+        for topic, index, reg in md.iter_partitions(scope):
             if self.node_id in reg.replicas:
                 wanted[(topic.name, index)] = (topic.topic_id, reg)
-        self._delete_unwanted(md, wanted)
+        self._delete_unwanted(md, wanted, scope)
         if previous is not None:
-            for name, info in md.topics.items():
-                old = previous.topics.get(name)
+            for name in md.topics if scope is None else scope & md.topics.keys():
+                old, info = previous.topics.get(name), md.topics[name]
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
         for key in [k for k in self.unopened if k not in wanted]:
             del self.unopened[key]
         became_followers: list[Partition] = []
         opened, room = 0, OPEN_SLICE if _loop_running() else len(wanted)
+        slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
+        self._opening_topics = set()
         for key, (topic_id, reg) in wanted.items():
             found = self.partitions.get(key)
-            if found is None and opened >= room:
+            if found is None and (opened >= room or (opened and time.monotonic() > slice_ends)):
+                self._opening_topics.add(key[0])
                 self._open_more_soon()
                 continue
             if found is None:
@@ -227,12 +219,14 @@ class ReplicaManager:
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
 
-    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object]) -> None:
-        """Stop and delete the partitions ``md`` no longer places here, and stray logs; the
-        checkpoints are written once for all of them (per partition, a 1,000-partition topic
-        delete wrote and fsynced them 1,000 times on the event loop), one log line per topic."""
+    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object],
+                         scope: set[str] | None) -> None:
+        """Stop and delete the partitions of the ``scope`` topics (None: all, and stray logs)
+        that ``md`` no longer places here; the checkpoints are written once for all of them
+        (per partition, a 1,000-partition topic delete wrote and fsynced them 1,000 times on
+        the event loop), one log line per topic."""
         stopped: Counter[str] = Counter()
-        for key in [k for k in self.partitions if k not in wanted]:
+        for key in [k for k in self.partitions if k not in wanted and (scope is None or k[0] in scope)]:
             partition = self.partitions[key]
             info = md.topics.get(key[0])
             deleted = info is None or info.topic_id != partition.topic_id
@@ -241,7 +235,7 @@ class ReplicaManager:
             stopped[f"{key[0]} ({reason})"] += 1
         for what, count in sorted(stopped.items()):
             _log.info("%d partition(s) of %s stopped; local logs deleted", count, what)
-        for key, log in self._logs.all_logs().items():  # stray logs: never made partitions
+        for key, log in self._logs.all_logs().items() if scope is None else ():  # never made partitions
             if key in self.partitions:
                 continue
             topic_id = self._topic_id_of(key, log)
@@ -394,8 +388,13 @@ class ReplicaManager:
 
     # -- the leader side of replication ---------------------------------------------------------
 
+    def note_follower_request(self, replica_id: int) -> None:
+        """A Fetch from follower ``replica_id`` reached this leader (whatever it names)."""
+        self.follower_requests_ms[replica_id] = monotonic_ms()
+
     def after_append(self, partition: Partition) -> None:
         """A leader appended: move the high watermark and wake fetches (followers' too)."""
+        partition.note_append(self.follower_requests_ms)
         if partition.maybe_increment_high_watermark():
             self.produce_waiters.wake(partition)
         self._waiters.notify(partition.topic, partition.index)
@@ -467,7 +466,7 @@ class ReplicaManager:
     def _maybe_expand_isr(self, partition: Partition) -> None:
         if self.isr_changes is None:
             return
-        candidates = partition.expansion_candidates()
+        candidates = [r for r in partition.expansion_candidates() if self._isr_eligible(partition, r)]
         if candidates:
             new_isr = tuple(sorted(set(partition.isr) | set(candidates), key=partition.replicas.index))
             partition.pending_isr = new_isr
@@ -476,3 +475,16 @@ class ReplicaManager:
                       list(partition.isr))
             self.isr_changes.submit(partition, new_isr)
             self.isr_expands += 1
+
+    def _isr_eligible(self, partition: Partition, replica: int) -> bool:
+        """Whether the controller would take ``replica`` into an ISR (Kafka's
+        ``isReplicaIsrEligible``): registered, unfenced, not shutting down, and fetching with
+        the broker epoch it is registered with. A dead broker's replica looks caught up
+        here; proposing it back would be refused, and at 10,000 partitions flood the
+        controller just when it moves leaderships."""
+        md = self.metadata
+        registration = md.brokers.get(replica) if md is not None else None
+        if registration is None or not registration.is_active:
+            return False
+        epoch = partition.followers[replica].broker_epoch
+        return epoch == -1 or epoch == registration.broker_epoch

@@ -23,7 +23,7 @@ PARTITIONS = 30
 MAX_LAG_MS = 30_000
 
 
-class _Submitted:
+class Submitted:
     """The ISR changes proposed (AlterPartition is not sent in process)."""
 
     def __init__(self) -> None:
@@ -39,7 +39,7 @@ def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
     logs = LogManager(tmp_path)
     logs.load(lambda _topic: small_config())
     manager = ReplicaManager(1, logs, lambda _topic: small_config(), AppendWaiters())
-    manager.isr_changes = _Submitted()
+    manager.isr_changes = Submitted()
     topic = TopicInfo("t", uuid.uuid4(), PARTITIONS)
     registrations = tuple(PartitionRegistration((1, 3), (1, 3), 1, 0, 0) for _ in range(PARTITIONS))
     manager.apply(ClusterMetadata("c", topics={"t": topic}, partitions={topic.topic_id: registrations}))
@@ -85,7 +85,7 @@ def test_a_follower_that_stops_after_an_append_is_still_dropped_from_the_isr(
     monkeypatch.setattr("service.replication.replica_manager.monotonic_ms", lambda: later)
     assert replicas.shrink_isrs(MAX_LAG_MS) == 1
     submitted = replicas.isr_changes
-    assert isinstance(submitted, _Submitted) and submitted.proposals == [("t-7", (1,))]
+    assert isinstance(submitted, Submitted) and submitted.proposals == [("t-7", (1,))]
 
 
 def test_a_follower_fetching_from_behind_the_log_end_is_watched_again(

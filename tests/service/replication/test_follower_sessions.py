@@ -1,0 +1,239 @@
+"""Issue 33: followers fetch in incremental fetch sessions (KIP-227). An idle follower of
+many partitions names none of them, and its leader reads none of them: it reads the
+partitions the request names and the ones touched since (an append, a high watermark).
+The follower's half (:class:`FollowerSession`) and the leader's (:func:`read_for_follower`)
+run together here on a real ReplicaManager with real logs; only the socket is left out."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from common.errors import ErrorCode
+from controller.document import ClusterMetadata
+from controller.records import TopicInfo
+from controller.registrations import BrokerRegistration, Endpoint, PartitionRegistration
+from fetch.sessions import FetchSessionCache
+from fetch.waiter import AppendWaiters
+from local_tier.manager import LogManager
+from service.replication.fetch_session import FetchPlan, FollowerSession, fetch_request
+from service.replication.leader import FollowerAnswer, read_for_follower
+from service.replication.partition import Partition, monotonic_ms
+from service.replication.replica_manager import ReplicaManager
+from tests.local_tier.batches import make_batch, small_config
+from tests.service.replication.test_isr_watch import Submitted
+
+PARTITIONS = 200
+FOLLOWER = 3
+LIMITS = SimpleNamespace(node_id=FOLLOWER, max_wait_ms=50, min_bytes=1, max_bytes=1 << 20,
+                         partition_max_bytes=1 << 20)
+
+
+@pytest.fixture()
+def leader(tmp_path: Path) -> Iterator[SimpleNamespace]:
+    """Broker 1 leads ``t-0`` .. ``t-199`` with broker 3 in every ISR."""
+    logs = LogManager(tmp_path)
+    logs.load(lambda _topic: small_config())
+    waiters = AppendWaiters()
+    manager = ReplicaManager(1, logs, lambda _topic: small_config(), waiters)
+    manager.isr_changes = Submitted()
+    topic = TopicInfo("t", uuid.uuid4(), PARTITIONS)
+    registrations = tuple(PartitionRegistration((1, FOLLOWER), (1, FOLLOWER), 1, 0, 0)
+                          for _ in range(PARTITIONS))
+    manager.apply(ClusterMetadata("c", topics={"t": topic}, partitions={topic.topic_id: registrations}))
+    yield SimpleNamespace(replicas=manager, waiters=waiters, fetch_max_bytes=1 << 26,
+                          fetch_sessions=FetchSessionCache(10))
+    logs.shutdown()
+
+
+class _Follower:
+    """The follower's side: where it stands in each partition, and its session."""
+
+    def __init__(self, partitions: int) -> None:
+        self.session = FollowerSession()
+        #: fetch offset, leader epoch, last fetched epoch, log start
+        self.positions = {("t", i): (0, 0, -1, 0) for i in range(partitions)}
+        self.named: list[int] = []  # partitions each request named
+
+    async def fetch(self, host: SimpleNamespace, *, max_wait_ms: int = 50) -> tuple[FetchPlan, FollowerAnswer]:
+        plan = self.session.plan(dict(self.positions))
+        request = fetch_request(12, plan, True, LIMITS)
+        self.named.append(sum(len(t.partitions) for t in request.topics))
+        answer = await read_for_follower(host, request, FOLLOWER, max_wait_ms)
+        assert self.session.answered(plan, answer.error_code, answer.session_id)
+        return plan, answer
+
+
+def _append(host: SimpleNamespace, index: int, count: int = 3) -> Partition:
+    partition = host.replicas.partitions[("t", index)]
+    partition.log.append_as_leader(make_batch(count), partition.leader_epoch)
+    host.replicas.after_append(partition)
+    return partition
+
+
+def test_an_idle_follower_names_no_partition_and_its_leader_reads_none(
+    leader: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    follower = _Follower(PARTITIONS)
+
+    async def run() -> list[int]:
+        plan, answer = await follower.fetch(leader)
+        assert plan.full and follower.session.session_id != 0
+        assert len(answer.partitions) == PARTITIONS  # the full fetch answers every partition
+        reads: list[int] = []
+        real = Partition.check_leader
+
+        def counted(partition: Partition, *args, **kwargs):  # type: ignore[no-untyped-def]
+            reads.append(partition.index)
+            return real(partition, *args, **kwargs)
+
+        monkeypatch.setattr(Partition, "check_leader", counted)
+        for _ in range(3):
+            plan, answer = await follower.fetch(leader, max_wait_ms=20)
+            assert not plan.full and answer.partitions == []
+        return reads
+
+    reads = asyncio.run(run())
+    assert follower.named == [PARTITIONS, 0, 0, 0]
+    assert reads == []  # the leader looked at no partition of the idle session
+    assert follower.session.incremental_fetches == 3
+
+
+def test_an_append_wakes_the_session_and_only_that_partition_is_sent(leader: SimpleNamespace) -> None:
+    follower = _Follower(PARTITIONS)
+
+    async def run() -> FollowerAnswer:
+        await follower.fetch(leader)
+        waiting = asyncio.ensure_future(follower.fetch(leader, max_wait_ms=5_000))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # long-polling on the session's watch
+        started = asyncio.get_running_loop().time()
+        _append(leader, 17)
+        _, answer = await waiting
+        assert asyncio.get_running_loop().time() - started < 1.0
+        return answer
+
+    answer = asyncio.run(run())
+    assert [(d.partition, d.high_watermark) for d in answer.partitions] == [(17, 0)]
+    assert answer.partitions[0].size > 0  # high watermark 0: the follower holds none yet
+
+    async def next_round() -> FollowerAnswer:
+        # the follower names t-17 at its new position: the high watermark moves to it
+        follower.positions[("t", 17)] = (3, 0, 0, 0)
+        _, answer = await follower.fetch(leader, max_wait_ms=200)
+        return answer
+
+    answer = asyncio.run(next_round())
+    assert follower.named[-1] == 1
+    assert [(d.partition, d.high_watermark, d.size) for d in answer.partitions] == [(17, 3, 0)]
+    assert leader.replicas.partitions[("t", 17)].log.high_watermark == 3
+
+
+def test_a_forgotten_partition_is_no_longer_answered(leader: SimpleNamespace) -> None:
+    follower = _Follower(PARTITIONS)
+
+    async def run() -> FollowerAnswer:
+        await follower.fetch(leader)
+        del follower.positions[("t", 5)]  # parked, say
+        plan, answer = await follower.fetch(leader, max_wait_ms=10)
+        assert plan.forgotten == [("t", 5)]
+        _append(leader, 5)
+        _, answer = await follower.fetch(leader, max_wait_ms=50)
+        return answer
+
+    assert asyncio.run(run()).partitions == []
+    session = leader.fetch_sessions.get(follower.session.session_id)
+    assert ("t", 5) not in session.partitions and ("t", 5) not in session.attached.watch.keys
+
+
+def test_an_unknown_session_starts_over_with_a_full_fetch(leader: SimpleNamespace) -> None:
+    follower = _Follower(10)
+
+    async def run() -> None:
+        await follower.fetch(leader)
+        old = follower.session.session_id
+        leader.fetch_sessions.close()  # a restarted leader knows no session
+        plan = follower.session.plan(dict(follower.positions))
+        answer = await read_for_follower(leader, fetch_request(12, plan, True, LIMITS), FOLLOWER, 10)
+        assert answer.error_code == ErrorCode.fetch_session_id_not_found
+        assert not follower.session.answered(plan, answer.error_code, answer.session_id)
+        plan, answer = await follower.fetch(leader)
+        assert plan.full and plan.session_id == 0 and len(answer.partitions) == 10
+        assert follower.session.session_id not in (0, old)
+
+    asyncio.run(run())
+
+
+def test_a_failed_request_closes_the_session_it_named() -> None:
+    session = FollowerSession()
+    positions = {("t", 0): (0, 0, -1, 0)}
+    plan = session.plan(positions)
+    session.answered(plan, ErrorCode.none, 77)
+    assert session.plan(positions).send == []  # nothing changed
+    session.failed()
+    plan = session.plan(positions)
+    assert plan.full and plan.session_id == 77 and plan.send == [("t", 0)]
+
+
+def test_a_leader_without_sessions_gets_full_fetches() -> None:
+    session = FollowerSession()
+    positions = {("t", 0): (0, 0, -1, 0), ("t", 1): (4, 0, 0, 0)}
+    for _ in range(2):
+        plan = session.plan(positions)
+        assert plan.full and plan.send == list(positions)
+        assert session.answered(plan, ErrorCode.none, 0)
+
+
+@pytest.mark.parametrize("fetching", [True, False])
+def test_a_live_session_keeps_an_idle_follower_in_the_isr_and_a_stopped_one_is_dropped(
+    leader: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, fetching: bool
+) -> None:
+    """The follower named t-3 once, at the log end; then, for longer than
+    replica.lag.time.max.ms, it went on with empty fetches in its session (Kafka's leader
+    notes a fetch of every session partition each time: an append must not find it out of
+    sync), or it stopped fetching (the append drops it from the ISR)."""
+    follower = _Follower(PARTITIONS)
+    max_lag_ms = 30_000
+    now = [monotonic_ms()]
+    monkeypatch.setattr("service.replication.replica_manager.monotonic_ms", lambda: now[0])
+
+    async def run() -> int:
+        await follower.fetch(leader)
+        now[0] += 2 * max_lag_ms
+        if fetching:
+            await follower.fetch(leader, max_wait_ms=5)
+        _append(leader, 3)
+        return leader.replicas.shrink_isrs(max_lag_ms)
+
+    assert asyncio.run(run()) == (0 if fetching else 1)
+    assert leader.replicas.isr_changes.proposals == ([] if fetching else [("t-3", (1,))])
+
+
+def _with_brokers(host: SimpleNamespace, isr: tuple[int, ...], follower_fenced: bool) -> None:
+    """The metadata again, with both brokers registered and the ISR ``isr``."""
+    md = host.replicas.metadata
+    topic = md.topics["t"]
+    registrations = tuple(PartitionRegistration((1, FOLLOWER), isr, 1, 0, 1) for _ in range(PARTITIONS))
+    brokers = {n: BrokerRegistration(n, uuid.uuid4(), 5, (Endpoint("PLAINTEXT", "h", 9000 + n),),
+                                     fenced=n == FOLLOWER and follower_fenced) for n in (1, FOLLOWER)}
+    host.replicas.apply(ClusterMetadata("c", brokers=brokers, topics={"t": topic},
+                                        partitions={topic.topic_id: registrations}))
+
+
+@pytest.mark.parametrize("fenced", [True, False])
+def test_only_an_eligible_follower_is_proposed_back_into_the_isr(leader: SimpleNamespace, fenced: bool) -> None:
+    """The controller took a dead (fenced) broker out of every ISR: its replicas still look
+    caught up here, and proposing them back (refused INELIGIBLE_REPLICA) flooded the
+    controller with thousands of AlterPartition entries at failover. An unfenced one is
+    proposed as before."""
+    follower = _Follower(PARTITIONS)
+    asyncio.run(follower.fetch(leader))
+    _with_brokers(leader, (1,), follower_fenced=fenced)
+    proposals = leader.replicas.isr_changes.proposals
+    assert len(proposals) == (0 if fenced else PARTITIONS)
+    assert all(isr == (1, FOLLOWER) for _, isr in proposals)
