@@ -20,6 +20,7 @@ Not thread-safe: the fetcher's task on the event loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -59,13 +60,17 @@ class FetchLimits(Protocol):
 
 @dataclass(slots=True)
 class FetchPlan:
-    """One request: its session id and epoch, the partitions to name, those to forget."""
+    """One request: its session id and epoch, the partitions to name (with their positions)
+    and to forget, and every partition it fetches (``members``: the leader's session after
+    it, ``position`` of each)."""
 
     session_id: int
     epoch: int
     send: list[TopicPartition]
     forgotten: list[TopicPartition]
     positions: dict[TopicPartition, Position]
+    members: Mapping[TopicPartition, Any]
+    position: Callable[[Any], Position]
 
     @property
     def full(self) -> bool:
@@ -80,17 +85,32 @@ class FollowerSession:
         self.epoch = INITIAL_EPOCH
         #: what the leader's session holds for each partition, as last sent
         self._sent: dict[TopicPartition, Position] = {}
+        #: the partitions of the last answered request (None: the next one is full)
+        self.members: Mapping[TopicPartition, Any] | None = None
         self.full_fetches = 0
         self.incremental_fetches = 0
 
-    def plan(self, positions: dict[TopicPartition, Position]) -> FetchPlan:
-        """The next request for the partitions to fetch now, at ``positions``."""
+    def plan(self, members: Mapping[TopicPartition, Any], position: Callable[[Any], Position],
+             changed: Iterable[TopicPartition] | None = None) -> FetchPlan:
+        """The next request for ``members``, the partitions to fetch now. ``changed``: the
+        only ones whose position may differ from what was sent (the same members as the
+        last request); None: look at every one."""
         if self.epoch == INITIAL_EPOCH:
-            return FetchPlan(self.session_id, INITIAL_EPOCH, list(positions), [], positions)
+            positions = {key: position(m) for key, m in members.items()}
+            return FetchPlan(self.session_id, INITIAL_EPOCH, list(positions), [], positions, members, position)
         sent = self._sent
-        send = [key for key, pos in positions.items() if sent.get(key) != pos]
-        forgotten = [key for key in sent if key not in positions]
-        return FetchPlan(self.session_id, self.epoch, send, forgotten, positions)
+        send: list[TopicPartition] = []
+        positions = {}
+        for key in members if changed is None else changed:
+            member = members.get(key)
+            if member is None:
+                continue
+            pos = position(member)
+            if sent.get(key) != pos:
+                send.append(key)
+                positions[key] = pos
+        forgotten = [key for key in sent if key not in members] if changed is None else []
+        return FetchPlan(self.session_id, self.epoch, send, forgotten, positions, members, position)
 
     def answered(self, plan: FetchPlan, error: ErrorCode, session_id: int) -> bool:
         """The leader's answer to ``plan``; False when its partitions are to be ignored
@@ -105,6 +125,7 @@ class FollowerSession:
                 return True
             self.session_id, self.epoch = session_id, next_epoch(INITIAL_EPOCH)
             self._sent = dict(plan.positions)
+            self.members = plan.members
             return True
         self.incremental_fetches += 1
         self.epoch = next_epoch(self.epoch)
@@ -112,6 +133,7 @@ class FollowerSession:
             self._sent.pop(key, None)
         for key in plan.send:
             self._sent[key] = plan.positions[key]
+        self.members = plan.members
         return True
 
     def failed(self) -> None:
@@ -125,6 +147,7 @@ class FollowerSession:
             self.session_id = INVALID_SESSION_ID
         self.epoch = INITIAL_EPOCH
         self._sent = {}
+        self.members = None
 
 
 def fetch_request(version: int, plan: FetchPlan, with_session: bool, config: FetchLimits) -> Any:
@@ -132,8 +155,10 @@ def fetch_request(version: int, plan: FetchPlan, with_session: bool, config: Fet
     partitions to send and forget, without it every partition."""
     mod = request_module(_API_FETCH, version)
     topics: dict[str, list[Any]] = {}
-    for key in plan.send if with_session else plan.positions:
-        fetch_offset, leader_epoch, last_fetched_epoch, log_start = plan.positions[key]
+    for key in plan.send if with_session else plan.members:
+        known = plan.positions.get(key)
+        fetch_offset, leader_epoch, last_fetched_epoch, log_start = (
+            known if known is not None else plan.position(plan.members[key]))
         topics.setdefault(key[0], []).append(
             build(
                 mod.FetchPartition,

@@ -45,18 +45,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, UnsupportedVersionError
 from common.protocol.codec import build
 from service.cluster.channel import PeerChannels
 from service.cluster.wire import request_module
-from service.replication.fetch_session import FollowerSession, Position, fetch_request
+from service.replication.fetch_session import FollowerSession, fetch_request
+from service.replication.fetch_state import PartitionFetchState, Roster, State
 from service.replication.partition import Partition
 
 __all__ = [
@@ -79,40 +79,6 @@ _RETRY_QUIETLY = {  # the leader's metadata is behind or ahead of this broker's 
     ErrorCode.unknown_leader_epoch,
     ErrorCode.unknown_topic_or_partition,
 }
-
-
-class State(enum.Enum):
-    BOOTSTRAPPING = "bootstrapping"
-    TRUNCATING = "truncating"
-    FETCHING = "fetching"
-    PARKED = "parked"  # waiting for the metadata to name a new leader
-
-
-@dataclass(slots=True)
-class PartitionFetchState:
-    """One followed partition in a fetcher (Kafka's ``PartitionFetchState``)."""
-
-    partition: Partition
-    leader_epoch: int
-    state: State
-    delayed_until: float = 0.0
-    key: TopicPartition = field(init=False)
-    _position: Position | None = field(default=None, init=False, repr=False)
-    _position_of: tuple[int, int] = field(default=(-1, -1), init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.key = (self.partition.topic, self.partition.index)
-
-    def position(self) -> Position:
-        """What a fetch request says of this partition, recomputed only after its log
-        changed (``Log.changes``) or its leader epoch did."""
-        log = self.partition.log
-        of = (log.changes, self.leader_epoch)
-        if self._position is None or of != self._position_of:
-            self._position = (log.log_end_offset, self.leader_epoch, log.leader_epoch_cache.latest_epoch,
-                              log.log_start_offset)
-            self._position_of = of
-        return self._position
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,20 +135,28 @@ class ReplicaFetcher:
         self.fetched_bytes = 0
         self.fetch_requests = 0
         self._session = FollowerSession()
+        self._roster = Roster()
+        self._fetching: list[PartitionFetchState] = []  # as of the last rescan
 
     def add(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
         log = partition.log
         empty = log.log_end_offset == log.log_start_offset and not any(s.size for s in log.segments)
         state = State.BOOTSTRAPPING if empty else State.TRUNCATING
-        self.partitions[key] = PartitionFetchState(partition, partition.leader_epoch, state)
+        self.partitions[key] = PartitionFetchState(partition, partition.leader_epoch, state, self._roster)
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
 
     def remove(self, keys: Iterable[TopicPartition]) -> None:
         for key in keys:
-            self.partitions.pop(key, None)
+            if self.partitions.pop(key, None) is not None:
+                self._roster.rescan = True
+
+    def touch(self, key: TopicPartition) -> None:
+        """The log of ``key`` changed: its fetch position may have."""
+        if key in self.partitions:
+            self._roster.touched.add(key)
 
     async def close(self) -> None:
         task, self._task = self._task, None
@@ -205,10 +179,18 @@ class ReplicaFetcher:
 
     async def _do_work(self) -> None:
         now = time.monotonic()
+        roster = self._roster
+        if not roster.rescan and now < roster.next_ready:  # the same partitions fetch as last round
+            if self._fetching:
+                await self._fetch(self._fetching, rescanned=False)
+            else:
+                await self._idle(now)
+            return
+        roster.rescan = False
         fetching: list[PartitionFetchState] = []
         others: list[PartitionFetchState] = []  # bootstrapping or truncating
         next_ready = float("inf")
-        for s in self.partitions.values():  # one pass: at 10,000 partitions every walk counts
+        for s in self.partitions.values():
             if s.state is State.PARKED:
                 continue
             if s.delayed_until > now:
@@ -217,11 +199,10 @@ class ReplicaFetcher:
                 fetching.append(s)
             else:
                 others.append(s)
+        roster.next_ready = next_ready
+        self._fetching = fetching
         if not fetching and not others:
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(),
-                                       None if next_ready == float("inf") else next_ready - now)
+            await self._idle(now)
             return
         if others:
             for state in [s for s in others if s.state is State.BOOTSTRAPPING]:
@@ -229,10 +210,18 @@ class ReplicaFetcher:
             truncating = [s for s in others if s.state is State.TRUNCATING]
             if truncating:
                 await self._truncate(truncating)
-            # those whose truncation completed fetch in this round too
+            # those whose truncation completed fetch in this round too (the next rescans)
             fetching = [s for s in fetching + others if s.state is State.FETCHING and s.key in self.partitions]
         if fetching:
-            await self._fetch(fetching)
+            await self._fetch(fetching, rescanned=True)
+
+    async def _idle(self, now: float) -> None:
+        self._wake.clear()
+        if self._roster.rescan:
+            return
+        next_ready = self._roster.next_ready
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), None if next_ready == float("inf") else next_ready - now)
 
     def _delay(self, states: Iterable[PartitionFetchState]) -> None:
         until = time.monotonic() + self._config.backoff_ms / 1000
@@ -317,10 +306,14 @@ class ReplicaFetcher:
 
     # -- fetching ---------------------------------------------------------------------------
 
-    async def _fetch(self, states: list[PartitionFetchState]) -> None:
+    async def _fetch(self, states: list[PartitionFetchState], *, rescanned: bool) -> None:
+        """One Fetch for ``states``; unless ``rescanned`` (the list may differ from the last
+        round's), only the partitions whose logs changed are looked at for new positions."""
         config = self._config
         session = self._session
-        plan = session.plan({s.key: s.position() for s in states})
+        members = {s.key: s for s in states} if rescanned or session.members is None else session.members
+        touched = self._roster.take_touched()
+        plan = session.plan(members, PartitionFetchState.position, None if rescanned else touched)
         with_session: list[bool] = []  # whether the request went out with the session (v7+)
 
         def request(version: int) -> Any:
@@ -339,15 +332,16 @@ class ReplicaFetcher:
             return
         self.fetch_requests += 1
         error = ErrorCode(int(answer.error_code))
-        if with_session and with_session[-1] and not session.answered(
-                plan, error, int(getattr(answer, "session_id", 0))):
+        if with_session and not with_session[-1]:
+            session.failed()  # a peer without sessions (Fetch < v7): every request in full
+        elif with_session and not session.answered(plan, error, int(getattr(answer, "session_id", 0))):
             _log.info("broker %d answered %s; starting a new fetch session", self.source_id,
                       error.name.upper())
             return  # the next round is a full fetch
         if error != ErrorCode.none:
             self._delay(states)
             return
-        asked = plan.positions
+        asked = plan.members
         for topic in answer.responses:
             for p in topic.partitions:
                 key = (topic.topic, int(p.partition_index))
@@ -467,6 +461,11 @@ class ReplicaFetcherManager:
         keys = list(keys)
         for fetcher in self.fetchers.values():
             fetcher.remove(keys)
+
+    def touch(self, topic: str, index: int) -> None:
+        """The log of ``(topic, index)`` changed (``LogManager.change_listeners``)."""
+        for fetcher in self.fetchers.values():
+            fetcher.touch((topic, index))
 
     def state(self, topic: str, index: int) -> PartitionFetchState | None:
         for fetcher in self.fetchers.values():

@@ -88,9 +88,10 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
         request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
     )
     replicas.may_lead = cluster.may_lead
-    replicas.followers = ReplicaFetcherManager(
+    followers = replicas.followers = ReplicaFetcherManager(
         fetcher_config, cluster.replica_peers, broker.tiering.bootstrap_replica, replicas.after_follower_append
     )
+    broker.logs.change_listeners.append(followers.touch)  # a followed log's position may have moved
     controller = cluster.controller
     assert controller is not None and cluster.client is not None
     replicas.isr_changes = AlterPartitionManager(

@@ -51,6 +51,10 @@ def leader(tmp_path: Path) -> Iterator[SimpleNamespace]:
     logs.shutdown()
 
 
+def _same(position: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+    return position
+
+
 class _Follower:
     """The follower's side: where it stands in each partition, and its session."""
 
@@ -61,7 +65,7 @@ class _Follower:
         self.named: list[int] = []  # partitions each request named
 
     async def fetch(self, host: SimpleNamespace, *, max_wait_ms: int = 50) -> tuple[FetchPlan, FollowerAnswer]:
-        plan = self.session.plan(dict(self.positions))
+        plan = self.session.plan(dict(self.positions), _same)
         request = fetch_request(12, plan, True, LIMITS)
         self.named.append(sum(len(t.partitions) for t in request.topics))
         answer = await read_for_follower(host, request, FOLLOWER, max_wait_ms)
@@ -158,7 +162,7 @@ def test_an_unknown_session_starts_over_with_a_full_fetch(leader: SimpleNamespac
         await follower.fetch(leader)
         old = follower.session.session_id
         leader.fetch_sessions.close()  # a restarted leader knows no session
-        plan = follower.session.plan(dict(follower.positions))
+        plan = follower.session.plan(dict(follower.positions), _same)
         answer = await read_for_follower(leader, fetch_request(12, plan, True, LIMITS), FOLLOWER, 10)
         assert answer.error_code == ErrorCode.fetch_session_id_not_found
         assert not follower.session.answered(plan, answer.error_code, answer.session_id)
@@ -172,19 +176,39 @@ def test_an_unknown_session_starts_over_with_a_full_fetch(leader: SimpleNamespac
 def test_a_failed_request_closes_the_session_it_named() -> None:
     session = FollowerSession()
     positions = {("t", 0): (0, 0, -1, 0)}
-    plan = session.plan(positions)
+    plan = session.plan(positions, _same)
     session.answered(plan, ErrorCode.none, 77)
-    assert session.plan(positions).send == []  # nothing changed
+    assert session.plan(positions, _same).send == []  # nothing changed
     session.failed()
-    plan = session.plan(positions)
+    plan = session.plan(positions, _same)
     assert plan.full and plan.session_id == 77 and plan.send == [("t", 0)]
+
+
+def test_only_the_partitions_whose_logs_changed_are_looked_at() -> None:
+    """Between rescans of the fetcher's partitions, a plan looks only at the touched ones."""
+    session = FollowerSession()
+    positions = {("t", i): (0, 0, -1, 0) for i in range(1000)}
+    session.answered(session.plan(positions, _same), ErrorCode.none, 9)
+    looked: list[tuple[int, int, int, int]] = []
+
+    def position(pos: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
+        looked.append(pos)
+        return pos
+
+    positions[("t", 4)] = (5, 0, 0, 0)
+    plan = session.plan(positions, position, {("t", 4), ("t", 5), ("gone", 0)})
+    assert plan.send == [("t", 4)] and plan.forgotten == [] and len(looked) == 2
+    session.answered(plan, ErrorCode.none, 9)
+    del positions[("t", 7)]
+    plan = session.plan(positions, position)  # a rescan: every partition, and the forgotten one
+    assert plan.send == [] and plan.forgotten == [("t", 7)]
 
 
 def test_a_leader_without_sessions_gets_full_fetches() -> None:
     session = FollowerSession()
     positions = {("t", 0): (0, 0, -1, 0), ("t", 1): (4, 0, 0, 0)}
     for _ in range(2):
-        plan = session.plan(positions)
+        plan = session.plan(positions, _same)
         assert plan.full and plan.send == list(positions)
         assert session.answered(plan, ErrorCode.none, 0)
 
