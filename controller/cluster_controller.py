@@ -157,7 +157,7 @@ class ClusterController(MetadataWriter):
         # the last activation took back the lease this node released to stand down and
         # nobody else took: its peers are gone, not it, so it fences them after all
         self._quorum_waived = False
-        self._suspects = Suspects(self._wake.set)
+        self._suspects = Suspects(self._wake.set, monotonic)
         #: ``probe_gone(node_id)``: True when that broker's listener refuses connections
         #: (set by the broker; blocking, called on this role's thread)
         self.probe_gone: Callable[[int], bool] | None = None
@@ -248,7 +248,8 @@ class ClusterController(MetadataWriter):
                 self._maybe_rebalance_leaders()
             except KafkaError as err:
                 _log.warning("could not move leaders back to their preferred replicas: %s", err)
-        return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms))
+        return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms),
+                   self._suspects.next_due_ms())
 
     def _probe_suspects(self) -> LeaseEvent:
         """Probe the peers whose connection dropped: fence the dead ones (active), or take
@@ -257,17 +258,32 @@ class ClusterController(MetadataWriter):
         if not suspects or probe is None:
             return LeaseEvent.NONE
         if not self.is_active:
-            if self._lease.observed is None or self._lease.observed.holder not in suspects:
+            holder = None if self._lease.observed is None else self._lease.observed.holder
+            for n in suspects - {holder}:
+                self._suspects.settled(n)
+            if holder not in suspects:
                 return LeaseEvent.NONE
             with self._lease_lock:
                 event = self._lease.take_over_if_gone(probe, self.metadata.controller_epoch)
             if event is LeaseEvent.ACQUIRED:
                 self._epoch = self._lease.epoch
                 self._active = False
+                self._suspects.settled(holder)
+            elif holder is not None and not self._suspects.still_listening(holder):
+                _log.info("the controller's connection dropped but node %d still listens: its "
+                          "lease decides", holder)
             return event
         md = self.metadata
-        gone = [n for n in sorted(suspects)
-                if n != self.node_id and n in md.brokers and not md.brokers[n].fenced and probe(n)]
+        gone = []
+        for n in sorted(suspects):
+            if n == self.node_id or n not in md.brokers or md.brokers[n].fenced:
+                self._suspects.settled(n)
+            elif probe(n):
+                self._suspects.settled(n)
+                gone.append(n)
+            elif not self._suspects.still_listening(n):
+                _log.info("broker %d's connection dropped but its listener still accepts connections: "
+                          "its session decides", n)
         if gone:
             _log.warning("fencing broker(s) %s: the listener refuses connections (process gone)",
                          gone)
@@ -378,6 +394,7 @@ class ClusterController(MetadataWriter):
         answer (the broker's process is alive and listening) changes nothing: cutting its
         session short fenced live brokers whenever the controller was slow (issue #31)."""
         if self.is_active:
+            _log.info("the connection broker %d heartbeats on closed; probing its listener", broker_id)
             self._suspects.add(broker_id)
 
     def _activate(self) -> None:

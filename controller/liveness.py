@@ -8,7 +8,9 @@
   each one's listener; a refused connection means no process listens there any more (a
   broker listens from before it registers or competes for the lease until it exits), so
   a dead broker is fenced, and a dead controller's lease taken over, without waiting out
-  a session or a lease (``docs/adr/0009-controller-lease.md``, update of issue #31).
+  a session or a lease (``docs/adr/0009-controller-lease.md``, update of issue #31). A
+  listener that still accepts is probed again a few times a moment later: a killed
+  process's listener can outlive the connection that dropped (issue #33).
 
 Thread-safe: :class:`Suspects` is filled from the event loop and drained by the
 controller's thread.
@@ -17,9 +19,10 @@ controller's thread.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
-__all__ = ["Suspects", "quorum_lost"]
+__all__ = ["REPROBES", "REPROBE_MS", "Suspects", "quorum_lost"]
 
 
 def quorum_lost(
@@ -42,20 +45,58 @@ def quorum_lost(
     return 2 * heard <= len(brokers)
 
 
-class Suspects:
-    """Node ids whose connection dropped, to be probed on the controller's thread."""
+#: a suspect whose listener still accepts is probed again this many times, this far apart:
+#: a dying process's listener may outlive the connection that dropped (the kernel closes a
+#: killed process's descriptors in order, and a broker that loaded 10,000 logs before it
+#: listened holds its listener after all of them: seen accepting for most of a second)
+REPROBES = 5
+REPROBE_MS = 200.0
 
-    def __init__(self, wake: Callable[[], None]) -> None:
+
+class Suspects:
+    """Node ids whose connection dropped, to be probed on the controller's thread; one
+    found still listening is probed again :data:`REPROBES` times, :data:`REPROBE_MS` apart."""
+
+    def __init__(self, wake: Callable[[], None], clock_ms: Callable[[], float] = lambda: time.monotonic() * 1000) -> None:
         self._lock = threading.Lock()
         self._ids: set[int] = set()
+        self._later: dict[int, tuple[float, int]] = {}  # node id -> (due, probes left)
         self._wake = wake
+        self._clock = clock_ms
 
     def add(self, node_id: int) -> None:
         with self._lock:
             self._ids.add(node_id)
+            self._later.pop(node_id, None)
         self._wake()
 
     def take(self) -> set[int]:
+        """The suspects to probe now: those just added, and those due to be probed again."""
+        now = self._clock()
         with self._lock:
             ids, self._ids = self._ids, set()
+            ids.update(n for n, (due, _) in self._later.items() if due <= now)
         return ids
+
+    def still_listening(self, node_id: int) -> bool:
+        """The probe of ``node_id`` found its listener accepting: probe again soon (True),
+        or, after the last probe, leave it to its session (False)."""
+        with self._lock:
+            _, left = self._later.get(node_id, (0.0, REPROBES))
+            if left <= 0:
+                del self._later[node_id]
+                return False
+            self._later[node_id] = (self._clock() + REPROBE_MS, left - 1)
+            return True
+
+    def settled(self, node_id: int) -> None:
+        """``node_id`` was fenced (or needs no probe any more)."""
+        with self._lock:
+            self._later.pop(node_id, None)
+
+    def next_due_ms(self) -> float:
+        """Milliseconds until a suspect is due to be probed again (inf: none)."""
+        with self._lock:
+            if not self._later:
+                return float("inf")
+            return max(0.0, min(due for due, _ in self._later.values()) - self._clock())

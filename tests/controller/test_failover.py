@@ -8,7 +8,7 @@ import json
 
 from controller import ClusterController
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent
-from controller.liveness import quorum_lost
+from controller.liveness import REPROBE_MS, REPROBES, quorum_lost
 from remote_tier import ObjectStore
 from tests.controller.cluster_helpers import (
     TIMINGS,
@@ -144,3 +144,35 @@ def test_heartbeats_from_a_majority_keep_the_controller_active(
         heartbeat_all(a, 2)  # 3 is gone, 2 still heartbeats
         a.tick()
         assert a.is_active
+
+
+def test_a_broker_still_listening_a_moment_after_its_connection_dropped_is_probed_again(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    """A killed process's kernel closes its descriptors in order: a broker that loaded
+    10,000 logs before it listened still accepted connections for most of a second after
+    its heartbeat connection dropped, and was fenced only by its session (10 s)."""
+    a, _, _ = _three_joined(make_store, clock)
+    answers = iter([False, False, True])  # listening, listening, then refused
+    probed: list[float] = []
+    a.probe_gone = lambda node: probed.append(clock.now) or next(answers)
+    a.connection_lost(3)
+    a.tick()
+    assert not a.metadata.brokers[3].fenced
+    for _ in range(2):
+        clock.advance(REPROBE_MS)
+        a.tick()
+    assert a.metadata.brokers[3].fenced and len(probed) == 3
+    assert probed[-1] - probed[0] == 2 * REPROBE_MS  # no session timeout waited
+
+
+def test_a_broker_that_keeps_listening_is_left_to_its_session(make_store: MakeStore, clock: FakeClock) -> None:
+    a, _, _ = _three_joined(make_store, clock)
+    probed: list[int] = []
+    a.probe_gone = lambda node: probed.append(node) and False
+    a.connection_lost(2)
+    for _ in range(REPROBES + 3):
+        a.tick()
+        clock.advance(REPROBE_MS)
+        heartbeat_all(a, 2)
+    assert len(probed) == REPROBES + 1 and not a.metadata.brokers[2].fenced
