@@ -402,6 +402,13 @@ class Log(Owned):
         last = self._last_flush
         return last is not None and not last[1].done()
 
+    @property
+    @owner_only
+    def background_pending(self) -> bool:
+        """Whether a job queued on the flush thread (a flush, the producer snapshot of a
+        roll, a segment's deletion) has not run yet."""
+        return any(not f.done() for f in self._pending_flushes)
+
     def _changed(self) -> None:
         """Something periodic work reads has changed: the log end, the segments, the high
         watermark, the log start, the config, or a flush was scheduled (the recovery point)."""

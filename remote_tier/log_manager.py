@@ -423,7 +423,7 @@ class RemoteLogManager:
                 tasks.append(self._partition_round(loop, topic, partition, local, state, epoch))
             elif only is not None:  # its round in flight may have missed the roll: once more after it
                 self.segment_rolled(topic, partition)
-            elif not state.uploading:
+            elif not state.uploading and not local.background_pending:  # (a roll's snapshot: soon)
                 state.rest(local, retention_due_at(state.manifest, local.config), led=True)
         if tasks:
             await asyncio.gather(*tasks)
@@ -597,7 +597,7 @@ class RemoteLogManager:
             # the batch (each upload already read and wrote it to publish)
             boundary = state.remote_next_offset
             uploaded_any = False
-            while (segment := self._next_upload(local, boundary)) is not None:
+            while (segment := next_upload(local, boundary)) is not None:
                 upper = local.segments[local.segments.index(segment) + 1].base_offset
                 uploaded = await self._run_in_copier(
                     loop, self._upload, topic, state.topic_id, partition, segment, boundary,
@@ -662,28 +662,13 @@ class RemoteLogManager:
         if not state.loaded or (state.claimed_epoch != epoch and state.manifest is not None):
             return False
         boundary = state.remote_next_offset
-        if self._next_upload(local, boundary) is not None:
+        if next_upload(local, boundary) is not None:
             return False
         now = _now_ms()
         if now >= state.next_orphan_cleanup_ms:
             return False
         config = local.config
         return not (config.delete and retention_due(state.manifest, config, _local_only_bytes(local, boundary), now))
-
-    def _next_upload(self, local: Log, boundary: int | None) -> Any:
-        """The oldest sealed, committed local segment not wholly in the bucket (below
-        ``boundary``); one that straddles it is uploaded from the boundary on."""
-        segments = local.segments
-        for i, segment in enumerate(segments[:-1]):  # never the active segment
-            upper = segments[i + 1].base_offset
-            if boundary is not None and upper <= boundary:
-                continue  # already in the bucket
-            if upper > local.last_stable_offset:
-                return None  # not committed yet, or a transaction in it is still open
-            if segment.size == 0 or upper <= local.log_start_offset:
-                continue  # empty, or its records were deleted (DeleteRecords)
-            return segment
-        return None
 
     def _upload(
         self,
@@ -786,6 +771,24 @@ class RemoteLogManager:
 
     async def _run_in_copier(self, loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> Any:
         return await loop.run_in_executor(self._copiers, fn, *args)
+
+
+def next_upload(local: Log, boundary: int | None) -> Any:
+    """The oldest sealed, committed local segment not wholly in the bucket (below
+    ``boundary``); one that straddles it is uploaded from the boundary on."""
+    segments = local.segments
+    for i, segment in enumerate(segments[:-1]):  # never the active segment
+        upper = segments[i + 1].base_offset
+        if boundary is not None and upper <= boundary:
+            continue  # already in the bucket
+        if upper > local.last_stable_offset:
+            return None  # not committed yet, or a transaction in it is still open
+        if segment.size == 0 or upper <= local.log_start_offset:
+            continue  # empty, or its records were deleted (DeleteRecords)
+        if local.background_pending and not snapshot_path(local.dir, upper).exists():
+            return None  # the roll's producer snapshot is still being written: the next pass
+        return segment
+    return None
 
 
 def _local_only_bytes(local: Log, boundary: int | None) -> int:

@@ -100,6 +100,9 @@ def _fill(log: Log, batches: int = BATCHES) -> int:
         log.append_as_leader(build_batch(records), 0)
         n += RECORDS_PER_BATCH
     log.update_high_watermark(log.log_end_offset)
+    deadline = time.monotonic() + 10  # the rolls' producer snapshots are written (an upload waits for them)
+    while log.background_pending and time.monotonic() < deadline:
+        time.sleep(0.005)
     return n
 
 
@@ -638,3 +641,31 @@ def test_a_partition_led_without_a_manifest_is_claimed_only_once_it_has_somethin
         assert state.manifest.next_offset == logs[5].segments[-1].base_offset
     finally:
         service.close()
+
+
+def test_a_sealed_segment_waits_for_the_producer_snapshot_its_roll_writes(tmp_path: Path) -> None:
+    """The roll writes the producer snapshot at the segment's end on the flush thread; an
+    upload that ran first went without it (seen under CI load: three objects, not four),
+    and a replica started from the bucket would have lost its producers' state."""
+    from local_tier.producer_snapshot import snapshot_path
+    from remote_tier.log_manager import next_upload
+
+    logs = LogManager(tmp_path / "logs")
+    try:
+        log = logs.get_or_create_log("t", 0, LogConfig.from_properties({"segment.bytes": "1048576"}))
+        now = int(time.time() * 1000)
+        log.append_as_leader(build_batch([(b"k", b"v", [], now)]), 0)
+        log.update_high_watermark(log.log_end_offset)
+        gate = threading.Event()
+        log._submit(lambda: gate.wait(30))  # the flush thread is busy
+        log.roll()
+        assert not snapshot_path(log.dir, 1).exists()
+        assert next_upload(log, None) is None  # not without its snapshot
+        gate.set()
+        deadline = time.monotonic() + 10
+        while log.background_pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert snapshot_path(log.dir, 1).exists()
+        assert next_upload(log, None) is log.segments[0]
+    finally:
+        logs.shutdown()
