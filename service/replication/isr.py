@@ -56,9 +56,13 @@ class AlterPartitionManager:
         broker_epoch: Callable[[], int],
         local_alter: Callable[[int, int, list[PartitionStateChange]], list[AlterPartitionResult]],
         on_applied: Callable[[Partition, bool], None] = lambda partition, moved: None,
+        on_dropped: Callable[[Partition], None] = lambda partition: None,
     ) -> None:
         self._node_id = node_id
         self._on_applied = on_applied  # (partition, high watermark moved) after a committed change
+        #: a proposal that did not go through: the partition is looked at again (a follower in
+        #: a fetch session that names nothing would not bring it back)
+        self._on_dropped = on_dropped
         self._client = client
         self._broker_epoch = broker_epoch
         self._local_alter = local_alter
@@ -113,6 +117,7 @@ class AlterPartitionManager:
     def _apply(self, partition: Partition, result: tuple[ErrorCode, Any] | None) -> None:
         if result is None:
             partition.pending_isr = None
+            self._on_dropped(partition)
             return
         code, fields = result
         key = (partition.topic, partition.index)
@@ -138,6 +143,7 @@ class AlterPartitionManager:
             _log.info("%s: ISR change answered %s; proposing again in %.1f s at the earliest",
                       partition.name, code.name.upper(), self._backoff[key][0])
             partition.pending_isr = None
+            self._on_dropped(partition)
 
     async def _send(
         self, items: list[tuple[Partition, tuple[int, ...]]]

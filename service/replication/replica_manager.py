@@ -453,6 +453,12 @@ class ReplicaManager:
         else:  # a shrink below min.insync.replicas answers waiting requests all the same
             self.produce_waiters.wake(partition)
 
+    def after_isr_change_dropped(self, partition: Partition) -> None:
+        """An ISR change this leader asked for was refused or lost: the follower sessions read
+        the partition again at their next request, which proposes again (Kafka's leader does
+        at every fetch; an idle follower in a session names nothing)."""
+        self._waiters.touch(partition.topic, partition.index)
+
     def shrink_isrs(self, max_lag_ms: int) -> int:
         """Ask the controller to drop, from the ISR of every partition this broker leads,
         the followers that have lagged for ``max_lag_ms`` (``replica.lag.time.max.ms``;

@@ -96,7 +96,7 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
     assert controller is not None and cluster.client is not None
     replicas.isr_changes = AlterPartitionManager(
         broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition,
-        on_applied=replicas.after_isr_change,
+        on_applied=replicas.after_isr_change, on_dropped=replicas.after_isr_change_dropped,
     )
     replicas.add_listener(GroupLeadership(broker))
     replicas.add_listener(TxnLeadership(broker.transactions))

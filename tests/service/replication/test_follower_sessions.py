@@ -261,3 +261,20 @@ def test_only_an_eligible_follower_is_proposed_back_into_the_isr(leader: SimpleN
     proposals = leader.replicas.isr_changes.proposals
     assert len(proposals) == (0 if fenced else PARTITIONS)
     assert all(isr == (1, FOLLOWER) for _, isr in proposals)
+
+
+def test_a_refused_isr_expansion_is_proposed_again_at_the_next_session_fetch(leader: SimpleNamespace) -> None:
+    """Kafka's leader proposes a caught-up follower for the ISR at every fetch; an idle
+    follower in a session names nothing, so a refused proposal is retried through the
+    session's watch (seen: a replica added by a reassignment never joined the ISR)."""
+    follower = _Follower(PARTITIONS)
+    asyncio.run(follower.fetch(leader))
+    _with_brokers(leader, (1,), follower_fenced=False)
+    proposals = leader.replicas.isr_changes.proposals
+    assert len(proposals) == PARTITIONS
+    proposals.clear()
+    dropped = leader.replicas.partitions[("t", 7)]
+    dropped.pending_isr = None  # the controller refused it
+    leader.replicas.after_isr_change_dropped(dropped)
+    asyncio.run(follower.fetch(leader, max_wait_ms=5))
+    assert follower.named[-1] == 0 and proposals == [("t-7", (1, FOLLOWER))]
