@@ -77,16 +77,18 @@ class CachedPartition:
     high_watermark: int = -1
     log_start_offset: int = -1
 
+    def would_respond(self, data: PartitionData) -> bool:
+        """Whether ``data`` goes in an incremental response (nothing noted)."""
+        return (data.size > 0 or data.error_code != ErrorCode.none
+                or data.diverging_epoch is not None or data.preferred_read_replica >= 0
+                or data.high_watermark != self.high_watermark
+                or data.log_start_offset != self.log_start_offset)
+
     def must_respond(self, data: PartitionData) -> bool:
         """Whether ``data`` goes in an incremental response; records what was answered."""
-        changed = (data.size > 0 or data.error_code != ErrorCode.none
-                   or data.diverging_epoch is not None or data.preferred_read_replica >= 0)
-        if data.high_watermark != self.high_watermark:
-            changed = True
-            self.high_watermark = data.high_watermark
-        if data.log_start_offset != self.log_start_offset:
-            changed = True
-            self.log_start_offset = data.log_start_offset
+        changed = self.would_respond(data)
+        self.high_watermark = data.high_watermark
+        self.log_start_offset = data.log_start_offset
         if data.error_code != ErrorCode.none:
             self.high_watermark = -1  # so the partition is sent again once the error clears
         return changed

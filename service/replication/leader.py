@@ -214,11 +214,8 @@ def _merge(state: _SessionState, out: dict[TopicPartition, PartitionData], data:
 
 def _says_something(data: PartitionData, cached: Any) -> bool:
     """Whether ``data`` would go in the incremental response (without noting it)."""
-    if data.size or data.error_code != ErrorCode.none or data.diverging_epoch is not None:
-        return True
     entry = cached.get((data.topic, data.partition))
-    return entry is not None and (entry.high_watermark != data.high_watermark
-                                  or entry.log_start_offset != data.log_start_offset)
+    return entry is not None and entry.would_respond(data)
 
 
 def _as_partition_fetch(fetch: FollowerFetch, partition_max: int) -> PartitionFetch:
