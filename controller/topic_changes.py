@@ -34,6 +34,7 @@ from common.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -45,13 +46,30 @@ from controller.registrations import PartitionRegistration
 from controller.replication_control import new_partition
 
 __all__ = [
-    "AlterConfigOp", "Placement", "TopicChanges", "check_topic_name", "default_replication_factor",
+    "MAX_PARTITIONS_PER_OPERATION", "AlterConfigOp", "Placement", "TopicChanges", "check_operation_size",
+    "check_topic_name", "default_replication_factor",
     "new_cluster_id", "random_uuid", "require",
 ]
 
 _MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 Assignments = Mapping[int, Sequence[int]]
+
+
+#: the most partitions one create or grow of a topic may add: Kafka's bound on the records of
+#: one controller operation (``MAX_RECORDS_PER_USER_OP``), so a request that asks for
+#: millions is refused before anything is placed; larger topics grow in steps
+MAX_PARTITIONS_PER_OPERATION = 10_000
+
+
+def check_operation_size(partitions: int) -> None:
+    """PolicyViolationError, as Kafka's controller answers, when one operation adds too many."""
+    if partitions > MAX_PARTITIONS_PER_OPERATION:
+        raise PolicyViolationError(
+            f"Unable to perform excessively large batch operation: {partitions} partitions in one "
+            f"create, at most {MAX_PARTITIONS_PER_OPERATION}; create fewer and add the rest with "
+            "CreatePartitions"
+        )
 
 
 class AlterConfigOp(IntEnum):
@@ -136,6 +154,7 @@ class TopicChanges:
                     "A manual partition assignment was specified, but the number of partitions "
                     "or the replication factor was not set to -1."
                 )
+            check_operation_size(len(assignments))
             registrations = _assigned(placement, assignments, 0, None)
         else:
             count = self._partition_count(num_partitions)
@@ -178,6 +197,7 @@ class TopicChanges:
                     f"Attempted to add {added} additional partition(s), but only "
                     f"{len(assignments)} assignment(s) were specified."
                 )
+            check_operation_size(len(assignments))
             new = _assigned(placement, dict(enumerate(assignments)), topic.partitions, factor)
         else:
             new = self._placed(placement, added, factor)
@@ -206,6 +226,7 @@ class TopicChanges:
     # -- helpers ------------------------------------------------------------------------
 
     def _placed(self, placement: Placement, count: int, factor: int) -> list[PartitionRegistration]:
+        check_operation_size(count)
         replicas = self._placer.place(
             placement.usable, count, factor, registered=len(placement.registered)
         )

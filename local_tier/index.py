@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import struct
-import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
 from pathlib import Path
+
+from local_tier.descriptors import DescriptorTable, default_limit, fsync_by_path
 
 __all__ = ["OPEN_INDEXES", "CorruptIndexError", "OffsetIndex", "TimeIndex"]
 
@@ -51,55 +50,8 @@ class CorruptIndexError(Exception):
     """An index file fails its sanity check; the segment rebuilds it from the log."""
 
 
-def _default_limit() -> int:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 8))
-
-
-class _OpenIndexes:
-    """The descriptors of the indexes written on one thread (the event loop, which owns the
-    logs; :meth:`bind`), at most :attr:`limit`, least recently written closed first.
-
-    Indexes written on other threads (a cleaner's new segment, recovery at load) are not
-    counted: their writers close them, and no thread ever closes another thread's
-    descriptor. The table is guarded by a lock held for dictionary operations only."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.closed_for_room = 0  # descriptors closed to stay under the limit
-        self._owner: int | None = None
-        self._lock = threading.Lock()
-        self._lru: OrderedDict[_Index, None] = OrderedDict()
-
-    def bind(self) -> None:
-        """Count the indexes written on the calling thread from now on (the broker's loop)."""
-        self._owner = threading.get_ident()
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-    def opened(self, index: _Index) -> None:
-        """``index`` (now with a descriptor) was written to: the most recent; may close others'."""
-        if threading.get_ident() != self._owner:
-            return
-        victims: list[_Index] = []
-        with self._lock:
-            self._lru[index] = None
-            self._lru.move_to_end(index)
-            while len(self._lru) > self.limit:
-                victim, _ = self._lru.popitem(last=False)
-                victims.append(victim)
-        for victim in victims:  # loop-owned, like ``index``: not in use on another thread
-            self.closed_for_room += 1
-            victim._close_fd()
-
-    def forget(self, index: _Index) -> None:
-        with self._lock:
-            self._lru.pop(index, None)
-
-
 #: the bound on the event loop's open index descriptors (see the module docstring)
-OPEN_INDEXES = _OpenIndexes(_default_limit())
+OPEN_INDEXES = DescriptorTable(default_limit(8, 4096))
 
 
 class _Index:
@@ -195,7 +147,7 @@ class _Index:
         OPEN_INDEXES.opened(self)
         return self._fd
 
-    def _close_fd(self) -> None:
+    def release_descriptor(self) -> None:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             os.close(fd)
@@ -204,23 +156,11 @@ class _Index:
         """fsync the file through a descriptor of this call's own (it runs on the flush thread,
         and the loop may close its descriptor meanwhile); a file renamed meanwhile is found
         at its new path, one deleted meanwhile needs nothing."""
-        for _ in range(2):
-            path = self.path
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                if self.path != path:
-                    continue  # renamed between reading the path and opening it
-                return
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return
+        fsync_by_path(lambda: self.path)
 
     def close(self) -> None:
         OPEN_INDEXES.forget(self)
-        self._close_fd()
+        self.release_descriptor()
 
     def rename(self, path: Path) -> None:
         """Rename the file (the descriptor stays valid)."""

@@ -9,7 +9,6 @@ apart.
 from __future__ import annotations
 
 import errno
-import io
 import logging
 import os
 import struct
@@ -33,6 +32,7 @@ from common.record.batch import (
     read_batch_header,
 )
 from local_tier.config import LogConfig
+from local_tier.descriptors import OPEN_SEGMENTS, LogFile, fsync_by_path
 from local_tier.index import CorruptIndexError, OffsetIndex, TimeIndex
 from local_tier.txn_index import TransactionIndex
 
@@ -57,12 +57,14 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 class FileRegion:
     """A byte range of a segment's ``.log``, ready for ``os.sendfile(file.fileno(), ...)``.
 
-    Holds the segment's open file object: it stays valid after the segment is
-    deleted (renamed) until the delayed delete closes it ``file.delete.delay.ms``
-    later, so a region must be sent within that delay.
+    Holds the segment's open file (:class:`~local_tier.descriptors.LogFile`): it stays
+    valid after the segment is deleted (renamed) until the delayed delete closes it
+    ``file.delete.delay.ms`` later, so a region must be sent within that delay. The
+    descriptor bound (``OPEN_SEGMENTS``) does not close it: it only drops the segment's
+    hold, and the file closes when the region is dropped too.
     """
 
-    file: io.FileIO
+    file: LogFile
     position: int
     length: int
     first_offset: int
@@ -118,7 +120,9 @@ class LogSegment:
     everything from the broker's event loop thread, except :meth:`flush`, which
     only fsyncs descriptors and may run on the log manager's flush thread.
     Reads use ``os.pread`` and never move the file position; appends go through an
-    ``O_APPEND`` descriptor.
+    ``O_APPEND`` descriptor. The ``.log`` is opened on use (:meth:`_handle`) and let go of
+    when the loop's descriptor bound needs room (:meth:`release_descriptor`); a method
+    keeps the :class:`LogFile` it uses in a local for as long as it uses the descriptor.
     """
 
     def __init__(
@@ -126,7 +130,7 @@ class LogSegment:
         directory: Path,
         base_offset: int,
         config: LogConfig,
-        log_file: io.FileIO,
+        log_file: LogFile,
         offset_index: OffsetIndex,
         time_index: TimeIndex,
         *,
@@ -143,7 +147,7 @@ class LogSegment:
         self.txn_index = txn_index or TransactionIndex(
             directory / (segment_file_name(base_offset, ".txnindex") + suffix)
         )
-        self._file = log_file
+        self._file: LogFile | None = log_file
         self._size = os.fstat(log_file.fileno()).st_size
         self._indexes_missing = indexes_missing and self._size > 0
         self._tail_error: str | None = None
@@ -185,7 +189,7 @@ class LogSegment:
         time_path = directory / (segment_file_name(base_offset, ".timeindex") + suffix)
         missing = not index_path.exists() or not time_path.exists()
         new_files = [p for p in (log_path, index_path, time_path) if not p.exists()]
-        log_file = open(log_path, "a+b", buffering=0)  # noqa: SIM115 - owned by the segment
+        log_file = LogFile(log_path, create=True)
         offset_index: OffsetIndex | None = None
         try:
             offset_index = OffsetIndex(index_path, base_offset, config.segment_index_bytes)
@@ -208,6 +212,7 @@ class LogSegment:
             suffix=suffix,
         )
         segment._load_tail(validate_tail)
+        OPEN_SEGMENTS.opened(segment)
         return segment
 
     def _load_tail(self, validate: bool) -> None:
@@ -233,7 +238,8 @@ class LogSegment:
             return
         end = position
         try:
-            first = read_batch_header(os.pread(self._file.fileno(), BATCH_OVERHEAD, 0))
+            file = self._handle()
+            first = read_batch_header(os.pread(file.fileno(), BATCH_OVERHEAD, 0))
             self._created_ms = first.max_timestamp if first.max_timestamp > 0 else None
             for pos, header in self._scan(position):
                 if pos == position and self.offset_index.entries and header.last_offset != indexed_offset:
@@ -256,8 +262,26 @@ class LogSegment:
     # ------------------------------------------------------------------ properties
 
     @property
-    def file(self) -> io.FileIO:
-        return self._file
+    def file(self) -> LogFile:
+        """The open ``.log`` (opened again if the descriptor bound let go of it); keep the
+        object, not only its ``fileno()``, for as long as the descriptor is used."""
+        return self._handle()
+
+    def _handle(self) -> LogFile:
+        file = self._file
+        if file is None:
+            file = self._file = LogFile(self.log_path)
+        elif file.closed:  # closed for good (:meth:`close`): fileno() raises
+            return file
+        OPEN_SEGMENTS.opened(self)
+        return file
+
+    def release_descriptor(self) -> None:
+        """Let go of the ``.log`` (the loop's descriptor bound needs room): it closes once
+        the regions in flight that hold it are sent; the next use opens it again."""
+        file = self._file
+        if file is not None and not file.closed:
+            self._file = None
 
     @property
     def size(self) -> int:
@@ -282,7 +306,7 @@ class LogSegment:
         """What retention.ms compares: max timestamp, or the file's mtime when there is none."""
         if self._max_timestamp > 0:
             return self._max_timestamp
-        return int(os.fstat(self._file.fileno()).st_mtime * 1000)
+        return int(os.stat(self.log_path).st_mtime * 1000)
 
     @property
     def created_ms(self) -> int | None:
@@ -318,7 +342,7 @@ class LogSegment:
         mark = self.mark()
         position = self._size
         try:
-            _write_all(self._file, records)
+            _write_all(self._handle(), records)
             self._size += length
             if position == 0:
                 self._created_ms = now_ms if now_ms is not None else int(time.time() * 1000)
@@ -359,7 +383,7 @@ class LogSegment:
         beyond the last whole batch and cuts them.
         """
         try:
-            os.ftruncate(self._file.fileno(), mark.size)
+            os.ftruncate(self._handle().fileno(), mark.size)
             self.offset_index.truncate_entries(mark.offset_entries)
             self.time_index.truncate_entries(mark.time_entries)
         except OSError as exc:
@@ -399,7 +423,8 @@ class LogSegment:
     def _scan(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the complete batches in ``[position, end)``: 16 KiB chunks, or single headers for large batches."""
         end = self._size if end is None else end
-        fd = self._file.fileno()
+        file = self._handle()  # held while the generator lives
+        fd = file.fileno()
         chunk = b""
         chunk_start = position
         read_size = _SCAN_CHUNK
@@ -470,6 +495,7 @@ class LogSegment:
         even when larger than ``max_bytes`` (KIP-74).
         """
         end = self._size if max_position is None else min(max_position, self._size)
+        file = self._handle()
         first: tuple[int, BatchHeader] | None = None
         region_end = 0
         next_offset = -1
@@ -480,7 +506,7 @@ class LogSegment:
                 first = (pos, header)
                 too_big = header.size > max_bytes and not min_one_message
                 if too_big or (max_offset is not None and header.base_offset >= max_offset):
-                    return FileRegion(self._file, pos, 0, header.base_offset)
+                    return FileRegion(file, pos, 0, header.base_offset)
                 region_end = pos + header.size
                 next_offset = header.last_offset + 1
                 continue
@@ -492,7 +518,7 @@ class LogSegment:
             next_offset = header.last_offset + 1
         if first is None:
             return None
-        return FileRegion(self._file, first[0], region_end - first[0], first[1].base_offset, next_offset)
+        return FileRegion(file, first[0], region_end - first[0], first[1].base_offset, next_offset)
 
     def batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of the complete batches from the one holding ``start_offset``."""
@@ -503,7 +529,8 @@ class LogSegment:
 
     def read_at(self, position: int, size: int) -> bytes:
         """``size`` bytes of the ``.log`` at ``position`` (``os.pread``)."""
-        return os.pread(self._file.fileno(), size, position)
+        file = self._handle()
+        return os.pread(file.fileno(), size, position)
 
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0
@@ -517,7 +544,7 @@ class LogSegment:
         for pos, header in self._scan_from_index(max(indexed_offset, start_offset), self._size):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            _, records = decode_batch(os.pread(self._file.fileno(), header.size, pos))
+            _, records = decode_batch(os.pread(self._handle().fileno(), header.size, pos))
             for record in records:
                 if record.timestamp >= timestamp and record.offset >= start_offset:
                     return record.offset, record.timestamp
@@ -545,7 +572,8 @@ class LogSegment:
         Memory: windows of 8 MiB; a larger batch is checked 8 MiB at a time, so a
         corrupt length field costs reads, never a large allocation.
         """
-        fd = self._file.fileno()
+        file = self._handle()  # held while the generator lives
+        fd = file.fileno()
         window = memoryview(b"")
         window_start = position
         while position < end:
@@ -575,7 +603,8 @@ class LogSegment:
         recovery must trust; the content rules :func:`check_batch` adds were
         applied when the batch was appended.
         """
-        fd = self._file.fileno()
+        file = self._handle()
+        fd = file.fileno()
         header = read_batch_header(os.pread(fd, BATCH_OVERHEAD, position))
         crc = 0
         at, end = position + _CRC_START, position + size
@@ -601,7 +630,8 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._created_ms = None
         self.recovery_error = None
-        fd = self._file.fileno()
+        file = self._handle()
+        fd = file.fileno()
         file_size = os.fstat(fd).st_size
         next_offset = self.base_offset
         good_end = 0
@@ -643,22 +673,30 @@ class LogSegment:
         if cut is None:
             return 0
         removed = self._size - cut
-        os.ftruncate(self._file.fileno(), cut)
+        os.ftruncate(self._handle().fileno(), cut)
         self.recover()
         return removed
 
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
-        """fsync the log and its indexes."""
-        os.fsync(self._file.fileno())
+        """fsync the log and its indexes (on the flush thread: through the segment's
+        descriptor when it is open, else through one of this call's own)."""
+        file = self._file
+        if file is None:
+            fsync_by_path(lambda: self.log_path)
+        else:
+            os.fsync(file.fileno())
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
 
     def close(self) -> None:
-        """Close the three descriptors (regions handed out become unusable)."""
-        self._file.close()
+        """Close the descriptors (regions handed out become unusable); not opened again."""
+        OPEN_SEGMENTS.forget(self)
+        file, self._file = self._file, LogFile.closed_file(self.log_path)
+        if file is not None:
+            file.close()
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
@@ -709,7 +747,7 @@ def _batch_size_hint(window: memoryview, rel: int, remaining: int) -> int:
     return size if LOG_OVERHEAD < size <= remaining else LOG_OVERHEAD
 
 
-def _write_all(file: io.FileIO, data: bytes | bytearray | memoryview) -> None:
+def _write_all(file: LogFile, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = file.write(view)

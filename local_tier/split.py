@@ -36,7 +36,8 @@ def copy_segment_tail(segment: LogSegment, offset: int, directory: Path, config:
     directory.mkdir(parents=True, exist_ok=True)
     tail = LogSegment.open(directory, offset, config, create=True)
     try:
-        source = segment.file.fileno()
+        source_file = segment.file  # held: the loop's descriptor bound may let go of the segment's
+        source = source_file.fileno()
         position, end = start, segment.size
         with open(tail.log_path, "ab", buffering=0) as out:
             while position < end:

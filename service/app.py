@@ -18,6 +18,7 @@ from common.config import BrokerConfig
 from common.config.configdef import parse_cpu_list
 from common.errors import KafkaError
 from common.record.batch import RECORD_WALK_IN_C
+from local_tier.descriptors import OPEN_SEGMENTS
 from local_tier.index import OPEN_INDEXES
 from remote_tier.store import ObjectStore
 from service.broker import Broker
@@ -70,7 +71,8 @@ async def _serve(
     on_serving: Callable[[], None],
 ) -> None:
     loop = asyncio.get_running_loop()
-    OPEN_INDEXES.bind()  # the loop owns the logs: the index descriptors it writes through are bounded
+    OPEN_INDEXES.bind()  # the loop owns the logs: the descriptors it uses are bounded
+    OPEN_SEGMENTS.bind()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import resource
 from collections import Counter
 from collections.abc import Awaitable, Mapping, Sequence
 from concurrent.futures import Future
@@ -33,7 +32,6 @@ from common.config import BrokerConfig
 from common.config.dynamic import SECTION as DYNAMIC_SECTION
 from common.errors import (
     ErrorCode,
-    InvalidPartitionsError,
 )
 from common.latency import LatencyHistograms
 from common.record.batch import ValidatedRecords
@@ -50,7 +48,6 @@ from fetch.tiered import TieredReader
 from fetch.waiter import AppendWaiters
 from local_tier.cleaning.settings import cleaner_config
 from local_tier.config import LogConfig
-from local_tier.index import OPEN_INDEXES
 from local_tier.log import Log, LogAppendInfo
 from local_tier.manager import LogManager
 from local_tier.ownership import LoopOwner
@@ -82,8 +79,6 @@ from service.transactions.producer_ids import ProducerIdManager
 __all__ = ["Broker"]
 
 log = logging.getLogger("strata.broker")
-
-_FDS_PER_PARTITION = 1  # the active segment's .log; its indexes' are bounded apart (OPEN_INDEXES)
 
 
 class Broker:
@@ -334,10 +329,6 @@ class Broker:
         """Create a topic through the active controller (this broker's, or over the wire
         for the topics a broker creates itself: auto-created, internal). ``assignments``
         (partition -> replicas) places the partitions by hand."""
-        wanted = len(assignments) if assignments else (
-            num_partitions if num_partitions > 0 else self.config.get_int("num.partitions")
-        )
-        self._check_descriptors(wanted)
         if self._goes_remote():
             assert self.cluster is not None
             return await create_topic_remotely(
@@ -356,20 +347,6 @@ class Broker:
         if cluster is None:
             raise NotControllerError("the broker has not joined its cluster yet")
         return await allocate_producer_ids(cluster)
-
-    def _check_descriptors(self, new_partitions: int) -> None:
-        """Refuse partitions this process could not open files for: past the descriptor limit every
-        later open fails (EMFILE), metadata writes included; refusing up front keeps the broker working."""
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft == resource.RLIM_INFINITY:
-            return
-        hosted = len(self.logs.all_logs())
-        if (hosted + new_partitions) * _FDS_PER_PARTITION + OPEN_INDEXES.limit > soft * 0.8:
-            raise InvalidPartitionsError(
-                f"{new_partitions} more partitions would need more open files than this process may "
-                f"hold (it hosts {hosted}; ulimit -n is {soft}: {_FDS_PER_PARTITION} per partition and "
-                f"{OPEN_INDEXES.limit} for indexes): raise the limit (ulimit -n / LimitNOFILE) or create fewer partitions"
-            )
 
     def replication_factor(self, info: TopicInfo) -> int:
         """The replica count of the topic's first partition (what CreateTopics reports)."""
@@ -392,9 +369,6 @@ class Broker:
                                 assignments: Sequence[Sequence[int]] | None = None) -> TopicInfo:
         """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each new one."""
         controller = self.active_controller()
-        info = self.controller.topic(name)
-        if info is not None:
-            self._check_descriptors(total - info.partitions)
         return await asyncio.to_thread(controller.create_partitions, name, total, validate_only,
                                        assignments)
 

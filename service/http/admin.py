@@ -14,6 +14,7 @@ from aiohttp import web
 
 from common.errors import KafkaError
 from controller.controller import AlterConfigOp
+from controller.topic_changes import MAX_PARTITIONS_PER_OPERATION
 from service.http.browse import MAX_BYTES, MAX_PREVIEW, MAX_RECORDS, BrowseRequest, browse
 from service.http.common import (
     VISIBLE,
@@ -32,7 +33,6 @@ from service.version import strata_version
 
 __all__ = ["MAX_PAGE", "AdminRoutes", "store_location"]
 
-MAX_PARTITIONS = 100_000  # per create request (a bound on what one request may ask; ADR 0025)
 MAX_PAGE = 1000
 _MAX_SERIES = 100  # topics and groups per history request
 
@@ -151,8 +151,8 @@ class AdminRoutes:
         if not isinstance(name, str) or not name:
             raise ApiError(400, "INVALID_REQUEST", "name (a string) is required")
         partitions = body_int(body.get("partitions"), "partitions", -1)
-        if partitions > MAX_PARTITIONS:
-            raise ApiError(400, "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS} partitions")
+        if partitions > MAX_PARTITIONS_PER_OPERATION:  # the controller's bound, refused before the body is used
+            raise ApiError(400, "INVALID_PARTITIONS", f"at most {MAX_PARTITIONS_PER_OPERATION} partitions")
         replication = body_int(body.get("replication_factor"), "replication_factor", -1)
         configs = string_map(body.get("configs"), "configs")
         info = await self._broker.create_topic(name, num_partitions=partitions, replication_factor=replication,

@@ -12,6 +12,7 @@ from common.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -210,3 +211,18 @@ def test_validate_only_changes_nothing(make_controller: MakeController) -> None:
 
 def test_not_controller_error_is_retriable() -> None:
     assert NotControllerError("x").retriable
+
+
+def test_one_operation_adds_at_most_kafkas_bound_of_partitions(controller: Controller) -> None:
+    """Kafka's controller refuses an operation of more than 10,000 records with POLICY_VIOLATION;
+    a request for two billion partitions is refused before anything is placed."""
+    for count in (10_001, 2**31 - 1):
+        with pytest.raises(PolicyViolationError, match="excessively large batch operation"):
+            controller.create_topic("huge", count)
+        assert controller.topic("huge") is None
+    controller.create_topic("grown", 1)
+    with pytest.raises(PolicyViolationError) as refused:
+        controller.create_partitions("grown", 10_002)
+    assert refused.value.code == ErrorCode.policy_violation
+    assert controller.topic("grown").partitions == 1
+    assert controller.create_partitions("grown", 10_001).partitions == 10_001  # 10,000 added: allowed

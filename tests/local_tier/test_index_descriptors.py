@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from local_tier import index as index_module
-from local_tier.index import OffsetIndex, TimeIndex, _OpenIndexes
+from local_tier.descriptors import DescriptorTable
+from local_tier.index import OffsetIndex, TimeIndex
 
 
 def _open_fds() -> int:
@@ -19,14 +20,14 @@ def _open_fds() -> int:
 
 
 @pytest.fixture
-def bounded(monkeypatch: pytest.MonkeyPatch) -> _OpenIndexes:
-    table = _OpenIndexes(limit=2)
+def bounded(monkeypatch: pytest.MonkeyPatch) -> DescriptorTable:
+    table = DescriptorTable(limit=2)
     table.bind()  # this thread plays the event loop
     monkeypatch.setattr(index_module, "OPEN_INDEXES", table)
     return table
 
 
-def test_an_index_holds_no_descriptor_until_written(tmp_path: Path, bounded: _OpenIndexes) -> None:
+def test_an_index_holds_no_descriptor_until_written(tmp_path: Path, bounded: DescriptorTable) -> None:
     before = _open_fds()
     indexes = [OffsetIndex(tmp_path / f"{n:020d}.index", n, 1024) for n in range(50)]
     assert _open_fds() == before  # read at open, then closed
@@ -37,7 +38,7 @@ def test_an_index_holds_no_descriptor_until_written(tmp_path: Path, bounded: _Op
 
 
 def test_the_open_descriptors_stay_under_the_bound_and_reopen_on_write(
-    tmp_path: Path, bounded: _OpenIndexes,
+    tmp_path: Path, bounded: DescriptorTable,
 ) -> None:
     before = _open_fds()
     a, b, c = (OffsetIndex(tmp_path / f"{n:020d}.index", n * 100, 1024) for n in range(3))
@@ -58,7 +59,7 @@ def test_the_open_descriptors_stay_under_the_bound_and_reopen_on_write(
 
 
 def test_indexes_written_on_another_thread_are_not_counted_nor_closed_by_the_loop(
-    tmp_path: Path, bounded: _OpenIndexes,
+    tmp_path: Path, bounded: DescriptorTable,
 ) -> None:
     """A cleaner's new segment is written on its thread: the loop never closes its descriptor."""
     cleaned = TimeIndex(tmp_path / "cleaned.timeindex", 0, 1024)
@@ -73,14 +74,14 @@ def test_indexes_written_on_another_thread_are_not_counted_nor_closed_by_the_loo
 
 
 def test_an_fsync_opens_the_file_itself_follows_a_rename_and_skips_a_deleted_file(
-    tmp_path: Path, bounded: _OpenIndexes, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, bounded: DescriptorTable, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     synced: list[str] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
     idx = OffsetIndex(tmp_path / "a.index", 0, 1024)
     idx.append(1, 0)
-    idx._close_fd()  # as the bound would
+    idx.release_descriptor()  # as the bound would
     idx.flush()
     idx.rename(tmp_path / "a.index.deleted")
     idx.flush()

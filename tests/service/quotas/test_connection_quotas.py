@@ -176,7 +176,10 @@ async def test_held_sockets_are_bounded_and_closed_after_their_throttle() -> Non
     served = [await quotas.screen("PLAINTEXT", s, "10.0.0.7") for s in socks]  # type: ignore[arg-type]
     assert served.count(True) == 1 and quotas.held == 16  # max(16, 64 // 4)
     assert sum(s.closed for s in socks) == 30 - 1 - 16  # the rest closed at once
-    await asyncio.sleep(0.2)
+    for _ in range(100):  # their throttle is about 50 ms; a loaded machine may take longer
+        await asyncio.sleep(0.05)
+        if quotas.held == 0:
+            break
     assert quotas.held == 0 and sum(s.closed for s in socks) == 29
 
 
