@@ -204,6 +204,28 @@ def partition_from_json(index: int, s: dict[str, Any]) -> PartitionRegistration:
     )
 
 
+def partition_changed(was: PartitionRegistration, change: dict[str, Any]) -> PartitionRegistration:
+    """``was`` with the fields a PartitionChangeRecord names (each checked as
+    :func:`partition_from_json` checks it); the rest kept as they are."""
+    return PartitionRegistration(
+        replicas=_ints(change["replicas"], "replicas") if "replicas" in change else was.replicas,
+        isr=_ints(change["isr"], "isr") if "isr" in change else was.isr,
+        leader=_int(change["leader"], "leader") if "leader" in change else was.leader,
+        leader_epoch=(_int(change["leader_epoch"], "leader_epoch") if "leader_epoch" in change
+                      else was.leader_epoch),
+        partition_epoch=(_int(change["partition_epoch"], "partition_epoch") if "partition_epoch" in change
+                         else was.partition_epoch),
+        adding_replicas=(_ints(change["adding_replicas"], "adding_replicas") if "adding_replicas" in change
+                         else was.adding_replicas),
+        removing_replicas=(_ints(change["removing_replicas"], "removing_replicas")
+                           if "removing_replicas" in change else was.removing_replicas),
+        leader_recovery_state=(
+            LeaderRecoveryState(_int(change["leader_recovery_state"], "leader_recovery_state"))
+            if "leader_recovery_state" in change else was.leader_recovery_state
+        ),
+    )
+
+
 def broker_from_json(b: dict[str, Any]) -> BrokerRegistration:
     incarnation = b["incarnation_id"]
     rack = b["rack"]

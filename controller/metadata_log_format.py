@@ -21,6 +21,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 __all__ = [
     "HEAD_FORMAT",
     "Batch",
@@ -162,18 +164,28 @@ def batch_text(batch: Batch) -> bytes:
             "records": len(batch.records),
         }
     }
-    lines = [json.dumps(header, separators=(",", ":"))]
-    lines.extend(json.dumps(r, separators=(",", ":")) for r in batch.records)
-    return ("\n".join(lines) + "\n").encode()
+    lines = [orjson.dumps(header)]
+    lines.extend(_record_line(r) for r in batch.records)
+    lines.append(b"")
+    return b"\n".join(lines)
+
+
+def _record_line(record: dict[str, Any]) -> bytes:
+    """One record as compact JSON (orjson; the standard module for what orjson refuses, such
+    as an integer past 64 bits in a section's value): the same text either way."""
+    try:
+        return orjson.dumps(record)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def decode_batch(data: bytes, revision: int) -> Batch:
     """The batch stored in slot ``revision``; :class:`MetadataLogError` if it is not one."""
     text = _inflate(data, f"metadata log slot {revision}")
-    lines = text.splitlines()
+    lines = text.encode().splitlines()
     try:
-        header = json.loads(lines[0])["batch"]
-        records = [json.loads(line) for line in lines[1:] if line]
+        header = orjson.loads(lines[0])["batch"]
+        records = [_record(line) for line in lines[1:] if line]
         batch = Batch(
             revision=_int(header["revision"]),
             controller_id=_int(header["controller_id"]),
@@ -193,6 +205,13 @@ def decode_batch(data: bytes, revision: int) -> Batch:
             "(truncated or not written by Strata)"
         )
     return batch
+
+
+def _record(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:  # what orjson refuses and the standard module reads (a
+        return json.loads(line)     # 64-bit overflow), or the same ValueError again
 
 
 def encode_snapshot(document: bytes) -> bytes:

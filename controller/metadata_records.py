@@ -5,10 +5,10 @@ next image; :func:`records_between` then says the difference in Kafka's vocabula
 (``TopicRecord``, ``PartitionRecord``, ``PartitionChangeRecord``, ``ConfigRecord``,
 ``RemoveTopicRecord``, ``RegisterBrokerRecord``, ``BrokerRegistrationChangeRecord``,
 ``UnregisterBrokerRecord``, ``ProducerIdsRecord``, and Strata's ``SectionRecord``), and
-:class:`ImageBuilder` replays records onto an image. Both the controller and every
-broker build their next image by that one replay, so they cannot disagree; the
-controller's commit checks (in tests, for every operation) that replaying the records
-of a change onto its base gives exactly the image it computed.
+:class:`ImageBuilder` replays records onto an image. Every broker builds its next image
+by that replay; the controller keeps the image its operation computed, which the test
+suite proves equal to the replay at every commit of every test
+(``STRATA_VERIFY_METADATA_REPLAY``), so they cannot disagree without a test failing.
 
 Walking a change costs the topics and partitions it touched: unchanged topics are
 recognised by identity (an image shares unchanged topics and partition tuples with
@@ -30,6 +30,7 @@ from controller.document import ClusterMetadata
 from controller.document_codec import (
     broker_from_json,
     broker_json,
+    partition_changed,
     partition_from_json,
     partition_json,
 )
@@ -40,11 +41,6 @@ from controller.registrations import BrokerRegistration, PartitionRegistration
 __all__ = ["ImageBuilder", "records_between", "replay"]
 
 _TOPIC_CONFIG = 2  # Kafka's ConfigResource.Type.TOPIC
-_PARTITION_DEFAULTS: dict[str, Any] = {
-    "adding_replicas": [],
-    "removing_replicas": [],
-    "leader_recovery_state": 0,
-}
 Record = dict[str, Any]
 
 
@@ -111,12 +107,24 @@ def _partition_record(tid: str, index: int, registration: PartitionRegistration)
 
 def _partition_change(tid: str, index: int, was: PartitionRegistration,
                       now: PartitionRegistration) -> Record:
-    before, after = partition_json(index, was), partition_json(index, now)
+    """The fields of ``now`` that differ from ``was`` (absent ones are unchanged)."""
     record: Record = {"type": "PartitionChangeRecord", "topic_id": tid, "partition": index}
-    for key in (*after, *(k for k in before if k not in after)):
-        value = after.get(key, _PARTITION_DEFAULTS.get(key))
-        if before.get(key, _PARTITION_DEFAULTS.get(key)) != value:
-            record[key] = value
+    if now.replicas != was.replicas:
+        record["replicas"] = list(now.replicas)
+    if now.isr != was.isr:
+        record["isr"] = list(now.isr)
+    if now.leader != was.leader:
+        record["leader"] = now.leader
+    if now.leader_epoch != was.leader_epoch:
+        record["leader_epoch"] = now.leader_epoch
+    if now.partition_epoch != was.partition_epoch:
+        record["partition_epoch"] = now.partition_epoch
+    if now.adding_replicas != was.adding_replicas:
+        record["adding_replicas"] = list(now.adding_replicas)
+    if now.removing_replicas != was.removing_replicas:
+        record["removing_replicas"] = list(now.removing_replicas)
+    if now.leader_recovery_state != was.leader_recovery_state:
+        record["leader_recovery_state"] = int(now.leader_recovery_state)
     return record
 
 
@@ -161,6 +169,7 @@ class ImageBuilder:
         self._names = {t.topic_id: name for name, t in image.topics.items()}
         self._partitions = dict(image.partitions)
         self._editing: dict[uuid.UUID, list[PartitionRegistration]] = {}
+        self._topic_ids: dict[str, uuid.UUID] = {}
         self._brokers = dict(image.brokers)
         self._sections = dict(image.sections)
         self._next_producer_id = image.next_producer_id
@@ -218,6 +227,13 @@ class ImageBuilder:
 
     # -- records ------------------------------------------------------------------------
 
+    def _topic_id(self, text: str) -> uuid.UUID:
+        """The topic id a record names (parsed once per batch and topic)."""
+        tid = self._topic_ids.get(text)
+        if tid is None:
+            tid = self._topic_ids[text] = uuid.UUID(text)
+        return tid
+
     def _registrations(self, tid: uuid.UUID) -> list[PartitionRegistration]:
         editing = self._editing.get(tid)
         if editing is None:
@@ -236,19 +252,19 @@ class ImageBuilder:
         self._names[tid] = r["name"]
 
     def _partition(self, r: Record) -> None:
-        registrations = self._registrations(uuid.UUID(r["topic_id"]))
+        registrations = self._registrations(self._topic_id(r["topic_id"]))
         index = r["partition"]
         if index != len(registrations):
             raise ValueError(f"partition {index} is not the next of {len(registrations)}")
         registrations.append(partition_from_json(index, r))
 
     def _partition_change(self, r: Record) -> None:
-        registrations = self._registrations(uuid.UUID(r["topic_id"]))
+        registrations = self._registrations(self._topic_id(r["topic_id"]))
         index = r["partition"]
+        if type(index) is not int or not 0 <= index < len(registrations):
+            raise IndexError(f"partition {index} of a topic of {len(registrations)}")
         was = registrations[index]
-        fields = partition_json(index, was)
-        fields.update((k, v) for k, v in r.items() if k not in ("type", "topic_id"))
-        now = partition_from_json(index, fields)
+        now = partition_changed(was, r)
         if "partition_epoch" in r and now.partition_epoch <= was.partition_epoch:
             raise ValueError(f"partition epoch {now.partition_epoch} after {was.partition_epoch}")
         registrations[index] = now

@@ -50,6 +50,9 @@ class ControllerInfo:
     endpoint: Endpoint | None
 
 
+#: a refresh slower than this is logged
+SLOW_REFRESH_S = 0.25
+
 class MetadataView:
     """The cluster metadata as one broker sees it (see the module docstring)."""
 
@@ -95,6 +98,7 @@ class MetadataView:
     def refresh(self) -> bool:
         """Load what changed in the store; True if a newer snapshot was installed."""
         with self._refreshing:
+            started = time.perf_counter()
             current = self._snapshot
             try:
                 if current is not None and self._trimmed_past(current):
@@ -105,7 +109,12 @@ class MetadataView:
                 _log.error("cannot apply the metadata log after revision %d (%s); reloading from "
                            "the newest snapshot", -1 if current is None else current.revision, err)
                 fresh = self._committer.read()
-            return fresh is not None and fresh is not current and self.offer(fresh)
+            read = time.perf_counter()
+            installed = fresh is not None and fresh is not current and self.offer(fresh)
+            if installed and time.perf_counter() - started >= SLOW_REFRESH_S:
+                _log.info("reading metadata revision %d took %.0f ms, installing it %.0f ms",
+                          fresh.revision, (read - started) * 1000, (time.perf_counter() - read) * 1000)
+            return installed
 
     def _trimmed_past(self, current: Snapshot) -> bool:
         """Every ``head_check_ms``: whether the log now starts after ``current``'s next slot

@@ -65,43 +65,44 @@ def change_partition(
     target_recovery: LeaderRecoveryState | None = None,
 ) -> PartitionRegistration | None:
     """The registration after the change, or None if it changes nothing (see module docstring)."""
-    isr = list(current.isr if target_isr is None else target_isr)
-    replicas = list(current.replicas if target_replicas is None else target_replicas)
-    adding = list(current.adding_replicas if target_adding is None else target_adding)
-    removing = list(current.removing_replicas if target_removing is None else target_removing)
+    isr = current.isr if target_isr is None else tuple(target_isr)
+    replicas = current.replicas if target_replicas is None else tuple(target_replicas)
+    adding = current.adding_replicas if target_adding is None else tuple(target_adding)
+    removing = current.removing_replicas if target_removing is None else tuple(target_removing)
     recovery = current.leader_recovery_state if target_recovery is None else target_recovery
 
     if adding or removing:
         completed = _complete_reassignment(replicas, removing, isr)
         if completed is not None:
-            replicas, isr = completed
-            adding, removing = [], []
+            replicas, isr = tuple(completed[0]), tuple(completed[1])
+            adding, removing = (), ()
 
     leader, unclean = _elect(current, replicas, isr, is_acceptable_leader, election)
     if unclean:
-        isr = [leader]
+        isr = (leader,)
         recovery = LeaderRecoveryState.RECOVERING
     if not isr:
-        isr = list(current.isr)  # no ELR: an offline partition keeps its last ISR
-    bump_leader_epoch = leader != current.leader or not set(current.replicas) <= set(replicas)
-
+        isr = current.isr  # no ELR: an offline partition keeps its last ISR
     if (
         leader == current.leader
-        and tuple(isr) == current.isr
-        and tuple(replicas) == current.replicas
-        and tuple(adding) == current.adding_replicas
-        and tuple(removing) == current.removing_replicas
+        and isr == current.isr
+        and replicas == current.replicas
+        and adding == current.adding_replicas
+        and removing == current.removing_replicas
         and recovery == current.leader_recovery_state
     ):
         return None
+    bump_leader_epoch = leader != current.leader or (
+        replicas != current.replicas and not set(current.replicas) <= set(replicas)
+    )
     return PartitionRegistration(
-        replicas=tuple(replicas),
-        isr=tuple(isr),
+        replicas=replicas,
+        isr=isr,
         leader=leader,
         leader_epoch=current.leader_epoch + (1 if bump_leader_epoch else 0),
         partition_epoch=current.partition_epoch + 1,
-        adding_replicas=tuple(adding),
-        removing_replicas=tuple(removing),
+        adding_replicas=adding,
+        removing_replicas=removing,
         leader_recovery_state=recovery,
     )
 

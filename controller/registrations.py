@@ -159,18 +159,21 @@ class PartitionRegistration:
 
 
 def _problem(p: PartitionRegistration) -> str | None:
-    if not p.replicas:
+    replicas, isr = p.replicas, p.isr
+    if not replicas:
         return "no replicas"
-    if len(set(p.replicas)) != len(p.replicas) or min(p.replicas) < 0:
+    members = set(replicas)
+    if len(members) != len(replicas) or min(replicas) < 0:
         return "replicas repeat or are negative"
-    if len(set(p.isr)) != len(p.isr) or not set(p.isr) <= set(p.replicas):
+    if len(set(isr)) != len(isr) or not members.issuperset(isr):
         return "ISR repeats a replica or names a non-replica"
-    if p.leader != NO_LEADER and p.leader not in p.isr:
+    if p.leader != NO_LEADER and p.leader not in isr:
         return "leader is not in the ISR"
-    if set(p.adding_replicas) & set(p.removing_replicas):
-        return "a replica is both added and removed"
-    if not set(p.adding_replicas) | set(p.removing_replicas) <= set(p.replicas):
-        return "adding or removing replicas are not replicas"
+    if p.adding_replicas or p.removing_replicas:
+        if set(p.adding_replicas) & set(p.removing_replicas):
+            return "a replica is both added and removed"
+        if not members.issuperset(p.adding_replicas) or not members.issuperset(p.removing_replicas):
+            return "adding or removing replicas are not replicas"
     if p.leader_epoch < 0 or p.partition_epoch < 0:
         return "negative epoch"
     return None

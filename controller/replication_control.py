@@ -106,7 +106,8 @@ def acceptor(
 ) -> LeaderAcceptor:
     """Who may lead: active brokers, plus ``include``, minus ``exclude`` (Kafka's
     ``isAcceptableLeader`` while a broker is being fenced or unfenced)."""
-    return lambda r: r != exclude and (r == include or md.is_active(r))
+    active = frozenset(node_id for node_id, b in md.brokers.items() if b.is_active)
+    return lambda r: r != exclude and (r == include or r in active)
 
 
 def new_partition(replicas: Sequence[int], live: Collection[int]) -> PartitionRegistration:
@@ -147,11 +148,15 @@ def _leader_and_isr_updates(
     """Kafka's ``generateLeaderAndIsrUpdates``: drop ``remove`` from the ISRs, re-elect."""
     accept = acceptor(md, exclude=remove, include=add)
     changes: dict[_PartitionKey, PartitionRegistration] = {}
+    elections: dict[str, Election] = {}  # per topic: its configs are read once
     for topic, index, current in partitions:
+        election = elections.get(topic.name)
+        if election is None:
+            election = elections[topic.name] = Election.UNCLEAN if unclean(topic) else Election.ONLINE
         changed = change_partition(
             current,
             accept,
-            election=Election.UNCLEAN if unclean(topic) else Election.ONLINE,
+            election=election,
             target_isr=[r for r in current.isr if r != remove],
         )
         if changed is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
@@ -64,6 +65,18 @@ def allocate_producer_ids(
     block = ProducerIdsBlock(broker_id, first)
     return replace(md, next_producer_id=block.next_block_first_id), block
 
+
+
+#: a commit slower than this is logged with where its time went
+SLOW_COMMIT_S = 0.25
+
+
+def _log_slow_commit(revision: int, started: float, computed: float, written: float) -> None:
+    done = time.perf_counter()
+    if done - started >= SLOW_COMMIT_S:
+        _log.info("metadata revision %d took %.0f ms: %.0f ms to compute the change, %.0f ms to "
+                  "write it, %.0f ms for this node's listeners", revision, (done - started) * 1000,
+                  (computed - started) * 1000, (written - computed) * 1000, (done - written) * 1000)
 
 class MetadataWriter(MetadataReads):
     """Reads and topic changes over the compare-and-set cycle (see the module docstring).
@@ -272,9 +285,11 @@ class MetadataWriter(MetadataReads):
             for attempt in range(_MAX_ATTEMPTS):
                 self._check_lease()
                 base = self._snapshot
+                started = time.perf_counter()
                 updated, result = change(base.metadata)
                 if updated is base.metadata:
                     return result
+                computed = time.perf_counter()
                 try:
                     committed = self._committer.commit(
                         base,
@@ -297,7 +312,9 @@ class MetadataWriter(MetadataReads):
                     self._on_fenced(fenced)
                     raise
                 if committed is not base:
+                    written = time.perf_counter()
                     self._install(committed)
+                    _log_slow_commit(committed.revision, started, computed, written)
                 return result
             raise NotControllerError(
                 f"cluster metadata was changed by another writer {_MAX_ATTEMPTS} times in a "

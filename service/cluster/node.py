@@ -132,7 +132,7 @@ class ClusterNode:
         #: own channel: never answered after a slow AlterPartition on the same connection
         self.heartbeat_peers = channels("heartbeat", on_drop=self._peer_dropped)
         #: follower Fetch and OffsetForLeaderEpoch to partition leaders
-        self.replica_peers = channels("replica-fetcher")
+        self.replica_peers = channels("replica-fetcher", on_drop=self._leader_dropped)
         #: WriteTxnMarkers and AddPartitionsToTxn (verify) between transaction coordinators
         #: and partition leaders
         self.marker_peers = channels("txn-markers")
@@ -251,6 +251,14 @@ class ClusterNode:
             self.lifecycle.poke()
         if self.controller is not None:  # a dead controller's lease is taken over at once
             self.controller.peer_unreachable(node_id)
+        self._leader_dropped(node_id)
+
+    def _leader_dropped(self, node_id: int) -> None:
+        """A connection to a peer dropped (one this broker fetches from, or its controller
+        channel): if the peer died, the controller is about to move its leaderships, so the
+        metadata is polled fast for a while (:meth:`MetadataPoller.poll_fast`)."""
+        if self.poller is not None and not self.is_active_controller:  # its own commits reach it at once
+            self.poller.poll_fast()
 
     async def _node_id_holder_listening(self, listeners: tuple[Endpoint, ...]) -> bool:
         """Whether a process listens on an endpoint the metadata registers for this node id

@@ -258,3 +258,33 @@ def test_records_between_says_only_what_changed() -> None:
         "type": "BrokerRegistrationChangeRecord", "node_id": 1, "broker_epoch": 3, "fenced": -1,
         "in_controlled_shutdown": 0}]
     assert records_between(base, base) == []
+
+
+def test_what_orjson_refuses_is_written_and_read_as_the_same_json_text() -> None:
+    """Batches are encoded with orjson; a value it refuses (an integer past 64 bits in a
+    section) is written by the standard module, and read back the same."""
+    records = [{"type": "SectionRecord", "name": "x", "value": {"big": 2**70, "name": "é"}},
+               {"type": "NoOpRecord"}]
+    data = encode_batch(Batch(7, 1, 2, "b", 0, records))
+    assert b'"big":1180591620717411303424' in data and "é".encode() in data
+    assert decode_batch(data, 7).records == records
+    assert [json.loads(line) for line in data.splitlines()[1:]] == records
+
+
+def test_a_partition_change_naming_a_partition_the_topic_lacks_is_refused() -> None:
+    """A record's partition index is bounded before it is used (never a negative index
+    that would silently change the last partition)."""
+    tid = uuid.uuid4()
+    base = replay(ClusterMetadata("c"), Batch(1, 1, 1, "a", 0, [
+        {"type": "TopicRecord", "name": "t", "topic_id": str(tid), "created_ms": 0},
+        {"type": "PartitionRecord", "topic_id": str(tid), "partition": 0, "replicas": [1], "isr": [1],
+         "leader": 1, "leader_epoch": 0, "partition_epoch": 0}]))
+    for index in (-1, 1, True, "0"):
+        bad = Batch(2, 1, 1, "b", 0, [{"type": "PartitionChangeRecord", "topic_id": str(tid),
+                                       "partition": index, "isr": [1], "partition_epoch": 1}])
+        with pytest.raises(MetadataLogError, match="cannot apply"):
+            replay(base, bad)
+    good = Batch(2, 1, 1, "b", 0, [{"type": "PartitionChangeRecord", "topic_id": str(tid),
+                                    "partition": 0, "leader": -1, "leader_epoch": 1, "partition_epoch": 1}])
+    after = replay(base, good).partitions[tid][0]
+    assert (after.leader, after.leader_epoch, after.partition_epoch, after.isr) == (-1, 1, 1, (1,))

@@ -82,3 +82,29 @@ def test_reads_come_at_most_once_per_interval(monkeypatch: Any) -> None:
         return view.refreshes
 
     assert asyncio.run(run()) == 1
+
+
+def test_after_a_lost_peer_the_poll_runs_fast_for_a_while_then_at_its_interval() -> None:
+    """A peer lost (its connection dropped): leaderships are about to move, so the store is
+    read every FAST_INTERVAL_S for the given time, then again every interval (60 s here)."""
+    async def run() -> tuple[int, int, int]:
+        view, applied = _View(), []
+        view.release.set()
+        poller = _poller(view, applied)
+        poller.start()
+        try:
+            await asyncio.sleep(0.3)
+            at_start = view.refreshes  # the first read, then nothing for 60 s
+            poller.poll_fast(0.5)
+            await asyncio.sleep(0.6)
+            fast = view.refreshes - at_start
+            await asyncio.sleep(0.5)
+            after = view.refreshes - at_start - fast
+            return at_start, fast, after
+        finally:
+            poller.close()
+
+    at_start, fast, after = asyncio.run(run())
+    assert at_start == 1
+    assert 5 <= fast <= 12, fast  # every 50 ms for 0.5 s
+    assert after <= 1, after
