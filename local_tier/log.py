@@ -613,17 +613,26 @@ class Log(Owned):
         self._submit(job)
 
     @owner_only
-    def take_producer_snapshot(self) -> None:
+    def take_producer_snapshot(self, *, fsync: bool = True) -> None:
         """Write the producer snapshot at the log end now (clean shutdown); not again when one
         at the log end is there already, nor for an empty log without producers (10,000 idle
-        or new partitions took 8-20 s to stop)."""
+        or new partitions took 8-20 s to stop). Without ``fsync`` the caller makes it durable
+        (one ``syncfs`` for every log, ``local_tier/shutdown.py``)."""
         state = self._producer_state
         if state.has_snapshot_at(self.log_end_offset) or (
             self.log_end_offset == self._log_start_offset and not state.producers
         ):  # an empty log without producers: a load has nothing to replay, so nothing to save
             return
         self._producer_state.map_end_offset = self.log_end_offset
-        self._producer_state.take_snapshot()
+        self._producer_state.take_snapshot(fsync=fsync)
+
+    @owner_only
+    def note_synced(self) -> None:
+        """Everything written to the log is durable (a ``syncfs`` of its filesystem after
+        :meth:`wait_for_flushes`, at shutdown): the recovery point moves to the log end."""
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, self.log_end_offset)
+        self._unflushed_messages = 0
 
     @owner_only
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:

@@ -26,6 +26,7 @@ from local_tier.dir_failure import LogDirFailure, is_disk_full
 from local_tier.log import DEFAULT_PRODUCER_ID_EXPIRATION_MS, Log
 from local_tier.offset_files import OffsetFile, TopicPartition, succeeded
 from local_tier.ownership import Owned, owner_only
+from local_tier.shutdown import flush_and_close
 
 __all__ = ["CLEAN_SHUTDOWN_FILE", "LogManager", "parse_log_dir_name"]
 
@@ -466,17 +467,7 @@ class LogManager(Owned):
         if self.cleaner is not None:
             self.cleaner.shutdown()
         self.finish_deletes()
-        flushed = True
-        for log in self._logs.values():
-            log.wait_for_flushes()
-            flushed = log.flush() and flushed
-            if not self.offline:
-                try:
-                    log.take_producer_snapshot()
-                except OSError as exc:  # e.g. a full disk: the next start replays the log instead
-                    _log.warning("%s: producer snapshot at shutdown failed (%s); rebuilt at start",
-                                 log.name, exc)
-            log.close()
+        flushed = flush_and_close(list(self._logs.values()), self.log_dir, self.offline)
         if not flushed or self.offline:
             _log.warning("%s: not every log could be flushed (%s); no clean-shutdown marker: the "
                          "next start recovers the logs", self.log_dir, self.failure.reason)

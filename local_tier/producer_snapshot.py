@@ -110,8 +110,9 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
     return decode_snapshot(data)
 
 
-def write_snapshot(directory: Path, offset: int, data: bytes) -> Path:
-    """Write ``data`` as the snapshot at ``offset``: to ``.tmp``, fsync, rename over any old one."""
+def write_snapshot(directory: Path, offset: int, data: bytes, *, fsync: bool = True) -> Path:
+    """Write ``data`` as the snapshot at ``offset``: to ``.tmp``, fsync (unless the caller makes
+    it durable otherwise), rename over any old one."""
     path = snapshot_path(directory, offset)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -119,7 +120,8 @@ def write_snapshot(directory: Path, offset: int, data: bytes) -> Path:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

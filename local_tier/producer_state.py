@@ -267,10 +267,11 @@ class ProducerStateManager:
         """The state as snapshot bytes, with the offset it is as of (:attr:`map_end_offset`)."""
         return self.map_end_offset, encode_snapshot(self.producers.values())
 
-    def take_snapshot(self) -> Path:
-        """Write the snapshot at :attr:`map_end_offset` now (fsynced, atomically renamed)."""
+    def take_snapshot(self, *, fsync: bool = True) -> Path:
+        """Write the snapshot at :attr:`map_end_offset` now (fsynced unless told not to,
+        atomically renamed)."""
         offset, data = self.snapshot_bytes()
-        return write_snapshot(self.dir, offset, data)
+        return write_snapshot(self.dir, offset, data, fsync=fsync)
 
     def load(self, upper: int, *, now_ms: int, expiration_ms: int) -> int:
         """Load the latest readable snapshot at or below ``upper``; returns its offset (-1: none).
