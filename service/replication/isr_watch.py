@@ -59,8 +59,8 @@ class IsrWatch:
             new_isr = tuple(r for r in partition.isr if r not in lagging)
             # pending: the maximal ISR stays the committed one until the answer
             partition.pending_isr = new_isr
-            _log.info("%s: asking to drop %s from the ISR %s (no catch-up for %d ms)",
-                      partition.name, lagging, list(partition.isr), max_lag_ms)
+            _log.debug("%s: asking to drop %s from the ISR %s (no catch-up for %d ms)",
+                       partition.name, lagging, list(partition.isr), max_lag_ms)
             submit(partition, new_isr)
             asked += 1
         return asked

@@ -477,8 +477,8 @@ class ReplicaManager:
             new_isr = tuple(sorted(set(partition.isr) | set(candidates), key=partition.replicas.index))
             partition.pending_isr = new_isr
             partition.maybe_increment_high_watermark()
-            _log.info("%s: asking to add %s to the ISR %s", partition.name, candidates,
-                      list(partition.isr))
+            _log.debug("%s: asking to add %s to the ISR %s", partition.name, candidates,
+                       list(partition.isr))
             self.isr_changes.submit(partition, new_isr)
             self.isr_expands += 1
 
