@@ -45,6 +45,7 @@ from common.protocol.codec import SplicedResponse, build, encode_entity, respons
 from service.groups.records import OFFSETS_TOPIC
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
+from service.handlers.metadata_topic import FIRST_VERSION, LAST_VERSION, encode_topic
 from service.handlers.operations import (
     OPERATIONS_NOT_REQUESTED,
     ResourceType,
@@ -142,6 +143,14 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
     if (hit is not None and hit[0] is registrations and hit[1] == active and hit[2] == unsure
             and hit[3] == topic_ops and hit[4] == info.name):
         return hit[5]
+    if FIRST_VERSION <= version <= LAST_VERSION:  # the layout clients send today: without kio
+        data = encode_topic(ErrorCode.none, info.name, info.topic_id, is_internal_topic(info.name), [
+            (ErrorCode.none if reg.has_leader and reg.leader != unsure else ErrorCode.leader_not_available,
+             p, reg.leader if reg.leader != unsure else -1, reg.leader_epoch, reg.replicas, reg.isr,
+             [r for r in reg.replicas if r not in active])
+            for p, reg in enumerate(registrations)
+        ], topic_ops)
+        return _cached(key, md, (registrations, active, unsure, topic_ops, info.name, data))
     partitions = tuple(
         build(
             mod.MetadataResponsePartition,
@@ -165,10 +174,15 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
         partitions=partitions,
         topic_authorized_operations=topic_ops,
     ))
+    return _cached(key, md, (registrations, active, unsure, topic_ops, info.name, data))
+
+
+def _cached(key: tuple[int, uuid.UUID], md: Any,
+            entry: tuple[Any, frozenset[int], int | None, int, str, bytes]) -> bytes:
     if len(_TOPIC_BYTES) > 4 * len(md.topics) + 64:  # deleted topics' entries: start over
         _TOPIC_BYTES.clear()
-    _TOPIC_BYTES[key] = (registrations, active, unsure, topic_ops, info.name, data)
-    return data
+    _TOPIC_BYTES[key] = entry
+    return entry[5]
 
 
 def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, uuid.UUID | None]]:
