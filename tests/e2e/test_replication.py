@@ -407,7 +407,9 @@ def test_a_new_replica_starts_from_the_bucket_and_copies_only_the_leaders_tail(
     log_bytes = sum(len(v) + 70 for v in sent[:2500])  # values plus record overhead, roughly
     print(f"broker 3 caught up with {gets:.0f} GETs ({got_bytes:.0f} bytes) and {fetched:.0f} "
           f"bytes fetched from the leader (the log is ~{log_bytes} bytes)")
-    assert 1 <= gets <= 4 and got_bytes < 32768  # the manifest and a snapshot: no segment
+    # the manifest and a snapshot, no segment (one is ~32 KB: past the byte bound); the manifest may be
+    # read again when broker 3 takes the leadership meanwhile (it is the new preferred replica)
+    assert 1 <= gets <= 6 and got_bytes < 32768
     assert 0 < fetched < log_bytes / 3  # the leader's untiered tail only
     # preferred replica 3 takes the leadership (auto rebalance), and serves everything
     _wait(cluster, "broker 3 leading", lambda: _partition(cluster, "backfill").leader == 3)
