@@ -53,6 +53,7 @@ class ControllerInfo:
 #: a refresh slower than this is logged
 SLOW_REFRESH_S = 0.25
 
+
 class MetadataView:
     """The cluster metadata as one broker sees it (see the module docstring)."""
 

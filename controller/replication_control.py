@@ -106,7 +106,7 @@ def acceptor(
 ) -> LeaderAcceptor:
     """Who may lead: active brokers, plus ``include``, minus ``exclude`` (Kafka's
     ``isAcceptableLeader`` while a broker is being fenced or unfenced)."""
-    active = frozenset(node_id for node_id, b in md.brokers.items() if b.is_active)
+    active = frozenset(b.node_id for b in md.active_brokers())
     return lambda r: r != exclude and (r == include or r in active)
 
 

@@ -66,7 +66,6 @@ def allocate_producer_ids(
     return replace(md, next_producer_id=block.next_block_first_id), block
 
 
-
 #: a commit slower than this is logged with where its time went
 SLOW_COMMIT_S = 0.25
 
@@ -77,6 +76,7 @@ def _log_slow_commit(revision: int, started: float, computed: float, written: fl
         _log.info("metadata revision %d took %.0f ms: %.0f ms to compute the change, %.0f ms to "
                   "write it, %.0f ms for this node's listeners", revision, (done - started) * 1000,
                   (computed - started) * 1000, (written - computed) * 1000, (done - written) * 1000)
+
 
 class MetadataWriter(MetadataReads):
     """Reads and topic changes over the compare-and-set cycle (see the module docstring).

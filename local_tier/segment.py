@@ -241,7 +241,7 @@ class LogSegment:
             file = self._handle()
             first = read_batch_header(os.pread(file.fileno(), BATCH_OVERHEAD, 0))
             self._created_ms = first.max_timestamp if first.max_timestamp > 0 else None
-            for pos, header in self._scan(position):
+            for pos, header in self._scan(position, file=file):
                 if pos == position and self.offset_index.entries and header.last_offset != indexed_offset:
                     break  # the entry does not name the batch it points at
                 self._note_timestamp(header)
@@ -420,10 +420,13 @@ class LogSegment:
 
     # ------------------------------------------------------------------ reading
 
-    def _scan(self, position: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """Headers of the complete batches in ``[position, end)``: 16 KiB chunks, or single headers for large batches."""
+    def _scan(
+        self, position: int, end: int | None = None, file: LogFile | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers of the complete batches in ``[position, end)``: 16 KiB chunks, or single headers
+        for large batches. ``file``: the ``.log`` the caller already holds."""
         end = self._size if end is None else end
-        file = self._handle()  # held while the generator lives
+        file = self._handle() if file is None else file  # held while the generator lives
         fd = file.fileno()
         chunk = b""
         chunk_start = position
@@ -443,7 +446,9 @@ class LogSegment:
             # Large batches: fetch just the next header instead of a chunk of payload.
             read_size = BATCH_OVERHEAD if header.size >= _SCAN_CHUNK // 2 else _SCAN_CHUNK
 
-    def _scan_from_index(self, offset: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+    def _scan_from_index(
+        self, offset: int, end: int, file: LogFile | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
         """Like :meth:`_scan` from the index entry for ``offset``, checking the entry first.
 
         The batch at the entry's position must be the one the entry names; when it
@@ -453,11 +458,11 @@ class LogSegment:
         """
         indexed_offset, position = self.offset_index.lookup(offset)
         if position == 0:
-            yield from self._scan(0, end)
+            yield from self._scan(0, end, file)
             return
         if position >= end:
             return
-        batches = self._scan(position, end)
+        batches = self._scan(position, end, file)
         try:
             found = next(batches, None)
         except KafkaError:  # not a batch header at all
@@ -475,7 +480,7 @@ class LogSegment:
                 indexed_offset,
                 position,
             )
-        yield from self._scan(0, end)
+        yield from self._scan(0, end, file)
 
     def read(
         self,
@@ -499,7 +504,7 @@ class LogSegment:
         first: tuple[int, BatchHeader] | None = None
         region_end = 0
         next_offset = -1
-        for pos, header in self._scan_from_index(start_offset, end):
+        for pos, header in self._scan_from_index(start_offset, end, file):
             if first is None:
                 if header.last_offset < start_offset:
                     continue

@@ -30,9 +30,7 @@ from typing import Any
 
 from common.config import BrokerConfig
 from common.config.dynamic import SECTION as DYNAMIC_SECTION
-from common.errors import (
-    ErrorCode,
-)
+from common.errors import ErrorCode
 from common.latency import LatencyHistograms
 from common.record.batch import ValidatedRecords
 from controller.commit import Snapshot

@@ -143,27 +143,20 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
     if (hit is not None and hit[0] is registrations and hit[1] == active and hit[2] == unsure
             and hit[3] == topic_ops and hit[4] == info.name):
         return hit[5]
+    fields = [  # (error_code, index, leader, leader epoch, replicas, isr, offline replicas)
+        (ErrorCode.none if reg.has_leader and reg.leader != unsure else ErrorCode.leader_not_available,
+         p, reg.leader if reg.leader != unsure else -1, reg.leader_epoch, reg.replicas, reg.isr,
+         tuple(r for r in reg.replicas if r not in active))
+        for p, reg in enumerate(registrations)
+    ]
     if FIRST_VERSION <= version <= LAST_VERSION:  # the layout clients send today: without kio
-        data = encode_topic(ErrorCode.none, info.name, info.topic_id, is_internal_topic(info.name), [
-            (ErrorCode.none if reg.has_leader and reg.leader != unsure else ErrorCode.leader_not_available,
-             p, reg.leader if reg.leader != unsure else -1, reg.leader_epoch, reg.replicas, reg.isr,
-             [r for r in reg.replicas if r not in active])
-            for p, reg in enumerate(registrations)
-        ], topic_ops)
+        data = encode_topic(ErrorCode.none, info.name, info.topic_id, is_internal_topic(info.name), fields,
+                            topic_ops)
         return _cached(key, md, (registrations, active, unsure, topic_ops, info.name, data))
     partitions = tuple(
-        build(
-            mod.MetadataResponsePartition,
-            error_code=(ErrorCode.none if reg.has_leader and reg.leader != unsure
-                        else ErrorCode.leader_not_available),
-            partition_index=p,
-            leader_id=reg.leader if reg.leader != unsure else -1,
-            leader_epoch=reg.leader_epoch,
-            replica_nodes=tuple(reg.replicas),
-            isr_nodes=tuple(reg.isr),
-            offline_replicas=tuple(r for r in reg.replicas if r not in active),
-        )
-        for p, reg in enumerate(registrations)
+        build(mod.MetadataResponsePartition, error_code=code, partition_index=p, leader_id=leader,
+              leader_epoch=epoch, replica_nodes=replicas, isr_nodes=isr, offline_replicas=offline)
+        for code, p, leader, epoch, replicas, isr, offline in fields
     )
     data = encode_entity(build(
         mod.MetadataResponseTopic,

@@ -43,16 +43,13 @@ def _int32s(values: Sequence[int], out: bytearray) -> None:
         out += struct.pack(f">{len(values)}i", *values)
 
 
-def encode_topic(error_code: int, name: str | None, topic_id: uuid.UUID, is_internal: bool,
+def encode_topic(error_code: int, name: str, topic_id: uuid.UUID, is_internal: bool,
                  partitions: Sequence[Partition], topic_authorized_operations: int) -> bytes:
     """A ``MetadataResponseTopic`` of Metadata v10–v13, as kio encodes it."""
     out = bytearray(_INT16.pack(error_code))
-    if name is None:
-        out.append(0)
-    else:
-        raw = name.encode()
-        _uvarint(len(raw) + 1, out)
-        out += raw
+    raw = name.encode()
+    _uvarint(len(raw) + 1, out)
+    out += raw
     out += topic_id.bytes
     out.append(1 if is_internal else 0)
     _uvarint(len(partitions) + 1, out)

@@ -13,6 +13,7 @@ import pytest
 from local_tier import index as index_module
 from local_tier.descriptors import DescriptorTable
 from local_tier.index import OffsetIndex, TimeIndex
+from tests.local_tier.descriptor_helpers import bound_of_two
 
 
 def _open_fds() -> int:
@@ -21,10 +22,7 @@ def _open_fds() -> int:
 
 @pytest.fixture
 def bounded(monkeypatch: pytest.MonkeyPatch) -> DescriptorTable:
-    table = DescriptorTable(limit=2)
-    table.bind()  # this thread plays the event loop
-    monkeypatch.setattr(index_module, "OPEN_INDEXES", table)
-    return table
+    return bound_of_two(monkeypatch, index_module, "OPEN_INDEXES")
 
 
 def test_an_index_holds_no_descriptor_until_written(tmp_path: Path, bounded: DescriptorTable) -> None:

@@ -18,6 +18,7 @@ from local_tier.config import LogConfig
 from local_tier.descriptors import DescriptorTable
 from local_tier.log import Log
 from local_tier.segment import LogSegment
+from tests.local_tier.descriptor_helpers import bound_of_two
 
 
 def _open_fds() -> int:
@@ -38,10 +39,7 @@ def _logs_open(directory: Path) -> set[str]:
 
 @pytest.fixture
 def bounded(monkeypatch: pytest.MonkeyPatch) -> DescriptorTable:
-    table = DescriptorTable(limit=2)
-    table.bind()  # this thread plays the event loop
-    monkeypatch.setattr(segment_module, "OPEN_SEGMENTS", table)
-    return table
+    return bound_of_two(monkeypatch, segment_module, "OPEN_SEGMENTS")
 
 
 def _append(segment: LogSegment, offset: int, value: bytes) -> None:
