@@ -111,10 +111,14 @@ def diff(old: Iterable[TopicInfo], new: Iterable[TopicInfo]) -> list[MetadataEve
     return events
 
 
-def diff_metadata(old: ClusterMetadata, new: ClusterMetadata) -> list[MetadataEvent]:
-    """The events that lead from snapshot ``old`` to snapshot ``new`` (module docstring order)."""
+def diff_metadata(
+    old: ClusterMetadata, new: ClusterMetadata, *, partitions: bool = True
+) -> list[MetadataEvent]:
+    """The events that lead from snapshot ``old`` to snapshot ``new`` (module docstring order);
+    without ``partitions``, no ``PartitionChanged`` (a broker's death changes every partition
+    it hosted: thousands of events nobody may want)."""
     events = diff(old.topics.values(), new.topics.values())
-    for topic in sorted(new.topics.values(), key=lambda t: t.name):
+    for topic in sorted(new.topics.values(), key=lambda t: t.name) if partitions else ():
         before, after = old.partitions.get(topic.topic_id), new.partitions[topic.topic_id]
         if before is None or before is after:
             continue

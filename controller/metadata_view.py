@@ -144,7 +144,7 @@ class MetadataView:
                     hear(snapshot)
                 except Exception:  # noqa: BLE001 - a listener bug must not stop the view
                     _log.exception("metadata snapshot listener %r failed", hear)
-            if previous is not None:
+            if previous is not None and self._listeners:
                 for event in diff_metadata(previous.metadata, snapshot.metadata):
                     for listener in list(self._listeners):
                         try:

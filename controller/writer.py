@@ -326,7 +326,7 @@ class MetadataWriter(MetadataReads):
         self._snapshot = snapshot
         for hear in list(self._snapshot_listeners):
             _call_safely(hear, snapshot)
-        for event in diff_metadata(previous, snapshot.metadata):
+        for event in diff_metadata(previous, snapshot.metadata) if self._listeners else ():
             for listener in list(self._listeners):
                 _call_safely(listener, event)
 

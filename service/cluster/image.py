@@ -7,8 +7,9 @@ that is this read-only image of the newest snapshot the broker's
 controller itself: any broker answers reads, and only the active controller
 writes (:mod:`service.cluster.controller_client`).
 
-``add_listener`` hears topic and partition events on the event loop, in the
-order the broker applies snapshots (the broker calls :meth:`publish`).
+``add_listener`` hears topic and broker events on the event loop, in the
+order the broker applies snapshots (the broker calls :meth:`publish`); partition
+changes reach the replica manager, which reads them from the snapshot itself.
 
 Thread-safety: reads return values of an immutable snapshot; ``publish`` and the
 listeners run on the event loop.
@@ -104,7 +105,7 @@ class MetadataImage(MetadataReads):
         previous, self._published = self._published, md
         if previous is None:
             return []
-        events = diff_metadata(previous, md)
+        events = diff_metadata(previous, md, partitions=False)
         for event in events:
             for listener in list(self._listeners):
                 listener(event)

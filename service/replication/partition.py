@@ -112,6 +112,9 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.pending_isr: tuple[int, ...] | None = None
         self.leader_epoch_start_offset = 0
+        #: the registration last taken from the metadata: an apply skips a partition whose
+        #: registration is this very object (a snapshot keeps the objects of what did not change)
+        self.registration: PartitionRegistration | None = None
 
     @property
     def name(self) -> str:
@@ -130,6 +133,7 @@ class Partition:
     def update(self, reg: PartitionRegistration) -> Transition:
         """Take the registration from the metadata; what changed for this broker."""
         was_leader, old_leader, old_epoch = self.is_leader, self.leader_id, self.leader_epoch
+        self.registration = reg
         if reg.partition_epoch < self.partition_epoch and reg.leader_epoch <= self.leader_epoch:
             return Transition.NONE  # older than what an AlterPartition answer already gave
         self.replicas, self.isr = reg.replicas, reg.isr

@@ -16,9 +16,9 @@ same snapshot twice, or skipping one, ends in the same state:
   group and transaction coordinators load and unload the state of their
   internal topics' partitions, tiering starts and stops uploading.
 
-New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each: thousands in one
-turn held every heartbeat for seconds), the rest at the next turns' :meth:`apply`;
-meanwhile they answer NOT_LEADER_OR_FOLLOWER, which clients retry.
+New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each), changed ones
+for :data:`OPEN_SLICE_S` (a death changes every partition the broker hosted), the rest
+at the next turns' :meth:`apply`; meanwhile clients retry. Unchanged ones are skipped.
 
 Each partition directory holds Kafka's ``partition.metadata`` file (the topic id),
 so a log left from a deleted topic is never taken for a new topic of the same name.
@@ -173,16 +173,19 @@ class ReplicaManager:
                 old, info = previous.topics.get(name), md.topics[name]
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
-        for key in [k for k in self.unopened if k not in wanted]:
-            del self.unopened[key]
+        self.unopened = {k: why for k, why in self.unopened.items() if k in wanted}
         became_followers: list[Partition] = []
         opened, room = 0, OPEN_SLICE if _loop_running() else len(wanted)
         slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
-        self._opening_topics = set()
-        for key, (topic_id, reg) in wanted.items():
+        self._opening_topics, out_of_time = set(), False
+        for n, (key, (topic_id, reg)) in enumerate(wanted.items()):
             found = self.partitions.get(key)
-            if found is None and (opened >= room or (opened and time.monotonic() > slice_ends)):
-                self._opening_topics.add(key[0])
+            if found is not None and found.registration is reg:
+                continue  # unchanged: a follower's expansion into the ISR comes with its fetch
+            if not out_of_time and n & 63 == 63:
+                out_of_time = time.monotonic() > slice_ends
+            if out_of_time or (found is None and opened >= room):
+                self._opening_topics.add(key[0])  # this turn is used up: the next one goes on
                 self._open_more_soon()
                 continue
             if found is None:

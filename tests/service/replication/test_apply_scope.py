@@ -5,6 +5,7 @@ turn while its logs opened; three brokers fenced one another on a busy machine."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from controller.records import TopicInfo
 from controller.registrations import BrokerRegistration, Endpoint, PartitionRegistration
 from fetch.waiter import AppendWaiters
 from local_tier.manager import LogManager
+from service.replication import replica_manager
 from service.replication.partition import Partition
 from service.replication.replica_manager import ReplicaManager
 from tests.local_tier.batches import small_config
@@ -71,5 +73,50 @@ def test_only_the_changed_topic_is_reconciled(manager: ReplicaManager, monkeypat
 
     fourth = ClusterMetadata("c", brokers=_brokers(fenced_two=True), topics=third.topics,
                              partitions=third.partitions)
-    manager.apply(fourth)  # a broker changed: every topic again
-    assert sorted(set(updated)) == ["a", "c"] and len(updated) == 2 * PER_TOPIC
+    manager.apply(fourth)  # a broker changed, no registration: nothing to take
+    assert updated == []
+
+    one_changed = list(a_regs)
+    one_changed[3] = PartitionRegistration((1,), (1,), 1, 5, 5)
+    fifth = ClusterMetadata("c", brokers=fourth.brokers, topics=third.topics,
+                            partitions={a.topic_id: tuple(one_changed), c.topic_id: third.partitions[c.topic_id]})
+    manager.apply(fifth)  # the topic changed: only its changed partition is taken
+    assert updated == ["a"] and manager.partitions[("a", 3)].leader_epoch == 5
+
+
+def test_changed_registrations_are_taken_in_slices_of_the_loop(
+    manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker's death changes every partition it hosted: the changes are taken a slice of
+    the loop at a time, and the later slices finish them without a newer snapshot."""
+    asyncio.run(_sliced(manager, monkeypatch))
+
+
+async def _sliced(manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> None:
+
+    topics = {f"t{i}": TopicInfo(f"t{i}", uuid.uuid4(), PER_TOPIC) for i in range(8)}
+    first = ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics,
+                            partitions={t.topic_id: _registrations(0) for t in topics.values()})
+    manager.apply(first)
+    while manager.unopened or len(manager.partitions) < 8 * PER_TOPIC:
+        await asyncio.sleep(0.01)
+    slices = []
+    real = Partition.update
+
+    def slow(partition: Partition, reg: PartitionRegistration):  # type: ignore[no-untyped-def]
+        slices.append(asyncio.get_running_loop().time())
+        return real(partition, reg)
+
+    monkeypatch.setattr(Partition, "update", slow)
+    monkeypatch.setattr(replica_manager, "OPEN_SLICE_S", 0.0)  # every check finds the turn used up
+    second = ClusterMetadata("c", brokers=_brokers(fenced_two=True), topics=topics,
+                             partitions={t.topic_id: _registrations(1) for t in topics.values()})
+    manager.apply(second)
+    assert 0 < len(slices) < 8 * PER_TOPIC  # part of it now, the rest later
+    for _ in range(200):
+        if all(p.leader_epoch == 1 for p in manager.partitions.values()):
+            break
+        await asyncio.sleep(0.01)
+    assert len(manager.partitions) == 8 * PER_TOPIC
+    assert all(p.leader_epoch == 1 for p in manager.partitions.values())
+    assert len(slices) == 8 * PER_TOPIC  # each partition taken once
