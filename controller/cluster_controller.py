@@ -76,6 +76,7 @@ from controller.replication_control import (
     PartitionStateChange,
     alter_partition,
     check_broker_epoch,
+    drop_fenced_from_isrs,
     elect_leader,
     fence_broker,
     leads_any,
@@ -166,6 +167,8 @@ class ClusterController(MetadataWriter):
         #: a connection of this node's own (set by the broker; blocking, this role's thread)
         self.probe_answers: Callable[[int, float], bool] | None = None
         self._slow_not_cut_off_until = 0.0
+        #: a fencing's second batch (its ISR places) is still to be written
+        self._isr_places_due = False
         #: called on this role's thread before it stands down (the broker stops leading
         #: partitions first: a successor fences it at once)
         self.before_stand_down: Callable[[], None] | None = None
@@ -245,6 +248,7 @@ class ClusterController(MetadataWriter):
         if self.is_active and self._quorum_lost() and not self._late_peers_answer():
             self._stand_down()
         if self.is_active:
+            self._drop_fenced_from_isrs()
             try:
                 self._fence_expired_brokers()
             except KafkaError as err:
@@ -296,14 +300,30 @@ class ClusterController(MetadataWriter):
                 self._commit(lambda md: (self._fence_all(md, gone), None))
             except KafkaError as err:
                 _log.warning("could not fence broker(s) %s: %s", gone, err)
+            self._drop_fenced_from_isrs()
         return LeaseEvent.NONE
 
     def _fence_all(self, md: ClusterMetadata, node_ids: Sequence[int]) -> ClusterMetadata:
+        """Fence ``node_ids`` and move their leaderships; their ISR places go in the next
+        batch (:meth:`_drop_fenced_from_isrs`), so the new leaders learn of theirs sooner."""
         for node_id in node_ids:
             broker = md.brokers.get(node_id)
             if broker is not None and not broker.fenced:
-                md = fence_broker(md, node_id, self._unclean)
+                md = fence_broker(md, node_id, self._unclean, isr_places=False)
+                self._isr_places_due = True
         return md
+
+    def _drop_fenced_from_isrs(self) -> None:
+        """The second batch of a fencing: fenced brokers out of the ISRs they are still in
+        (a failed write is tried again at the next tick; a new controller does it at once)."""
+        if not self._isr_places_due or not self.is_active:
+            return
+        try:
+            self._commit(lambda md: (drop_fenced_from_isrs(md, self._unclean), None))
+        except KafkaError as err:
+            _log.warning("could not take fenced brokers out of the ISRs: %s", err)
+            return
+        self._isr_places_due = False
 
     def _quorum_lost(self) -> bool:
         if self._quorum_waived or self._quorum_timeout_ms < 0:
@@ -314,7 +334,7 @@ class ClusterController(MetadataWriter):
 
     def _late_peers_answer(self) -> bool:
         """The heartbeats of a majority are late: whether those brokers answer a request of
-        this node's within half the quorum timeout; then they (or this node) are slow, not
+        this node's within the quorum timeout; then they (or this node) are slow, not
         cut off, and standing down would fence a live controller's broker and move its
         leaderships (three brokers creating 30,000 partitions on two cores heartbeated
         1.5-2 s apart). Asked at most once per quorum timeout; a majority whose sessions
@@ -327,12 +347,13 @@ class ClusterController(MetadataWriter):
         with self._lock:
             live = [b.node_id for b in self.metadata.active_brokers()]
             ages = {n: self._sessions.age_ms(n) for n in live}
-        deadline = time.monotonic() + self._quorum_timeout_ms / 2000
-        for n in live:
-            late = n != self.node_id and (ages[n] is None or ages[n] >= self._quorum_timeout_ms)
-            if late and probe(n, deadline - time.monotonic()):
-                ages[n] = 0.0
+        deadline = time.monotonic() + self._quorum_timeout_ms / 1000  # at most 2x: KRaft's 1.5x fetch timeout is 3 s
+        late = [n for n in live if n != self.node_id
+                and (ages[n] is None or ages[n] >= self._quorum_timeout_ms)]
+        answered = [n for n in late if probe(n, deadline - time.monotonic())]
+        ages.update(dict.fromkeys(answered, 0.0))
         if quorum_lost(self.node_id, live, ages.get, self._quorum_timeout_ms):
+            _log.info("late brokers %s; of them %s answered a request", late, answered)
             return False
         _log.info("no heartbeat from a majority of the brokers within controller.quorum.timeout.ms "
                   "(%d ms), but they answer requests: slow, not cut off; this node stays the "
@@ -480,6 +501,8 @@ class ClusterController(MetadataWriter):
             self._quorum_waived = self._lease.retook_own_release
             self._active = True
         _log.info("node %d is the active controller at epoch %d", self.node_id, epoch)
+        self._isr_places_due = True  # a predecessor may have died between the two batches
+        self._drop_fenced_from_isrs()
 
     def _deactivate(self, why: str) -> None:
         with self._lock:
@@ -507,6 +530,7 @@ class ClusterController(MetadataWriter):
 
         _log.warning("fencing broker(s) %s: no heartbeat within the session timeout", expired)
         self._commit(change)
+        self._drop_fenced_from_isrs()
 
     # -- hooks of MetadataWriter --------------------------------------------------------------
 

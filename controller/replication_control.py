@@ -58,6 +58,7 @@ __all__ = [
     "alter_partition",
     "check_broker_epoch",
     "elect_leader",
+    "drop_fenced_from_isrs",
     "fence_broker",
     "leads_any",
     "new_partition",
@@ -164,14 +165,37 @@ def _leader_and_isr_updates(
     return md.with_partitions(changes)
 
 
-def fence_broker(md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy) -> ClusterMetadata:
-    """Fence ``broker_id``: out of every ISR, new leaders where it led, registration fenced."""
+def fence_broker(
+    md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy, *, isr_places: bool = True
+) -> ClusterMetadata:
+    """Fence ``broker_id``: new leaders where it led, registration fenced and, with
+    ``isr_places``, out of every ISR. Without, its places in the ISRs of the partitions it
+    followed stay for :func:`drop_fenced_from_isrs`, the next batch: a death's first batch
+    then moves leaderships only (a third of the records at RF 3), and the new leaders hear
+    of it sooner."""
     registration = md.brokers[broker_id]
     involved = [
-        x for x in md.iter_partitions() if broker_id in x[2].isr or x[2].leader == broker_id
+        x for x in md.iter_partitions()
+        if x[2].leader == broker_id or (isr_places and broker_id in x[2].isr)
     ]
     md = _leader_and_isr_updates(md, unclean, involved, remove=broker_id)
     return md.with_broker(replace(registration, fenced=True, in_controlled_shutdown=False))
+
+
+def drop_fenced_from_isrs(md: ClusterMetadata, unclean: UncleanPolicy) -> ClusterMetadata:
+    """Every fenced broker out of the ISRs it is still in (the second batch of a fencing
+    without ``isr_places``); unchanged, the same object, when there are none."""
+    fenced = {n for n, b in md.brokers.items() if b.fenced}
+    if not fenced:
+        return md
+    involved: dict[int, list[tuple[TopicInfo, int, PartitionRegistration]]] = {}
+    for x in md.iter_partitions():
+        for node_id in fenced.intersection(x[2].isr):
+            involved.setdefault(node_id, []).append(x)
+    for node_id, partitions in sorted(involved.items()):
+        current = [(t, i, md.partitions[t.topic_id][i]) for t, i, _ in partitions]
+        md = _leader_and_isr_updates(md, unclean, current, remove=node_id)
+    return md
 
 
 def unfence_broker(md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy) -> ClusterMetadata:

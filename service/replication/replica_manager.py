@@ -182,8 +182,8 @@ class ReplicaManager:
             found = self.partitions.get(key)
             if found is not None and found.registration is reg:
                 continue  # unchanged: a follower's expansion into the ISR comes with its fetch
-            if not out_of_time and n & 63 == 63:
-                out_of_time = time.monotonic() > slice_ends
+            if not out_of_time and ((found is None and opened) or n & 63 == 63):
+                out_of_time = time.monotonic() > slice_ends  # an open costs ~1 ms, a change ~20 us
             if out_of_time or (found is None and opened >= room):
                 self._opening_topics.add(key[0])  # this turn is used up: the next one goes on
                 self._open_more_soon()

@@ -191,7 +191,9 @@ def test_a_create_whose_answer_was_lost_is_answered_topic_already_exists(tmp_pat
     assert ctl.topic("orders").partitions == 3
 
 
-def test_a_brokers_death_moves_all_its_leaderships_in_one_batch(tmp_path: Path) -> None:
+def test_a_brokers_death_moves_all_its_leaderships_in_one_batch_then_its_isr_places(tmp_path: Path) -> None:
+    """The first batch moves the leaderships only (a third of the records at RF 3): the new
+    leaders learn of theirs sooner; the next takes the broker out of the other ISRs."""
     clock = FakeClock()
     bucket = tmp_path / "bucket"
     ctl = tick_until_active(clock, [make_ctl(FileSystemObjectStore(bucket), clock, 1)])
@@ -206,10 +208,13 @@ def test_a_brokers_death_moves_all_its_leaderships_in_one_batch(tmp_path: Path) 
     fencing = [decode_batch((bucket / log_key(PREFIX, r)).read_bytes(), r)
                for r in range(before + 1, ctl.metadata.revision + 1)]
     moved = [b for b in fencing if any(r["type"] == "PartitionChangeRecord" for r in b.records)]
-    assert len(moved) == 1 and led > 50
+    assert len(moved) == 2 and led > 50
     types = [r["type"] for r in moved[0].records]
-    assert types.count("PartitionChangeRecord") == 300  # every partition's ISR loses broker 2
+    assert types.count("PartitionChangeRecord") == led  # the partitions it led, each with a new leader
+    assert all("leader" in r for r in moved[0].records if r["type"] == "PartitionChangeRecord")
     assert types[-1] == "BrokerRegistrationChangeRecord"
+    assert [r["type"] for r in moved[1].records] == ["PartitionChangeRecord"] * (300 - led)
+    assert all(2 not in p.isr and p.leader != 2 for _, _, p in ctl.metadata.iter_partitions())
 
 
 def test_a_format_2_bucket_is_read_by_brokers_and_spark_then_switched_to_the_log(
