@@ -67,6 +67,8 @@ if TYPE_CHECKING:
 
 #: how long the rounds of partitions that rolled a segment wait to gather a burst of rolls
 ROLL_UPLOAD_DELAY_S = 0.5
+#: manifests read one after another by one copier task when leaderships arrive in bulk
+MANIFESTS_PER_TASK = 32
 
 __all__ = ["PartitionTierState", "RemoteFetch", "RemoteStart", "TieredLogs", "RemoteLogManager"]
 
@@ -155,6 +157,9 @@ class RemoteLogManager:
         self.rsm = RemoteStorageManager(store)
         self.scratch_dir: Path | None = None  # where tails of straddling segments are cut
         self._loads: set[asyncio.Future[None]] = set()
+        #: new leaderships whose manifests the next batch reads (:meth:`on_leader`)
+        self._pending_loads: dict[tuple[str, int], PartitionTierState] = {}
+        self._load_batch: asyncio.Future[None] | None = None
         self.interval_s = config.get_int("remote.log.manager.task.interval.ms") / 1000
         #: how long a read waits for a partition's manifest at start (as for a remote read)
         self.fetch_max_wait_ms = config.get_int("remote.fetch.max.wait.ms")
@@ -486,22 +491,39 @@ class RemoteLogManager:
         state = self._state(partition.topic, partition.index, partition.topic_id)
         state.loaded = False
         state.wake()
-        task = asyncio.ensure_future(self._read_led_manifest(partition.topic, partition.index, state))
-        self._loads.add(task)
-        task.add_done_callback(self._loads.discard)
+        self._pending_loads[(partition.topic, partition.index)] = state
+        if self._load_batch is None:  # one task for the leaderships of this turn of the loop
+            self._load_batch = task = asyncio.ensure_future(self._read_led_manifests())
+            self._loads.add(task)
+            task.add_done_callback(self._loads.discard)
 
-    async def _read_led_manifest(self, topic: str, partition: int, state: PartitionTierState) -> None:
-        try:
-            manifest = await self._run_in_copier(
-                asyncio.get_running_loop(), self.rsm.manifest, state.topic_id, partition
-            )
-        except (ObjectStoreError, RemoteStorageError) as exc:
-            log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
-                        topic, partition, exc)
-            return
-        if self.partitions.get((topic, partition)) is state and not state.loaded:
-            state.adopt(manifest)
-            state.loaded = state.known = True
+    async def _read_led_manifests(self) -> None:
+        """The manifests of the partitions led since the last batch, read on the copier
+        threads :data:`MANIFESTS_PER_TASK` at a time: a failover that moves 3,000
+        leaderships here was 3,000 tasks and pool submissions on the event loop."""
+        await asyncio.sleep(0)  # the rest of this turn's new leaderships join the batch
+        batch, self._pending_loads, self._load_batch = list(self._pending_loads.items()), {}, None
+        loop = asyncio.get_running_loop()
+        chunks = [batch[i:i + MANIFESTS_PER_TASK] for i in range(0, len(batch), MANIFESTS_PER_TASK)]
+        read = await asyncio.gather(*(self._run_in_copier(loop, self._manifests, c) for c in chunks))
+        for (topic, partition), state, manifest in itertools.chain.from_iterable(read):
+            if isinstance(manifest, Exception):
+                log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
+                            topic, partition, manifest)
+            elif self.partitions.get((topic, partition)) is state and not state.loaded:
+                state.adopt(manifest)
+                state.loaded = state.known = True
+
+    def _manifests(self, chunk: list[tuple[tuple[str, int], PartitionTierState]]) -> list[tuple[
+            tuple[str, int], PartitionTierState, PartitionManifest | None | Exception]]:
+        """On a copier thread: each partition's manifest, or the error reading it."""
+        out: list[tuple[tuple[str, int], PartitionTierState, PartitionManifest | None | Exception]] = []
+        for key, state in chunk:
+            try:
+                out.append((key, state, self.rsm.manifest(state.topic_id, key[1])))
+            except (ObjectStoreError, RemoteStorageError) as exc:
+                out.append((key, state, exc))
+        return out
 
     async def loaded(self) -> None:
         """Wait for the manifest reads started by :meth:`on_leader` (start-up waits for

@@ -375,8 +375,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "is fenced at once.)", validator=at_least(-1)),
     ConfigDef("controller.quorum.timeout.ms", "int", "1500",
             "The active controller stands down when it has heard no heartbeat from a majority "
-            "of the live brokers (three or more) for this long: it is the one cut off; -1 "
-            "never (Strata).", validator=at_least(-1)),
+            "of the live brokers (three or more) for this long and they do not answer a "
+            "request of its own within it either: it is the one cut off; -1 never "
+            "(Strata).", validator=at_least(-1)),
     ConfigDef("controller.lease.ms", "long", "5000",
             "How long the controller lease lasts without renewal (Strata).",
             validator=at_least(1)),

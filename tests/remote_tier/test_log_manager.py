@@ -643,6 +643,43 @@ def test_a_partition_led_without_a_manifest_is_claimed_only_once_it_has_somethin
         service.close()
 
 
+def test_leaderships_of_one_turn_read_their_manifests_in_one_batch(
+    make_broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: a failover moving 3,000 leaderships here was 3,000 tasks and pool submissions
+    on the event loop; the leaderships of one turn now share a task, 32 manifests per copier
+    job, and a later leadership starts a batch of its own."""
+    from remote_tier import log_manager
+
+    monkeypatch.setattr(log_manager, "MANIFESTS_PER_TASK", 8)
+    broker = make_broker(_config())
+    logs = broker.create_topic("moved", partitions=20)
+    topic_id = broker.controller.topic("moved").topic_id
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    jobs: list[int] = []
+    real = service._manifests
+    service._manifests = lambda chunk: jobs.append(len(chunk)) or real(chunk)  # type: ignore[method-assign]
+
+    def lead(log: Any) -> None:
+        service.on_leader(SimpleNamespace(topic="moved", index=log.partition, topic_id=topic_id, log=log))
+
+    async def run() -> None:
+        for log in logs[:19]:
+            lead(log)
+        assert len(service._loads) == 1  # one task for the turn
+        await service.loaded()
+        assert sorted(jobs) == [3, 8, 8]
+        lead(logs[19])
+        await service.loaded()
+        assert sorted(jobs) == [1, 3, 8, 8]
+
+    try:
+        asyncio.run(run())
+        assert all(service.state("moved", log.partition).loaded for log in logs)  # type: ignore[union-attr]
+    finally:
+        service.close()
+
+
 def test_a_sealed_segment_waits_for_the_producer_snapshot_its_roll_writes(tmp_path: Path) -> None:
     """The roll writes the producer snapshot at the segment's end on the flush thread; an
     upload that ran first went without it (seen under CI load: three objects, not four),
