@@ -393,8 +393,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("controller.lease.poll.ms", "long", "500",
             "How often a broker that is not the controller reads the lease (Strata).",
             validator=at_least(1)),
-    ConfigDef("event.loop.lag.probe.interval.ms", "int", "20",
-            "How often the event loop's lag is probed (strata_event_loop_lag_seconds; Strata).",
+    ConfigDef("event.loop.lag.probe.interval.ms", "int", "100",
+            "How often the event loop's lag is probed (strata_event_loop_lag_seconds); a stall "
+            "shorter than this may fall between two probes (Strata).",
             validator=at_least(1)),
     ConfigDef("event.loop.stall.log.ms", "int", "200", "A longer stall of the event loop is logged with "
               "what its thread ran, as is a garbage collection this long (0: off; Strata).", validator=at_least(0)),
