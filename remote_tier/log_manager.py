@@ -505,8 +505,10 @@ class RemoteLogManager:
         batch, self._pending_loads, self._load_batch = list(self._pending_loads.items()), {}, None
         loop = asyncio.get_running_loop()
         chunks = [batch[i:i + MANIFESTS_PER_TASK] for i in range(0, len(batch), MANIFESTS_PER_TASK)]
-        read = await asyncio.gather(*(self._run_in_copier(loop, self._manifests, c) for c in chunks))
-        for (topic, partition), state, manifest in itertools.chain.from_iterable(read):
+        read = await asyncio.gather(*(self._run_in_copier(loop, self._manifests, c) for c in chunks),
+                                    return_exceptions=True)  # a chunk that failed whole: its next round
+        for (topic, partition), state, manifest in itertools.chain.from_iterable(
+                r for r in read if not isinstance(r, BaseException)):
             if isinstance(manifest, Exception):
                 log.warning("reading the manifest of %s-%d failed (the next round retries): %s",
                             topic, partition, manifest)
@@ -521,7 +523,7 @@ class RemoteLogManager:
         for key, state in chunk:
             try:
                 out.append((key, state, self.rsm.manifest(state.topic_id, key[1])))
-            except (ObjectStoreError, RemoteStorageError) as exc:
+            except Exception as exc:  # noqa: BLE001 - one bad manifest must not cost the batch
                 out.append((key, state, exc))
         return out
 

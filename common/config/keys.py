@@ -374,10 +374,9 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "broker.session.timeout.ms (Strata). (A broker whose listener refuses connections "
             "is fenced at once.)", validator=at_least(-1)),
     ConfigDef("controller.quorum.timeout.ms", "int", "1500",
-            "The active controller stands down when it has heard no heartbeat from a majority "
-            "of the live brokers (three or more) for this long and they do not answer a "
-            "request of its own within it either: it is the one cut off; -1 never "
-            "(Strata).", validator=at_least(-1)),
+            "The active controller stands down when it has heard nothing from a majority of "
+            "the live brokers (three or more) for this long, neither a heartbeat nor a follower "
+            "fetch: it is the one cut off; -1 never (Strata).", validator=at_least(-1)),
     ConfigDef("controller.lease.ms", "long", "5000",
             "How long the controller lease lasts without renewal (Strata).",
             validator=at_least(1)),

@@ -30,7 +30,6 @@ import contextvars
 import logging
 import socket
 import struct
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -38,7 +37,6 @@ from typing import Any
 
 from common.config.broker import BrokerConfig
 from common.errors import KafkaError
-from common.protocol.codec import build
 from controller.cluster_controller import ClusterController
 from controller.commit import Snapshot
 from controller.errors import NotControllerError
@@ -50,7 +48,7 @@ from service.cluster.controller_client import ControllerClient
 from service.cluster.identity import NodeIdentity
 from service.cluster.lifecycle import BrokerLifecycle
 from service.cluster.metadata_poller import MetadataPoller
-from service.cluster.wire import encode_request, raise_for, request_module
+from service.cluster.wire import raise_for
 from service.security.setup import InterBrokerSecurity
 
 __all__ = ["ClusterNode", "answering_locally", "must_answer_locally"]
@@ -182,7 +180,6 @@ class ClusterNode:
             refresh_metadata=self.refresh_metadata,
         )
         controller.probe_gone = self._refuses_connections
-        controller.probe_answers = self._answers_requests
         controller.add_snapshot_listener(self.view.offer)
         self.view.offer(controller.snapshot)
         self.poller = MetadataPoller(
@@ -308,31 +305,6 @@ class ClusterNode:
         except OSError:
             return False
         return False
-
-    def _answers_requests(self, node_id: int, timeout_s: float) -> bool:
-        """Whether ``node_id`` answers an ApiVersions request within ``timeout_s`` on a
-        connection of its own (blocking; the controller role's thread asks when the
-        heartbeats of a majority are late: busy brokers answer, a partition swallows it)."""
-        address = self._endpoint_of(node_id)
-        if address is None or timeout_s <= 0:
-            return False
-        deadline = time.monotonic() + timeout_s
-        tls = None if self.inter_broker is None else self.inter_broker.ssl_context
-        try:
-            with socket.create_connection(address, timeout=timeout_s) as raw:
-                conn = raw if tls is None else tls.wrap_socket(raw, server_hostname=address[0])
-                body = build(request_module(18, 0).ApiVersionsRequest)
-                conn.sendall(encode_request(18, 0, 1, f"strata-broker-{self.node_id}-probe", body))
-                answer = b""
-                while len(answer) < 8:  # size and correlation id are enough: it answered
-                    conn.settimeout(max(0.001, deadline - time.monotonic()))
-                    chunk = conn.recv(8 - len(answer))
-                    if not chunk:
-                        return False
-                    answer += chunk
-        except OSError:  # refused, timed out, reset, TLS failed: no answer
-            return False
-        return struct.unpack(">ii", answer)[1] == 1
 
     def metadata_applied(self) -> None:
         """The broker applied a snapshot: a fenced broker may now be caught up."""

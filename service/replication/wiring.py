@@ -27,7 +27,7 @@ from service.groups import GroupCoordinator
 from service.groups.runtime import OffsetsHost, OffsetsLeadership
 from service.replication.fetcher import FetcherConfig, ReplicaFetcherManager
 from service.replication.isr import AlterPartitionManager
-from service.replication.partition import Partition
+from service.replication.partition import Partition, monotonic_ms
 from service.replication.replica_manager import ReplicaManager
 from service.transactions import TransactionCoordinator
 from service.transactions.runtime import TxnLeadership
@@ -98,6 +98,8 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
         broker.node_id, cluster.client, lambda: cluster.broker_epoch, controller.alter_partition,
         on_applied=replicas.after_isr_change, on_dropped=replicas.after_isr_change_dropped,
     )
+    arrived = replicas.follower_requests_ms  # a peer whose heartbeats are late but fetches arrive
+    controller.peer_request_age_ms = lambda n: None if (at := arrived.get(n)) is None else monotonic_ms() - at
     replicas.add_listener(GroupLeadership(broker))
     replicas.add_listener(TxnLeadership(broker.transactions))
     replicas.add_listener(broker.tiering)

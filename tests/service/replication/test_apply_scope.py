@@ -120,3 +120,26 @@ async def _sliced(manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch) -> N
     assert len(manager.partitions) == 8 * PER_TOPIC
     assert all(p.leader_epoch == 1 for p in manager.partitions.values())
     assert len(slices) == 8 * PER_TOPIC  # each partition taken once
+
+
+def test_a_broker_back_in_service_is_taken_into_the_isr_of_idle_partitions(manager: ReplicaManager) -> None:
+    """A restarted follower fetches while still fenced: caught up, but not eligible. Its
+    unfencing changes no registration, and an idle partition's follower session names
+    nothing again; the apply of the broker change proposes it (review of the skip)."""
+    from types import SimpleNamespace
+
+    submitted: list[tuple[str, int, tuple[int, ...]]] = []
+    manager.isr_changes = SimpleNamespace(  # type: ignore[assignment]
+        submit=lambda p, isr: submitted.append((p.topic, p.index, isr)))
+    t = TopicInfo("idle", uuid.uuid4(), 2)
+    regs = tuple(PartitionRegistration((1, 2), (1,), 1, 0, 0) for _ in range(2))
+    fenced = ClusterMetadata("c", brokers=_brokers(fenced_two=True), topics={"idle": t},
+                             partitions={t.topic_id: regs})
+    manager.apply(fenced)
+    for partition in manager.partitions.values():
+        partition.followers[2].log_end_offset = partition.log.high_watermark  # caught up, fenced
+    manager.apply(fenced)
+    assert submitted == []  # not eligible while fenced
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"idle": t},
+                                  partitions={t.topic_id: regs}))
+    assert sorted(submitted) == [("idle", 0, (1, 2)), ("idle", 1, (1, 2))]
