@@ -154,6 +154,7 @@ class ClusterController(MetadataWriter):
         self._wake = threading.Event()  # a tick is due now (or the role stops)
         self._thread: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
+        self._last_tick_ms = monotonic()  # when the tick thread last finished a step
         self._connection_loss_ms = config.get_int("broker.session.connection.loss.ms")
         self._quorum_timeout_ms = config.get_int("controller.quorum.timeout.ms")
         # the last activation took back the lease this node released to stand down and
@@ -425,6 +426,7 @@ class ClusterController(MetadataWriter):
             except Exception:  # noqa: BLE001 - the role must outlive a failed step
                 _log.exception("controller tick failed")
                 delay_ms = float(self._lease.timings.poll_ms)
+            self._last_tick_ms = self._monotonic()
             self._wake.wait(max(delay_ms, 1.0) / 1000)
             self._wake.clear()
 
@@ -434,9 +436,16 @@ class ClusterController(MetadataWriter):
         large create must not let it run out. A lost lease wakes the tick thread, which
         stops acting."""
         while not self._stop.is_set():
+            # a tick thread stuck for a whole session (a store call that never returns) fences
+            # nobody: the lease lapses then, and a broker that can act takes it
+            stuck = self._monotonic() - self._last_tick_ms > self._sessions.session_timeout_ms
+            if stuck and self._lease.holds():
+                _log.warning("node %d's controller thread has not finished a step for %d ms; "
+                             "its lease is left to lapse", self.node_id, self._sessions.session_timeout_ms)
             with self._lease_lock:
-                event = self._lease.step() if self._lease.holds() else LeaseEvent.NONE
-                due_ms = self._lease.next_step_in_ms() if self._lease.holds() else None
+                held = self._lease.holds()
+                event = self._lease.step() if held and not stuck else LeaseEvent.NONE
+                due_ms = self._lease.next_step_in_ms() if held else None
             if event is LeaseEvent.LOST:
                 self._wake.set()
             wait_ms = self._lease.timings.renew_ms if due_ms is None else max(due_ms, 1.0)

@@ -263,3 +263,30 @@ def test_a_new_controller_drops_the_isr_places_its_predecessor_left(
     b.tick()
     assert b.is_active
     assert all(3 not in p.isr and 1 not in p.isr for _, _, p in b.metadata.iter_partitions())
+
+
+def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(make_store: MakeStore) -> None:
+    """The renewal thread must not keep a controller whose tick thread never returns (a store
+    call hung): it would hold the lease and fence nobody. Past a session it lets it lapse."""
+    import threading
+    import time
+
+    a = ClusterController(make_store(), BrokerConfig({
+        "node.id": "1", "controller.lease.ms": "600", "controller.lease.renew.ms": "100",
+        "controller.lease.safety.margin.ms": "200", "controller.lease.poll.ms": "50",
+        "broker.session.timeout.ms": "700", "broker.heartbeat.interval.ms": "100",
+    }))
+    held, release = threading.Event(), threading.Event()
+    a._maybe_rebalance_leaders = lambda: held.set() or release.wait(10)  # type: ignore[method-assign]
+    a.start()
+    try:
+        assert held.wait(5)
+        time.sleep(0.4)
+        assert a.lease_remaining_ms() > 0  # within a session: renewed
+        deadline = time.monotonic() + 5
+        while a.lease_remaining_ms() > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert a.lease_remaining_ms() == 0  # stuck past a session: lapsed
+    finally:
+        release.set()
+        a.close()

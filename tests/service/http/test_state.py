@@ -25,6 +25,9 @@ def _append(log: Log, batches: int) -> None:
         start = log.log_end_offset
         log.append_as_leader(build_batch([(None, b"v" * 200, [], now + start + i) for i in range(10)]), 0)
     log.update_high_watermark(log.log_end_offset)
+    deadline = time.monotonic() + 10  # the rolls' producer snapshots are written: an upload waits for
+    while log.background_pending and time.monotonic() < deadline:  # them (a CI run uploaded nothing)
+        time.sleep(0.005)
 
 
 def _sealed(log: Log) -> list[tuple[int, int, int]]:
