@@ -10,7 +10,7 @@ store inside its data dir) is started and measured:
   CreateTopics request (1,000 partitions, the per-request cap), replication factor
   1; wall time in total and per 1,000 partitions, and of the last request (whether
   a create slows down as the cluster grows).
-* **idle** over ``--idle-s`` seconds after a 3 s settle: the broker's CPU (utime +
+* **idle** over ``--idle-s`` seconds after a ``--settle-s`` settle (3 s): the broker's CPU (utime +
   stime from /proc, % of one core), RSS, open file descriptors, and the requests
   and bytes it sent to the bucket (see *Counting the bucket* below).
 * **Metadata**: 20 full Metadata requests (confluent-kafka ``list_topics()``, all
@@ -339,9 +339,11 @@ def bucket_delta(before: dict, after: dict, window: float) -> dict:
     }
 
 
-def idle_many(brokers: list[Broker], seconds: float) -> list[dict]:
-    """Each broker's CPU, memory, descriptors and bucket traffic over ``seconds`` of idle."""
-    time.sleep(3)
+def idle_many(brokers: list[Broker], seconds: float, settle_s: float = 3.0) -> list[dict]:
+    """Each broker's CPU, memory, descriptors and bucket traffic over ``seconds`` of idle,
+    after ``settle_s`` (``--settle-s``: past 60 s, the first checkpoint writes and tiering
+    rounds of the partitions just created fall before the window)."""
+    time.sleep(settle_s)
     before = [(b.cpu_seconds(), b.store_counts()) for b in brokers]
     t0 = time.monotonic()
     time.sleep(seconds)
@@ -354,8 +356,8 @@ def idle_many(brokers: list[Broker], seconds: float) -> list[dict]:
     ]
 
 
-def idle(broker: Broker, seconds: float) -> dict:
-    return idle_many([broker], seconds)[0]
+def idle(broker: Broker, seconds: float, settle_s: float = 3.0) -> dict:
+    return idle_many([broker], seconds, settle_s)[0]
 
 
 def metadata_latency(bootstrap: str, partitions: int, calls: int = 20) -> dict:
@@ -478,7 +480,7 @@ def measure(partitions: int, work: Path, args: argparse.Namespace) -> dict:
         result["metadata_document_bytes"] = broker.metadata_document_bytes()
         log(f"  created in {result['create_s']:.1f} s ({result['create_s_per_1000']:.1f} s per 1,000); "
             f"metadata document {result['metadata_document_bytes']:,} B; idle {args.idle_s:.0f} s")
-        result.update(idle(broker, args.idle_s))
+        result.update(idle(broker, args.idle_s, args.settle_s))
         log(f"  idle CPU {result['idle_cpu_pct']:.1f}%, RSS {result['rss_mib']:.0f} MiB, "
             f"{result['open_fds']:,} fds, bucket {result['bucket_requests_per_s']:.1f} req/s "
             f"{result['bucket_read_bytes_per_s']:,.0f} B/s read")
@@ -587,7 +589,7 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
         log(f"  created in {result['create_s']:.1f} s; document {result['metadata_document_bytes']:,} B;"
             f" idle {args.idle_s:.0f} s")
         wait_isr_full(brokers[0].bootstrap, size, limit)  # the followers' ISR changes are done
-        result["idle"] = idle_many(brokers, args.idle_s)
+        result["idle"] = idle_many(brokers, args.idle_s, args.settle_s)
         for n, r in enumerate(result["idle"], 1):
             log(f"  broker {n}: idle CPU {r['idle_cpu_pct']:.1f}%, RSS {r['rss_mib']:.0f} MiB, "
                 f"bucket {r['bucket_requests_per_s']:.1f} req/s {r['bucket_read_bytes_per_s']:,.0f} B/s read")
@@ -746,6 +748,9 @@ def main() -> int:
     parser.add_argument("--with-10k", action="store_true", help="also 10,000 partitions")
     parser.add_argument("--step-timeout", type=float, default=600)
     parser.add_argument("--idle-s", type=float, default=20)
+    parser.add_argument("--settle-s", type=float, default=3.0,
+                        help="wait this long after the create (and full ISRs) before the idle window; "
+                             "70 puts the first offset checkpoints of the new partitions before it")
     parser.add_argument("--rate", type=int, default=500, help="records/s of the produce load")
     parser.add_argument("--produce-s", type=float, default=10)
     parser.add_argument("--cluster-sizes", type=int, nargs="*", default=[],
@@ -788,7 +793,7 @@ def write_report(args: argparse.Namespace, started: float, results: list[dict]) 
                     "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[0]},
         "settings": {"per_topic": PER_TOPIC, "topics_per_request": TOPICS_PER_REQUEST,
                      "cluster_topics_per_request": args.cluster_topics_per_request,
-                     "idle_s": args.idle_s, "rate": args.rate, "produce_s": args.produce_s,
+                     "idle_s": args.idle_s, "settle_s": args.settle_s, "rate": args.rate, "produce_s": args.produce_s,
                      "step_timeout_s": args.step_timeout},
         "results": results,
     }
