@@ -99,8 +99,7 @@ def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> se
     return changed
 
 
-def _loop_running() -> bool:
-    """Start-up and tests apply without a running loop: everything at once then."""
+def _loop_running() -> bool:  # start-up and tests apply without a running loop: all at once
     with contextlib.suppress(RuntimeError):
         return asyncio.get_running_loop() is not None
     return False
@@ -392,8 +391,7 @@ class ReplicaManager:
 
     # -- the leader side of replication ---------------------------------------------------------
 
-    def note_follower_request(self, replica_id: int) -> None:
-        """A Fetch from follower ``replica_id`` reached this leader (whatever it names)."""
+    def note_follower_request(self, replica_id: int) -> None:  # a Fetch of it came, naming anything
         self.follower_requests_ms[replica_id] = monotonic_ms()
 
     def after_append(self, partition: Partition) -> None:
@@ -451,11 +449,13 @@ class ReplicaManager:
         return None
 
     def after_isr_change(self, partition: Partition, high_watermark_moved: bool) -> None:
-        """The controller committed an ISR change this leader asked for."""
+        """The controller committed an ISR change this leader asked for; a follower caught up
+        meanwhile (not proposed while one was pending; idle, it names nothing) is proposed now."""
         if high_watermark_moved:
             self._changed(partition)
         else:  # a shrink below min.insync.replicas answers waiting requests all the same
             self.produce_waiters.wake(partition)
+        self._maybe_expand_isr(partition)
 
     def after_isr_change_dropped(self, partition: Partition) -> None:
         """An ISR change this leader asked for was refused or lost: the follower sessions read

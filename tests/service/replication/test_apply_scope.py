@@ -143,3 +143,26 @@ def test_a_broker_back_in_service_is_taken_into_the_isr_of_idle_partitions(manag
     manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"idle": t},
                                   partitions={t.topic_id: regs}))
     assert sorted(submitted) == [("idle", 0, (1, 2)), ("idle", 1, (1, 2))]
+
+
+def test_a_follower_caught_up_while_an_isr_change_was_pending_is_proposed_after_it(
+    manager: ReplicaManager,
+) -> None:
+    """No expansion is proposed while another ISR change is pending; a follower that caught
+    up then, on an idle partition, names nothing again in its session. The committed change
+    proposes it (a reassigned replica once stayed out of the ISR for 30 s in CI)."""
+    from types import SimpleNamespace
+
+    submitted: list[tuple[int, ...]] = []
+    manager.isr_changes = SimpleNamespace(submit=lambda p, isr: submitted.append(isr))  # type: ignore[assignment]
+    t = TopicInfo("quiet", uuid.uuid4(), 1)
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"quiet": t},
+                                  partitions={t.topic_id: (PartitionRegistration((1, 2), (1,), 1, 0, 0),)}))
+    partition = manager.partitions[("quiet", 0)]
+    partition.pending_isr = (1,)  # another change in flight
+    partition.followers[2].log_end_offset = partition.log.high_watermark  # caught up meanwhile
+    manager._maybe_expand_isr(partition)
+    assert submitted == []
+    partition.apply_isr((1,), partition.leader_epoch, partition.partition_epoch + 1)  # committed
+    manager.after_isr_change(partition, high_watermark_moved=False)
+    assert submitted == [(1, 2)]
