@@ -209,9 +209,10 @@ class ReplicaManager:
                     listener.on_resign(key[0], key[1], False)
                 self._changed(partition)
                 became_followers.append(partition)
-            if partition.is_leader:
+            if partition.is_leader:  # touched: a new replica whose fetch came first re-reads it
                 if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
                     self._changed(partition)
+                self._waiters.touch(partition.topic, partition.index)
                 self._maybe_expand_isr(partition)
                 self.isr_watch.add(partition)
         if not self._opening_more:  # every wanted log is open: the stray check reads no more
@@ -464,9 +465,8 @@ class ReplicaManager:
         self._waiters.touch(partition.topic, partition.index)
 
     def shrink_isrs(self, max_lag_ms: int) -> int:
-        """Ask the controller to drop, from the ISR of every partition this broker leads,
-        the followers that have lagged for ``max_lag_ms`` (``replica.lag.time.max.ms``;
-        Kafka's ``maybeShrinkIsr``). Returns how many partitions it asked for."""
+        """Ask the controller to drop from the ISRs this broker leads the followers lagging for
+        ``max_lag_ms`` (Kafka's ``maybeShrinkIsr``); how many partitions it asked for."""
         if self.isr_changes is None:
             return 0
         asked = self.isr_watch.shrink(self.partitions, self.isr_changes.submit, monotonic_ms(), max_lag_ms)
