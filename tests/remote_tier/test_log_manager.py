@@ -605,15 +605,20 @@ def test_the_bucket_s_retention_ms_wakes_a_resting_partition_when_it_falls_due()
     assert retention_due_at(None, config) == NEVER
 
 
+def _twenty_partitions(make_broker: Any, tmp_path: Path, topic: str) -> tuple[Any, list[Log], Any, RemoteLogManager]:
+    """A broker with ``topic`` of 20 partitions and a tiering service on a bucket of its own."""
+    broker = make_broker(_config())
+    logs = broker.create_topic(topic, partitions=20)
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    return broker, logs, broker.controller.topic(topic).topic_id, service
+
+
 def test_a_partition_led_without_a_manifest_is_claimed_only_once_it_has_something_to_upload(
     make_broker: Any, tmp_path: Path
 ) -> None:
     """Issue 33: 10,000 new partitions cost their first round no claim each (a claim writes
     nothing where there is no manifest); the round that uploads claims first."""
-    broker = make_broker(_config())
-    logs = broker.create_topic("fresh", partitions=20)
-    topic_id = broker.controller.topic("fresh").topic_id
-    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    broker, logs, topic_id, service = _twenty_partitions(make_broker, tmp_path, "fresh")
     claims: list[int] = []
     real_claim = service._claim
 
@@ -652,10 +657,7 @@ def test_leaderships_of_one_turn_read_their_manifests_in_one_batch(
     from remote_tier import log_manager
 
     monkeypatch.setattr(log_manager, "MANIFESTS_PER_TASK", 8)
-    broker = make_broker(_config())
-    logs = broker.create_topic("moved", partitions=20)
-    topic_id = broker.controller.topic("moved").topic_id
-    service = RemoteLogManager(FileSystemObjectStore(tmp_path / "bucket"), broker.controller.config)
+    broker, logs, topic_id, service = _twenty_partitions(make_broker, tmp_path, "moved")
     jobs: list[int] = []
     real = service._manifests
     service._manifests = lambda chunk: jobs.append(len(chunk)) or real(chunk)  # type: ignore[method-assign]
