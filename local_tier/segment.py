@@ -13,7 +13,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -174,21 +174,25 @@ class LogSegment:
         *,
         validate_tail: bool = False,
         suffix: str = "",
+        listing: Collection[str] | None = None,
     ) -> LogSegment:
         """Open (or with ``create`` make) the segment's three files and load its state.
 
         With ``validate_tail`` (the last segment of a log) the batches after the
         last offset-index entry are checked in full (CRC); any problem found while
         loading is reported by :meth:`sanity_check`. ``suffix`` is added to every
-        file name (``.cleaned``: a segment the cleaner is writing).
+        file name (``.cleaned``: a segment the cleaner is writing). ``listing``: the names in
+        ``directory`` just now (a log's load lists it once), so the files are not looked up.
         """
         log_path = directory / (segment_file_name(base_offset, ".log") + suffix)
-        if not create and not log_path.exists():
-            raise FileNotFoundError(log_path)
         index_path = directory / (segment_file_name(base_offset, ".index") + suffix)
         time_path = directory / (segment_file_name(base_offset, ".timeindex") + suffix)
-        missing = not index_path.exists() or not time_path.exists()
-        new_files = [p for p in (log_path, index_path, time_path) if not p.exists()]
+        paths = (log_path, index_path, time_path)
+        there = [p.name in listing if listing is not None else p.exists() for p in paths]
+        if not create and not there[0]:
+            raise FileNotFoundError(log_path)
+        missing = not there[1] or not there[2]
+        new_files = [p for p, found in zip(paths, there, strict=True) if not found]
         log_file = LogFile(log_path, create=True)
         offset_index: OffsetIndex | None = None
         try:

@@ -1,5 +1,9 @@
 """Every partition this broker hosts, kept in line with the cluster metadata: :class:`ReplicaManager`.
 
+Over 500 lines because applying the metadata (open, lead, follow, stop, in slices of the loop)
+and the leader's side of replication (follower fetches, ISR changes) share one partition table
+with one owner, the event loop.
+
 Kafka's ``ReplicaManager`` (its ``applyDelta``): :meth:`ReplicaManager.apply`
 takes a metadata snapshot and reconciles the broker with it, so applying the
 same snapshot twice, or skipping one, ends in the same state:
@@ -106,6 +110,7 @@ def _loop_running() -> bool:  # start-up and tests apply without a running loop:
 
 
 TopicPartition = tuple[str, int]
+_Wanted = tuple[uuid.UUID, PartitionRegistration]  # a hosted partition's topic id and registration
 
 
 class ReplicaManager:
@@ -137,6 +142,7 @@ class ReplicaManager:
         #: these topics
         self._opening_more = False
         self._opening_topics: set[str] = set()
+        self._resume: tuple[ClusterMetadata, list[tuple[TopicPartition, _Wanted]], bool] | None = None
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -162,7 +168,7 @@ class ReplicaManager:
         scope = _changed_topics(previous, md)
         if scope is not None:
             scope |= self._opening_topics | {key[0] for key in self.unopened}
-        wanted: dict[TopicPartition, tuple[uuid.UUID, PartitionRegistration]] = {}
+        wanted: dict[TopicPartition, _Wanted] = {}
         for topic, index, reg in md.iter_partitions(scope):
             if self.node_id in reg.replicas:
                 wanted[(topic.name, index)] = (topic.topic_id, reg)
@@ -173,21 +179,30 @@ class ReplicaManager:
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
         self.unopened = {k: why for k, why in self.unopened.items() if k in wanted}
+        self._reconcile(md, list(wanted.items()), scope is None)
+
+    def _reconcile(self, md: ClusterMetadata, items: list[tuple[TopicPartition, _Wanted]],
+                   brokers_changed: bool) -> None:
+        """Open, lead or follow the ``items`` of ``md`` for one slice of the loop; a later
+        turn goes on with the rest (not the whole of ``md`` again: at 10,000 partitions a
+        start re-read every one at each of its slices)."""
         became_followers: list[Partition] = []
-        opened, room = 0, OPEN_SLICE if _loop_running() else len(wanted)
+        opened, room = 0, OPEN_SLICE if _loop_running() else len(items)
         slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
-        self._opening_topics, out_of_time = set(), False
-        for n, (key, (topic_id, reg)) in enumerate(wanted.items()):
+        rest: list[tuple[TopicPartition, _Wanted]] = []
+        for n, item in enumerate(items):
+            key, (topic_id, reg) = item
             found = self.partitions.get(key)
             if found is not None and found.registration is reg:  # unchanged
-                if scope is None and found.is_leader and len(found.isr) < len(found.replicas):
+                if brokers_changed and found.is_leader and len(found.isr) < len(found.replicas):
                     self._maybe_expand_isr(found)  # a broker is back: an idle follower's fetch names nothing
                 continue
-            if not out_of_time and ((found is None and opened) or n & 63 == 63):
-                out_of_time = time.monotonic() > slice_ends  # an open costs ~1 ms, a change ~20 us
-            if out_of_time or (found is None and opened >= room):
-                self._opening_topics.add(key[0])  # this turn is used up: the next one goes on
-                self._open_more_soon()
+            if (found is None and opened) or n & 63 == 63:  # an open costs ~1 ms, a change ~20 us
+                if time.monotonic() > slice_ends:  # this turn is used up: the next one goes on
+                    rest += items[n:]
+                    break
+            if found is None and opened >= room:
+                rest.append(item)
                 continue
             if found is None:
                 opened += 1
@@ -215,7 +230,11 @@ class ReplicaManager:
                 self._waiters.touch(partition.topic, partition.index)
                 self._maybe_expand_isr(partition)
                 self.isr_watch.add(partition)
-        if not self._opening_more:  # every wanted log is open: the stray check reads no more
+        self._opening_topics = {key[0] for key, _ in rest}
+        self._resume = (md, rest, brokers_changed) if rest else None
+        if rest:
+            self._open_more_soon()
+        else:  # every wanted log is open: the stray check reads no more
             self._stray_topic_ids.clear()
         if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
@@ -305,7 +324,10 @@ class ReplicaManager:
 
         def more() -> None:
             self._opening_more = False
-            if self.metadata is not None:
+            resume, self._resume = self._resume, None
+            if resume is not None and resume[0] is self.metadata:
+                self._reconcile(*resume)
+            elif self.metadata is not None:
                 self.apply(self.metadata)
 
         loop.call_later(NEXT_TURN_S, more)
