@@ -34,6 +34,7 @@ from controller.metadata_log_format import (
     snapshot_key,
 )
 from controller.metadata_store import MetadataConflict, ObjectStoreMetadataStore
+from remote_tier.slot_chain import read_forward
 
 __all__ = ["HeadDocument", "MetadataLog", "WINDOW"]
 
@@ -130,17 +131,7 @@ class MetadataLog:
     def read_after(self, revision: int) -> list[Batch]:
         """Every batch after ``revision`` up to the first missing slot: one GET when there
         is nothing new (the idle probe), then windows of :data:`WINDOW` parallel GETs."""
-        first = self.read_slot(revision + 1)
-        if first is None:
-            return []
-        batches = [first]
-        while True:
-            start = batches[-1].revision + 1
-            window = list(_POOL.map(self.read_slot, range(start, start + WINDOW)))
-            for batch in window:
-                if batch is None:
-                    return batches
-                batches.append(batch)
+        return read_forward(self.read_slot, revision + 1, _POOL, WINDOW)
 
     def delete_slots(self, first: int, last: int) -> None:
         """Delete slots ``first .. last`` (the log below a snapshot, after the head moved)."""
