@@ -1,0 +1,1 @@
+"""Diskless topics in the broker (ADR 0027): the sequencer of a partition."""
