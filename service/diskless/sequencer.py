@@ -1,0 +1,75 @@
+"""The diskless partitions this broker sequences: :class:`Sequencer`.
+
+ADR 0027, section 4: a broker is the sequencer of the diskless partitions it leads. It
+keeps one :class:`~service.diskless.sequence.PartitionSequence` per such partition and one
+:class:`~service.diskless.committer.GroupCommitter` writing its chain.
+:meth:`Sequencer.commit` is what a writer's proposals reach (this broker's own
+:class:`~service.diskless.writer.WalWriter`, or a peer's over the wire): every proposal is
+checked and given offsets, and the answer waits until they are durable.
+
+Not thread-safe: the event loop owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+from common.errors import KafkaError, NotLeaderOrFollowerError
+from remote_tier.diskless.commits import CommitEntry
+from service.diskless.committer import GroupCommitter
+from service.diskless.sequence import PartitionSequence, Proposal
+
+__all__ = ["Sequencer"]
+
+
+class Sequencer:
+    """See the module docstring."""
+
+    def __init__(self, committer: GroupCommitter) -> None:
+        self.committer = committer
+        self._sequences: dict[tuple[uuid.UUID, int], PartitionSequence] = {}
+
+    def lead(self, sequence: PartitionSequence) -> None:
+        """Sequence this partition from now on (its state loaded: ``PartitionSequence.resume``)."""
+        self.resign(sequence.topic_id, sequence.partition)
+        self._sequences[(sequence.topic_id, sequence.partition)] = sequence
+        self.committer.register(sequence)
+
+    def resign(self, topic_id: uuid.UUID, partition: int) -> None:
+        old = self._sequences.pop((topic_id, partition), None)
+        if old is not None:
+            self.committer.unregister(old)
+
+    def get(self, topic_id: uuid.UUID, partition: int) -> PartitionSequence | None:
+        return self._sequences.get((topic_id, partition))
+
+    async def commit(self, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]:
+        """Each proposal's durable entry, or the error that refused it (in order)."""
+        accepted: list[tuple[PartitionSequence, CommitEntry] | KafkaError] = []
+        for proposal in proposals:
+            sequence = self._sequences.get((proposal.topic_id, proposal.partition))
+            if sequence is None:
+                accepted.append(NotLeaderOrFollowerError(
+                    f"this broker does not sequence partition {proposal.partition} of topic {proposal.topic_id}"))
+                continue
+            try:
+                accepted.append((sequence, sequence.accept(proposal)))
+            except KafkaError as exc:
+                accepted.append(exc)
+        waits = [self.committer.wait_durable(*a) for a in accepted if not isinstance(a, KafkaError)]
+        outcomes = iter(await asyncio.gather(*waits, return_exceptions=True))
+        answers: list[CommitEntry | KafkaError] = []
+        for a in accepted:
+            if isinstance(a, KafkaError):
+                answers.append(a)
+                continue
+            outcome = next(outcomes)
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, KafkaError):
+                    raise outcome
+                answers.append(outcome)
+            else:
+                answers.append(a[1])
+        return answers

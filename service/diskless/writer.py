@@ -1,0 +1,165 @@
+"""A broker's write-ahead objects of diskless topics: :class:`WalWriter`.
+
+ADR 0027, sections 2 and 3. Produced batches of any diskless partition, from any
+connection, go into the broker's one open object; it closes ``diskless.batch.ms`` after
+its first batch or once it holds ``diskless.batch.bytes``, goes to the bucket with one PUT
+(on a blocking-I/O thread), and only then is each batch proposed to its partition's
+sequencer (``propose``: this broker's own, or another's over the wire). A batch's
+:meth:`WalWriter.write` returns its committed entry (offsets) or raises the Kafka error
+that refused it. A PUT that fails fails the object's batches (KAFKA_STORAGE_ERROR,
+retriable); commits not finished within ``diskless.commit.deadline.ms`` of the object's
+creation fail with REQUEST_TIMED_OUT, so a late commit can never reference an object the
+collector may already have deleted.
+
+Not thread-safe: the event loop owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from common.errors import KafkaError, KafkaStorageError, RequestTimedOutError
+from common.record.batch import BatchHeader
+from remote_tier.diskless.commits import CommitEntry
+from remote_tier.diskless.wal import WalKey, WalObjectBuilder
+from service.diskless.sequence import Proposal
+
+__all__ = ["Propose", "WalWriter"]
+
+_log = logging.getLogger("strata.diskless")
+
+#: proposals to the sequencers, an entry or the error for each, in order
+Propose = Callable[[Sequence[Proposal]], Awaitable[Sequence[CommitEntry | KafkaError]]]
+
+
+@dataclass(slots=True)
+class _Open:
+    """The object being filled: its key, builder, and each batch's waiter."""
+
+    key: WalKey
+    builder: WalObjectBuilder = field(default_factory=WalObjectBuilder)
+    batches: list[tuple[uuid.UUID, int, int, BatchHeader, int, asyncio.Future[CommitEntry]]] = field(
+        default_factory=list)  # topic id, partition, leader epoch, header, size, waiter
+    timer: asyncio.TimerHandle | None = None
+    #: done once this object's proposals are issued (or will never be): the next object's wait
+    issued: asyncio.Future[None] | None = None
+
+
+class WalWriter:
+    """See the module docstring. ``put(key, data)`` runs the PUT off the loop."""
+
+    def __init__(self, prefix: str, broker_id: int, put: Callable[[str, bytes], Awaitable[object]],
+                 propose: Propose, *, batch_ms: int, batch_bytes: int, commit_deadline_ms: int,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self._prefix = prefix
+        self._broker_id = broker_id
+        self._put = put
+        self._propose = propose
+        self._batch_s = batch_ms / 1000
+        self._batch_bytes = batch_bytes
+        self._deadline_ms = commit_deadline_ms
+        self._clock_ms = clock_ms
+        self._open: _Open | None = None
+        self._last_issued: asyncio.Future[None] | None = None  # the newest closed object's
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.objects_written = 0
+        self.bytes_written = 0
+
+    def write(self, topic_id: uuid.UUID, partition: int, leader_epoch: int, batch: bytes,
+              header: BatchHeader) -> Awaitable[CommitEntry]:
+        """Add one validated batch (its bytes as produced) to the open object."""
+        loop = asyncio.get_running_loop()
+        current = self._open
+        if current is None:
+            current = self._open = _Open(WalKey.new(self._prefix, self._broker_id, self._clock_ms()))
+            current.timer = loop.call_later(self._batch_s, self._close, current)
+        waiter: asyncio.Future[CommitEntry] = loop.create_future()
+        current.builder.add(topic_id, partition, batch)
+        current.batches.append((topic_id, partition, leader_epoch, header, len(batch), waiter))
+        if current.builder.size >= self._batch_bytes:
+            self._close(current)
+        return waiter
+
+    def _close(self, closing: _Open) -> None:
+        if self._open is not closing:
+            return  # closed already (full before its timer)
+        self._open = None
+        if closing.timer is not None:
+            closing.timer.cancel()
+        loop = asyncio.get_running_loop()
+        previous, closing.issued = self._last_issued, loop.create_future()
+        self._last_issued = closing.issued
+        task = loop.create_task(self._flush(closing, previous))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush(self, obj: _Open, previous: asyncio.Future[None] | None) -> None:
+        """PUT the object (PUTs of several objects overlap), then propose its batches, but
+        never before the previous object's were proposed: a partition's batches from one
+        producer keep their order, as on a classic leader."""
+        assert obj.issued is not None
+        try:
+            await self._write_and_propose(obj, previous)
+        finally:
+            if not obj.issued.done():
+                obj.issued.set_result(None)
+
+    async def _write_and_propose(self, obj: _Open, previous: asyncio.Future[None] | None) -> None:
+        assert obj.issued is not None
+        data, runs = obj.builder.build()
+        try:
+            await self._put(obj.key.key, data)
+        except Exception as exc:  # noqa: BLE001 - the bucket: every batch of the object fails
+            _log.warning("diskless write-ahead object %s not written: %s", obj.key.key, exc)
+            self._fail(obj.batches, KafkaStorageError(f"the bucket refused a diskless write: {exc}"))
+            return
+        if previous is not None:
+            await asyncio.shield(previous)
+        self.objects_written += 1
+        self.bytes_written += len(data)
+        where = {(r.topic_id, r.partition): r.position for r in runs}
+        proposals = []
+        for topic_id, partition, epoch, header, size, _ in obj.batches:  # arrival order within a run
+            position = where[(topic_id, partition)]
+            where[(topic_id, partition)] += size
+            proposals.append(Proposal(
+                topic_id, partition, epoch, obj.key.key, position, size, header.last_offset_delta + 1,
+                header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+                header.is_transactional))
+        left_s = (obj.key.created_ms + self._deadline_ms - self._clock_ms()) / 1000
+        proposing = asyncio.ensure_future(self._propose(proposals))  # runs before the next object's
+        obj.issued.set_result(None)
+        try:
+            answers = await asyncio.wait_for(proposing, max(0.0, left_s))
+        except (asyncio.TimeoutError, TimeoutError):
+            self._fail(obj.batches, RequestTimedOutError(
+                f"the commit of a diskless write did not finish within {self._deadline_ms} ms"))
+            return
+        except KafkaError as exc:
+            self._fail(obj.batches, exc)
+            return
+        for (*_, waiter), answer in zip(obj.batches, answers, strict=True):
+            if waiter.done():
+                continue
+            if isinstance(answer, KafkaError):
+                waiter.set_exception(answer)
+            else:
+                waiter.set_result(answer)
+
+    @staticmethod
+    def _fail(batches: list, error: KafkaError) -> None:  # type: ignore[type-arg]
+        for *_, waiter in batches:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    async def close(self) -> None:
+        """Write what is open and wait for every object in flight (a clean stop)."""
+        if self._open is not None:
+            self._close(self._open)
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
