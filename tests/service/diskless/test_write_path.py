@@ -12,25 +12,17 @@ import pytest
 
 from common.errors import KafkaStorageError, NotLeaderOrFollowerError, RequestTimedOutError
 from common.record.batch import build_batch, decode_all, read_batch_header
-from remote_tier import FileSystemObjectStore, ObjectStore
+from remote_tier import ObjectStore
 from remote_tier.diskless.commits import ChainId, CommitChain
 from remote_tier.diskless.wal import WalKey, parse_trailer
-from remote_tier.s3 import S3ObjectStore
 from service.diskless.committer import GroupCommitter
 from service.diskless.sequence import PartitionSequence
 from service.diskless.sequencer import Sequencer
 from service.diskless.writer import WalWriter
-from tests.s3_fixtures import S3Bucket, moto_server, s3_bucket, s3_credentials_env  # noqa: F401
 
 TOPIC = uuid.UUID("00000000-0000-0000-0000-0000000000cc")
 
 
-@pytest.fixture(params=["filesystem", "s3-moto"])
-def store(request: pytest.FixtureRequest, tmp_path) -> ObjectStore:  # noqa: ANN001
-    if request.param == "filesystem":
-        return FileSystemObjectStore(tmp_path / "bucket")
-    bucket: S3Bucket = request.getfixturevalue("s3_bucket")
-    return S3ObjectStore(bucket.bucket, "pre", endpoint_url=bucket.endpoint_url)
 
 
 def _broker(store: ObjectStore, partitions: int, **limits: int) -> tuple[WalWriter, Sequencer]:
