@@ -27,6 +27,7 @@ from common.errors import KafkaError, KafkaStorageError, RequestTimedOutError
 from common.record.batch import BatchHeader
 from remote_tier.diskless.commits import CommitEntry
 from remote_tier.diskless.wal import WalKey, WalObjectBuilder
+from service.diskless.reader import WalCache
 from service.diskless.sequence import Proposal
 
 __all__ = ["Propose", "WalWriter"]
@@ -55,8 +56,10 @@ class WalWriter:
 
     def __init__(self, prefix: str, broker_id: int, put: Callable[[str, bytes], Awaitable[object]],
                  propose: Propose, *, batch_ms: int, batch_bytes: int, commit_deadline_ms: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 cache: WalCache | None = None) -> None:
         self._prefix = prefix
+        self._cache = cache  # the objects written go in: this broker's reads of them need no GET
         self._broker_id = broker_id
         self._put = put
         self._propose = propose
@@ -122,6 +125,8 @@ class WalWriter:
             await asyncio.shield(previous)
         self.objects_written += 1
         self.bytes_written += len(data)
+        if self._cache is not None:
+            self._cache.put(obj.key.key, data)
         where = {(r.topic_id, r.partition): r.position for r in runs}
         proposals = []
         for topic_id, partition, epoch, header, size, _ in obj.batches:  # arrival order within a run

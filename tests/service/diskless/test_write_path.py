@@ -137,3 +137,47 @@ def test_an_idempotent_retry_in_a_second_object_gets_the_first_offsets(store: Ob
     assert a.object_key != b.object_key or a is b
     assert (a.base_offset, b.base_offset, c.base_offset) == (0, 0, 3)
     assert sequencer.get(TOPIC, 0).committed_end == 6
+
+
+def test_reads_of_the_tail_carry_the_committed_offsets_and_cost_one_get_per_object(store: ObjectStore):
+    from common.errors import CorruptRecordError
+    from common.record.batch import validate_batches
+    from service.diskless.reader import WalCache, read_entries
+
+    writer, sequencer = _broker(store, 2)
+    written_cache = WalCache(64 << 20)
+    writer._cache = written_cache  # noqa: SLF001 - as the broker wires it
+
+    async def produce() -> None:
+        for n in range(12):
+            batch = _batch(n % 2, n)
+            await writer.write(TOPIC, n % 2, 0, batch, read_batch_header(batch))
+
+    asyncio.run(produce())
+    gets: list[str] = []
+
+    async def get_object(key: str) -> bytes:
+        gets.append(key)
+        return await asyncio.to_thread(store.get, key)
+
+    entries = sequencer.get(TOPIC, 1).entries_from(4)
+    data = asyncio.run(read_entries(entries, written_cache, get_object, 1 << 20))
+    assert gets == []  # the writer's own objects: no GET
+    validate_batches(data, max_message_bytes=1 << 20)  # CRCs still hold with the offsets written in
+    records = decode_all(data)
+    assert [r.offset for r in records] == list(range(3, 18))
+    assert [r.value for r in records][:3] == [b"p1-r3-0", b"p1-r3-1", b"p1-r3-2"]
+
+    cold = WalCache(64 << 20)
+    all_entries = sequencer.get(TOPIC, 0).entries_from(0) + sequencer.get(TOPIC, 1).entries_from(0)
+    asyncio.run(read_entries(all_entries, cold, get_object, 1 << 30))
+    assert sorted(gets) == sorted({e.object_key for e in all_entries})  # one GET per object
+    first = asyncio.run(read_entries(entries, cold, get_object, 1))
+    assert decode_all(first)[0].offset == 3 and len(decode_all(first)) == 3  # at least one batch
+
+    tiny = WalCache(10)  # an object larger than the cache is read, not kept
+    asyncio.run(read_entries(entries[:1], tiny, get_object, 1 << 20))
+    assert tiny.size == 0
+    bad = entries[0].__class__(**{**{f: getattr(entries[0], f) for f in entries[0].__slots__}, "size": 7})
+    with pytest.raises(CorruptRecordError, match="not the one committed"):
+        asyncio.run(read_entries([bad], cold, get_object, 1 << 20))
