@@ -43,6 +43,7 @@ from remote_tier.store import ObjectStore
 
 __all__ = [
     "FORMAT_VERSION",
+    "DisklessChainStart",
     "ManifestStore",
     "PartitionManifest",
     "RemoteSegment",
@@ -137,6 +138,26 @@ class ReplacedSegment:
 
 
 @dataclass(frozen=True, slots=True)
+class DisklessChainStart:
+    """Where a diskless partition's commits in one sequencer's chain start (ADR 0027,
+    section 4): the chain, the first slot that may hold them, and that sequencer's leader
+    epoch. A manifest lists one per sequencer since the last merge, oldest first; a new
+    sequencer reads each from its slot. The key is optional in every format version
+    (readers that do not know it ignore it)."""
+
+    chain: str
+    slot: int
+    leader_epoch: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"chain": self.chain, "slot": self.slot, "leader_epoch": self.leader_epoch}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DisklessChainStart:
+        return cls(_str(obj, "chain"), _int(obj, "slot"), _int(obj, "leader_epoch"))
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionManifest:
     """The committed remote state of one partition (see the module invariants)."""
 
@@ -151,6 +172,8 @@ class PartitionManifest:
     #: (None: never cleaned), and the objects it replaced, still readable for a while
     cleaner_offset: int | None = None
     replaced: tuple[ReplacedSegment, ...] = ()
+    #: a diskless topic's partition: the chains holding its unmerged commits (ADR 0027)
+    diskless: tuple[DisklessChainStart, ...] = ()
     _bases: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
     #: the largest ``max_timestamp`` of the segments up to each one: never decreasing, so
     #: the first segment holding a timestamp at or after T is found by bisection
@@ -267,6 +290,8 @@ class PartitionManifest:
         if self.compacted:
             doc["cleaner_offset"] = self.cleaner_offset
             doc["replaced"] = [r.to_json() for r in self.replaced]
+        if self.diskless:
+            doc["diskless"] = [c.to_json() for c in self.diskless]
         return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()
 
     @classmethod
@@ -297,6 +322,7 @@ class PartitionManifest:
                     _int(doc, "cleaner_offset") if doc.get("cleaner_offset") is not None else None
                 ),
                 replaced=tuple(ReplacedSegment.from_json(r) for r in doc.get("replaced", ())),
+                diskless=tuple(DisklessChainStart.from_json(c) for c in doc.get("diskless", ())),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise ManifestFormatError(f"partition manifest is malformed: {err!r}") from err
