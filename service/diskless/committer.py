@@ -38,8 +38,12 @@ class GroupCommitter:
     """Writes the accepted entries of its sequences to ``chain`` from ``next_slot`` on."""
 
     def __init__(self, chain: CommitChain, next_slot: int, run_blocking: RunBlocking,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 may_answer: Callable[[], bool] = lambda: True) -> None:
         self.chain = chain
+        #: whether this broker may still act as a sequencer (its leadership lease, ADR 0024):
+        #: asked after each slot lands, before anyone is answered (ADR 0027, section 4)
+        self._may_answer = may_answer
         self.next_slot = next_slot
         self._run_blocking = run_blocking
         self._clock_ms = clock_ms
@@ -89,10 +93,13 @@ class GroupCommitter:
                     return
                 self.next_slot += 1
                 self.slots_written += 1
+                answer = None if self._may_answer() else NotLeaderOrFollowerError(
+                    "this broker cannot confirm it still sequences these partitions: propose again "
+                    "to the partition's sequencer (the commit is kept: it answers with these offsets)")
                 for sequence, group in taken:
                     sequence.made_durable(group)
                     for entry in group:
-                        self._resolve(entry, None)
+                        self._resolve(entry, answer)
         finally:
             self._writing = None
 

@@ -126,3 +126,20 @@ def test_a_chain_written_by_someone_else_stops_the_committer(store: ObjectStore)
             await committer.wait_durable(seq, seq.accept(_proposal("b.wal", 1)))
 
     asyncio.run(scenario())
+
+
+def test_a_sequencer_that_cannot_confirm_its_lease_keeps_the_slot_but_answers_nobody(store: ObjectStore):
+    leading = [True]
+    committer = GroupCommitter(CommitChain(store, "p", CHAIN), 0, _to_thread, may_answer=lambda: leading[0])
+    seq = PartitionSequence(TOPIC, 0, 1, 0)
+    committer.register(seq)
+
+    async def scenario() -> None:
+        await committer.wait_durable(seq, seq.accept(_proposal("a.wal", 2)))
+        leading[0] = False
+        with pytest.raises(NotLeaderOrFollowerError, match="cannot confirm"):
+            await committer.wait_durable(seq, seq.accept(_proposal("b.wal", 2)))
+
+    asyncio.run(scenario())
+    # the slot is in the chain: the next sequencer reads it and answers the retry with offset 2
+    assert [e.base_offset for b in CommitChain(store, "p", CHAIN).read_from(0) for e in b.entries] == [0, 2]
