@@ -8,12 +8,16 @@ the same code drives Strata and Apache Kafka.
 
 group-consume: ``--members`` confluent-kafka consumers, each its own process (two cores
 cannot run ten Python consumers in one interpreter's GIL), subscribe to the topic in one
-group from the earliest offset, without commits. The clock starts before they subscribe
-(the join and rebalance are part of the work a group does; the time to the first record
-and the rate after it are reported too) and stops when, for every
+group from the earliest offset, without commits. Each member holds the partitions it is
+given paused until the group has formed: every member holds some and together they cover
+the topic, unchanged for half a second (``group_formed_seconds`` reports how long that
+took). The clock starts then: ten processes joining one by one rebalance the group up to
+ten times, and in both systems a member given a partition after a rebalance read it again
+from the start (1.8× the records delivered in a run of 2026-11-29), so timing the joins
+measured when the forks happened to join more than the brokers. It stops when, for every
 partition, some member has read up to the partition's end: the members write the next
-offset they read per partition into one shared array, so records read twice after a
-rebalance neither stop the clock early nor count twice.
+offset they read per partition into one shared array, so records read twice neither stop
+the clock early nor count twice.
 
 txn-produce: one confluent-kafka producer with a ``transactional.id``; transactions of
 ``--per-txn`` records of ``--size`` bytes to partition 0, committed back to back; the
@@ -34,12 +38,28 @@ GROUP_CONSUMER = {"auto.offset.reset": "earliest", "enable.auto.commit": False,
                   "session.timeout.ms": "30000", "partition.assignment.strategy": "range"}
 
 
-def _member(bootstrap: str, topic: str, group: str, ends: list[int], reached, received, first, stop) -> None:
-    """One group member: read until every partition's end has been reached by someone."""
+def _member(bootstrap: str, topic: str, group: str, ends: list[int], reached, received, first, stop,
+            index: int, owned, formed) -> None:
+    """One group member: hold its partitions paused until the whole group has formed (every
+    member's assignment reported, ``formed`` set by the parent), then read until every
+    partition's end has been reached by someone."""
     from confluent_kafka import Consumer
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **GROUP_CONSUMER})
-    c.subscribe([topic])
+
+    def on_assign(consumer, partitions) -> None:  # type: ignore[no-untyped-def]
+        consumer.assign(partitions)
+        if not formed.is_set():
+            consumer.pause(partitions)
+        owned[index] = len(partitions)
+
+    def on_revoke(consumer, partitions) -> None:  # type: ignore[no-untyped-def]
+        owned[index] = 0
+
+    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    while not formed.is_set() and not stop.is_set():  # polls keep the member in the group
+        c.poll(0.05)
+    c.resume(c.assignment())
     got = 0
     while not stop.is_set():
         for m in c.consume(num_messages=10000, timeout=0.2):
@@ -73,12 +93,27 @@ def group_consume(args: argparse.Namespace) -> int:
     received = ctx.Value("q", 0)
     first = ctx.Value("d", 0.0)
     stop = ctx.Event()
-    c0 = os.times()
-    t0 = time.perf_counter()
+    owned = ctx.Array("q", args.members, lock=False)
+    formed = ctx.Event()
     procs = [ctx.Process(target=_member, args=(args.bootstrap, args.topic, args.group, ends, reached,
-                                               received, first, stop)) for _ in range(args.members)]
+                                               received, first, stop, n, owned, formed))
+             for n in range(args.members)]
+    spawned = time.perf_counter()
     for p in procs:
         p.start()
+    # timed from a formed group: every member holds partitions and they cover the topic, the
+    # same for half a second (members join one by one, and each join rebalances the group)
+    steady = None
+    while steady is None or time.perf_counter() - steady < 0.5:
+        covered = sum(owned) == args.partitions and all(owned[n] > 0 for n in range(args.members))
+        steady = (steady or time.perf_counter()) if covered else None
+        if time.perf_counter() - spawned > args.timeout:
+            stop.set()
+            raise SystemExit(f"the group of {args.members} did not form in {args.timeout} s")
+        time.sleep(0.02)
+    c0 = os.times()
+    t0 = time.perf_counter()
+    formed.set()
     while not stop.wait(1.0):
         done = sum(min(reached[p], ends[p]) for p in range(args.partitions))
         print(f"    group: {done:,}/{args.count:,} records read", flush=True)
@@ -94,7 +129,7 @@ def group_consume(args: argparse.Namespace) -> int:
                       "client_cpu_seconds": cpu, "delivered": received.value,
                       "first_record_seconds": first.value - t0,
                       "records_per_s_after_first": args.count / (t1 - first.value),
-                      "members": args.members}), flush=True)
+                      "group_formed_seconds": t0 - spawned, "members": args.members}), flush=True)
     return 0
 
 
