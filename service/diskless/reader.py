@@ -20,7 +20,7 @@ from common.errors import CorruptRecordError
 from common.record.batch import read_batch_header, stamp_batch
 from remote_tier.diskless.commits import CommitEntry
 
-__all__ = ["WalCache", "read_entries"]
+__all__ = ["WalCache", "committed_batch", "read_entries"]
 
 
 class WalCache:
@@ -65,14 +65,20 @@ async def read_entries(entries: Sequence[CommitEntry], cache: WalCache,
         if data is None:
             data = await get_object(entry.object_key)
             cache.put(entry.object_key, data)
-        if entry.position < 0 or entry.position + entry.size > len(data):
-            raise CorruptRecordError(f"the entry at offset {entry.base_offset} points past the end of "
-                                     f"{entry.object_key} ({len(data)} bytes)")
-        header = read_batch_header(data, entry.position)
-        if header.size != entry.size or header.last_offset_delta + 1 != entry.record_count:
-            raise CorruptRecordError(f"the batch at {entry.object_key}:{entry.position} is not the one "
-                                     f"committed at offset {entry.base_offset}")
-        at = len(out)
-        out += data[entry.position:entry.position + entry.size]
-        stamp_batch(out, at, base_offset=entry.base_offset, leader_epoch=entry.leader_epoch)
+        out += committed_batch(entry, data)
     return bytes(out)
+
+
+def committed_batch(entry: CommitEntry, data: bytes) -> bytearray:
+    """``entry``'s batch cut from its object's bytes ``data``, checked to be the batch the
+    entry describes, with the entry's base offset and leader epoch written in."""
+    if entry.position < 0 or entry.position + entry.size > len(data):
+        raise CorruptRecordError(f"the entry at offset {entry.base_offset} points past the end of "
+                                 f"{entry.object_key} ({len(data)} bytes)")
+    header = read_batch_header(data, entry.position)
+    if header.size != entry.size or header.last_offset_delta + 1 != entry.record_count:
+        raise CorruptRecordError(f"the batch at {entry.object_key}:{entry.position} is not the one "
+                                 f"committed at offset {entry.base_offset}")
+    batch = bytearray(data[entry.position:entry.position + entry.size])
+    stamp_batch(batch, 0, base_offset=entry.base_offset, leader_epoch=entry.leader_epoch)
+    return batch

@@ -38,7 +38,7 @@ from local_tier.producer_entry import ProducerStateEntry, increment_sequence
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
 from remote_tier.diskless.commits import CommitEntry
 
-__all__ = ["PartitionSequence", "Proposal"]
+__all__ = ["PartitionSequence", "Proposal", "count_producer"]
 
 _Location = tuple[str, int]  # object key, position
 
@@ -60,6 +60,19 @@ class Proposal:
     producer_epoch: int = -1
     base_sequence: int = -1
     is_transactional: bool = False
+
+
+def count_producer(producers: ProducerStateManager, entry: CommitEntry,
+                   origin: AppendOrigin = AppendOrigin.REPLICATION) -> None:
+    """Add ``entry``'s batch to its producer's state (checked first when ``origin`` is a
+    client's: raises before changing anything); nothing for a batch without a producer id."""
+    if entry.producer_id < 0:
+        return
+    info = producers.prepare_update(entry.producer_id, origin)
+    info.append_data_batch(entry.producer_epoch, entry.base_sequence,
+                           increment_sequence(entry.base_sequence, entry.record_count - 1),
+                           entry.max_timestamp, entry.base_offset, entry.last_offset, False)
+    producers.update(info)
 
 
 class PartitionSequence:
@@ -138,12 +151,7 @@ class PartitionSequence:
     def _install(self, entry: CommitEntry, origin: AppendOrigin) -> None:
         """Count ``entry`` in the producer state and the lookups; a client's entry is checked
         first (raises before changing anything), a committed one replayed as it is."""
-        if entry.producer_id >= 0:
-            info = self._producers.prepare_update(entry.producer_id, origin)
-            info.append_data_batch(entry.producer_epoch, entry.base_sequence,
-                                   increment_sequence(entry.base_sequence, entry.record_count - 1),
-                                   entry.max_timestamp, entry.base_offset, entry.last_offset, False)
-            self._producers.update(info)
+        count_producer(self._producers, entry, origin)
         self._by_location[(entry.object_key, entry.position)] = entry
         self._by_last_offset[entry.last_offset] = entry
         self.next_offset = entry.last_offset + 1

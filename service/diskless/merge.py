@@ -1,0 +1,103 @@
+"""Merging a diskless partition's committed tail into an ordinary tiered segment: :func:`merge`.
+
+ADR 0027, section 7. The sequencer cuts its oldest committed entries out of their
+write-ahead objects (each object read once), writes them with their offsets into a local
+segment built by :class:`~local_tier.segment.LogSegment` (so the ``.index`` and
+``.timeindex`` are the classic ones), adds the producer snapshot at its end, and publishes
+it with :meth:`~remote_tier.storage_manager.RemoteStorageManager.upload_segment` (upload,
+then publish in the manifest, fenced by the leader epoch). From then on the tiered reader,
+retention, ListOffsets and Spark's bucket reader serve those offsets; the sequence forgets
+them (:meth:`~service.diskless.sequence.PartitionSequence.merged_up_to`). Only entries of
+objects older than the commit deadline are merged, so no writer proposes their places again.
+
+Blocking (object store and local files): run it off the event loop, with the sequence
+left alone meanwhile except by the loop's own appends at its end.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from local_tier.config import LogConfig
+from local_tier.producer_entry import ProducerStateEntry
+from local_tier.producer_state import ProducerStateManager
+from local_tier.segment import LogSegment
+from remote_tier.diskless.commits import CommitEntry
+from remote_tier.diskless.wal import WalKey
+from remote_tier.manifest import RemoteSegment
+from remote_tier.storage_manager import RemoteStorageManager
+from service.diskless.reader import committed_batch
+from service.diskless.sequence import PartitionSequence, count_producer
+
+__all__ = ["MergedFiles", "mergeable", "merge", "write_segment"]
+
+
+@dataclass(frozen=True, slots=True)
+class MergedFiles:
+    """A segment written locally from committed entries, ready to upload."""
+
+    log: Path
+    index: Path
+    timeindex: Path
+    producer_snapshot: Path
+    next_offset: int
+    producers: tuple[ProducerStateEntry, ...]
+
+
+def mergeable(sequence: PartitionSequence, *, now_ms: int, commit_deadline_ms: int, max_bytes: int) -> list[CommitEntry]:
+    """The oldest durable entries to merge: from the sequence's start, while their objects
+    are past the commit deadline, up to ``max_bytes`` (``segment.bytes``; at least one)."""
+    chosen: list[CommitEntry] = []
+    size = 0
+    for entry in sequence.durable:
+        if now_ms - WalKey.parse(entry.object_key).created_ms <= commit_deadline_ms:
+            break
+        if chosen and size + entry.size > max_bytes:
+            break
+        chosen.append(entry)
+        size += entry.size
+    return chosen
+
+
+def write_segment(directory: Path, entries: Sequence[CommitEntry], read_object: Callable[[str], bytes],
+                  config: LogConfig, base_producers: Sequence[ProducerStateEntry], name: str) -> MergedFiles:
+    """``entries`` (consecutive offsets) as a local segment in ``directory`` and the producer
+    state at its end (``base_producers`` with the entries counted in)."""
+    objects: dict[str, bytes] = {}
+    segment = LogSegment.open(directory, entries[0].base_offset, config, create=True)
+    try:
+        for entry in entries:
+            data = objects.get(entry.object_key)
+            if data is None:
+                data = objects[entry.object_key] = read_object(entry.object_key)
+            segment.append(entry.last_offset, entry.max_timestamp, entry.last_offset, committed_batch(entry, data))
+        segment.flush()
+        paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
+    finally:
+        segment.close()
+    producers = ProducerStateManager(directory, name)
+    for base in base_producers:
+        producers.producers[base.producer_id] = base.copy()
+    for entry in entries:
+        count_producer(producers, entry)
+    producers.map_end_offset = entries[-1].last_offset + 1
+    snapshot = producers.take_snapshot()
+    return MergedFiles(*paths, snapshot, entries[-1].last_offset + 1, tuple(producers.producers.values()))
+
+
+def merge(rsm: RemoteStorageManager, sequence: PartitionSequence, topic: str, entries: Sequence[CommitEntry],
+          read_object: Callable[[str], bytes], config: LogConfig, base_producers: Sequence[ProducerStateEntry],
+          work_dir: Path | None = None) -> RemoteSegment:
+    """Publish ``entries`` (from :func:`mergeable`) as a tiered segment; the sequence then
+    starts after them. Raises what the upload raises (FencedError: a newer sequencer)."""
+    with tempfile.TemporaryDirectory(prefix="strata-merge-", dir=work_dir) as tmp:
+        files = write_segment(Path(tmp), entries, read_object, config, base_producers, sequence.name)
+        segment = rsm.upload_segment(
+            topic=topic, topic_id=sequence.topic_id, partition=sequence.partition,
+            leader_epoch=sequence.leader_epoch, log_path=files.log, index_path=files.index,
+            timeindex_path=files.timeindex, producer_snapshot_path=files.producer_snapshot)
+    sequence.merged_up_to(files.next_offset, files.producers)
+    return segment
