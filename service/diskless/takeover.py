@@ -37,7 +37,11 @@ def read_unmerged(store: ObjectStore, prefix: str, manifest: PartitionManifest |
     found: dict[int, CommitEntry] = {}
     for link in manifest.diskless if manifest is not None else ():
         chain = CommitChain(store, prefix, ChainId.parse(link.chain))
-        for batch in chain.read_from(link.slot):
+        batches = chain.read_from(link.slot)
+        if not batches:  # the collector trimmed the chain past the listed slot (merged entries)
+            later = [slot for slot in chain.slots() if slot > link.slot]
+            batches = chain.read_from(later[0]) if later else []
+        for batch in batches:
             for entry in batch.entries:
                 if entry.topic_id == topic_id and entry.partition == partition and entry.base_offset >= start:
                     found.setdefault(entry.base_offset, entry)
