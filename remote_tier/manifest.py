@@ -139,22 +139,28 @@ class ReplacedSegment:
 
 @dataclass(frozen=True, slots=True)
 class DisklessChainStart:
-    """Where a diskless partition's commits in one sequencer's chain start (ADR 0027,
-    section 4): the chain, the first slot that may hold them, and that sequencer's leader
-    epoch. A manifest lists one per sequencer since the last merge, oldest first; a new
-    sequencer reads each from its slot. The key is optional in every format version
-    (readers that do not know it ignore it)."""
+    """Where a diskless partition's commits are in one sequencer's chain (ADR 0027, section
+    4): the chain, the first slot that may hold them, that sequencer's leader epoch, and the
+    last slot its successor read (``end_slot``; None while it sequences): a slot written after
+    that by a sequencer that did not know it was replaced is never read. A manifest lists
+    one per leadership since the last merge, oldest first. The key is optional in every
+    format version (readers that do not know it ignore it)."""
 
     chain: str
     slot: int
     leader_epoch: int
+    end_slot: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"chain": self.chain, "slot": self.slot, "leader_epoch": self.leader_epoch}
+        doc: dict[str, Any] = {"chain": self.chain, "slot": self.slot, "leader_epoch": self.leader_epoch}
+        if self.end_slot is not None:
+            doc["end_slot"] = self.end_slot
+        return doc
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DisklessChainStart:
-        return cls(_str(obj, "chain"), _int(obj, "slot"), _int(obj, "leader_epoch"))
+        end = _int(obj, "end_slot") if obj.get("end_slot") is not None else None
+        return cls(_str(obj, "chain"), _int(obj, "slot"), _int(obj, "leader_epoch"), end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,8 +54,8 @@ _VERSION = 1
 MAX_COMMIT_BYTES = 64 * 1024 * 1024
 _GZIP_FROM = 64 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
-_CHAIN = re.compile(r"(\d+)-(\d+)")
-_SLOT_NAME = re.compile(r"(\d{20})\.json")
+_CHAIN = re.compile(r"([0-9]+)-([0-9]+)")
+_SLOT_NAME = re.compile(r"([0-9]{20})\.json")
 _ENTRY_FIELDS = 12
 #: slots read in parallel while a new sequencer reads its predecessor's chain
 WINDOW = 16
@@ -161,14 +161,16 @@ def decode_commit(data: bytes, chain: ChainId, slot: int) -> CommitBatch:
         objects = [str(key) for key in doc["objects"]]
         entries = []
         for raw in doc["entries"]:
-            if len(raw) != _ENTRY_FIELDS or not 0 <= raw[5] < len(objects):
+            if len(raw) != _ENTRY_FIELDS or not isinstance(raw[0], str) or any(
+                    not isinstance(v, int) or isinstance(v, bool) for v in raw[1:]):
                 raise CommitFormatError(f"a malformed entry in slot {slot} of chain {chain}: {raw!r}")
             topic_id, partition, epoch, base, count, obj, position, size, max_ts, pid, pepoch, seq = raw
-            entries.append(CommitEntry(uuid.UUID(topic_id), int(partition), int(epoch), int(base), int(count),
-                                       objects[obj], int(position), int(size), int(max_ts),
-                                       int(pid), int(pepoch), int(seq)))
+            if not 0 <= obj < len(objects) or partition < 0 or base < 0 or count < 1 or position < 0 or size < 1:
+                raise CommitFormatError(f"a malformed entry in slot {slot} of chain {chain}: {raw!r}")
+            entries.append(CommitEntry(uuid.UUID(topic_id), partition, epoch, base, count, objects[obj],
+                                       position, size, max_ts, pid, pepoch, seq))
         return CommitBatch(chain, slot, str(doc["batch_id"]), int(doc["written_ms"]), tuple(entries))
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         if isinstance(err, CommitFormatError):
             raise
         raise CommitFormatError(f"slot {slot} of chain {chain} is malformed: {err!r}") from err

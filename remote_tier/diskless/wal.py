@@ -44,7 +44,7 @@ _FOOTER = struct.Struct(">4sHHII")
 FOOTER_BYTES = _FOOTER.size
 _RUN = struct.Struct(">16siQII")  # topic id, partition, position, length, batch count
 _COUNT = struct.Struct(">I")
-_NAME = re.compile(r"(\d{13})-([0-9a-f]{32})\.wal")
+_NAME = re.compile(r"([0-9]{13})-([0-9a-f]{32})\.wal")  # ASCII digits only (\d takes any Unicode digit)
 
 
 class WalFormatError(ValueError):
@@ -75,7 +75,8 @@ class WalKey:
         head, sep, rest = key.rpartition("diskless/wal/")
         broker, slash, name = rest.partition("/")
         match = _NAME.fullmatch(name)
-        if not sep or not slash or match is None or not broker.isdigit() or (head and not head.endswith("/")):
+        if not sep or not slash or match is None or re.fullmatch(r"[0-9]+", broker) is None or (
+                head and not head.endswith("/")):
             raise WalFormatError(f"not a write-ahead object key: {key!r}")
         return cls(head.rstrip("/"), int(broker), int(match.group(1)), match.group(2))
 

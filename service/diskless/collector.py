@@ -58,6 +58,7 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
                    for e in batch.entries)
 
     referenced: set[str] = set()
+    unreadable = False  # a slot we cannot read may name any object: delete none this pass
     slots_deleted = 0
     for chain_id in _chains(store, head):
         chain = CommitChain(store, prefix, chain_id)
@@ -70,7 +71,9 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
                 try:
                     batch = chain.read(slot)
                 except CommitFormatError as exc:  # kept, and everything after it: never guess
-                    _log.warning("diskless commit slot %s is unreadable (%s); the collector keeps it", key, exc)
+                    _log.warning("diskless commit slot %s is unreadable (%s); the collector keeps it and "
+                                 "deletes no write-ahead object", key, exc)
+                    unreadable = True
                     batch = None
                 if batch is None:
                     live_from = slot if live_from is None else live_from
@@ -89,7 +92,7 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
                 if slot < first_live:
                     seen.pop(chain.key(slot), None)
     deleted = kept = 0
-    for info in store.list(f"{head}diskless/wal/"):
+    for info in () if unreadable else store.list(f"{head}diskless/wal/"):
         try:
             created = WalKey.parse(info.key).created_ms
         except WalFormatError:

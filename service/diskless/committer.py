@@ -78,18 +78,24 @@ class GroupCommitter:
                 entries = tuple(e for _, group in taken for e in group)
                 if not entries:
                     continue
+                involved = [s for s, _ in taken]
+                if not self._may_answer():  # no slot from a sequencer that may have been replaced
+                    self._roll_back(NotLeaderOrFollowerError(
+                        "this broker cannot confirm it still sequences these partitions: propose again to "
+                        "the partition's sequencer"), involved)
+                    continue
                 batch = CommitBatch(self.chain.chain, self.next_slot, uuid.uuid4().hex, self._clock_ms(), entries)
                 try:
                     landed = await self._run_blocking(self.chain.append, batch)
                 except Exception as exc:  # noqa: BLE001 - the bucket: fail this slot's writers
                     _log.warning("diskless commit slot %d of chain %s failed: %s", batch.slot, self.chain.chain, exc)
-                    self._roll_back(KafkaStorageError(f"the commit of a diskless produce failed: {exc}"))
+                    self._roll_back(KafkaStorageError(f"the commit of a diskless produce failed: {exc}"), involved)
                     continue
                 if not landed:
                     self.broken = (f"slot {batch.slot} of diskless commit chain {self.chain.chain} was written "
                                    "by another process: this broker stops sequencing")
                     _log.error("%s", self.broken)
-                    self._roll_back(NotLeaderOrFollowerError(self.broken))
+                    self._roll_back(NotLeaderOrFollowerError(self.broken), involved)
                     return
                 self.next_slot += 1
                 self.slots_written += 1
@@ -103,11 +109,11 @@ class GroupCommitter:
         finally:
             self._writing = None
 
-    def _roll_back(self, error: KafkaError) -> None:
-        """Every sequence with entries not durable drops them; their writers get ``error``;
-        waiters of entries that were durable already (duplicates) are answered."""
+    def _roll_back(self, error: KafkaError, involved: list[PartitionSequence]) -> None:
+        """Every sequence with entries not durable drops them, those of the failed slot
+        included though their partition was resigned meanwhile; their writers get ``error``."""
         doomed: list[CommitEntry] = []
-        for sequence in self._known:
+        for sequence in {id(s): s for s in (*self._known, *involved)}.values():
             doomed.extend(sequence.roll_back())
         self._dirty.clear()
         for entry in doomed:

@@ -10,13 +10,14 @@ retention, ListOffsets and Spark's bucket reader serve those offsets; the sequen
 them (:meth:`~service.diskless.sequence.PartitionSequence.merged_up_to`). Only entries of
 objects older than the commit deadline are merged, so no writer proposes their places again.
 
-Blocking (object store and local files): run it off the event loop, with the sequence
-left alone meanwhile except by the loop's own appends at its end.
+Blocking (object store and local files): run it off the event loop; it reads no sequence
+(the loop picks the entries with :func:`mergeable` and applies the result).
 """
 
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from remote_tier.storage_manager import RemoteStorageManager
 from service.diskless.reader import committed_batch
 from service.diskless.sequence import PartitionSequence, count_producer
 
-__all__ = ["MergedFiles", "mergeable", "merge", "write_segment"]
+__all__ = ["Merged", "MergedFiles", "merge", "mergeable", "write_segment"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +89,27 @@ def write_segment(directory: Path, entries: Sequence[CommitEntry], read_object: 
     return MergedFiles(*paths, snapshot, entries[-1].last_offset + 1, tuple(producers.producers.values()))
 
 
-def merge(rsm: RemoteStorageManager, sequence: PartitionSequence, topic: str, entries: Sequence[CommitEntry],
-          read_object: Callable[[str], bytes], config: LogConfig, base_producers: Sequence[ProducerStateEntry],
-          work_dir: Path | None = None) -> RemoteSegment:
-    """Publish ``entries`` (from :func:`mergeable`) as a tiered segment; the sequence then
-    starts after them. Raises what the upload raises (FencedError: a newer sequencer)."""
+def merge(rsm: RemoteStorageManager, topic: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
+          entries: Sequence[CommitEntry], read_object: Callable[[str], bytes], config: LogConfig,
+          base_producers: Sequence[ProducerStateEntry], work_dir: Path | None = None) -> Merged:
+    """Publish ``entries`` (from :func:`mergeable`, taken on the loop) as a tiered segment.
+    Runs off the loop and leaves the sequence alone: the loop then calls
+    ``sequence.merged_up_to(merged.next_offset, merged.producers)``. Raises what the upload
+    raises (FencedError: a newer sequencer)."""
     with tempfile.TemporaryDirectory(prefix="strata-merge-", dir=work_dir) as tmp:
-        files = write_segment(Path(tmp), entries, read_object, config, base_producers, sequence.name)
+        files = write_segment(Path(tmp), entries, read_object, config, base_producers, f"{topic}-{partition}")
         segment = rsm.upload_segment(
-            topic=topic, topic_id=sequence.topic_id, partition=sequence.partition,
-            leader_epoch=sequence.leader_epoch, log_path=files.log, index_path=files.index,
-            timeindex_path=files.timeindex, producer_snapshot_path=files.producer_snapshot)
-    sequence.merged_up_to(files.next_offset, files.producers)
-    return segment
+            topic=topic, topic_id=topic_id, partition=partition, leader_epoch=leader_epoch,
+            log_path=files.log, index_path=files.index, timeindex_path=files.timeindex,
+            producer_snapshot_path=files.producer_snapshot)
+    return Merged(segment, files.next_offset, files.producers)
+
+
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """A published merge: the segment, the offset the sequence starts at now, and the
+    producer state there."""
+
+    segment: RemoteSegment
+    next_offset: int
+    producers: tuple[ProducerStateEntry, ...]

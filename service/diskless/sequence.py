@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import (
+    CorruptRecordError,
     FencedLeaderEpochError,
     InvalidTxnStateError,
     UnknownLeaderEpochError,
@@ -130,6 +131,9 @@ class PartitionSequence:
                                           f"newer than the sequencer's {self.leader_epoch}")
         if proposal.is_transactional:
             raise InvalidTxnStateError("transactions are not supported on diskless topics (issue 35)")
+        if proposal.record_count < 1 or proposal.size < 1 or proposal.position < 0:
+            raise CorruptRecordError(f"{self.name}: a proposal of {proposal.record_count} records, "
+                                     f"{proposal.size} bytes at position {proposal.position} describes no batch")
         known = self._by_location.get((proposal.object_key, proposal.position))
         if known is not None:
             return known
@@ -140,7 +144,14 @@ class PartitionSequence:
             duplicate = current.find_duplicate(proposal.producer_epoch, proposal.base_sequence, last_seq) \
                 if current is not None else None
             if duplicate is not None:
-                return self._by_last_offset[duplicate.last_offset]
+                found = self._by_last_offset.get(duplicate.last_offset)
+                if found is not None:
+                    return found
+                # merged already (known from the segment's producer snapshot): its offsets
+                return CommitEntry(self.topic_id, self.partition, self.leader_epoch, duplicate.first_offset,
+                                   duplicate.last_offset - duplicate.first_offset + 1, proposal.object_key,
+                                   proposal.position, proposal.size, duplicate.timestamp, pid,
+                                   proposal.producer_epoch, proposal.base_sequence)
         entry = CommitEntry(self.topic_id, self.partition, self.leader_epoch, self.next_offset,
                             proposal.record_count, proposal.object_key, proposal.position, proposal.size,
                             proposal.max_timestamp, pid, proposal.producer_epoch, proposal.base_sequence)
@@ -184,6 +195,8 @@ class PartitionSequence:
         forget them; ``producers`` is the producer state at ``offset`` (the segment's
         snapshot). The merge takes only entries of objects past the commit deadline, so no
         writer proposes their locations again."""
+        if offset > self.committed_end:
+            raise ValueError(f"{self.name}: merged up to {offset}, past the committed end {self.committed_end}")
         merged = [e for e in self.durable if e.base_offset < offset]
         if merged and merged[-1].last_offset >= offset:
             raise ValueError(f"{self.name}: offset {offset} splits a committed batch")

@@ -13,11 +13,18 @@ Not thread-safe: the event loop owns it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from common.errors import KafkaError, NotLeaderOrFollowerError
+from common.errors import (
+    CorruptRecordError,
+    KafkaError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
 from remote_tier.diskless.commits import CommitEntry
+from remote_tier.diskless.wal import WalFormatError, WalKey
 from service.diskless.committer import GroupCommitter
 from service.diskless.sequence import PartitionSequence, Proposal
 
@@ -27,8 +34,13 @@ __all__ = ["Sequencer"]
 class Sequencer:
     """See the module docstring."""
 
-    def __init__(self, committer: GroupCommitter) -> None:
+    def __init__(self, committer: GroupCommitter, *, commit_deadline_ms: int = 30_000,
+                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.committer = committer
+        #: a proposal naming an object older than this is refused (ADR 0027, section 3): the
+        #: collector may delete an unreferenced object once it is older than the grace period
+        self.commit_deadline_ms = commit_deadline_ms
+        self._clock_ms = clock_ms
         self._sequences: dict[tuple[uuid.UUID, int], PartitionSequence] = {}
 
     def lead(self, sequence: PartitionSequence) -> None:
@@ -48,8 +60,13 @@ class Sequencer:
     async def commit(self, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]:
         """Each proposal's durable entry, or the error that refused it (in order)."""
         accepted: list[tuple[PartitionSequence, CommitEntry] | KafkaError] = []
+        now_ms = self._clock_ms()
         for proposal in proposals:
             sequence = self._sequences.get((proposal.topic_id, proposal.partition))
+            late = self._too_late(proposal, now_ms)
+            if late is not None:
+                accepted.append(late)
+                continue
             if sequence is None:
                 accepted.append(NotLeaderOrFollowerError(
                     f"this broker does not sequence partition {proposal.partition} of topic {proposal.topic_id}"))
@@ -73,3 +90,13 @@ class Sequencer:
             else:
                 answers.append(a[1])
         return answers
+
+    def _too_late(self, proposal: Proposal, now_ms: int) -> KafkaError | None:
+        try:
+            created = WalKey.parse(proposal.object_key).created_ms
+        except WalFormatError as exc:
+            return CorruptRecordError(f"a proposal names {proposal.object_key!r}: {exc}")
+        if now_ms - created > self.commit_deadline_ms:
+            return RequestTimedOutError(f"{proposal.object_key} was written {now_ms - created} ms ago, past "
+                                        f"the commit deadline of {self.commit_deadline_ms} ms: produce again")
+        return None

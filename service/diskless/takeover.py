@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from local_tier.producer_entry import ProducerStateEntry
-from remote_tier.diskless.commits import ChainId, CommitChain, CommitEntry
+from remote_tier.diskless.commits import ChainId, CommitBatch, CommitChain, CommitEntry
+from remote_tier.errors import FencedError
 from remote_tier.manifest import DisklessChainStart, ManifestStore, PartitionManifest
 from remote_tier.store import ObjectStore
 from service.diskless.sequence import PartitionSequence
@@ -30,22 +31,41 @@ __all__ = ["read_unmerged", "take_over"]
 
 
 def read_unmerged(store: ObjectStore, prefix: str, manifest: PartitionManifest | None,
-                  topic_id: uuid.UUID, partition: int) -> tuple[int, list[CommitEntry]]:
-    """The partition's first unmerged offset and its committed entries from there, in offset
-    order, from the chains ``manifest`` lists (none: a new partition, from offset 0)."""
+                  topic_id: uuid.UUID, partition: int) -> tuple[int, list[CommitEntry], list[int | None]]:
+    """The partition's first unmerged offset, its committed entries from there in offset
+    order, from the chains ``manifest`` lists (none: a new partition, from offset 0), and the
+    last slot read of each listed chain (None: none found)."""
     start = manifest.next_offset if manifest is not None else 0
     found: dict[int, CommitEntry] = {}
+    ends: list[int | None] = []
     for link in manifest.diskless if manifest is not None else ():
-        chain = CommitChain(store, prefix, ChainId.parse(link.chain))
-        batches = chain.read_from(link.slot)
-        if not batches:  # the collector trimmed the chain past the listed slot (merged entries)
-            later = [slot for slot in chain.slots() if slot > link.slot]
-            batches = chain.read_from(later[0]) if later else []
+        batches = _read_range(CommitChain(store, prefix, ChainId.parse(link.chain)), link.slot, link.end_slot)
+        ends.append(batches[-1].slot if batches else None)
         for batch in batches:
             for entry in batch.entries:
-                if entry.topic_id == topic_id and entry.partition == partition and entry.base_offset >= start:
-                    found.setdefault(entry.base_offset, entry)
-    return start, [found[offset] for offset in sorted(found)]
+                if entry.topic_id != topic_id or entry.partition != partition or entry.base_offset < start:
+                    continue
+                if found.setdefault(entry.base_offset, entry) != entry:
+                    raise ValueError(f"{topic_id}-{partition}: two different commits at offset "
+                                     f"{entry.base_offset} ({found[entry.base_offset].object_key}, {entry.object_key})")
+    return start, [found[offset] for offset in sorted(found)], ends
+
+
+def _read_range(chain: CommitChain, first: int, last: int | None) -> list[CommitBatch]:
+    """The slots of ``chain`` from ``first`` to ``last`` (None: its end). A missing slot is
+    not the end when later ones exist (the collector trims dead slots as a prefix, perhaps
+    during this read): one LIST after each run of slots read says whether to go on."""
+    batches: list[CommitBatch] = []
+    nxt = first
+    while last is None or nxt <= last:
+        batches += [b for b in chain.read_from(nxt) if last is None or b.slot <= last]
+        if batches:
+            nxt = max(nxt, batches[-1].slot + 1)
+        later = [slot for slot in chain.slots() if slot >= nxt and (last is None or slot <= last)]
+        if not later:
+            break
+        nxt = later[0]
+    return batches
 
 
 def take_over(store: ObjectStore, prefix: str, manifests: ManifestStore, topic_id: uuid.UUID, partition: int,
@@ -57,16 +77,20 @@ def take_over(store: ObjectStore, prefix: str, manifests: ManifestStore, topic_i
     segment's snapshot; none before the first merge)."""
     loaded = manifests.load(topic_id, partition)
     manifest = loaded[0] if loaded is not None else None
-    start, entries = read_unmerged(store, prefix, manifest, topic_id, partition)
+    start, entries, ends = read_unmerged(store, prefix, manifest, topic_id, partition)
     sequence = PartitionSequence.resume(topic_id, partition, leader_epoch, start, producers, entries)
+    read = manifest.diskless if manifest is not None else ()
+    # every chain read is closed where this read ended: later slots there are not commits
+    sealed = tuple(replace(link, end_slot=link.slot - 1 if end is None else end) if link.end_slot is None else link
+                   for link, end in zip(read, ends, strict=True))
     mine = DisklessChainStart(str(own), own_next_slot, leader_epoch)
 
     def record(current: PartitionManifest | None) -> PartitionManifest:
         base = current or PartitionManifest(topic=topic, topic_id=str(topic_id), partition=partition,
                                             leader_epoch=leader_epoch, log_start_offset=0)
-        if any(c.chain == mine.chain for c in base.diskless):  # led here before: read from the first slot
-            return replace(base)
-        return replace(base, diskless=(*base.diskless, mine))
+        if base.diskless != read:  # another sequencer took over meanwhile: its epoch fences us below
+            raise FencedError(f"{topic_id}-{partition}: the manifest's chains changed during the takeover")
+        return replace(base, diskless=(*sealed, mine))
 
     manifests.update(topic_id, partition, record, leader_epoch=leader_epoch)
     return sequence

@@ -148,6 +148,14 @@ class WalWriter:
         except KafkaError as exc:
             self._fail(obj.batches, exc)
             return
+        except Exception as exc:  # noqa: BLE001 - a peer's connection, a bug: never leave a producer waiting
+            _log.warning("diskless commit of %s failed: %r", obj.key.key, exc)
+            self._fail(obj.batches, KafkaStorageError(f"the commit of a diskless write failed: {exc!r}"))
+            return
+        if len(answers) != len(obj.batches):
+            self._fail(obj.batches, KafkaStorageError(
+                f"the sequencers answered {len(answers)} of {len(obj.batches)} batches"))
+            return
         for (*_, waiter), answer in zip(obj.batches, answers, strict=True):
             if waiter.done():
                 continue

@@ -22,7 +22,13 @@ from remote_tier.diskless.commits import (
     decode_commit,
     encode_commit,
 )
-from remote_tier.diskless.wal import FOOTER_BYTES, WalFormatError, WalKey, WalObjectBuilder, parse_trailer
+from remote_tier.diskless.wal import (
+    FOOTER_BYTES,
+    WalFormatError,
+    WalKey,
+    WalObjectBuilder,
+    parse_trailer,
+)
 
 TOPIC_A = uuid.UUID("00000000-0000-0000-0000-00000000000a")
 TOPIC_B = uuid.UUID("00000000-0000-0000-0000-00000000000b")
@@ -170,3 +176,17 @@ def test_a_create_whose_answer_was_lost_is_settled_by_reading_the_slot_back(any_
     with pytest.raises(TimeoutError):
         down.append(CommitBatch(down.chain, 1, "lost", 0, (_entry(2),)))
     assert down.read(1) is None
+
+
+def test_entries_with_wrong_types_or_impossible_values_are_refused_not_crashed_on():
+    chain = ChainId(2, 17)
+    good = orjson.loads(encode_commit(CommitBatch(chain, 5, "x", 1, (_entry(0),))))
+    for field, value in ((0, 5), (1, -1), (4, 0), (6, -3), (7, 0), (3, "7")):
+        doc = orjson.loads(orjson.dumps(good))
+        doc["entries"][0][field] = value
+        with pytest.raises(CommitFormatError):
+            decode_commit(orjson.dumps(doc), chain, 5)
+    with pytest.raises(WalFormatError):  # a digit that is not ASCII
+        WalKey.parse("diskless/wal/\u00b2/1795942904489-" + "0" * 32 + ".wal")
+    with pytest.raises(CommitFormatError):
+        ChainId.parse("\u0661-2")

@@ -51,7 +51,8 @@ def test_orphans_and_merged_data_are_collected_and_nothing_unmerged(store: Objec
     sequence = sequencer.get(TOPIC, 0)
     later = now + GRACE_MS + 1000
     chosen = mergeable(sequence, now_ms=later, commit_deadline_ms=30_000, max_bytes=3 * sequence.durable[0].size)
-    merge(RemoteStorageManager(store, prefix="c"), sequence, "t", chosen, store.get, LogConfig(), ())
+    merged = merge(RemoteStorageManager(store, prefix="c"), "t", TOPIC, 0, 1, chosen, store.get, LogConfig(), ())
+    sequence.merged_up_to(merged.next_offset, merged.producers)
     merged_objects = {e.object_key for e in chosen}
     kept_objects = {e.object_key for e in sequence.durable}
 
@@ -68,3 +69,11 @@ def test_orphans_and_merged_data_are_collected_and_nothing_unmerged(store: Objec
 
     gone = collect(store, "c", now_ms=later, grace_ms=GRACE_MS, topic_exists=lambda _: False, seen=seen)
     assert gone.objects_deleted == 2 and CommitChain(store, "c", ChainId(1, 1)).slots() == [4]
+
+
+def test_an_unreadable_slot_keeps_every_object(store: ObjectStore):
+    old = WalKey.new("c", 2, 1_000).key  # unreferenced, long past the grace period
+    store.put(old, b"x")
+    store.put(CommitChain(store, "c", ChainId(5, 1)).key(0), b'{"version": 2}')  # a newer broker's slot
+    report = collect(store, "c", now_ms=int(time.time() * 1000), grace_ms=GRACE_MS, topic_exists=lambda _: True)
+    assert report.objects_deleted == 0 and {i.key for i in store.list("c/diskless/wal/")} == {old}

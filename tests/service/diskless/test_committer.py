@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from common.errors import KafkaStorageError, NotLeaderOrFollowerError
 from remote_tier import ObjectStore
 from remote_tier.diskless.commits import ChainId, CommitChain
+from remote_tier.diskless.wal import WalKey
 from service.diskless.committer import GroupCommitter
 from service.diskless.sequence import PartitionSequence, Proposal
 
@@ -128,18 +130,50 @@ def test_a_chain_written_by_someone_else_stops_the_committer(store: ObjectStore)
     asyncio.run(scenario())
 
 
-def test_a_sequencer_that_cannot_confirm_its_lease_keeps_the_slot_but_answers_nobody(store: ObjectStore):
+def test_a_sequencer_that_cannot_confirm_its_lease_writes_no_slot_and_answers_nobody(store: ObjectStore):
     leading = [True]
-    committer = GroupCommitter(CommitChain(store, "p", CHAIN), 0, _to_thread, may_answer=lambda: leading[0])
+    gate = _Gate(store)
+    committer = GroupCommitter(CommitChain(gate, "p", CHAIN), 0, _to_thread,  # type: ignore[arg-type]
+                               may_answer=lambda: leading[0])
     seq = PartitionSequence(TOPIC, 0, 1, 0)
     committer.register(seq)
 
     async def scenario() -> None:
         await committer.wait_durable(seq, seq.accept(_proposal("a.wal", 2)))
-        leading[0] = False
+        leading[0] = False  # lost before the write: no slot at all, the offsets are given again
         with pytest.raises(NotLeaderOrFollowerError, match="cannot confirm"):
             await committer.wait_durable(seq, seq.accept(_proposal("b.wal", 2)))
+        assert gate.creates == 1 and seq.next_offset == 2
+        leading[0] = True
+        gate.release.clear()  # lost while the PUT is on its way: the slot lands, nobody is answered
+        waiting = committer.wait_durable(seq, seq.accept(_proposal("c.wal", 2)))
+        await asyncio.sleep(0.05)
+        leading[0] = False
+        gate.release.set()
+        with pytest.raises(NotLeaderOrFollowerError, match="cannot confirm"):
+            await waiting
 
     asyncio.run(scenario())
-    # the slot is in the chain: the next sequencer reads it and answers the retry with offset 2
+    # that slot is in the chain: the next sequencer reads it and answers a retry with offset 2
     assert [e.base_offset for b in CommitChain(store, "p", CHAIN).read_from(0) for e in b.entries] == [0, 2]
+
+
+def test_a_partition_resigned_while_its_slot_fails_still_answers_its_writers(store: ObjectStore):
+    from service.diskless.sequencer import Sequencer
+
+    gate, committer, (seq,) = _committer(store, 0)
+    sequencer = Sequencer(committer)
+    sequencer.lead(seq)
+    key = WalKey("p", 1, int(time.time() * 1000), "b" * 32).key
+
+    async def scenario() -> list:  # type: ignore[type-arg]
+        gate.release.clear()
+        gate.fail_next = True
+        task = asyncio.ensure_future(sequencer.commit([Proposal(TOPIC, 0, 1, key, 0, 70, 5, 0)]))
+        await asyncio.sleep(0.05)
+        sequencer.resign(TOPIC, 0)  # leadership moves while the slot is in flight
+        gate.release.set()  # and the slot's PUT fails
+        return await asyncio.wait_for(task, 5)
+
+    answers = asyncio.run(scenario())
+    assert isinstance(answers[0], KafkaStorageError) and seq.next_offset == 0

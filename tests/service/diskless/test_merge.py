@@ -57,7 +57,10 @@ def test_the_oldest_entries_become_a_tiered_segment_and_a_new_sequencer_goes_on_
     assert [e.base_offset for e in chosen] == [0, 3, 6, 9]
 
     rsm = RemoteStorageManager(store, prefix="c")
-    segment = merge(rsm, sequence, "t", chosen, store.get, LogConfig(), ())
+    merged = merge(rsm, "t", TOPIC, 0, 1, chosen, store.get, LogConfig(), ())
+    assert sequence.start_offset == 0  # the merge leaves the sequence to the loop
+    sequence.merged_up_to(merged.next_offset, merged.producers)
+    segment = merged.segment
 
     assert (segment.base_offset, segment.last_offset, segment.record_count) == (0, 11, 12)
     assert segment.producer_snapshot_bytes > 0

@@ -127,3 +127,19 @@ def test_a_merge_forgets_what_it_published():
     assert seq.entries_from(0)[0].base_offset == 20
     with pytest.raises(ValueError, match="splits"):
         seq.merged_up_to(25, ())
+
+
+def test_a_retry_of_a_merged_batch_gets_its_offsets_and_an_empty_proposal_is_refused():
+    from common.errors import CorruptRecordError
+
+    seq = PartitionSequence(TOPIC, 0, 3, start_offset=0)
+    seq.accept(_proposal("a.wal", 0, 5, pid=7, seq=0))
+    _commit_all(seq)
+    producers = [entry.copy() for entry in seq._producers.producers.values()]  # noqa: SLF001 - the segment's snapshot
+    seq.merged_up_to(5, producers)
+    retry = seq.accept(_proposal("b.wal", 0, 5, pid=7, seq=0))  # known only from the snapshot now
+    assert (retry.base_offset, retry.last_offset, seq.next_offset) == (0, 4, 5)
+    with pytest.raises(CorruptRecordError, match="describes no batch"):
+        seq.accept(_proposal("c.wal", 0, 0))
+    with pytest.raises(ValueError, match="past the committed end"):
+        seq.merged_up_to(6, ())

@@ -181,3 +181,22 @@ def test_reads_of_the_tail_carry_the_committed_offsets_and_cost_one_get_per_obje
     bad = entries[0].__class__(**{**{f: getattr(entries[0], f) for f in entries[0].__slots__}, "size": 7})
     with pytest.raises(CorruptRecordError, match="not the one committed"):
         asyncio.run(read_entries([bad], cold, get_object, 1 << 20))
+
+
+def test_a_sequencer_that_fails_in_any_way_fails_the_batches_instead_of_leaving_them_waiting(store: ObjectStore):
+    writer, _ = _broker(store, 1)
+
+    async def broken(proposals):  # noqa: ANN001, ANN202 - a peer's connection dropped mid-answer
+        raise ConnectionResetError("peer went away")
+
+    async def short(proposals):  # noqa: ANN001, ANN202 - answers for fewer batches than asked
+        return []
+
+    async def scenario(propose) -> None:  # noqa: ANN001
+        writer._propose = propose  # noqa: SLF001
+        batch = _batch(0, 0)
+        with pytest.raises(KafkaStorageError):
+            await asyncio.wait_for(writer.write(TOPIC, 0, 0, batch, read_batch_header(batch)), 5)
+
+    asyncio.run(scenario(broken))
+    asyncio.run(scenario(short))
