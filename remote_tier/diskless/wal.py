@@ -25,6 +25,7 @@ import re
 import struct
 import uuid
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -32,6 +33,7 @@ __all__ = [
     "FOOTER_BYTES",
     "WalFormatError",
     "WalKey",
+    "WalObject",
     "WalObjectBuilder",
     "WalRun",
     "parse_footer",
@@ -92,6 +94,14 @@ class WalRun:
     batches: int
 
 
+class WalObject(NamedTuple):
+    """A built object: its bytes, its runs, and where each batch landed (in the order added)."""
+
+    data: bytes
+    runs: list[WalRun]
+    positions: list[int]
+
+
 class WalObjectBuilder:
     """Collects batches by partition while a window is open; :meth:`build` lays them out.
 
@@ -99,31 +109,37 @@ class WalObjectBuilder:
     """
 
     def __init__(self) -> None:
-        self._parts: dict[tuple[uuid.UUID, int], list[bytes]] = {}
+        self._parts: dict[tuple[uuid.UUID, int], list[tuple[int, bytes]]] = {}  # (order added, batch)
+        self._count = 0
         self.size = 0  # the batches' bytes so far (what ``diskless.batch.bytes`` bounds)
 
     def add(self, topic_id: uuid.UUID, partition: int, batch: bytes) -> None:
-        self._parts.setdefault((topic_id, partition), []).append(batch)
+        self._parts.setdefault((topic_id, partition), []).append((self._count, batch))
+        self._count += 1
         self.size += len(batch)
 
     def __len__(self) -> int:
-        return sum(len(batches) for batches in self._parts.values())
+        return self._count
 
-    def build(self) -> tuple[bytes, list[WalRun]]:
-        """The object's bytes and its runs (partitions by topic id, then index)."""
+    def build(self) -> WalObject:
+        """The object's bytes, its runs (partitions by topic id, then index) and each
+        batch's position."""
         chunks: list[bytes] = []
         runs: list[WalRun] = []
+        positions = [0] * self._count
         position = 0
         for (topic_id, partition), batches in sorted(self._parts.items(), key=lambda kv: (kv[0][0].bytes, kv[0][1])):
-            length = sum(len(b) for b in batches)
-            runs.append(WalRun(topic_id, partition, position, length, len(batches)))
-            chunks.extend(batches)
-            position += length
+            start = position
+            for added, batch in batches:
+                positions[added] = position
+                chunks.append(batch)
+                position += len(batch)
+            runs.append(WalRun(topic_id, partition, start, position - start, len(batches)))
         trailer = _COUNT.pack(len(runs)) + b"".join(
             _RUN.pack(r.topic_id.bytes, r.partition, r.position, r.length, r.batches) for r in runs
         )
         footer = _FOOTER.pack(_MAGIC, _VERSION, 0, len(trailer), crc32c(trailer))
-        return b"".join((*chunks, trailer, footer)), runs
+        return WalObject(b"".join((*chunks, trailer, footer)), runs, positions)
 
 
 def parse_footer(footer: bytes | memoryview, object_size: int) -> int:

@@ -16,6 +16,7 @@ per partition named. Blocking: run it off the event loop; one pass at a time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable
@@ -44,14 +45,11 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
     seen = {} if seen is None else seen
     head = f"{prefix}/" if prefix else ""
     manifests = ManifestStore(store, prefix)
-    merged: dict[tuple[uuid.UUID, int], int] = {}
 
+    @functools.cache
     def merged_end(topic_id: uuid.UUID, partition: int) -> int:
-        key = (topic_id, partition)
-        if key not in merged:
-            loaded = manifests.load(topic_id, partition)
-            merged[key] = loaded[0].next_offset if loaded is not None else 0
-        return merged[key]
+        loaded = manifests.load(topic_id, partition)
+        return loaded[0].next_offset if loaded is not None else 0
 
     def dead(batch: CommitBatch) -> bool:
         return all(not topic_exists(e.topic_id) or e.last_offset < merged_end(e.topic_id, e.partition)
@@ -62,31 +60,25 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
     slots_deleted = 0
     for chain_id in _chains(store, head):
         chain = CommitChain(store, prefix, chain_id)
-        live_from: int | None = None
         slots = chain.slots()
+        live_from: int | None = None  # the first slot kept: every later one is kept too
         for slot in slots:
-            key = chain.key(slot)
-            batch = seen.get(key)
-            if batch is None:
-                try:
-                    batch = chain.read(slot)
-                except CommitFormatError as exc:  # kept, and everything after it: never guess
-                    _log.warning("diskless commit slot %s is unreadable (%s); the collector keeps it and "
-                                 "deletes no write-ahead object", key, exc)
-                    unreadable = True
-                    batch = None
-                if batch is None:
-                    live_from = slot if live_from is None else live_from
-                    continue
-                seen[key] = batch
-            if live_from is None and dead(batch):
+            try:
+                batch = _read(chain, slot, seen)
+            except CommitFormatError as exc:  # kept, and everything after it: never guess
+                _log.warning("diskless commit slot %s is unreadable (%s); the collector keeps it and "
+                             "deletes no write-ahead object", chain.key(slot), exc)
+                unreadable, batch = True, None
+            if live_from is None and batch is not None and dead(batch):
                 continue
             live_from = slot if live_from is None else live_from
-            referenced.update(batch.objects)
-        first_live = live_from if live_from is not None else (slots[-1] + 1 if slots else 0)
+            if batch is not None:
+                referenced.update(batch.objects)
+        if not slots:
+            continue
         # the newest slot stays even when dead: the chain's writer goes on from it
-        first_live = min(first_live, slots[-1]) if slots else first_live
-        if slots and first_live > slots[0]:
+        first_live = slots[-1] if live_from is None else live_from
+        if first_live > slots[0]:
             slots_deleted += chain.delete_below(first_live)
             for slot in slots:
                 if slot < first_live:
@@ -103,6 +95,17 @@ def collect(store: ObjectStore, prefix: str, *, now_ms: int, grace_ms: int,
         store.delete(info.key)
         deleted += 1
     return CollectReport(slots_deleted, deleted, kept)
+
+
+def _read(chain: CommitChain, slot: int, seen: dict[str, CommitBatch]) -> CommitBatch | None:
+    """The batch at ``slot``, read once across passes (slots never change)."""
+    key = chain.key(slot)
+    if key not in seen:
+        batch = chain.read(slot)
+        if batch is None:
+            return None
+        seen[key] = batch
+    return seen[key]
 
 
 def _chains(store: ObjectStore, head: str) -> list[ChainId]:

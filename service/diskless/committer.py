@@ -6,8 +6,8 @@ at a time, on a blocking-I/O thread; whatever is accepted meanwhile goes into th
 so under load a slot carries the entries of many write-ahead objects (the PUT count the ADR
 bounds). A writer's :meth:`GroupCommitter.wait_durable` returns once its entry's slot is in
 the bucket and raises KAFKA_STORAGE_ERROR (retriable) when the write failed: every entry
-not durable is then dropped from its sequence and offered again by the writers' retries,
-so offsets stay dense. A slot found taken by a batch not ours means another process writes
+of the slot's partitions not durable is then dropped from its sequence and offered again by
+the writers' retries, so offsets stay dense. A slot found taken by a batch not ours means another process writes
 this chain: the committer stops and fails everything (NOT_LEADER_OR_FOLLOWER); the broker
 must not sequence with it again.
 
@@ -33,6 +33,9 @@ _log = logging.getLogger("strata.diskless")
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
+_UNCONFIRMED = ("this broker cannot confirm it still sequences these partitions: propose again to the "
+                "partition's sequencer")
+
 
 class GroupCommitter:
     """Writes the accepted entries of its sequences to ``chain`` from ``next_slot`` on."""
@@ -42,14 +45,13 @@ class GroupCommitter:
                  may_answer: Callable[[], bool] = lambda: True) -> None:
         self.chain = chain
         #: whether this broker may still act as a sequencer (its leadership lease, ADR 0024):
-        #: asked after each slot lands, before anyone is answered (ADR 0027, section 4)
+        #: asked before a slot is written and again before anyone is answered (ADR 0027, section 4)
         self._may_answer = may_answer
         self.next_slot = next_slot
         self._run_blocking = run_blocking
         self._clock_ms = clock_ms
         self._dirty: dict[int, PartitionSequence] = {}  # by id, in the order they got entries
         self._waiters: dict[int, tuple[CommitEntry, list[asyncio.Future[None]]]] = {}  # by id(entry)
-        self._known: list[PartitionSequence] = []
         self._writing: asyncio.Task[None] | None = None
         self.broken: str | None = None
         self.slots_written = 0
@@ -80,9 +82,7 @@ class GroupCommitter:
                     continue
                 involved = [s for s, _ in taken]
                 if not self._may_answer():  # no slot from a sequencer that may have been replaced
-                    self._roll_back(NotLeaderOrFollowerError(
-                        "this broker cannot confirm it still sequences these partitions: propose again to "
-                        "the partition's sequencer"), involved)
+                    self._roll_back(NotLeaderOrFollowerError(_UNCONFIRMED), involved)
                     continue
                 batch = CommitBatch(self.chain.chain, self.next_slot, uuid.uuid4().hex, self._clock_ms(), entries)
                 try:
@@ -95,13 +95,12 @@ class GroupCommitter:
                     self.broken = (f"slot {batch.slot} of diskless commit chain {self.chain.chain} was written "
                                    "by another process: this broker stops sequencing")
                     _log.error("%s", self.broken)
-                    self._roll_back(NotLeaderOrFollowerError(self.broken), involved)
+                    self._roll_back(NotLeaderOrFollowerError(self.broken), [*involved, *self._dirty.values()])
                     return
                 self.next_slot += 1
                 self.slots_written += 1
                 answer = None if self._may_answer() else NotLeaderOrFollowerError(
-                    "this broker cannot confirm it still sequences these partitions: propose again "
-                    "to the partition's sequencer (the commit is kept: it answers with these offsets)")
+                    f"{_UNCONFIRMED} (the commit is kept: it answers with these offsets)")
                 for sequence, group in taken:
                     sequence.made_durable(group)
                     for entry in group:
@@ -109,22 +108,16 @@ class GroupCommitter:
         finally:
             self._writing = None
 
-    def _roll_back(self, error: KafkaError, involved: list[PartitionSequence]) -> None:
-        """Every sequence with entries not durable drops them, those of the failed slot
-        included though their partition was resigned meanwhile; their writers get ``error``."""
+    def _roll_back(self, error: KafkaError, sequences: list[PartitionSequence]) -> None:
+        """``sequences`` (those of a slot not written, whether still led here or not) drop
+        every entry not durable; their writers get ``error``. Other partitions' entries do
+        not follow these offsets and wait for the next slot."""
         doomed: list[CommitEntry] = []
-        for sequence in {id(s): s for s in (*self._known, *involved)}.values():
+        for sequence in {id(s): s for s in sequences}.values():
             doomed.extend(sequence.roll_back())
-        self._dirty.clear()
+            self._dirty.pop(id(sequence), None)
         for entry in doomed:
             self._resolve(entry, error)
-
-    def register(self, sequence: PartitionSequence) -> None:
-        """A partition this broker sequences now (a failed slot rolls it back too)."""
-        self._known.append(sequence)
-
-    def unregister(self, sequence: PartitionSequence) -> None:
-        self._known = [s for s in self._known if s is not sequence]
 
     def _resolve(self, entry: CommitEntry, error: KafkaError | None) -> None:
         for future in self._waiters.pop(id(entry), (entry, []))[1]:

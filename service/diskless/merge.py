@@ -24,14 +24,13 @@ from pathlib import Path
 
 from local_tier.config import LogConfig
 from local_tier.producer_entry import ProducerStateEntry
-from local_tier.producer_state import ProducerStateManager
 from local_tier.segment import LogSegment
 from remote_tier.diskless.commits import CommitEntry
 from remote_tier.diskless.wal import WalKey
 from remote_tier.manifest import RemoteSegment
 from remote_tier.storage_manager import RemoteStorageManager
 from service.diskless.reader import committed_batch
-from service.diskless.sequence import PartitionSequence, count_producer
+from service.diskless.sequence import PartitionSequence, count_producer, producer_state
 
 __all__ = ["Merged", "MergedFiles", "merge", "mergeable", "write_segment"]
 
@@ -79,9 +78,7 @@ def write_segment(directory: Path, entries: Sequence[CommitEntry], read_object: 
         paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)
     finally:
         segment.close()
-    producers = ProducerStateManager(directory, name)
-    for base in base_producers:
-        producers.producers[base.producer_id] = base.copy()
+    producers = producer_state(directory, name, base_producers)
     for entry in entries:
         count_producer(producers, entry)
     producers.map_end_offset = entries[-1].last_offset + 1

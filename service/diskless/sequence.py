@@ -39,7 +39,7 @@ from local_tier.producer_entry import ProducerStateEntry, increment_sequence
 from local_tier.producer_state import AppendOrigin, ProducerStateManager
 from remote_tier.diskless.commits import CommitEntry
 
-__all__ = ["PartitionSequence", "Proposal", "count_producer"]
+__all__ = ["PartitionSequence", "Proposal", "count_producer", "producer_state"]
 
 _Location = tuple[str, int]  # object key, position
 
@@ -76,6 +76,14 @@ def count_producer(producers: ProducerStateManager, entry: CommitEntry,
     producers.update(info)
 
 
+def producer_state(directory: Path, name: str, base: Iterable[ProducerStateEntry]) -> ProducerStateManager:
+    """A producer state starting from copies of ``base`` (snapshots go in ``directory``)."""
+    producers = ProducerStateManager(directory, name)
+    for entry in base:
+        producers.producers[entry.producer_id] = entry.copy()
+    return producers
+
+
 class PartitionSequence:
     """The committed and pending entries of one partition since its last merge (see the
     module docstring)."""
@@ -100,14 +108,16 @@ class PartitionSequence:
         """The sequence a new sequencer (``leader_epoch``) takes over: the producers at the
         last merge and the partition's entries read from the previous chain, in order."""
         sequence = cls(topic_id, partition, leader_epoch, start_offset, producers)
+        expected = start_offset
         for entry in committed:
             if entry.topic_id != topic_id or entry.partition != partition:
                 continue
-            if entry.base_offset != sequence.next_offset:
+            if entry.base_offset != expected:
                 raise ValueError(f"{sequence.name}: a committed entry at offset {entry.base_offset} "
-                                 f"does not follow offset {sequence.next_offset - 1}")
-            sequence._install(entry, AppendOrigin.REPLICATION)
+                                 f"does not follow offset {expected - 1}")
             sequence.durable.append(entry)
+            expected = entry.last_offset + 1
+        sequence._rebuild()
         return sequence
 
     # -- what the committed state is ------------------------------------------------------
@@ -213,9 +223,7 @@ class PartitionSequence:
         return self.durable[at:]
 
     def _rebuild(self) -> None:
-        self._producers = ProducerStateManager(Path("/nonexistent"), self.name)  # never snapshotted
-        for entry in self._base_producers:
-            self._producers.producers[entry.producer_id] = entry.copy()
+        self._producers = producer_state(Path("/nonexistent"), self.name, self._base_producers)  # never snapshotted
         self._by_location: dict[_Location, CommitEntry] = {}
         self._by_last_offset: dict[int, CommitEntry] = {}
         self.next_offset = self.start_offset

@@ -47,12 +47,9 @@ class Sequencer:
         """Sequence this partition from now on (its state loaded: ``PartitionSequence.resume``)."""
         self.resign(sequence.topic_id, sequence.partition)
         self._sequences[(sequence.topic_id, sequence.partition)] = sequence
-        self.committer.register(sequence)
 
     def resign(self, topic_id: uuid.UUID, partition: int) -> None:
-        old = self._sequences.pop((topic_id, partition), None)
-        if old is not None:
-            self.committer.unregister(old)
+        self._sequences.pop((topic_id, partition), None)
 
     def get(self, topic_id: uuid.UUID, partition: int) -> PartitionSequence | None:
         return self._sequences.get((topic_id, partition))
@@ -75,21 +72,17 @@ class Sequencer:
                 accepted.append((sequence, sequence.accept(proposal)))
             except KafkaError as exc:
                 accepted.append(exc)
-        waits = [self.committer.wait_durable(*a) for a in accepted if not isinstance(a, KafkaError)]
-        outcomes = iter(await asyncio.gather(*waits, return_exceptions=True))
-        answers: list[CommitEntry | KafkaError] = []
-        for a in accepted:
-            if isinstance(a, KafkaError):
-                answers.append(a)
-                continue
-            outcome = next(outcomes)
-            if isinstance(outcome, BaseException):
-                if not isinstance(outcome, KafkaError):
-                    raise outcome
-                answers.append(outcome)
-            else:
-                answers.append(a[1])
-        return answers
+        return list(await asyncio.gather(*(self._durable(a) for a in accepted)))
+
+    async def _durable(self, accepted: tuple[PartitionSequence, CommitEntry] | KafkaError) -> CommitEntry | KafkaError:
+        if isinstance(accepted, KafkaError):
+            return accepted
+        sequence, entry = accepted
+        try:
+            await self.committer.wait_durable(sequence, entry)
+        except KafkaError as exc:
+            return exc
+        return entry
 
     def _too_late(self, proposal: Proposal, now_ms: int) -> KafkaError | None:
         try:

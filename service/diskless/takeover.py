@@ -86,8 +86,7 @@ def take_over(store: ObjectStore, prefix: str, manifests: ManifestStore, topic_i
     mine = DisklessChainStart(str(own), own_next_slot, leader_epoch)
 
     def record(current: PartitionManifest | None) -> PartitionManifest:
-        base = current or PartitionManifest(topic=topic, topic_id=str(topic_id), partition=partition,
-                                            leader_epoch=leader_epoch, log_start_offset=0)
+        base = current or PartitionManifest.empty(topic, topic_id, partition, leader_epoch)
         if base.diskless != read:  # another sequencer took over meanwhile: its epoch fences us below
             raise FencedError(f"{topic_id}-{partition}: the manifest's chains changed during the takeover")
         return replace(base, diskless=(*sealed, mine))

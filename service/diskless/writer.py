@@ -43,12 +43,12 @@ class _Open:
     """The object being filled: its key, builder, and each batch's waiter."""
 
     key: WalKey
-    builder: WalObjectBuilder = field(default_factory=WalObjectBuilder)
-    batches: list[tuple[uuid.UUID, int, int, BatchHeader, int, asyncio.Future[CommitEntry]]] = field(
-        default_factory=list)  # topic id, partition, leader epoch, header, size, waiter
-    timer: asyncio.TimerHandle | None = None
     #: done once this object's proposals are issued (or will never be): the next object's wait
-    issued: asyncio.Future[None] | None = None
+    issued: asyncio.Future[None]
+    builder: WalObjectBuilder = field(default_factory=WalObjectBuilder)
+    batches: list[tuple[uuid.UUID, int, int, BatchHeader, asyncio.Future[CommitEntry]]] = field(
+        default_factory=list)  # topic id, partition, leader epoch, header, waiter
+    timer: asyncio.TimerHandle | None = None
 
 
 class WalWriter:
@@ -79,11 +79,12 @@ class WalWriter:
         loop = asyncio.get_running_loop()
         current = self._open
         if current is None:
-            current = self._open = _Open(WalKey.new(self._prefix, self._broker_id, self._clock_ms()))
+            key = WalKey.new(self._prefix, self._broker_id, self._clock_ms())
+            current = self._open = _Open(key, loop.create_future())
             current.timer = loop.call_later(self._batch_s, self._close, current)
         waiter: asyncio.Future[CommitEntry] = loop.create_future()
         current.builder.add(topic_id, partition, batch)
-        current.batches.append((topic_id, partition, leader_epoch, header, len(batch), waiter))
+        current.batches.append((topic_id, partition, leader_epoch, header, waiter))
         if current.builder.size >= self._batch_bytes:
             self._close(current)
         return waiter
@@ -94,10 +95,8 @@ class WalWriter:
         self._open = None
         if closing.timer is not None:
             closing.timer.cancel()
-        loop = asyncio.get_running_loop()
-        previous, closing.issued = self._last_issued, loop.create_future()
-        self._last_issued = closing.issued
-        task = loop.create_task(self._flush(closing, previous))
+        previous, self._last_issued = self._last_issued, closing.issued
+        task = asyncio.get_running_loop().create_task(self._flush(closing, previous))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -105,7 +104,6 @@ class WalWriter:
         """PUT the object (PUTs of several objects overlap), then propose its batches, but
         never before the previous object's were proposed: a partition's batches from one
         producer keep their order, as on a classic leader."""
-        assert obj.issued is not None
         try:
             await self._write_and_propose(obj, previous)
         finally:
@@ -113,8 +111,7 @@ class WalWriter:
                 obj.issued.set_result(None)
 
     async def _write_and_propose(self, obj: _Open, previous: asyncio.Future[None] | None) -> None:
-        assert obj.issued is not None
-        data, runs = obj.builder.build()
+        data, _, positions = obj.builder.build()
         try:
             await self._put(obj.key.key, data)
         except Exception as exc:  # noqa: BLE001 - the bucket: every batch of the object fails
@@ -127,15 +124,11 @@ class WalWriter:
         self.bytes_written += len(data)
         if self._cache is not None:
             self._cache.put(obj.key.key, data)
-        where = {(r.topic_id, r.partition): r.position for r in runs}
-        proposals = []
-        for topic_id, partition, epoch, header, size, _ in obj.batches:  # arrival order within a run
-            position = where[(topic_id, partition)]
-            where[(topic_id, partition)] += size
-            proposals.append(Proposal(
-                topic_id, partition, epoch, obj.key.key, position, size, header.last_offset_delta + 1,
-                header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
-                header.is_transactional))
+        proposals = [
+            Proposal(topic_id, partition, epoch, obj.key.key, position, header.size, header.last_offset_delta + 1,
+                     header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
+                     header.is_transactional)
+            for (topic_id, partition, epoch, header, _), position in zip(obj.batches, positions, strict=True)]
         left_s = (obj.key.created_ms + self._deadline_ms - self._clock_ms()) / 1000
         proposing = asyncio.ensure_future(self._propose(proposals))  # runs before the next object's
         obj.issued.set_result(None)

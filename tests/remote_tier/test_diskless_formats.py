@@ -47,7 +47,7 @@ def test_an_object_groups_batches_by_partition_in_arrival_order_and_reads_back()
         builder.add(topic, partition, batch)
     assert len(builder) == 4 and builder.size == sum(len(b) for _, _, b in arrivals)
 
-    data, runs = builder.build()
+    data, runs, _ = builder.build()
 
     assert [(r.topic_id, r.partition, r.batches) for r in runs] == [(TOPIC_A, 0, 1), (TOPIC_A, 1, 1), (TOPIC_B, 0, 2)]
     assert parse_trailer(data) == runs

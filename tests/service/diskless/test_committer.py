@@ -59,10 +59,7 @@ def _committer(store: ObjectStore, *partitions: int) -> tuple[_Gate, GroupCommit
     """A committer writing chain CHAIN of ``store`` through a gate, with a sequence per partition."""
     gate = _Gate(store)
     committer = GroupCommitter(CommitChain(gate, "p", CHAIN), 0, _to_thread)  # type: ignore[arg-type]
-    sequences = [PartitionSequence(TOPIC, p, 1, 0) for p in partitions]
-    for sequence in sequences:
-        committer.register(sequence)
-    return gate, committer, sequences
+    return gate, committer, [PartitionSequence(TOPIC, p, 1, 0) for p in partitions]
 
 
 def test_writers_are_answered_after_their_slot_and_late_arrivals_share_the_next(store: ObjectStore):
@@ -115,7 +112,6 @@ def test_a_chain_written_by_someone_else_stops_the_committer(store: ObjectStore)
     async def scenario() -> None:
         committer = GroupCommitter(CommitChain(store, "p", CHAIN), 0, _to_thread)
         seq = PartitionSequence(TOPIC, 0, 1, 0)
-        committer.register(seq)
         other = PartitionSequence(TOPIC, 0, 1, 0)
         other.accept(_proposal("z.wal", 1))
         from remote_tier.diskless.commits import CommitBatch
@@ -136,7 +132,6 @@ def test_a_sequencer_that_cannot_confirm_its_lease_writes_no_slot_and_answers_no
     committer = GroupCommitter(CommitChain(gate, "p", CHAIN), 0, _to_thread,  # type: ignore[arg-type]
                                may_answer=lambda: leading[0])
     seq = PartitionSequence(TOPIC, 0, 1, 0)
-    committer.register(seq)
 
     async def scenario() -> None:
         await committer.wait_durable(seq, seq.accept(_proposal("a.wal", 2)))
