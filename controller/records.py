@@ -57,3 +57,8 @@ class TopicInfo:
 
     def __hash__(self) -> int:
         return hash((self.name, self.topic_id, self.partitions, self.created_ms))
+
+    @property
+    def diskless(self) -> bool:
+        """A diskless topic (ADR 0027): set at creation, never changed."""
+        return self.configs.get("diskless.enable") == "true"

@@ -128,7 +128,11 @@ class TopicChanges:
         return self._current()
 
     def unclean_election_enabled(self, topic: TopicInfo) -> bool:
-        """``unclean.leader.election.enable`` of ``topic``: its override, else the default."""
+        """``unclean.leader.election.enable`` of ``topic``: its override, else the default.
+        Always for a diskless topic: its replicas hold no data, any of them may sequence
+        (ADR 0027, section 1)."""
+        if topic.diskless:
+            return True
         value = topic.configs.get("unclean.leader.election.enable")
         if value is None:
             return self._config.get_bool("unclean.leader.election.enable")

@@ -62,6 +62,8 @@ from service.cluster.topics import (
     create_topic_remotely,
     delete_topic_remotely,
 )
+from service.diskless.node import DisklessNode
+from service.diskless.upkeep import run_upkeep
 from service.groups import GroupCoordinator, start_coordinator
 from service.groups.records import OFFSETS_TOPIC
 from service.loop_lag import LoopLagProbe
@@ -133,6 +135,8 @@ class Broker:
             self.tiering, config, self._cleaner_config, data_dir / "remote-compaction", data_dir / "logs"
         )
         self.cluster: ClusterNode | None = None
+        #: diskless topics: writes through the bucket, sequencing, reads (ADR 0027)
+        self.diskless = DisklessNode(self)
         #: the dynamic broker configs the hosted logs follow, as stored in the metadata
         self._dynamic_section: str | None = None
         self._background: set[asyncio.Task[Any]] = set()
@@ -175,6 +179,7 @@ class Broker:
         snapshot = self.view.snapshot()
         if snapshot is not None:  # partitions from the metadata that registered this incarnation
             self.replicas.apply(snapshot.metadata)
+            self.diskless.apply(snapshot.metadata)
         await self.tiering.loaded()  # the manifests of the partitions it leads
 
     def _on_log_dir_offline(self, reason: str) -> None:
@@ -193,6 +198,7 @@ class Broker:
             # never before: a restarted broker would act on leaderships of its previous
             # incarnation, which its registration fences (a KRaft broker waits the same way)
             self.replicas.apply(md)
+            self.diskless.apply(md)
         self._follow_dynamic_configs(md)
         self.controller.publish(md)
         if self.cluster is not None:
@@ -201,6 +207,7 @@ class Broker:
     async def stop(self) -> None:
         """Leave the cluster cleanly (controlled shutdown, lease handed back), then stop the
         replica fetchers and ISR requests."""
+        await self.diskless.stop()
         if self.cluster is not None:
             await self.cluster.leave(self.config.get_bool("controlled.shutdown.enable"))
         await self.replicas.close()
@@ -225,6 +232,7 @@ class Broker:
         self.replicas.shutdown()
         self.waiters.notify_all()
         self.remote_cleaner.close()
+        self.diskless.close()
         self.tiered_reads.close()
         self.tiering.close()
         self.logs.shutdown()
@@ -234,6 +242,7 @@ class Broker:
         self.loop_lag.start()
         self.start_log_cleaner()
         self.spawn(self.remote_cleaner.run(self))
+        self.spawn(run_upkeep(self.diskless, self))
         await run_maintenance(self)
 
     def spawn(self, coro: Awaitable[Any]) -> None:
@@ -253,6 +262,14 @@ class Broker:
 
     def _controller_id(self) -> int:
         return -1 if self.cluster is None else self.cluster.controller_id()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def log_config(self, topic: str) -> LogConfig:
+        """The effective configs of ``topic`` (the broker's defaults before any metadata)."""
+        return self._log_config(topic)
 
     def _log_config(self, topic: str) -> LogConfig:
         if self.view.snapshot() is None:

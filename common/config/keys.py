@@ -1,5 +1,9 @@
 """Kafka's topic and broker config keys: names, types, defaults, validation.
 
+Over 500 lines because it is one table: every topic config and every broker config not
+grouped in a module of its own (security, the metadata log, diskless topics), with the
+cross-key checks that read them.
+
 ``TOPIC_CONFIGS`` and ``BROKER_CONFIGS`` are the single source of truth for the
 config vocabulary; names and defaults are Kafka's (3.x), with one documented
 deviation: ``segment.bytes`` / ``log.segment.bytes`` accept anything from 1024
@@ -29,6 +33,7 @@ from common.config.configdef import (
     local_retention_problem,
     parse_cpu_list,
 )
+from common.config.diskless_keys import DISKLESS_CONFIGS
 from common.config.metadata_keys import METADATA_CONFIGS
 from common.config.security_keys import SECURITY_CONFIGS
 from common.errors import InvalidConfigError
@@ -88,6 +93,9 @@ TOPIC_CONFIGS: Mapping[str, ConfigDef] = _table(
            valid_values=_COMPRESSION_TYPES),
     _topic("delete.retention.ms", "long", "86400000", "log.cleaner.delete.retention.ms",
            "How long delete tombstones are kept on compacted topics.", validator=at_least(0)),
+    _topic("diskless.enable", "boolean", "false", None,
+           "Diskless topic (ADR 0027): records go to the bucket through any broker, no local "
+           "log and no replication between brokers; set at creation only."),
     _topic("file.delete.delay.ms", "long", "60000", "log.segment.delete.delay.ms",
            "Time to wait before deleting a file from the filesystem.", validator=at_least(0)),
     _topic("flush.messages", "long", _LONG_MAX, "log.flush.interval.messages",
@@ -450,6 +458,7 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "org.apache.kafka.common.replica.RackAwareReplicaSelector (KIP-392)."),
     *SECURITY_CONFIGS,  # listeners, TLS, SASL, ACLs, quotas: common/config/security_keys.py
     *METADATA_CONFIGS,  # the metadata log: common/config/metadata_keys.py
+    *DISKLESS_CONFIGS,  # diskless topics: common/config/diskless_keys.py
 )
 # fmt: on
 
@@ -478,6 +487,10 @@ def check_topic_config_combination(
     ``remote_log_storage_enabled`` is the broker's ``remote.log.storage.system.enable``.
     Raises ``InvalidConfigError``.
     """
+    if previous is not None and effective["diskless.enable"] != previous["diskless.enable"]:
+        raise InvalidConfigError("diskless.enable is set when a topic is created and cannot be changed")
+    if effective["diskless.enable"] == "true" and "compact" in effective["cleanup.policy"]:
+        raise InvalidConfigError("a diskless topic cannot be compacted (cleanup.policy=delete only)")
     if effective["remote.storage.enable"] != "true":
         if previous is not None and previous["remote.storage.enable"] == "true":
             raise InvalidConfigError(

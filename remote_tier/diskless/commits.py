@@ -29,6 +29,7 @@ import gzip
 import re
 import uuid
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -47,6 +48,8 @@ __all__ = [
     "CommitFormatError",
     "decode_commit",
     "encode_commit",
+    "entries_of_rows",
+    "entry_rows",
 ]
 
 _VERSION = 1
@@ -122,15 +125,43 @@ class CommitBatch:
         return list(dict.fromkeys(e.object_key for e in self.entries))
 
 
-def encode_commit(batch: CommitBatch) -> bytes:
-    objects = batch.objects
+def entry_rows(entries: Sequence[CommitEntry]) -> tuple[list[str], list[list[object]]]:
+    """``entries`` as JSON rows naming their objects by index into the list returned (the
+    layout of a slot's ``entries``, and of the inter-broker index answer)."""
+    objects = list(dict.fromkeys(e.object_key for e in entries))
     index = {key: i for i, key in enumerate(objects)}
+    return objects, [[str(e.topic_id), e.partition, e.leader_epoch, e.base_offset, e.record_count,
+                      index[e.object_key], e.position, e.size, e.max_timestamp,
+                      e.producer_id, e.producer_epoch, e.base_sequence] for e in entries]
+
+
+def entries_of_rows(objects: Sequence[object], rows: Sequence[object], where: str) -> list[CommitEntry]:
+    """The entries of :func:`entry_rows`' output, every field checked (CommitFormatError,
+    naming ``where``)."""
+    if not isinstance(objects, list) or not isinstance(rows, list) or not all(isinstance(k, str) for k in objects):
+        raise CommitFormatError(f"malformed entries in {where}")
+    entries = []
+    for raw in rows:
+        if not isinstance(raw, list) or len(raw) != _ENTRY_FIELDS or not isinstance(raw[0], str) or any(
+                not isinstance(v, int) or isinstance(v, bool) for v in raw[1:]):
+            raise CommitFormatError(f"a malformed entry in {where}: {raw!r}")
+        topic_id, partition, epoch, base, count, obj, position, size, max_ts, pid, pepoch, seq = raw
+        if not 0 <= obj < len(objects) or partition < 0 or base < 0 or count < 1 or position < 0 or size < 1:
+            raise CommitFormatError(f"a malformed entry in {where}: {raw!r}")
+        try:
+            tid = uuid.UUID(topic_id)
+        except ValueError as err:
+            raise CommitFormatError(f"a malformed entry in {where}: {raw!r}") from err
+        entries.append(CommitEntry(tid, partition, epoch, base, count, str(objects[obj]), position, size,
+                                   max_ts, pid, pepoch, seq))
+    return entries
+
+
+def encode_commit(batch: CommitBatch) -> bytes:
+    objects, rows = entry_rows(batch.entries)
     text = orjson.dumps({
         "version": _VERSION, "chain": str(batch.chain), "slot": batch.slot, "batch_id": batch.batch_id,
-        "written_ms": batch.written_ms, "objects": objects,
-        "entries": [[str(e.topic_id), e.partition, e.leader_epoch, e.base_offset, e.record_count,
-                     index[e.object_key], e.position, e.size, e.max_timestamp,
-                     e.producer_id, e.producer_epoch, e.base_sequence] for e in batch.entries],
+        "written_ms": batch.written_ms, "objects": objects, "entries": rows,
     })
     return gzip.compress(text, 6, mtime=0) if len(text) >= _GZIP_FROM else text
 
@@ -158,17 +189,7 @@ def decode_commit(data: bytes, chain: ChainId, slot: int) -> CommitBatch:
             raise CommitFormatError(f"commit object version {doc['version']} is not one this broker reads")
         if ChainId.parse(doc["chain"]) != chain or doc["slot"] != slot:
             raise CommitFormatError(f"slot {slot} of chain {chain} holds {doc['chain']} slot {doc['slot']}")
-        objects = [str(key) for key in doc["objects"]]
-        entries = []
-        for raw in doc["entries"]:
-            if len(raw) != _ENTRY_FIELDS or not isinstance(raw[0], str) or any(
-                    not isinstance(v, int) or isinstance(v, bool) for v in raw[1:]):
-                raise CommitFormatError(f"a malformed entry in slot {slot} of chain {chain}: {raw!r}")
-            topic_id, partition, epoch, base, count, obj, position, size, max_ts, pid, pepoch, seq = raw
-            if not 0 <= obj < len(objects) or partition < 0 or base < 0 or count < 1 or position < 0 or size < 1:
-                raise CommitFormatError(f"a malformed entry in slot {slot} of chain {chain}: {raw!r}")
-            entries.append(CommitEntry(uuid.UUID(topic_id), partition, epoch, base, count, objects[obj],
-                                       position, size, max_ts, pid, pepoch, seq))
+        entries = entries_of_rows(doc["objects"], doc["entries"], f"slot {slot} of chain {chain}")
         return CommitBatch(chain, slot, str(doc["batch_id"]), int(doc["written_ms"]), tuple(entries))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         if isinstance(err, CommitFormatError):

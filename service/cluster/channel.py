@@ -52,6 +52,9 @@ _API_VERSIONS = 18
 _API_SASL_HANDSHAKE = 17
 _API_SASL_AUTHENTICATE = 36
 _API_VERSIONS_VERSION = 3
+#: a request of Strata's own API (:meth:`BrokerChannel.request_raw`): its answer is left as bytes
+_RAW = -1
+_RAW_HEAD = struct.Struct(">hhih")  # api key, version 0, correlation id, client id length
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,13 +260,31 @@ class BrokerChannel:
                              **fields)
             return version, await self._send(api_key, version, body, deadline)
 
-    async def _send(self, api_key: int, version: int, body: Any, deadline: float) -> Any:
+    async def request_raw(self, api_key: int, body: bytes, *, timeout_s: float | None = None) -> bytes:
+        """One request of an API of Strata's own between brokers (ADR 0027: version 0, not
+        negotiated, never in ApiVersions) whose body is ``body``; the response's bytes after
+        its correlation id. Raises as :meth:`request` does."""
+        timeout = self._config.request_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        client_id = self._config.client_id.encode()
+        async with self._slots:
+            await self._ensure_connected(deadline)
+            return await self._send_frame(api_key, _RAW, lambda corr: b"".join((
+                _I32.pack(_RAW_HEAD.size + len(client_id) + len(body)), _RAW_HEAD.pack(api_key, 0, corr, len(client_id)),
+                client_id, body)), deadline)
+
+    def _send(self, api_key: int, version: int, body: Any, deadline: float) -> Any:
+        client_id = self._config.client_id
+        return self._send_frame(
+            api_key, version, lambda corr: encode_request(api_key, version, corr, client_id, body), deadline)
+
+    async def _send_frame(self, api_key: int, version: int, encode: Callable[[int], bytes], deadline: float) -> Any:
         transport, protocol = self._transport, self._protocol
         if transport is None or protocol is None or transport.is_closing():
             # (closing: the peer went away between the connect and this request)
             raise BrokerNotAvailableError(f"no connection to broker {self.node_id}")
         correlation_id = next(self._correlation) & 0x7FFFFFFF
-        frame = encode_request(api_key, version, correlation_id, self._config.client_id, body)
+        frame = encode(correlation_id)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = _Pending(api_key, version, future)
         try:
@@ -383,6 +404,9 @@ class BrokerChannel:
         pending = self._pending.pop(correlation_id, None)
         if pending is None or pending.future.done():
             return  # its request timed out meanwhile
+        if pending.version == _RAW:
+            pending.future.set_result(bytes(payload[4:]))
+            return
         try:
             pending.future.set_result(decode_response(pending.api_key, pending.version, payload))
         except ResponseError as exc:

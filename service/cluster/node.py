@@ -136,6 +136,8 @@ class ClusterNode:
         #: WriteTxnMarkers and AddPartitionsToTxn (verify) between transaction coordinators
         #: and partition leaders
         self.marker_peers = channels("txn-markers")
+        #: DisklessCommit and DisklessIndex to the sequencers of diskless partitions (ADR 0027)
+        self.diskless_peers = channels("diskless")
         self.client: ControllerClient | None = None
         self._heartbeat_client: ControllerClient | None = None
         self._timeout_s = timeout_s
@@ -377,7 +379,7 @@ class ClusterNode:
             await asyncio.to_thread(self.poller.close)
         if self.controller is not None:
             await asyncio.to_thread(self.controller.close, True)
-        for peers in (self.peers, self.heartbeat_peers, self.replica_peers, self.marker_peers):
+        for peers in (self.peers, self.heartbeat_peers, self.replica_peers, self.marker_peers, self.diskless_peers):
             await peers.close()
 
     # -- helpers --------------------------------------------------------------------------

@@ -123,6 +123,11 @@ class PartitionSequence:
     # -- what the committed state is ------------------------------------------------------
 
     @property
+    def base_producers(self) -> list[ProducerStateEntry]:
+        """The producer state at :attr:`start_offset` (the last merge's)."""
+        return self._base_producers
+
+    @property
     def committed_end(self) -> int:
         """The offset after the last durable entry: the partition's high watermark."""
         return self.durable[-1].last_offset + 1 if self.durable else self.start_offset

@@ -51,6 +51,10 @@ class Sequencer:
     def resign(self, topic_id: uuid.UUID, partition: int) -> None:
         self._sequences.pop((topic_id, partition), None)
 
+    def led(self) -> list[tuple[uuid.UUID, int]]:
+        """The partitions sequenced here."""
+        return list(self._sequences)
+
     def get(self, topic_id: uuid.UUID, partition: int) -> PartitionSequence | None:
         return self._sequences.get((topic_id, partition))
 

@@ -84,6 +84,16 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     isolation = int(getattr(request, "isolation_level", 0))
     min_bytes = int(request.min_bytes)
     max_wait_ms = timedelta_to_ms(request.max_wait)
+    # diskless partitions (ADR 0027) are read through their sequencers, beside the local logs
+    diskless_topics = {t for t in {w.topic for w in wanted} if _is_diskless(broker, t)}
+    diskless_reads: asyncio.Future[list[PartitionData]] | None = None
+    diskless_keys: set[tuple[str, int]] = set()
+    if diskless_topics:
+        from_bucket = [w for w in wanted if w.topic in diskless_topics]
+        wanted = [w for w in wanted if w.topic not in diskless_topics]
+        diskless_keys = {(w.topic, w.partition) for w in from_bucket}
+        diskless_reads = asyncio.ensure_future(
+            _read_diskless(broker, from_bucket, max_bytes, 0 if wanted else max_wait_ms))
 
     tiering = broker.tiering if broker.tiering.enabled else None
     # v11+: a consumer may read from a follower, and be sent to one in its rack (KIP-392)
@@ -102,8 +112,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             select_read_replicas(broker.replicas, wanted, data, rack, _rack_of(broker))
         if len(wanted) != len(order):  # topics this principal may not READ answer so, in request order
             read_ = {(d.topic, d.partition): d for d in data}
-            data = [read_.get(key) or PartitionData(key[0], key[1], ErrorCode.topic_authorization_failed)
-                    for key in order]
+            data = [read_.get(key) or PartitionData(
+                key[0], key[1], ErrorCode.none if key in diskless_keys else ErrorCode.topic_authorization_failed)
+                for key in order]
         errors = any(
             d.error_code != ErrorCode.none or d.remote is not None or d.preferred_read_replica >= 0
             for d in data
@@ -129,6 +140,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             data, total, errors = read()
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
+    if diskless_reads is not None:
+        from_bucket_data = {(d.topic, d.partition): d for d in await diskless_reads}
+        data = [from_bucket_data.get((d.topic, d.partition), d) for d in data]
     broker.metrics_fetch(data)
     # the fetch byte-rate quota and the request-time one (not counting the long poll)
     throttle = max(ctx.throttle(FETCH, sum(d.size for d in data)), ctx.request_throttle())
@@ -144,6 +158,35 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         read_committed=isolation == READ_COMMITTED,
         throttle_ms=throttle,
     )
+
+
+def _is_diskless(broker: Any, topic: str) -> bool:
+    info = broker.controller.topic(topic)
+    return info is not None and info.diskless
+
+
+async def _read_diskless(broker: Any, fetches: list[PartitionFetch], max_bytes: int,
+                         max_wait_ms: int) -> list[PartitionData]:
+    """The diskless partitions of a Fetch: read at once; when none has records and the
+    fetch may wait, each waits for its sequencer's next commit and the first to answer
+    ends the wait (an idle partition does not hold up a busy one)."""
+    node = broker.diskless
+
+    def one(w: PartitionFetch, wait_ms: int) -> Any:
+        return node.read(broker.controller.topic(w.topic), w.partition, w.fetch_offset,
+                         max(1, min(w.max_bytes, max_bytes)), wait_ms)
+
+    data = list(await asyncio.gather(*(one(w, 0) for w in fetches)))
+    if max_wait_ms <= 0 or any(d.size or d.error_code != ErrorCode.none for d in data):
+        return data
+    waits = [asyncio.ensure_future(one(w, max_wait_ms)) for w in fetches]
+    done, pending = await asyncio.wait(waits, timeout=max_wait_ms / 1000 + 1, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    for i, task in enumerate(waits):
+        if task in done and task.exception() is None:
+            data[i] = task.result()
+    return data
 
 
 def _rack_of(broker: Any) -> Any:

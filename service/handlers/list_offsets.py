@@ -15,6 +15,7 @@ from typing import Any
 from common.errors import ErrorCode, InvalidRequestError, KafkaError, UnsupportedVersionError
 from common.protocol.codec import build, response_module
 from local_tier.log import Log
+from service.diskless.offsets import list_offset
 from service.handlers import list_offsets_v0
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
@@ -69,6 +70,11 @@ async def _lookup(
 ) -> tuple[int, int, int]:
     """read_committed (``committed``) answers only offsets below the last stable offset."""
     require_topic(ctx, AclOperation.DESCRIBE, topic)
+    info = ctx.broker.controller.topic(topic)
+    if info is not None and info.diskless:  # any broker answers (ADR 0027, section 6)
+        if ctx.version < _NEEDS_VERSION.get(ts, 0):
+            raise UnsupportedVersionError(f"timestamp {ts} needs ListOffsets v{_NEEDS_VERSION[ts]}")
+        return await list_offset(ctx.broker.diskless, info, partition, ts)
     log = ctx.broker.log_for(topic, partition, current_epoch)  # leadership and epoch checks
     tiering = ctx.broker.tiering
     epoch = ctx.broker.leader_epoch(topic, partition)

@@ -106,7 +106,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         if md is not image:
             image, active = md, frozenset(n for n, b in md.brokers.items() if b.is_active)
         topics.append(_topic_bytes(ctx.version, mod, md, info, unsure, active,
-                                   _topic_ops(ctx, want_topic_ops, info.name)))
+                                   _topic_ops(ctx, want_topic_ops, info.name), broker.node_id))
     brokers = tuple(
         build(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in controller.brokers(ctx.listener_name)
@@ -135,7 +135,7 @@ _TOPIC_BYTES: dict[tuple[int, uuid.UUID], tuple[Any, frozenset[int], int | None,
 
 
 def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
-                 active: frozenset[int], topic_ops: int) -> bytes:
+                 active: frozenset[int], topic_ops: int, here: int = -1) -> bytes:
     """The encoded MetadataResponseTopic of ``info``, from the cache when nothing it says changed."""
     registrations = md.partitions.get(info.topic_id, ())
     key = (version, info.topic_id)
@@ -147,6 +147,13 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
         (ErrorCode.none if reg.has_leader and reg.leader != unsure else ErrorCode.leader_not_available,
          p, reg.leader if reg.leader != unsure else -1, reg.leader_epoch, reg.replicas, reg.isr,
          tuple(r for r in reg.replicas if r not in active))
+        for p, reg in enumerate(registrations)
+    ] if not info.diskless else [
+        # any broker takes a diskless partition's Produce and Fetch (ADR 0027, section 1): the
+        # one asked names itself, with no leader epoch (its sequencer's changes are not the
+        # client's to follow)
+        (ErrorCode.none if here != unsure else ErrorCode.leader_not_available, p, here if here != unsure else -1,
+         -1, reg.replicas, reg.isr, tuple(r for r in reg.replicas if r not in active))
         for p, reg in enumerate(registrations)
     ]
     if FIRST_VERSION <= version <= LAST_VERSION:  # the layout clients send today: without kio

@@ -39,6 +39,8 @@ from common.errors import (
 )
 from common.record.batch import ValidatedRecords, validate_batches
 from common.record.compression import InflateLimitExceeded
+from controller.metadata import TopicInfo
+from remote_tier.diskless.commits import CommitEntry
 from service.handlers.context import RequestContext
 from service.handlers.produce_codec import (
     PartitionResult,
@@ -58,6 +60,10 @@ _VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strata-produ
 #: acks=all waits to be replicated (-1: none), the flush.messages fsync (None: none))
 _Waiting = tuple[str, list[PartitionResult], int, int, "Future[bool] | None"]
 
+#: a diskless partition's answer still to wait for: (topic, its results, position in them,
+#: the committed entry of its first batch, whether the topic stamps LogAppendTime)
+_Written = tuple[str, list[PartitionResult], int, "Awaitable[CommitEntry]", bool]
+
 #: per connection, the last Produce whose appends wait for an off-loop validation
 _pending: weakref.WeakKeyDictionary[Any, asyncio.Future[None]] = weakref.WeakKeyDictionary()
 
@@ -72,6 +78,9 @@ class _Partition:
     validated: ValidatedRecords | None = None
     error: KafkaError | None = None
     off_loop: bool = False
+    #: a diskless topic's (ADR 0027): written through the bucket, not to a local log
+    diskless: TopicInfo | None = None
+    log_append_time: bool = False
 
 
 def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
@@ -128,7 +137,13 @@ def _check(ctx: RequestContext, request: Any, acks: int, topic_pos: int, topic: 
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1, not {acks}")
         if pdata.records is None:
             raise CorruptRecordError("produce request carries no record data")
-        part.max_message_bytes = ctx.broker.log_for(topic, part.index).config.max_message_bytes
+        info = ctx.broker.controller.topic(topic)
+        if info is not None and info.diskless:
+            config = ctx.broker.log_config(topic)
+            part.diskless, part.max_message_bytes = info, config.max_message_bytes
+            part.log_append_time = config.message_timestamp_type == "LogAppendTime"
+        else:
+            part.max_message_bytes = ctx.broker.log_for(topic, part.index).config.max_message_bytes
         try:
             part.validated = validate_batches(
                 pdata.records, max_message_bytes=part.max_message_bytes, inflate_limit=INLINE_INFLATE_BYTES
@@ -155,12 +170,21 @@ def _append_and_answer(
     broker = ctx.broker
     topics: dict[int, tuple[str, list[PartitionResult]]] = {}
     waiting: list[_Waiting] = []  # acks=all, not on the ISR yet; or flush.messages, not fsynced yet
+    written: list[_Written] = []  # diskless: in the bucket and committed once these resolve
     for p in parts:
         try:
             if p.error is not None:
                 raise p.error
             assert p.validated is not None
             _refuse_control_batches(p.validated)
+            if p.diskless is not None:
+                entry = broker.diskless.produce(p.diskless, p.index, p.records, p.validated, p.log_append_time)
+                held = topics.setdefault(p.topic_pos, (p.topic, []))[1]
+                written.append((p.topic, held, len(held), entry, p.log_append_time))
+                held.append(PartitionResult(p.index, ErrorCode.none, -1, -1, -1))
+                broker.bytes_in[p.topic] += len(p.records)
+                broker.records_in[p.topic] += p.validated.record_count
+                continue
             info = broker.append(p.topic, p.index, p.records, validated=p.validated, required_acks=acks)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)
@@ -176,10 +200,17 @@ def _append_and_answer(
                                      record_errors=record_errors)
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
     if acks == 0:
+        for *_, entry, _ in written:
+            asyncio.ensure_future(entry).add_done_callback(_retrieved)
         return None
-    if waiting:
-        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms)
+    if waiting or written:
+        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms, written)
     return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), _throttle(ctx))
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()  # acks=0: nobody is answered, a failure is not "never retrieved"
 
 
 def _throttle(ctx: RequestContext) -> int:
@@ -193,6 +224,7 @@ async def _after_replication(
     topics: list[tuple[str, list[PartitionResult]]],
     waiting: list[_Waiting],
     timeout_ms: int,
+    written: list[_Written] = (),  # type: ignore[assignment]
 ) -> bytes:
     """Answer once the appended records are fsynced, if ``flush.messages`` asked for it
     (Kafka fsyncs them before answering; here the flush thread does, the loop waits for
@@ -213,5 +245,16 @@ async def _after_replication(
             ctx.broker.metrics_error("Produce", exc.code)
             partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)
 
-    await asyncio.gather(*(wait(*w) for w in waiting))
+    async def committed(topic: str, partitions: list[PartitionResult], position: int,
+                        entry: Awaitable[CommitEntry], log_append_time: bool) -> None:
+        index = partitions[position].index
+        try:
+            done = await entry
+            partitions[position] = PartitionResult(index, ErrorCode.none, done.base_offset,
+                                                   done.max_timestamp if log_append_time else -1, -1)
+        except KafkaError as exc:
+            ctx.broker.metrics_error("Produce", exc.code)
+            partitions[position] = PartitionResult(index, int(exc.code), error_message=exc.message)
+
+    await asyncio.gather(*(wait(*w) for w in waiting), *(committed(*w) for w in written))
     return encode_produce_response(ctx.version, ctx.header.correlation_id, topics, _throttle(ctx))

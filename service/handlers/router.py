@@ -33,6 +33,7 @@ from common.protocol.codec import (
 )
 from controller.errors import NotControllerError
 from service.cluster.node import answering_locally
+from service.diskless import rpc
 from service.handlers import coordination
 from service.handlers.authz import refusal
 from service.handlers.context import Handler, RequestClock, RequestContext
@@ -258,6 +259,8 @@ class Router:
             raise FrameError(refused)
         spec = api_table().get(api_key)
         if spec is None:
+            if api_key in rpc.DISKLESS_APIS:  # between brokers, Strata's own (ADR 0027)
+                return rpc.serve(self._broker.diskless, frame, conn, self.authorizer)
             raise FrameError(f"unknown API key {api_key}")
         if not spec.min_version <= version <= spec.max_version:
             if api_key == 18:

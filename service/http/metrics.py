@@ -142,6 +142,7 @@ class BrokerCollector(Collector):
         yield from self._partitions()
         yield from self._replication()
         yield from self._tiering()
+        yield from self._diskless()
         yield from self._groups()
         yield from self._tls_families()
         yield from self._connection_limits()
@@ -226,6 +227,31 @@ class BrokerCollector(Collector):
             family = CounterMetricFamily(name, doc)
             family.add_metric([], value)
             yield family
+
+    def _diskless(self) -> Iterator[Any]:
+        node = self._broker.diskless
+        committer = node.sequencer.committer if node.sequencer is not None else None
+        for name, doc, value in (
+            ("strata_diskless_wal_objects", "Write-ahead objects of diskless topics this broker wrote (PUTs).",
+             node.writer.objects_written),
+            ("strata_diskless_wal_bytes", "Bytes of those objects.", node.writer.bytes_written),
+            ("strata_diskless_commit_slots", "Commit slots this broker wrote as a sequencer (PUTs).",
+             committer.slots_written if committer is not None else 0),
+            ("strata_diskless_merged_segments", "Tiered segments merged from diskless partitions' tails.",
+             node.merged_segments),
+            ("strata_diskless_takeovers", "Diskless partitions this broker took over as sequencer.",
+             node.takeovers),
+            ("strata_diskless_wal_cache_misses", "Reads of diskless records that had to GET their object.",
+             node.cache.misses),
+        ):
+            family = CounterMetricFamily(name, doc)
+            family.add_metric([], value)
+            yield family
+        rpc = CounterMetricFamily("strata_diskless_rpc_bytes", "Bytes of DisklessCommit and DisklessIndex "
+                                  "between brokers (entries; never record bytes), by direction.", labels=["direction"])
+        rpc.add_metric(["out"], node.rpc_bytes_out)
+        rpc.add_metric(["in"], node.rpc_bytes_in)
+        yield rpc
 
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering

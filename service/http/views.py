@@ -33,6 +33,7 @@ from local_tier.log import Log
 from local_tier.manager import LogManager
 from remote_tier.log_manager import RemoteLogManager
 from remote_tier.store import ObjectStore
+from service.diskless.node import DisklessNode
 from service.groups import GroupCoordinator
 from service.loop_lag import LoopLagProbe
 from service.replication.replica_manager import ReplicaManager
@@ -90,6 +91,9 @@ class MetricsView(PartitionsView, Protocol):
 
     @property
     def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def diskless(self) -> DisklessNode: ...
 
     def is_active_controller(self) -> bool: ...
 

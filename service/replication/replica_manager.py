@@ -170,7 +170,7 @@ class ReplicaManager:
             scope |= self._opening_topics | {key[0] for key in self.unopened}
         wanted: dict[TopicPartition, _Wanted] = {}
         for topic, index, reg in md.iter_partitions(scope):
-            if self.node_id in reg.replicas:
+            if self.node_id in reg.replicas and not topic.diskless:  # no local log: service/diskless
                 wanted[(topic.name, index)] = (topic.topic_id, reg)
         self._delete_unwanted(md, wanted, scope)
         if previous is not None:

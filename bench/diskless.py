@@ -1,0 +1,241 @@
+"""Diskless topics on three brokers and moto's S3 server (issue 35, ADR 0027).
+
+    python bench/diskless.py [--seconds 20] [--rate 1500] [--records 200000] [--out docs/benchmarks-diskless.json]
+
+* **latency**: for ``diskless.batch.ms`` 250 and then 50 (a fresh cluster and bucket each),
+  three producers, each bootstrapped to a different broker (so each broker writes), offer
+  ``--rate`` records/s in all of 1 KiB (acks=all, linger.ms 5, idempotent) to a 6-partition
+  diskless topic for ``--seconds``; produce latency (send to acknowledgement) p50/p99/max
+  after a 3 s warm-up. Targets (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50.
+* **throughput and request costs** (on the batch.ms 250 cluster): ``--records`` 1 KiB
+  records through ``strata perf produce`` (three processes, one per broker, acks=all) to a
+  6-partition diskless topic, then to a classic 6-partition RF 3 topic with
+  ``min.insync.replicas`` 2 on the same brokers; records/s of each and their ratio. From
+  the brokers' metrics: write-ahead objects and commit slots written (the PUTs of the
+  write path) per GB and MiB per PUT (target: ≤ 1 PUT per 4 MiB); record bytes copied
+  between brokers (``strata_replica_fetched_bytes``: target 0 for diskless) beside the
+  entries the diskless APIs carried (``strata_diskless_rpc_bytes``).
+
+Every figure comes from this run; moto is one process on the same two cores, so its PUT
+costs a few milliseconds instead of S3's 30-80.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(REPO))
+
+from foundation import BrokerProcess, free_port, log, machine_info  # noqa: E402
+from tiering import CLEARED, CREDENTIALS, Moto  # noqa: E402
+
+_RATE = re.compile(r"(\d+) records sent, ([0-9.]+) records/sec")
+PARTITIONS = 6
+RECORD = 1024
+
+
+class Cluster:
+    """Three brokers on a fresh bucket of the moto server."""
+
+    def __init__(self, work: Path, moto: Moto, sets: dict[str, str]) -> None:
+        import boto3
+
+        bucket = f"diskless-{int(time.time() * 1000)}"
+        boto3.client("s3", endpoint_url=moto.endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+        self.brokers: list[BrokerProcess] = []
+        self.http: list[int] = []
+        work.mkdir(parents=True, exist_ok=True)
+        for n in (1, 2, 3):
+            b = BrokerProcess(work / f"broker-{n}", work / f"broker-{n}.log")
+            http = free_port()
+            b.cmd[b.cmd.index("--http") + 1] = f"127.0.0.1:{http}"
+            b.cmd += ["--node-id", str(n), "--object-store", f"s3://{bucket}/strata", "--s3-endpoint", moto.endpoint]
+            for key, value in sets.items():
+                b.cmd += ["--set", f"{key}={value}"]
+            self.brokers.append(b)
+            self.http.append(http)
+        for b in self.brokers:
+            b.start()
+        self.bootstrap = ",".join(b.bootstrap for b in self.brokers)
+        self.command = " ".join(self.brokers[0].cmd[1:])
+
+    def metric(self, name: str, label: str = "") -> float:
+        """``name`` summed over the brokers' /metrics."""
+        total = 0.0
+        pattern = re.compile(rf"^{name}(_total)?({re.escape(label)})? ([0-9.e+-]+)$", re.M)
+        for port in self.http:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            total += sum(float(m.group(3)) for m in pattern.finditer(text))
+        return total
+
+    def stop(self) -> None:
+        for b in self.brokers:
+            b.stop()
+
+
+def create(bootstrap: str, name: str, config: dict[str, str]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(name, PARTITIONS, 3, config=config)], request_timeout=30).values():
+        future.result(35)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=10).topics[name]
+        if md.error is None and len(md.partitions) == PARTITIONS and all(p.leader >= 0 for p in md.partitions.values()):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"topic {name} has no leaders after 60 s")
+
+
+def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict[str, Any]:
+    """Three producers, one per broker, at ``rate`` records/s in all (module docstring)."""
+    from confluent_kafka import Producer
+
+    value = os.urandom(RECORD)
+    samples: list[float] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    start = time.monotonic()
+    warm = start + 3
+
+    def run(bootstrap: str, share: int) -> None:
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+
+        def done(err: Any, msg: Any, sent: float) -> None:
+            now = time.monotonic()
+            with lock:
+                if err is not None:
+                    failures.append(str(err))
+                elif sent >= warm:
+                    samples.append(now - sent)
+
+        interval = 1 / share
+        due = time.monotonic()
+        i = 0
+        while time.monotonic() < start + seconds:
+            now = time.monotonic()
+            if now < due:
+                p.poll(min(due - now, 0.01))
+                continue
+            sent = time.monotonic()
+            p.produce(topic, value=value, partition=i % PARTITIONS,
+                      on_delivery=lambda err, msg, sent=sent: done(err, msg, sent))
+            i += 1
+            due += interval
+            p.poll(0)
+        p.flush(60)
+
+    threads = [threading.Thread(target=run, args=(b.bootstrap, max(1, rate // 3))) for b in cluster.brokers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    samples.sort()
+    if not samples:
+        raise SystemExit(f"no acknowledgement measured: {failures[:3]}")
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))] * 1000  # noqa: E731
+    return {"records": len(samples), "failures": len(failures), "p50_ms": round(pick(0.5), 1),
+            "p99_ms": round(pick(0.99), 1), "max_ms": round(samples[-1] * 1000, 1),
+            "mean_ms": round(statistics.fmean(samples) * 1000, 1)}
+
+
+def produce(cluster: Cluster, topic: str, records: int) -> float:
+    """``records`` 1 KiB records from three ``strata perf produce`` processes, one per broker; records/s."""
+    per = records // 3
+    procs = []
+    for b in cluster.brokers:
+        cmd = [sys.executable, "-m", "service", "perf", "produce", "--bootstrap-server", b.bootstrap,
+               "--topic", topic, "--num-records", str(per), "--record-size", str(RECORD),
+               "--producer-props", "acks=all", "linger.ms=5"]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True))
+    total = 0.0
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"perf produce failed:\n{out}")
+        sent, rate = _RATE.findall(out)[-1]
+        assert int(sent) == per, out
+        total += float(rate)
+    return total
+
+
+def costs(cluster: Cluster, topic: str, records: int, diskless: bool) -> dict[str, Any]:
+    before = {m: cluster.metric(m) for m in ("strata_diskless_wal_objects", "strata_diskless_commit_slots",
+                                             "strata_replica_fetched_bytes", "strata_diskless_rpc_bytes")}
+    rate = produce(cluster, topic, records)
+    time.sleep(2)  # the followers' last fetches
+    after = {m: cluster.metric(m) for m in before}
+    delta = {m: after[m] - before[m] for m in before}
+    gb = records * RECORD / 1e9
+    puts = delta["strata_diskless_wal_objects"] + delta["strata_diskless_commit_slots"]
+    out: dict[str, Any] = {"records_per_s": round(rate), "mb_per_s": round(rate * RECORD / 1e6, 1),
+                           "replica_fetched_bytes": int(delta["strata_replica_fetched_bytes"])}
+    if diskless:
+        out |= {"wal_objects": int(delta["strata_diskless_wal_objects"]),
+                "commit_slots": int(delta["strata_diskless_commit_slots"]),
+                "puts_per_gb": round(puts / gb, 1), "mib_per_put": round(records * RECORD / 2**20 / max(1, puts), 2),
+                "rpc_bytes": int(delta["strata_diskless_rpc_bytes"]),
+                "rpc_bytes_per_record": round(delta["strata_diskless_rpc_bytes"] / records, 1)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rate", type=int, default=1500)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks-diskless.json")
+    args = parser.parse_args()
+    for k in CLEARED:
+        os.environ.pop(k, None)
+    os.environ.update(CREDENTIALS)
+    moto = Moto()
+    result: dict[str, Any] = {"machine": machine_info(), "command": " ".join(sys.argv),
+                              "when": time.strftime("%Y-%m-%d %H:%M:%S"), "latency": {}}
+    try:
+        with tempfile.TemporaryDirectory(prefix="strata-diskless-bench-") as tmp:
+            for batch_ms in (250, 50):
+                log(f"--- diskless.batch.ms={batch_ms}")
+                cluster = Cluster(Path(tmp) / f"b{batch_ms}", moto, {"diskless.batch.ms": str(batch_ms)})
+                try:
+                    create(cluster.bootstrap, "lat", {"diskless.enable": "true"})
+                    result["latency"][str(batch_ms)] = lat = latency(cluster, "lat", args.rate, args.seconds)
+                    log(f"batch.ms {batch_ms}: {lat}")
+                    if batch_ms == 250:
+                        result["broker_command"] = cluster.command
+                        create(cluster.bootstrap, "dl", {"diskless.enable": "true"})
+                        create(cluster.bootstrap, "rf3", {"min.insync.replicas": "2"})
+                        result["diskless"] = costs(cluster, "dl", args.records, True)
+                        log(f"diskless: {result['diskless']}")
+                        result["classic_rf3"] = costs(cluster, "rf3", args.records, False)
+                        log(f"classic RF3: {result['classic_rf3']}")
+                        result["throughput_ratio"] = round(
+                            result["diskless"]["records_per_s"] / result["classic_rf3"]["records_per_s"], 2)
+                finally:
+                    cluster.stop()
+    finally:
+        moto.stop()
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    log(f"wrote {args.out}")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""The two inter-broker APIs of diskless topics: DisklessCommit and DisklessIndex (ADR 0027,
+sections 2 and 6, and "On the wire").
+
+Both are Strata's own, on the one listener brokers already talk on: API keys
+:data:`DISKLESS_COMMIT` and :data:`DISKLESS_INDEX`, version 0, never listed in ApiVersions
+(a client never sees them), a Kafka request header v1 and a JSON body; the answer is a
+Kafka response header v0 (the correlation id) and a JSON body. They carry entries (about
+100 bytes a batch), never record bytes. Only a principal allowed CLUSTER_ACTION may send
+them, as follower fetches.
+
+* DisklessCommit: a writer's proposals for the partitions one broker sequences, in the
+  write-ahead object's order; the answer holds, in the same order, each proposal's
+  committed offsets or the error that refused it.
+* DisklessIndex: a reader asks a partition's sequencer for its committed entries from an
+  offset (a long poll up to ``max_wait_ms`` while there are none), with the partition's
+  first unmerged offset and its committed end (the high watermark).
+
+Codec functions are pure; :func:`serve` runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from common.errors import ErrorCode, KafkaError
+from common.protocol.codec import FrameError
+from remote_tier.diskless.commits import CommitEntry, CommitFormatError, entries_of_rows, entry_rows
+from service.cluster.wire import error_for
+from service.diskless.sequence import Proposal
+
+if TYPE_CHECKING:
+    from service.network.server import Connection
+    from service.security.authorizer import Authorizer
+
+__all__ = [
+    "DISKLESS_APIS",
+    "DISKLESS_COMMIT",
+    "DISKLESS_INDEX",
+    "DisklessServer",
+    "IndexAnswer",
+    "RpcFormatError",
+    "decode_commit_answer",
+    "decode_commit_request",
+    "decode_index_answer",
+    "decode_index_request",
+    "encode_commit_answer",
+    "encode_commit_request",
+    "encode_index_answer",
+    "encode_index_request",
+    "serve",
+]
+
+DISKLESS_COMMIT = 32000
+DISKLESS_INDEX = 32001
+DISKLESS_APIS = frozenset({DISKLESS_COMMIT, DISKLESS_INDEX})
+
+class DisklessServer(Protocol):
+    """What answers these requests (:class:`service.diskless.node.DisklessNode`)."""
+
+    rpc_bytes_in: int
+    rpc_bytes_out: int
+
+    async def commit_here(self, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]: ...
+
+    async def index_here(self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int,
+                         max_wait_ms: int) -> IndexAnswer | KafkaError: ...
+
+
+_HEAD = struct.Struct(">hhih")  # api key, version, correlation id, client id length
+_I32 = struct.Struct(">i")
+_PROPOSAL_FIELDS = 12
+
+
+class RpcFormatError(ValueError):
+    """A DisklessCommit or DisklessIndex body that is not what this broker writes."""
+
+
+def _load(body: bytes | memoryview, what: str) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
+        raise RpcFormatError(f"{what} is not JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise RpcFormatError(f"{what} is not a JSON object")
+    return doc
+
+
+def _int(doc: dict[str, Any], name: str, what: str) -> int:
+    value = doc.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RpcFormatError(f"{what}: {name} is not an integer")
+    return value
+
+
+# -- DisklessCommit ----------------------------------------------------------------------
+
+
+def encode_commit_request(proposals: Sequence[Proposal]) -> bytes:
+    objects = list(dict.fromkeys(p.object_key for p in proposals))
+    index = {key: i for i, key in enumerate(objects)}
+    return orjson.dumps({"objects": objects, "proposals": [
+        [str(p.topic_id), p.partition, p.leader_epoch, index[p.object_key], p.position, p.size, p.record_count,
+         p.max_timestamp, p.producer_id, p.producer_epoch, p.base_sequence, int(p.is_transactional)]
+        for p in proposals]})
+
+
+def decode_commit_request(body: bytes | memoryview) -> list[Proposal]:
+    doc = _load(body, "a DisklessCommit request")
+    objects, rows = doc.get("objects"), doc.get("proposals")
+    if not isinstance(objects, list) or not isinstance(rows, list) or not all(isinstance(k, str) for k in objects):
+        raise RpcFormatError("a DisklessCommit request lacks its objects or proposals")
+    out = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != _PROPOSAL_FIELDS or not isinstance(row[0], str) or any(
+                not isinstance(v, int) or isinstance(v, bool) for v in row[1:]):
+            raise RpcFormatError(f"a malformed proposal: {row!r}")
+        topic_id, partition, epoch, obj, position, size, count, max_ts, pid, pepoch, seq, txn = row
+        if not 0 <= obj < len(objects) or partition < 0:
+            raise RpcFormatError(f"a malformed proposal: {row!r}")
+        try:
+            tid = uuid.UUID(topic_id)
+        except ValueError as err:
+            raise RpcFormatError(f"a malformed proposal: {row!r}") from err
+        out.append(Proposal(tid, partition, epoch, objects[obj], position, size, count, max_ts, pid, pepoch, seq,
+                            bool(txn)))
+    return out
+
+
+def encode_commit_answer(answers: Sequence[CommitEntry | KafkaError]) -> bytes:
+    return orjson.dumps({"answers": [
+        [int(a.code), a.message, 0, 0, 0, 0] if isinstance(a, KafkaError)
+        else [0, None, a.leader_epoch, a.base_offset, a.record_count, a.max_timestamp] for a in answers]})
+
+
+def decode_commit_answer(body: bytes | memoryview, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]:
+    """The answer to ``proposals`` (what was sent): entries or errors, in their order."""
+    doc = _load(body, "a DisklessCommit answer")
+    if "error" in doc:
+        raise _error(doc)
+    rows = doc.get("answers")
+    if not isinstance(rows, list) or len(rows) != len(proposals):
+        raise RpcFormatError("a DisklessCommit answer does not answer every proposal")
+    out: list[CommitEntry | KafkaError] = []
+    for row, p in zip(rows, proposals, strict=True):
+        if not isinstance(row, list) or len(row) != 6 or not isinstance(row[0], int):
+            raise RpcFormatError(f"a malformed DisklessCommit answer: {row!r}")
+        code, message, epoch, base, count, max_ts = row
+        if code:
+            out.append(error_for(code, message if isinstance(message, str) else None) or KafkaError(str(code)))
+            continue
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (epoch, base, count, max_ts)) \
+                or base < 0 or count < 1:
+            raise RpcFormatError(f"a malformed DisklessCommit answer: {row!r}")
+        out.append(CommitEntry(p.topic_id, p.partition, epoch, base, count, p.object_key, p.position, p.size,
+                               max_ts, p.producer_id, p.producer_epoch, p.base_sequence))
+    return out
+
+
+# -- DisklessIndex -----------------------------------------------------------------------
+
+
+def encode_index_request(topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
+    return orjson.dumps({"topic_id": str(topic_id), "partition": partition, "offset": offset,
+                         "max_bytes": max_bytes, "max_wait_ms": max_wait_ms})
+
+
+def decode_index_request(body: bytes | memoryview) -> tuple[uuid.UUID, int, int, int, int]:
+    what = "a DisklessIndex request"
+    doc = _load(body, what)
+    try:
+        topic_id = uuid.UUID(str(doc.get("topic_id")))
+    except ValueError as err:
+        raise RpcFormatError(f"{what}: topic_id is not a UUID") from err
+    return (topic_id, _int(doc, "partition", what), _int(doc, "offset", what), _int(doc, "max_bytes", what),
+            _int(doc, "max_wait_ms", what))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexAnswer:
+    """A sequencer's committed entries of one partition from an offset."""
+
+    start_offset: int  # the first offset not merged (older ones: the tiered segments)
+    end_offset: int  # the committed end: the high watermark
+    entries: tuple[CommitEntry, ...]
+
+
+def encode_index_answer(answer: IndexAnswer | KafkaError) -> bytes:
+    if isinstance(answer, KafkaError):
+        return orjson.dumps({"error": int(answer.code), "message": answer.message})
+    objects, rows = entry_rows(answer.entries)
+    return orjson.dumps({"start": answer.start_offset, "end": answer.end_offset, "objects": objects,
+                         "entries": rows})
+
+
+def decode_index_answer(body: bytes | memoryview) -> IndexAnswer:
+    """The answer, or the Kafka error the sequencer answered (raised)."""
+    what = "a DisklessIndex answer"
+    doc = _load(body, what)
+    if "error" in doc:
+        raise _error(doc)
+    try:
+        entries = entries_of_rows(doc.get("objects"), doc.get("entries"), what)  # type: ignore[arg-type]
+    except CommitFormatError as err:
+        raise RpcFormatError(str(err)) from err
+    return IndexAnswer(_int(doc, "start", what), _int(doc, "end", what), tuple(entries))
+
+
+def _error(doc: dict[str, Any]) -> KafkaError:
+    code = doc.get("error")
+    message = doc.get("message")
+    if not isinstance(code, int) or isinstance(code, bool) or code == 0:
+        raise RpcFormatError(f"a malformed error answer: {doc!r}")
+    return error_for(code, message if isinstance(message, str) else None) or KafkaError(str(code))
+
+
+# -- the server side ---------------------------------------------------------------------
+
+
+def _frame(correlation_id: int, body: bytes) -> bytes:
+    return _I32.pack(4 + len(body)) + _I32.pack(correlation_id) + body
+
+
+async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connection | None,
+                authorizer: Authorizer | None) -> bytes:
+    """Answer one DisklessCommit or DisklessIndex request frame (without its size prefix)."""
+    from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+
+    if len(frame) < _HEAD.size:
+        raise FrameError("a diskless request shorter than its header")
+    api_key, _, correlation_id, client_len = _HEAD.unpack_from(frame, 0)
+    body = memoryview(frame)[_HEAD.size + max(0, client_len):]
+    if conn is not None and authorizer is not None and not authorizer.authorize(
+            conn.session.principal, conn.session.client_host, AclOperation.CLUSTER_ACTION,
+            ResourceType.CLUSTER, CLUSTER_NAME):
+        return _frame(correlation_id, orjson.dumps({
+            "error": int(ErrorCode.cluster_authorization_failed),
+            "message": "diskless requests are for brokers (CLUSTER_ACTION)"}))
+    if api_key == DISKLESS_COMMIT:
+        try:
+            proposals = decode_commit_request(body)
+        except RpcFormatError as err:
+            return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
+        answers = await node.commit_here(proposals)
+        node.rpc_bytes_in += len(frame)
+        out = encode_commit_answer(answers)
+    else:
+        try:
+            topic_id, partition, offset, max_bytes, max_wait_ms = decode_index_request(body)
+        except RpcFormatError as err:
+            return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
+        out = encode_index_answer(await node.index_here(topic_id, partition, offset, max_bytes, max_wait_ms))
+    node.rpc_bytes_out += len(out)
+    return _frame(correlation_id, out)

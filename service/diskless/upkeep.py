@@ -1,0 +1,117 @@
+"""The timed work of diskless topics on a broker: :func:`run_upkeep` (ADR 0027, sections 7 and 8).
+
+* On every broker, for each partition it sequences: once its oldest unmerged entry is
+  ``diskless.merge.interval.ms`` old, or its unmerged entries reach ``segment.bytes``, the
+  entries past the commit deadline are merged into a tiered segment
+  (:func:`~service.diskless.merge.merge`), then the topic's ``retention.ms`` and
+  ``retention.bytes`` apply to its tiered segments as to a classic tiered topic's (the
+  unmerged bytes count towards ``retention.bytes``).
+* On the active controller, every ``diskless.collect.interval.ms``: the collector
+  (:func:`~service.diskless.collector.collect`) deletes dead commit slots and orphaned
+  write-ahead objects.
+
+A failed pass is logged and tried again at the next one. Runs on the event loop; the work
+goes to the diskless I/O threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from remote_tier.diskless.commits import CommitBatch
+from remote_tier.diskless.wal import WalKey
+from remote_tier.errors import FencedError
+from service.diskless.collector import collect
+from service.diskless.merge import merge, mergeable
+
+if TYPE_CHECKING:
+    from service.diskless.node import DisklessHost, DisklessNode
+
+__all__ = ["collect_once", "merge_due", "run_upkeep"]
+
+_log = logging.getLogger("strata.diskless")
+
+
+async def run_upkeep(node: DisklessNode, broker: DisklessHost) -> None:
+    """Merge, apply retention and collect until the broker closes (module docstring)."""
+    tick_s = max(0.1, min(node.merge_interval_ms, node.collect_interval_ms, 5_000) / 4000)
+    last_collect = time.monotonic()
+    seen: dict[str, CommitBatch] = {}
+    while not broker.closing:
+        await asyncio.sleep(tick_s)
+        try:
+            await merge_due(node, broker)
+        except Exception as exc:  # noqa: BLE001 - the next pass tries again
+            _log.warning("diskless merge pass failed: %r", exc)
+        if broker.is_active_controller() and time.monotonic() - last_collect >= node.collect_interval_ms / 1000:
+            last_collect = time.monotonic()
+            try:
+                await collect_once(node, broker, seen)
+            except Exception as exc:  # noqa: BLE001
+                _log.warning("diskless collection failed: %r", exc)
+
+
+async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = False) -> int:
+    """Merge every partition sequenced here that is due (``force``: every one with entries
+    past the commit deadline); the number of segments published."""
+    sequencer = node.sequencer
+    if sequencer is None:
+        return 0
+    published = 0
+    md = broker.controller.metadata
+    for key in sequencer.led():
+        sequence = sequencer.get(*key)
+        info = md.topic_by_id(key[0])
+        if sequence is None or info is None or not sequence.durable:
+            continue
+        config = broker.log_config(info.name)
+        now_ms = int(time.time() * 1000)
+        oldest_ms = WalKey.parse(sequence.durable[0].object_key).created_ms
+        unmerged = sum(e.size for e in sequence.durable)
+        if not force and now_ms - oldest_ms < node.merge_interval_ms and unmerged < config.segment_bytes:
+            continue
+        entries = mergeable(sequence, now_ms=now_ms, commit_deadline_ms=node.commit_deadline_ms,
+                            max_bytes=config.segment_bytes)
+        if not entries:
+            continue
+        objects: dict[str, bytes] = {}
+        for entry in entries:  # the cache is the loop's: read it here, the rest from the bucket
+            if entry.object_key not in objects:
+                cached = node.cache.get(entry.object_key)
+                objects[entry.object_key] = cached if cached is not None else await node.run_io(
+                    node.store.get, entry.object_key)
+        epoch = sequence.leader_epoch
+        try:
+            merged = await node.run_io(merge, broker.tiering.rsm, info.name, key[0], key[1], epoch, entries,
+                                       objects.__getitem__, config, list(sequence.base_producers),
+                                       broker.data_dir)
+        except FencedError as exc:
+            _log.info("diskless %s-%d: a newer sequencer publishes now: %s", info.name, key[1], exc)
+            continue
+        if sequencer.get(*key) is not sequence:
+            continue  # resigned meanwhile: the successor reads the manifest
+        sequence.merged_up_to(merged.next_offset, merged.producers)
+        node.forget_manifest(key)
+        published += 1
+        node.merged_segments += 1
+        _log.info("diskless %s-%d: merged offsets %d-%d into a tiered segment", info.name, key[1],
+                  entries[0].base_offset, merged.next_offset - 1)
+        if config.delete:
+            left = sum(e.size for e in sequence.durable)
+            await node.run_io(lambda: broker.tiering.rsm.apply_retention(
+                key[0], key[1], retention_ms=config.retention_ms, retention_bytes=config.retention_bytes,
+                now_ms=int(time.time() * 1000), leader_epoch=epoch, local_only_bytes=left))
+    return published
+
+
+async def collect_once(node: DisklessNode, broker: DisklessHost, seen: dict[str, CommitBatch] | None = None) -> None:
+    md = broker.controller.metadata
+    report = await node.run_io(lambda: collect(
+        node.store, "", now_ms=int(time.time() * 1000), grace_ms=node.orphan_grace_ms,
+        topic_exists=lambda topic_id: md.topic_by_id(topic_id) is not None, seen=seen))
+    if report.slots_deleted or report.objects_deleted:
+        _log.info("diskless collection: %d commit slots and %d write-ahead objects deleted, %d objects kept",
+                  report.slots_deleted, report.objects_deleted, report.objects_kept)
