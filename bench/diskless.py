@@ -15,6 +15,10 @@
   write path) per GB and MiB per PUT (target: ≤ 1 PUT per 4 MiB); record bytes copied
   between brokers (``strata_replica_fetched_bytes``: target 0 for diskless) beside the
   entries the diskless APIs carried (``strata_diskless_rpc_bytes``).
+* **request costs with full objects**: ``diskless.batch.ms`` 5000, all writes through one
+  broker, so objects close at ``diskless.batch.bytes`` (8 MiB) as they do on a broker
+  writing ≥ 32 MiB/s at the default 250 ms; PUTs per GB to a 6-partition topic (three
+  sequencers: each object costs one commit slot per sequencer) and to a 1-partition one.
 
 Every figure comes from this run; moto is one process on the same two cores, so its PUT
 costs a few milliseconds instead of S3's 30-80.
@@ -88,16 +92,16 @@ class Cluster:
             b.stop()
 
 
-def create(bootstrap: str, name: str, config: dict[str, str]) -> None:
+def create(bootstrap: str, name: str, config: dict[str, str], partitions: int = PARTITIONS) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, PARTITIONS, 3, config=config)], request_timeout=30).values():
+    for future in admin.create_topics([NewTopic(name, partitions, 3, config=config)], request_timeout=30).values():
         future.result(35)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         md = admin.list_topics(name, timeout=10).topics[name]
-        if md.error is None and len(md.partitions) == PARTITIONS and all(p.leader >= 0 for p in md.partitions.values()):
+        if md.error is None and len(md.partitions) == partitions and all(p.leader >= 0 for p in md.partitions.values()):
             return
         time.sleep(0.2)
     raise SystemExit(f"topic {name} has no leaders after 60 s")
@@ -155,11 +159,12 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict[str
             "mean_ms": round(statistics.fmean(samples) * 1000, 1)}
 
 
-def produce(cluster: Cluster, topic: str, records: int) -> float:
-    """``records`` 1 KiB records from three ``strata perf produce`` processes, one per broker; records/s."""
+def produce(cluster: Cluster, topic: str, records: int, writers: list[BrokerProcess] | None = None) -> float:
+    """``records`` 1 KiB records from three ``strata perf produce`` processes, one per broker
+    of ``writers`` (default: each broker); records/s."""
     per = records // 3
     procs = []
-    for b in cluster.brokers:
+    for b in writers or cluster.brokers:
         cmd = [sys.executable, "-m", "service", "perf", "produce", "--bootstrap-server", b.bootstrap,
                "--topic", topic, "--num-records", str(per), "--record-size", str(RECORD),
                "--producer-props", "acks=all", "linger.ms=5"]
@@ -175,10 +180,11 @@ def produce(cluster: Cluster, topic: str, records: int) -> float:
     return total
 
 
-def costs(cluster: Cluster, topic: str, records: int, diskless: bool) -> dict[str, Any]:
+def costs(cluster: Cluster, topic: str, records: int, diskless: bool,
+          writers: list[BrokerProcess] | None = None) -> dict[str, Any]:
     before = {m: cluster.metric(m) for m in ("strata_diskless_wal_objects", "strata_diskless_commit_slots",
                                              "strata_replica_fetched_bytes", "strata_diskless_rpc_bytes")}
-    rate = produce(cluster, topic, records)
+    rate = produce(cluster, topic, records, writers)
     time.sleep(2)  # the followers' last fetches
     after = {m: cluster.metric(m) for m in before}
     delta = {m: after[m] - before[m] for m in before}
@@ -206,7 +212,7 @@ def main() -> int:
         os.environ.pop(k, None)
     os.environ.update(CREDENTIALS)
     moto = Moto()
-    result: dict[str, Any] = {"machine": machine_info(), "command": " ".join(sys.argv),
+    result: dict[str, Any] = {"machine": machine_info(Path(tempfile.gettempdir())), "command": " ".join(sys.argv),
                               "when": time.strftime("%Y-%m-%d %H:%M:%S"), "latency": {}}
     try:
         with tempfile.TemporaryDirectory(prefix="strata-diskless-bench-") as tmp:
@@ -229,6 +235,20 @@ def main() -> int:
                             result["diskless"]["records_per_s"] / result["classic_rf3"]["records_per_s"], 2)
                 finally:
                     cluster.stop()
+            # request costs when objects close by size (8 MiB) rather than by time: one
+            # writing broker, diskless.batch.ms long enough not to matter
+            log("--- diskless.batch.ms=5000, all writes through broker 1")
+            cluster = Cluster(Path(tmp) / "bulk", moto, {"diskless.batch.ms": "5000"})
+            try:
+                create(cluster.bootstrap, "bulk6", {"diskless.enable": "true"})
+                writers = [cluster.brokers[0]] * 3
+                result["bulk_6_partitions"] = costs(cluster, "bulk6", args.records, True, writers)
+                log(f"bulk, 6 partitions: {result['bulk_6_partitions']}")
+                create(cluster.bootstrap, "bulk1", {"diskless.enable": "true"}, partitions=1)
+                result["bulk_1_partition"] = costs(cluster, "bulk1", args.records, True, writers)
+                log(f"bulk, 1 partition: {result['bulk_1_partition']}")
+            finally:
+                cluster.stop()
     finally:
         moto.stop()
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -138,6 +138,9 @@ class ClusterNode:
         self.marker_peers = channels("txn-markers")
         #: DisklessCommit and DisklessIndex to the sequencers of diskless partitions (ADR 0027)
         self.diskless_peers = channels("diskless")
+        #: DisklessIndex long polls, on connections of their own: a connection answers in
+        #: order, so a poll held there would hold up what follows it
+        self.diskless_index_peers = [channels(f"diskless-index-{i}") for i in range(4)]
         self.client: ControllerClient | None = None
         self._heartbeat_client: ControllerClient | None = None
         self._timeout_s = timeout_s
@@ -379,7 +382,8 @@ class ClusterNode:
             await asyncio.to_thread(self.poller.close)
         if self.controller is not None:
             await asyncio.to_thread(self.controller.close, True)
-        for peers in (self.peers, self.heartbeat_peers, self.replica_peers, self.marker_peers, self.diskless_peers):
+        for peers in (self.peers, self.heartbeat_peers, self.replica_peers, self.marker_peers, self.diskless_peers,
+                      *self.diskless_index_peers):
             await peers.close()
 
     # -- helpers --------------------------------------------------------------------------

@@ -84,6 +84,14 @@ class GroupCommitter:
                 if not self._may_answer():  # no slot from a sequencer that may have been replaced
                     self._roll_back(NotLeaderOrFollowerError(_UNCONFIRMED), involved)
                     continue
+                resigned = [s for s in involved if s.resigned]
+                if resigned:  # no entry of a partition sequenced elsewhere now
+                    self._roll_back(NotLeaderOrFollowerError(_UNCONFIRMED), resigned)
+                    taken = [(s, group) for s, group in taken if not s.resigned]
+                    involved = [s for s, _ in taken]
+                    entries = tuple(e for _, group in taken for e in group)
+                    if not entries:
+                        continue
                 batch = CommitBatch(self.chain.chain, self.next_slot, uuid.uuid4().hex, self._clock_ms(), entries)
                 try:
                     landed = await self._run_blocking(self.chain.append, batch)
@@ -104,7 +112,8 @@ class GroupCommitter:
                 for sequence, group in taken:
                     sequence.made_durable(group)
                     for entry in group:
-                        self._resolve(entry, answer)
+                        self._resolve(entry, answer if not sequence.resigned else NotLeaderOrFollowerError(
+                            f"{sequence.name} was resigned while its commit was written: propose again"))
         finally:
             self._writing = None
 

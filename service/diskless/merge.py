@@ -66,13 +66,12 @@ def write_segment(directory: Path, entries: Sequence[CommitEntry], read_object: 
                   config: LogConfig, base_producers: Sequence[ProducerStateEntry], name: str) -> MergedFiles:
     """``entries`` (consecutive offsets) as a local segment in ``directory`` and the producer
     state at its end (``base_producers`` with the entries counted in)."""
-    objects: dict[str, bytes] = {}
+    key, data = "", b""  # one object held at a time: consecutive entries mostly share one
     segment = LogSegment.open(directory, entries[0].base_offset, config, create=True)
     try:
         for entry in entries:
-            data = objects.get(entry.object_key)
-            if data is None:
-                data = objects[entry.object_key] = read_object(entry.object_key)
+            if entry.object_key != key:
+                key, data = entry.object_key, read_object(entry.object_key)
             segment.append(entry.last_offset, entry.max_timestamp, entry.last_offset, committed_batch(entry, data))
         segment.flush()
         paths = (segment.log_path, segment.offset_index.path, segment.time_index.path)

@@ -33,10 +33,8 @@ import time
 import uuid
 from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from common.config import BrokerConfig
 from common.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
@@ -45,32 +43,26 @@ from common.errors import (
     KafkaStorageError,
     LeaderNotAvailableError,
     NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
-    RequestTimedOutError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
 from common.record.batch import ValidatedRecords, read_batch_header, stamp_batch
 from controller.document import ClusterMetadata
 from controller.metadata import TopicInfo
-from fetch.planner import PartitionData
-from fetch.response import frame_size
-from local_tier.config import LogConfig
 from local_tier.producer_snapshot import decode_snapshot
 from remote_tier.diskless.commits import ChainId, CommitEntry
 from remote_tier.errors import FencedError
-from remote_tier.log_manager import RemoteFetch
 from remote_tier.manifest import ManifestStore, PartitionManifest
-from remote_tier.store import ObjectStore
 from service.diskless import rpc
 from service.diskless.committer import GroupCommitter
-from service.diskless.reader import WalCache, read_entries
+from service.diskless.host import DisklessHost
+from service.diskless.reader import WalCache
 from service.diskless.sequence import Proposal
 from service.diskless.sequencer import Sequencer
 from service.diskless.takeover import take_over
 from service.diskless.writer import WalWriter
 
-__all__ = ["DisklessHost", "DisklessNode"]
+__all__ = ["DisklessNode"]
 
 _log = logging.getLogger("strata.diskless")
 
@@ -81,29 +73,6 @@ _RESEND = (NotLeaderOrFollowerError, UnknownLeaderEpochError, FencedLeaderEpochE
            LeaderNotAvailableError)
 #: how long a manifest read for reads of merged offsets is used before it is read again
 _MANIFEST_TTL_S = 5.0
-
-
-class DisklessHost(Protocol):
-    """The parts of the broker the diskless topics use (:class:`service.broker.Broker`)."""
-
-    config: BrokerConfig
-    node_id: int
-    object_store: ObjectStore
-    controller: Any  # MetadataImage: .metadata, .topic(name)
-    cluster: Any  # ClusterNode | None: .broker_epoch, .diskless_peers
-    replicas: Any  # ReplicaManager: .may_lead()
-    tiering: Any  # RemoteLogManager: .rsm
-    tiered_reads: Any  # TieredReader
-    data_dir: Path
-
-    @property
-    def closing(self) -> bool: ...
-
-    def spawn(self, coro: Awaitable[Any]) -> None: ...
-
-    def is_active_controller(self) -> bool: ...
-
-    def log_config(self, topic: str) -> LogConfig: ...
 
 
 class DisklessNode:
@@ -131,7 +100,10 @@ class DisklessNode:
                                 commit_deadline_ms=self.commit_deadline_ms, cache=self.cache)
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
-        self._watch: dict[Key, asyncio.Future[None]] = {}  # long polls waiting for a commit
+        self._watch: dict[Key, list[asyncio.Future[None]]] = {}  # long polls waiting for a commit
+        self._polls: dict[str, asyncio.Future[None]] = {}  # the same, by poll id (a reader's wake)
+        self._index_busy: dict[tuple[int, int], int] = {}  # DisklessIndex in flight per connection
+        self._getting: dict[str, asyncio.Future[bytes]] = {}  # GETs of write-ahead objects in flight
         self._manifest_cache: dict[Key, tuple[float, PartitionManifest | None]] = {}
         #: bytes of DisklessCommit and DisklessIndex sent and received (entries, never records)
         self.rpc_bytes_out = 0
@@ -145,9 +117,6 @@ class DisklessNode:
 
     async def _put(self, key: str, data: bytes) -> None:
         await self.run_io(self.store.put, key, data)
-
-    async def get_object(self, key: str) -> bytes:
-        return await self.run_io(self.store.get, key)
 
     def close(self) -> None:
         self._io.shutdown(wait=False, cancel_futures=True)
@@ -273,11 +242,11 @@ class DisklessNode:
         reg = self._registration(self._metadata(), info.topic_id, index)
         if reg is None:
             raise UnknownTopicOrPartitionError(f"{info.name} has no partition {index}")
+        if any(header.is_transactional for _, header in validated.headers):  # before any batch is written
+            raise InvalidTxnStateError("transactions are not supported on diskless topics (issue 35)")
         waits = []
         view = memoryview(records)
         for position, header in validated.headers:
-            if header.is_transactional:
-                raise InvalidTxnStateError("transactions are not supported on diskless topics (issue 35)")
             batch: bytes | bytearray = bytes(view[position:position + header.size])
             if log_append_time:
                 batch = bytearray(batch)
@@ -347,71 +316,144 @@ class DisklessNode:
             raise BrokerNotAvailableError("this broker has not joined a cluster")
         return cluster.diskless_peers
 
-    # -- reads ---------------------------------------------------------------------------
+    # -- the index: this broker as a sequencer, and asking one ----------------------------
 
     def _touch(self, key: Key) -> None:
-        waiting = self._watch.pop(key, None)
+        for waiting in self._watch.pop(key, ()):
+            if not waiting.done():
+                waiting.set_result(None)
+
+    def wake(self, poll: str) -> None:
+        """End the wait of the long poll ``poll`` (its reader was answered elsewhere)."""
+        waiting = self._polls.get(poll)
         if waiting is not None and not waiting.done():
             waiting.set_result(None)
 
-    async def _wait_change(self, key: Key, timeout_s: float) -> None:
-        waiting = self._watch.get(key)
-        if waiting is None or waiting.done():
-            waiting = self._watch[key] = asyncio.get_running_loop().create_future()
+    async def _wait_any(self, keys: set[Key], timeout_s: float, poll: str) -> None:
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._watch.setdefault(key, []).append(waiting)
+        if poll:
+            self._polls[poll] = waiting
         try:
-            await asyncio.wait_for(asyncio.shield(waiting), timeout_s)
+            await asyncio.wait_for(waiting, timeout_s)
         except TimeoutError:
             pass
+        finally:
+            if poll and self._polls.get(poll) is waiting:
+                del self._polls[poll]
+            for key in keys:
+                watching = self._watch.get(key)
+                if watching is not None and waiting in watching:
+                    watching.remove(waiting)
+                    if not watching:
+                        del self._watch[key]
 
-    async def index_here(self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int,
-                         max_wait_ms: int) -> rpc.IndexAnswer | KafkaError:
-        """This sequencer's committed entries of a partition from ``offset`` (at least one
-        when there are any and ``max_bytes`` > 0), waiting up to ``max_wait_ms`` for one."""
-        key = (topic_id, partition)
-        sequence = self.sequencer.get(*key) if self.sequencer is not None else None
+    async def index_here(self, reads: Sequence[rpc.IndexRead], max_wait_ms: int,
+                         poll: str = "") -> list[rpc.IndexAnswer | KafkaError]:
+        """This sequencer's answers to ``reads``, waiting up to ``max_wait_ms`` while none has
+        anything to read (entries, merged offsets, an error)."""
+        answers = [self._index_one(r) for r in reads]
+        if max_wait_ms > 0 and reads and not any(_ready(r, a) for r, a in zip(reads, answers, strict=True)):
+            await self._wait_any({(r.topic_id, r.partition) for r in reads}, min(max_wait_ms, 30_000) / 1000, poll)
+            answers = [self._index_one(r) for r in reads]
+        return answers
+
+    def _index_one(self, read: rpc.IndexRead) -> rpc.IndexAnswer | KafkaError:
+        sequence = self.sequencer.get(read.topic_id, read.partition) if self.sequencer is not None else None
         if sequence is None:
-            return NotLeaderOrFollowerError(f"broker {self.node_id} does not sequence partition {partition} "
-                                            f"of topic {topic_id}")
-        if offset >= sequence.committed_end and max_wait_ms > 0:
-            await self._wait_change(key, min(max_wait_ms, 30_000) / 1000)
-            sequence = self.sequencer.get(*key) if self.sequencer is not None else None
-            if sequence is None:
-                return NotLeaderOrFollowerError(f"broker {self.node_id} stopped sequencing partition {partition}")
+            return NotLeaderOrFollowerError(f"broker {self.node_id} does not sequence partition {read.partition} "
+                                            f"of topic {read.topic_id}")
         chosen: list[CommitEntry] = []
-        if max_bytes > 0 and offset >= sequence.start_offset:
+        if read.timestamp == -3:  # the newest timestamp (the first batch holding it)
+            chosen = [max(sequence.durable, key=lambda e: e.max_timestamp)] if sequence.durable else []
+        elif read.timestamp >= 0:
+            chosen = [e for e in sequence.durable if e.max_timestamp >= read.timestamp][:1]
+        elif read.max_bytes > 0 and read.offset >= sequence.start_offset:
             size = 0
-            for entry in sequence.entries_from(offset):
-                if chosen and size + entry.size > max_bytes:
+            for entry in sequence.entries_from(read.offset):
+                if chosen and size + entry.size > read.max_bytes:
                     break
                 chosen.append(entry)
                 size += entry.size
         return rpc.IndexAnswer(sequence.start_offset, sequence.committed_end, tuple(chosen))
 
-    async def index(self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int,
-                    max_wait_ms: int) -> rpc.IndexAnswer:
-        """:meth:`index_here` at the partition's sequencer, wherever it is; raises its error."""
+    def sequencer_of(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The broker sequencing the partition now; raises UNKNOWN_TOPIC_OR_PARTITION or
+        LEADER_NOT_AVAILABLE."""
         reg = self._registration(self._metadata(), topic_id, partition)
         if reg is None:
             raise UnknownTopicOrPartitionError(f"no partition {partition} of topic {topic_id}")
         if reg.leader < 0:
             raise LeaderNotAvailableError(f"partition {partition} of topic {topic_id} has no sequencer")
-        if reg.leader == self.node_id:
-            answer = await self.index_here(topic_id, partition, offset, max_bytes, max_wait_ms)
-        else:
-            body = rpc.encode_index_request(topic_id, partition, offset, max_bytes, max_wait_ms)
-            self.rpc_bytes_out += len(body)
-            try:
-                raw = await self._peers().channel(reg.leader).request_raw(
-                    rpc.DISKLESS_INDEX, body, timeout_s=max_wait_ms / 1000 + 10)
-                self.rpc_bytes_in += len(raw)
-                answer = rpc.decode_index_answer(raw)
-            except rpc.RpcFormatError as exc:
-                raise KafkaStorageError(f"broker {reg.leader} answered a diskless index request badly: {exc}") from exc
-            except RequestTimedOutError as exc:
-                raise NotLeaderOrFollowerError(f"the sequencer of partition {partition} did not answer: {exc}") from exc
+        return int(reg.leader)
+
+    async def index_at(self, node: int, reads: Sequence[rpc.IndexRead], max_wait_ms: int,
+                       poll: str = "") -> list[rpc.IndexAnswer | KafkaError]:
+        """:meth:`index_here` at broker ``node``; a failure is each read's error."""
+        if node == self.node_id:
+            return await self.index_here(reads, max_wait_ms, poll)
+        body = rpc.encode_index_request(rpc.IndexRequest(tuple(reads), max_wait_ms, poll))
+        self.rpc_bytes_out += len(body)
+        slot = self._index_slot(node)
+        try:
+            raw = await slot.channel(node).request_raw(rpc.DISKLESS_INDEX, body, timeout_s=max_wait_ms / 1000 + 10)
+            self.rpc_bytes_in += len(raw)
+            return rpc.decode_index_answer(raw, len(reads))
+        except KafkaError as exc:
+            return [exc] * len(reads)
+        except rpc.RpcFormatError as exc:
+            _log.warning("broker %d answered DisklessIndex with %s", node, exc)
+            return [KafkaStorageError(f"broker {node} answered a diskless index request badly: {exc}")] * len(reads)
+        finally:
+            self._index_busy[(id(slot), node)] -= 1
+
+    def _index_slot(self, node: int) -> Any:
+        """The least busy of the index connections to ``node``: a connection answers in order,
+        so a long poll held there would hold up the next request on it."""
+        cluster = self._broker.cluster
+        if cluster is None:
+            raise BrokerNotAvailableError("this broker has not joined a cluster")
+        slot = min(cluster.diskless_index_peers, key=lambda p: self._index_busy.get((id(p), node), 0))
+        self._index_busy[(id(slot), node)] = self._index_busy.get((id(slot), node), 0) + 1
+        return slot
+
+    async def wake_at(self, node: int, poll: str) -> None:
+        """End the long poll ``poll`` at broker ``node`` (best effort)."""
+        if node == self.node_id:
+            self.wake(poll)
+            return
+        try:
+            await self._peers().channel(node).request_raw(
+                rpc.DISKLESS_INDEX, rpc.encode_index_request(rpc.IndexRequest(wake=poll)), timeout_s=5)
+        except KafkaError:
+            pass
+
+    async def index(self, topic_id: uuid.UUID, partition: int, read: rpc.IndexRead) -> rpc.IndexAnswer:
+        """One partition's answer from its sequencer, wherever it is; raises its error."""
+        answer = (await self.index_at(self.sequencer_of(topic_id, partition), [read], 0))[0]
         if isinstance(answer, KafkaError):
             raise answer
         return answer
+
+    # -- reading the bytes -----------------------------------------------------------------
+
+    async def get_object(self, key: str) -> bytes:
+        """A write-ahead object, from the cache or with one GET however many readers ask at once."""
+        data = self.cache.get(key)
+        if data is not None:
+            return data
+        pending = self._getting.get(key)
+        if pending is None:
+            pending = self._getting[key] = asyncio.ensure_future(self.run_io(self.store.get, key))
+            pending.add_done_callback(lambda done: self._got(key, done))
+        return await asyncio.shield(pending)
+
+    def _got(self, key: str, done: asyncio.Future[bytes]) -> None:
+        """A GET ended: its object goes in the cache before any reader can miss both."""
+        del self._getting[key]
+        if not done.cancelled() and done.exception() is None:
+            self.cache.put(key, done.result())
 
     def forget_manifest(self, key: Key) -> None:
         """The partition's manifest changed here (a merge): read it again when next needed."""
@@ -430,40 +472,13 @@ class DisklessNode:
         self._manifest_cache[key] = (loop.time(), manifest)
         return manifest
 
-    async def read(self, info: TopicInfo, index: int, offset: int, max_bytes: int, max_wait_ms: int) -> PartitionData:
-        """One partition of a Fetch."""
-        key = (info.topic_id, index)
-        try:
-            answer = await self.index(info.topic_id, index, offset, max_bytes, max_wait_ms)
-            manifest = await self.manifest(key, newer_than=answer.start_offset)
-            log_start = manifest.log_start_offset if manifest is not None else 0
-            end = answer.end_offset
-            data = PartitionData(info.name, index, high_watermark=end, last_stable_offset=end,
-                                 log_start_offset=log_start)
-            if offset < log_start or offset > end:
-                raise OffsetOutOfRangeError(f"offset {offset} of {info.name}-{index} is outside the log "
-                                            f"[{log_start}, {end}]")
-            if offset < answer.start_offset:
-                await self._read_merged(data, manifest, key, offset, max_bytes)
-            elif answer.entries:
-                records = await read_entries(answer.entries, self.cache, self.get_object, max_bytes)
-                data.regions, data.size = [records], len(records)
-                data.records = sum(e.record_count for e in answer.entries)
-            return data
-        except KafkaError as exc:
-            return PartitionData(info.name, index, exc.code, error_message=exc.message)
-        except Exception as exc:  # noqa: BLE001 - the bucket (an object gone, a GET refused): retriable
-            _log.warning("diskless %s-%d: a read from offset %d failed: %r", info.name, index, offset, exc)
-            error = KafkaStorageError(f"reading {info.name}-{index} from the bucket failed: {exc}")
-            return PartitionData(info.name, index, error.code, error_message=error.message)
 
-    async def _read_merged(self, data: PartitionData, manifest: PartitionManifest | None, key: Key, offset: int,
-                           max_bytes: int) -> None:
-        segment = manifest.segment_for(offset) if manifest is not None else None
-        if segment is None or segment.base_offset > offset:
-            raise OffsetOutOfRangeError(f"offset {offset} is in no merged segment of partition {key[1]}")
-        parts = await self._broker.tiered_reads.read(RemoteFetch(segment, key[0], key[1]), offset, max_bytes, True)
-        data.regions, data.size = list(parts), frame_size(parts)
+def _ready(read: rpc.IndexRead, answer: rpc.IndexAnswer | KafkaError) -> bool:
+    """Whether a reader has something to act on: entries, merged offsets, an offset out of
+    range, or an error."""
+    if isinstance(answer, KafkaError):
+        return True
+    return bool(answer.entries) or read.offset < answer.start_offset or read.offset > answer.end_offset
 
 
 async def _first_entry(waits: list[Awaitable[CommitEntry]]) -> CommitEntry:

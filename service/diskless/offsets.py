@@ -16,6 +16,7 @@ from controller.metadata import TopicInfo
 from remote_tier.log_manager import RemoteFetch
 from service.diskless.node import DisklessNode
 from service.diskless.reader import read_entries
+from service.diskless.rpc import IndexRead
 
 __all__ = ["list_offset"]
 
@@ -26,7 +27,8 @@ async def list_offset(node: DisklessNode, info: TopicInfo, index: int, timestamp
     local: the first unmerged offset, -5 latest tiered: the last merged one) and to a
     time (the first record at or after it: in the merged segments, then the unmerged
     batches)."""
-    answer = await node.index(info.topic_id, index, -1, 64 * 1024 * 1024, 0)
+    lookup = timestamp if timestamp >= 0 or timestamp == -3 else -1  # the sequencer finds the batch
+    answer = await node.index(info.topic_id, index, IndexRead(info.topic_id, index, -1, 0, lookup))
     manifest = await node.manifest((info.topic_id, index), newer_than=answer.start_offset)
     log_start = manifest.log_start_offset if manifest is not None else 0
     merged = manifest.segments if manifest is not None else ()
@@ -52,6 +54,8 @@ async def list_offset(node: DisklessNode, info: TopicInfo, index: int, timestamp
             return found.timestamp, found.offset, found.leader_epoch
     for entry in answer.entries:
         if entry.max_timestamp < timestamp:
+            continue
+        if entry.last_offset < log_start:
             continue
         batch = await read_entries([entry], node.cache, node.get_object, entry.size)
         for record in decode_batch(batch)[1]:

@@ -11,9 +11,12 @@ them, as follower fetches.
 * DisklessCommit: a writer's proposals for the partitions one broker sequences, in the
   write-ahead object's order; the answer holds, in the same order, each proposal's
   committed offsets or the error that refused it.
-* DisklessIndex: a reader asks a partition's sequencer for its committed entries from an
-  offset (a long poll up to ``max_wait_ms`` while there are none), with the partition's
-  first unmerged offset and its committed end (the high watermark).
+* DisklessIndex: a reader asks a sequencer for the committed entries of some of its
+  partitions, each from an offset (a long poll up to ``max_wait_ms`` while none has any),
+  with each partition's first unmerged offset and committed end (the high watermark). A
+  reader whose fetch was answered by another sequencer ends the poll early with a second
+  DisklessIndex naming it (``wake``): a connection answers its requests in order, so a
+  poll left waiting would hold up the next.
 
 Codec functions are pure; :func:`serve` runs on the event loop.
 """
@@ -44,6 +47,8 @@ __all__ = [
     "DISKLESS_INDEX",
     "DisklessServer",
     "IndexAnswer",
+    "IndexRead",
+    "IndexRequest",
     "RpcFormatError",
     "decode_commit_answer",
     "decode_commit_request",
@@ -68,8 +73,10 @@ class DisklessServer(Protocol):
 
     async def commit_here(self, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]: ...
 
-    async def index_here(self, topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int,
-                         max_wait_ms: int) -> IndexAnswer | KafkaError: ...
+    async def index_here(self, reads: Sequence[IndexRead], max_wait_ms: int,
+                         poll: str = "") -> list[IndexAnswer | KafkaError]: ...
+
+    def wake(self, poll: str) -> None: ...
 
 
 _HEAD = struct.Struct(">hhih")  # api key, version, correlation id, client id length
@@ -165,20 +172,58 @@ def decode_commit_answer(body: bytes | memoryview, proposals: Sequence[Proposal]
 # -- DisklessIndex -----------------------------------------------------------------------
 
 
-def encode_index_request(topic_id: uuid.UUID, partition: int, offset: int, max_bytes: int, max_wait_ms: int) -> bytes:
-    return orjson.dumps({"topic_id": str(topic_id), "partition": partition, "offset": offset,
-                         "max_bytes": max_bytes, "max_wait_ms": max_wait_ms})
+@dataclass(frozen=True, slots=True)
+class IndexRead:
+    """One partition of a DisklessIndex request: its committed entries from ``offset``, up
+    to ``max_bytes`` of batches; or, with ``timestamp`` ≥ 0, the first entry whose batch
+    reaches that time (-3: the entry of the newest timestamp) whatever ``offset``."""
+
+    topic_id: uuid.UUID
+    partition: int
+    offset: int
+    max_bytes: int
+    timestamp: int = -1
 
 
-def decode_index_request(body: bytes | memoryview) -> tuple[uuid.UUID, int, int, int, int]:
+@dataclass(frozen=True, slots=True)
+class IndexRequest:
+    """A long poll of several partitions one sequencer holds (``max_wait_ms`` for any of
+    them to have entries), named ``poll``; or, with ``wake``, the end of that poll's wait."""
+
+    reads: tuple[IndexRead, ...] = ()
+    max_wait_ms: int = 0
+    poll: str = ""
+    wake: str = ""
+
+
+def encode_index_request(request: IndexRequest) -> bytes:
+    if request.wake:
+        return orjson.dumps({"wake": request.wake})
+    return orjson.dumps({"max_wait_ms": request.max_wait_ms, "poll": request.poll, "partitions": [
+        [str(r.topic_id), r.partition, r.offset, r.max_bytes, r.timestamp] for r in request.reads]})
+
+
+def decode_index_request(body: bytes | memoryview) -> IndexRequest:
     what = "a DisklessIndex request"
     doc = _load(body, what)
-    try:
-        topic_id = uuid.UUID(str(doc.get("topic_id")))
-    except ValueError as err:
-        raise RpcFormatError(f"{what}: topic_id is not a UUID") from err
-    return (topic_id, _int(doc, "partition", what), _int(doc, "offset", what), _int(doc, "max_bytes", what),
-            _int(doc, "max_wait_ms", what))
+    if "wake" in doc:
+        if not isinstance(doc["wake"], str):
+            raise RpcFormatError(f"{what}: wake is not a string")
+        return IndexRequest(wake=doc["wake"])
+    rows, poll = doc.get("partitions"), doc.get("poll", "")
+    if not isinstance(rows, list) or not isinstance(poll, str):
+        raise RpcFormatError(f"{what} lacks its partitions")
+    reads = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 5 or not isinstance(row[0], str) or any(
+                not isinstance(v, int) or isinstance(v, bool) for v in row[1:]):
+            raise RpcFormatError(f"{what}: a malformed partition {row!r}")
+        try:
+            topic_id = uuid.UUID(row[0])
+        except ValueError as err:
+            raise RpcFormatError(f"{what}: a malformed partition {row!r}") from err
+        reads.append(IndexRead(topic_id, *row[1:]))
+    return IndexRequest(tuple(reads), _int(doc, "max_wait_ms", what), poll)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,25 +235,40 @@ class IndexAnswer:
     entries: tuple[CommitEntry, ...]
 
 
-def encode_index_answer(answer: IndexAnswer | KafkaError) -> bytes:
-    if isinstance(answer, KafkaError):
-        return orjson.dumps({"error": int(answer.code), "message": answer.message})
-    objects, rows = entry_rows(answer.entries)
-    return orjson.dumps({"start": answer.start_offset, "end": answer.end_offset, "objects": objects,
-                         "entries": rows})
+def encode_index_answer(answers: Sequence[IndexAnswer | KafkaError]) -> bytes:
+    out: list[dict[str, Any]] = []
+    for answer in answers:
+        if isinstance(answer, KafkaError):
+            out.append({"error": int(answer.code), "message": answer.message})
+        else:
+            objects, rows = entry_rows(answer.entries)
+            out.append({"start": answer.start_offset, "end": answer.end_offset, "objects": objects, "entries": rows})
+    return orjson.dumps({"partitions": out})
 
 
-def decode_index_answer(body: bytes | memoryview) -> IndexAnswer:
-    """The answer, or the Kafka error the sequencer answered (raised)."""
+def decode_index_answer(body: bytes | memoryview, count: int) -> list[IndexAnswer | KafkaError]:
+    """The answers to a request of ``count`` partitions (an error answering the whole
+    request is raised)."""
     what = "a DisklessIndex answer"
     doc = _load(body, what)
     if "error" in doc:
         raise _error(doc)
-    try:
-        entries = entries_of_rows(doc.get("objects"), doc.get("entries"), what)  # type: ignore[arg-type]
-    except CommitFormatError as err:
-        raise RpcFormatError(str(err)) from err
-    return IndexAnswer(_int(doc, "start", what), _int(doc, "end", what), tuple(entries))
+    parts = doc.get("partitions")
+    if not isinstance(parts, list) or len(parts) != count:
+        raise RpcFormatError(f"{what} does not answer every partition")
+    out: list[IndexAnswer | KafkaError] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            raise RpcFormatError(f"{what}: a malformed partition")
+        if "error" in part:
+            out.append(_error(part))
+            continue
+        try:
+            entries = entries_of_rows(part.get("objects"), part.get("entries"), what)  # type: ignore[arg-type]
+        except CommitFormatError as err:
+            raise RpcFormatError(str(err)) from err
+        out.append(IndexAnswer(_int(part, "start", what), _int(part, "end", what), tuple(entries)))
+    return out
 
 
 def _error(doc: dict[str, Any]) -> KafkaError:
@@ -251,9 +311,13 @@ async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connectio
         out = encode_commit_answer(answers)
     else:
         try:
-            topic_id, partition, offset, max_bytes, max_wait_ms = decode_index_request(body)
+            request = decode_index_request(body)
         except RpcFormatError as err:
             return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
-        out = encode_index_answer(await node.index_here(topic_id, partition, offset, max_bytes, max_wait_ms))
+        if request.wake:
+            node.wake(request.wake)
+            out = b"{}"
+        else:
+            out = encode_index_answer(await node.index_here(request.reads, request.max_wait_ms, request.poll))
     node.rpc_bytes_out += len(out)
     return _frame(correlation_id, out)

@@ -100,6 +100,9 @@ class PartitionSequence:
         self.durable: list[CommitEntry] = []
         self.pending: list[CommitEntry] = []  # accepted, not yet taken by the committer
         self.in_flight: list[CommitEntry] = []  # taken, their slot not yet written
+        #: no longer sequenced here (its sequencer resigned it): nothing more of it is written
+        #: or acknowledged, even a slot already in flight (ADR 0027, section 4)
+        self.resigned = False
         self._rebuild()
 
     @classmethod

@@ -49,7 +49,9 @@ class Sequencer:
         self._sequences[(sequence.topic_id, sequence.partition)] = sequence
 
     def resign(self, topic_id: uuid.UUID, partition: int) -> None:
-        self._sequences.pop((topic_id, partition), None)
+        sequence = self._sequences.pop((topic_id, partition), None)
+        if sequence is not None:
+            sequence.resigned = True
 
     def led(self) -> list[tuple[uuid.UUID, int]]:
         """The partitions sequenced here."""
@@ -86,6 +88,9 @@ class Sequencer:
             await self.committer.wait_durable(sequence, entry)
         except KafkaError as exc:
             return exc
+        if sequence.resigned:  # its successor may have read the chain before this slot landed
+            return NotLeaderOrFollowerError(f"{sequence.name} is no longer sequenced here: propose again "
+                                            "to its sequencer")
         return entry
 
     def _too_late(self, proposal: Proposal, now_ms: int) -> KafkaError | None:

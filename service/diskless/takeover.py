@@ -86,10 +86,19 @@ def take_over(store: ObjectStore, prefix: str, manifests: ManifestStore, topic_i
     mine = DisklessChainStart(str(own), own_next_slot, leader_epoch)
 
     def record(current: PartitionManifest | None) -> PartitionManifest:
+        # another sequencer took over meanwhile (its epoch fences us below anyway), or the
+        # previous one published a merge or moved the log start after our read: read again
+        if _shape(current) != _shape(manifest):
+            raise FencedError(f"{topic_id}-{partition}: the manifest changed during the takeover")
         base = current or PartitionManifest.empty(topic, topic_id, partition, leader_epoch)
-        if base.diskless != read:  # another sequencer took over meanwhile: its epoch fences us below
-            raise FencedError(f"{topic_id}-{partition}: the manifest's chains changed during the takeover")
         return replace(base, diskless=(*sealed, mine))
 
     manifests.update(topic_id, partition, record, leader_epoch=leader_epoch)
     return sequence
+
+
+def _shape(manifest: PartitionManifest | None) -> tuple[object, ...] | None:
+    """What a takeover read of the manifest depends on."""
+    if manifest is None:
+        return None
+    return manifest.diskless, manifest.next_offset, manifest.log_start_offset

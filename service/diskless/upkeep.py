@@ -28,7 +28,8 @@ from service.diskless.collector import collect
 from service.diskless.merge import merge, mergeable
 
 if TYPE_CHECKING:
-    from service.diskless.node import DisklessHost, DisklessNode
+    from service.diskless.host import DisklessHost
+    from service.diskless.node import DisklessNode
 
 __all__ = ["collect_once", "merge_due", "run_upkeep"]
 
@@ -77,16 +78,16 @@ async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = F
                             max_bytes=config.segment_bytes)
         if not entries:
             continue
-        objects: dict[str, bytes] = {}
-        for entry in entries:  # the cache is the loop's: read it here, the rest from the bucket
-            if entry.object_key not in objects:
-                cached = node.cache.get(entry.object_key)
-                objects[entry.object_key] = cached if cached is not None else await node.run_io(
-                    node.store.get, entry.object_key)
+        # the cache is the loop's: what it holds now is handed over, the rest read on the
+        # merge's thread one object at a time (the objects of a merge may be gigabytes)
+        cached = {e.object_key: data for e in entries if (data := node.cache.get(e.object_key)) is not None}
+        read_object = lambda key, cached=cached: cached.get(key) or node.store.get(key)  # noqa: E731
+        if sequencer.get(*key) is not sequence or not broker.replicas.may_lead():
+            continue  # resigned, or not sure it still may: its successor merges
         epoch = sequence.leader_epoch
         try:
             merged = await node.run_io(merge, broker.tiering.rsm, info.name, key[0], key[1], epoch, entries,
-                                       objects.__getitem__, config, list(sequence.base_producers),
+                                       read_object, config, list(sequence.base_producers),
                                        broker.data_dir)
         except FencedError as exc:
             _log.info("diskless %s-%d: a newer sequencer publishes now: %s", info.name, key[1], exc)

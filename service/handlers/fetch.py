@@ -17,6 +17,7 @@ from common.protocol.codec import timedelta_to_ms
 from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
 from fetch.response import encode_fetch_response, frame_size
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
+from service.diskless.fetching import read_diskless
 from service.handlers.context import RequestContext
 from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
@@ -86,14 +87,20 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     max_wait_ms = timedelta_to_ms(request.max_wait)
     # diskless partitions (ADR 0027) are read through their sequencers, beside the local logs
     diskless_topics = {t for t in {w.topic for w in wanted} if _is_diskless(broker, t)}
-    diskless_reads: asyncio.Future[list[PartitionData]] | None = None
+    from_bucket: list[PartitionData] = []
     diskless_keys: set[tuple[str, int]] = set()
     if diskless_topics:
-        from_bucket = [w for w in wanted if w.topic in diskless_topics]
+        wants = [(broker.controller.topic(w.topic), w.topic, w.partition, w.fetch_offset, w.max_bytes)
+                 for w in wanted if w.topic in diskless_topics]
         wanted = [w for w in wanted if w.topic not in diskless_topics]
-        diskless_keys = {(w.topic, w.partition) for w in from_bucket}
-        diskless_reads = asyncio.ensure_future(
-            _read_diskless(broker, from_bucket, max_bytes, 0 if wanted else max_wait_ms))
+        diskless_keys = {(name, index) for _, name, index, _, _ in wants}
+        # with local partitions too, the bucket's are read at once and the local ones long-poll
+        wait_ms = max_wait_ms if not wanted and min_bytes > 0 else 0
+        from_bucket = await read_diskless(broker.diskless, wants, max_bytes, wait_ms)
+        max_bytes = max(0, max_bytes - sum(d.size for d in from_bucket))
+        min_bytes -= sum(d.size for d in from_bucket)
+        if any(d.error_code != ErrorCode.none for d in from_bucket):
+            min_bytes = 0  # answered at once, as for a local partition's error
 
     tiering = broker.tiering if broker.tiering.enabled else None
     # v11+: a consumer may read from a follower, and be sent to one in its rack (KIP-392)
@@ -140,9 +147,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             data, total, errors = read()
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
-    if diskless_reads is not None:
-        from_bucket_data = {(d.topic, d.partition): d for d in await diskless_reads}
-        data = [from_bucket_data.get((d.topic, d.partition), d) for d in data]
+    if from_bucket:
+        by_key = {(d.topic, d.partition): d for d in from_bucket}
+        data = [by_key.get((d.topic, d.partition), d) for d in data]
     broker.metrics_fetch(data)
     # the fetch byte-rate quota and the request-time one (not counting the long poll)
     throttle = max(ctx.throttle(FETCH, sum(d.size for d in data)), ctx.request_throttle())
@@ -163,30 +170,6 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 def _is_diskless(broker: Any, topic: str) -> bool:
     info = broker.controller.topic(topic)
     return info is not None and info.diskless
-
-
-async def _read_diskless(broker: Any, fetches: list[PartitionFetch], max_bytes: int,
-                         max_wait_ms: int) -> list[PartitionData]:
-    """The diskless partitions of a Fetch: read at once; when none has records and the
-    fetch may wait, each waits for its sequencer's next commit and the first to answer
-    ends the wait (an idle partition does not hold up a busy one)."""
-    node = broker.diskless
-
-    def one(w: PartitionFetch, wait_ms: int) -> Any:
-        return node.read(broker.controller.topic(w.topic), w.partition, w.fetch_offset,
-                         max(1, min(w.max_bytes, max_bytes)), wait_ms)
-
-    data = list(await asyncio.gather(*(one(w, 0) for w in fetches)))
-    if max_wait_ms <= 0 or any(d.size or d.error_code != ErrorCode.none for d in data):
-        return data
-    waits = [asyncio.ensure_future(one(w, max_wait_ms)) for w in fetches]
-    done, pending = await asyncio.wait(waits, timeout=max_wait_ms / 1000 + 1, return_when=asyncio.FIRST_COMPLETED)
-    for task in pending:
-        task.cancel()
-    for i, task in enumerate(waits):
-        if task in done and task.exception() is None:
-            data[i] = task.result()
-    return data
 
 
 def _rack_of(broker: Any) -> Any:

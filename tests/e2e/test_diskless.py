@@ -290,7 +290,7 @@ def test_list_offsets_by_time_and_a_consumer_group_on_a_diskless_topic(cluster: 
         while len(got) < 100 and time.monotonic() < deadline:
             got += [m for m in consumer.consume(100, timeout=0.5) if m.error() is None]
         assert [m.offset() for m in got] == list(range(100))
-        consumer.commit(asynchronous=False)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
         committed = consumer.committed([TopicPartition(topic, 0)], timeout=CLIENT_TIMEOUT_S)
         assert committed[0].offset == 100
     finally:

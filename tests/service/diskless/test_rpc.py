@@ -30,13 +30,18 @@ def test_a_commit_request_and_its_answer_round_trip_in_order() -> None:
     assert isinstance(answers[2], CommitEntry) and answers[2].object_key == proposals[2].object_key
 
 
-def test_an_index_answer_round_trips_and_an_error_is_raised() -> None:
+def test_an_index_request_and_its_answers_round_trip_with_errors_per_partition() -> None:
     entry = CommitEntry(TOPIC, 0, 1, 10, 2, "diskless/wal/1/0000000000001-a.wal", 0, 99, 5)
-    answer = rpc.IndexAnswer(10, 12, (entry,))
-    assert rpc.decode_index_answer(rpc.encode_index_answer(answer)) == answer
-    with pytest.raises(NotLeaderOrFollowerError, match="moved"):
-        rpc.decode_index_answer(rpc.encode_index_answer(NotLeaderOrFollowerError("moved")))
-    assert rpc.decode_index_request(rpc.encode_index_request(TOPIC, 3, 44, 1000, 500)) == (TOPIC, 3, 44, 1000, 500)
+    answers = rpc.decode_index_answer(rpc.encode_index_answer(
+        [rpc.IndexAnswer(10, 12, (entry,)), NotLeaderOrFollowerError("moved")]), 2)
+    assert answers[0] == rpc.IndexAnswer(10, 12, (entry,))
+    assert isinstance(answers[1], NotLeaderOrFollowerError) and "moved" in answers[1].message
+    request = rpc.IndexRequest((rpc.IndexRead(TOPIC, 3, 44, 1000), rpc.IndexRead(TOPIC, 4, -1, 0, 1234)), 500, "p1")
+    assert rpc.decode_index_request(rpc.encode_index_request(request)) == request
+    wake = rpc.IndexRequest(wake="p1")
+    assert rpc.decode_index_request(rpc.encode_index_request(wake)) == wake
+    with pytest.raises(rpc.RpcFormatError):  # an answer for fewer partitions than asked
+        rpc.decode_index_answer(rpc.encode_index_answer([rpc.IndexAnswer(0, 0, ())]), 2)
 
 
 @pytest.mark.parametrize("body", [
@@ -61,14 +66,17 @@ def test_a_malformed_commit_answer_is_refused(body: bytes) -> None:
 
 
 @pytest.mark.parametrize("doc", [
-    {"topic_id": "x", "partition": 0, "offset": 0, "max_bytes": 1, "max_wait_ms": 0},
-    {"topic_id": str(TOPIC), "partition": "0", "offset": 0, "max_bytes": 1, "max_wait_ms": 0},
-    {"topic_id": str(TOPIC), "partition": 0, "offset": 0, "max_bytes": 1},
-    {"start": 0, "end": 1, "objects": [], "entries": [["x"]]},
+    {"max_wait_ms": 0, "poll": "", "partitions": [["x", 0, 0, 1, -1]]},
+    {"max_wait_ms": 0, "poll": "", "partitions": [[str(TOPIC), "0", 0, 1, -1]]},
+    {"max_wait_ms": 0, "poll": "", "partitions": [[str(TOPIC), 0, 0, 1]]},
+    {"poll": "", "partitions": []},
+    {"wake": 5},
+    {"partitions": [{"start": 0, "end": 1, "objects": [], "entries": [["x"]]}]},
+    {"partitions": [7]},
 ])
 def test_malformed_index_bodies_are_refused(doc: dict[str, object]) -> None:
     with pytest.raises(rpc.RpcFormatError):
-        if "start" in doc:
-            rpc.decode_index_answer(orjson.dumps(doc))
+        if "partitions" in doc and "poll" not in doc and "max_wait_ms" not in doc:
+            rpc.decode_index_answer(orjson.dumps(doc), 1)
         else:
             rpc.decode_index_request(orjson.dumps(doc))

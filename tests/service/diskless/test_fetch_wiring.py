@@ -1,0 +1,99 @@
+"""Fetch of diskless partitions through the real handler on an in-process broker: the
+response's max_bytes, min_bytes 0, and a Fetch of classic and diskless partitions together."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.fetch.v12 import request as fr
+
+import service.handlers.fetch as fetch_handler
+from common.errors import ErrorCode
+from common.protocol.codec import RequestHeader
+from common.record.batch import validate_batches
+from service.handlers.context import RequestContext
+from tests.service.diskless.broker_harness import batch, diskless_topic, run
+
+BASE = 1_700_000_000_000
+
+
+def _request(parts: list[tuple[str, int, int]], *, max_wait_ms: int, min_bytes: int = 1,
+             max_bytes: int = 50 << 20, partition_max_bytes: int = 1 << 20) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for topic, p, offset in parts:
+        topics.setdefault(topic, []).append(fr.FetchPartition(
+            partition=p, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
+            log_start_offset=-1, partition_max_bytes=partition_max_bytes))
+    return fr.FetchRequest(
+        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=min_bytes, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
+        topics=tuple(fr.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+        forgotten_topics_data=(), rack_id="")
+
+
+async def _fetch(broker: Any, request: Any, captured: list[Any]) -> float:
+    ctx = RequestContext(RequestHeader(1, 12, 1, "t", True), broker, None)
+    start = time.monotonic()
+    await fetch_handler.handle_fetch(ctx, request)
+    return time.monotonic() - start
+
+
+async def _produce(broker: Any, info: Any, partition: int, values: list[bytes]) -> None:
+    records = batch(values, BASE)
+    await broker.diskless.produce(info, partition, records, validate_batches(records, max_message_bytes=8 << 20),
+                                  False)
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    out: list[Any] = []
+    real = fetch_handler.encode_fetch_response
+
+    def spy(version: int, correlation_id: int, partitions: Any, **kw: Any) -> Any:
+        out.append(list(partitions))
+        return real(version, correlation_id, partitions, **kw)
+
+    monkeypatch.setattr(fetch_handler, "encode_fetch_response", spy)
+    return out
+
+
+def test_a_mixed_fetch_answers_at_once_when_a_diskless_partition_has_records(
+        tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        info = await diskless_topic(broker, "d")
+        await broker.create_topic("c", num_partitions=1)
+        await _produce(broker, info, 0, [b"x" * 100] * 3)
+        return await _fetch(broker, _request([("c", 0, 0), ("d", 0, 0)], max_wait_ms=3000), captured)
+
+    elapsed = run(tmp_path, body)
+    by_topic = {d.topic: d for d in captured[-1]}
+    assert by_topic["d"].size > 0 and by_topic["d"].error_code == ErrorCode.none
+    # a classic broker answers at once: min_bytes=1 is already satisfied by the diskless partition
+    assert elapsed < 1.5, f"answered after {elapsed:.2f}s (the whole max_wait)"
+
+
+def test_a_fetch_of_many_diskless_partitions_keeps_to_the_response_max_bytes(tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        info = await diskless_topic(broker, "d", partitions=4)
+        for p in range(4):
+            await _produce(broker, info, p, [bytes([65 + p]) * 100_000])
+        return await _fetch(broker, _request([("d", p, 0) for p in range(4)], max_wait_ms=0,
+                                             max_bytes=150_000), captured)
+
+    run(tmp_path, body)
+    total = sum(d.size for d in captured[-1])
+    # Kafka (and read_partitions for classic topics): at most max_bytes, unless the first batch alone is larger
+    assert total <= 150_000 + 100_200, f"{total} bytes answered for max_bytes=150000"
+
+
+def test_a_diskless_fetch_with_min_bytes_0_answers_at_once(tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        await diskless_topic(broker, "d")
+        return await _fetch(broker, _request([("d", 0, 0)], max_wait_ms=2000, min_bytes=0), captured)
+
+    elapsed = run(tmp_path, body)
+    assert elapsed < 1.0, f"min_bytes=0 answered after {elapsed:.2f}s"
