@@ -1,14 +1,21 @@
 """Diskless topics on three brokers and moto's S3 server (issue 35, ADR 0027).
 
-    python bench/diskless.py [--seconds 20] [--rate 1500] [--records 200000] [--out docs/benchmarks-diskless.json]
+    python bench/diskless.py [--seconds 20] [--rate 1500] [--records 500000] [--out docs/benchmarks-diskless.json]
 
-* **latency**: for ``diskless.batch.ms`` 250 and then 50 (a fresh cluster and bucket each),
-  three producers, each bootstrapped to a different broker (so each broker writes), offer
-  ``--rate`` records/s in all of 1 KiB (acks=all, linger.ms 5, idempotent) to a 6-partition
-  diskless topic for ``--seconds``; produce latency (send to acknowledgement) p50/p99/max
-  after a 3 s warm-up. Targets (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50.
+* **latency**: for ``diskless.batch.ms`` 250 and then 50 (a fresh cluster and bucket each,
+  brokers in racks r1-r3), three producers offer ``--rate`` records/s in all of 1 KiB
+  (acks=all, idempotent, linger.ms 5) to a 6-partition diskless topic for ``--seconds``;
+  produce latency (send to acknowledgement) p50/p99/max after a 3 s warm-up, and the
+  produce requests' round trip (librdkafka's ``rtt`` p99). Twice: writing to each
+  partition's sequencer (what Metadata names); zone-local (each producer names one
+  broker's rack in its client.id and writes every partition through it, so commits cross
+  to the other sequencers); to the sequencers with linger.ms = 0.4 × batch.ms; and to the
+  sequencers without idempotence, 64 requests in flight (an idempotent producer keeps at
+  most 5 per connection, and librdkafka sends a request per partition, so at linger.ms 5
+  its records wait for a free slot about one batch window before theirs starts). Targets
+  (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50.
 * **throughput and request costs** (on the batch.ms 250 cluster): ``--records`` 1 KiB
-  records through ``strata perf produce`` (three processes, one per broker, acks=all) to a
+  records through ``strata perf produce`` (three processes, acks=all) to a
   6-partition diskless topic, then to a classic 6-partition RF 3 topic with
   ``min.insync.replicas`` 2 on the same brokers; records/s of each and their ratio. From
   the brokers' metrics: write-ahead objects and commit slots written (the PUTs of the
@@ -16,7 +23,7 @@
   between brokers (``strata_replica_fetched_bytes``: target 0 for diskless) beside the
   entries the diskless APIs carried (``strata_diskless_rpc_bytes``).
 * **request costs with full objects**: ``diskless.batch.ms`` 5000, all writes through one
-  broker, so objects close at ``diskless.batch.bytes`` (8 MiB) as they do on a broker
+  broker (its rack named), so objects close at ``diskless.batch.bytes`` (8 MiB) as they do on a broker
   writing ≥ 32 MiB/s at the default 250 ms; PUTs per GB to a 6-partition topic (three
   sequencers: each object costs one commit slot per sequencer) and to a 1-partition one.
 
@@ -68,7 +75,8 @@ class Cluster:
             b = BrokerProcess(work / f"broker-{n}", work / f"broker-{n}.log")
             http = free_port()
             b.cmd[b.cmd.index("--http") + 1] = f"127.0.0.1:{http}"
-            b.cmd += ["--node-id", str(n), "--object-store", f"s3://{bucket}/strata", "--s3-endpoint", moto.endpoint]
+            b.cmd += ["--node-id", str(n), "--object-store", f"s3://{bucket}/strata", "--s3-endpoint", moto.endpoint,
+                      "--set", f"broker.rack=r{n}"]
             for key, value in sets.items():
                 b.cmd += ["--set", f"{key}={value}"]
             self.brokers.append(b)
@@ -78,10 +86,10 @@ class Cluster:
         self.bootstrap = ",".join(b.bootstrap for b in self.brokers)
         self.command = " ".join(self.brokers[0].cmd[1:])
 
-    def metric(self, name: str, label: str = "") -> float:
-        """``name`` summed over the brokers' /metrics."""
+    def metric(self, name: str) -> float:
+        """``name`` summed over the brokers' /metrics (every label)."""
         total = 0.0
-        pattern = re.compile(rf"^{name}(_total)?({re.escape(label)})? ([0-9.e+-]+)$", re.M)
+        pattern = re.compile(rf"^{name}(_total)?(\{{[^}}]*\}})? ([0-9.e+-]+)$", re.M)
         for port in self.http:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
             total += sum(float(m.group(3)) for m in pattern.finditer(text))
@@ -107,19 +115,35 @@ def create(bootstrap: str, name: str, config: dict[str, str], partitions: int = 
     raise SystemExit(f"topic {name} has no leaders after 60 s")
 
 
-def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict[str, Any]:
-    """Three producers, one per broker, at ``rate`` records/s in all (module docstring)."""
+def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger_ms: int,
+            zone_local: bool, idempotent: bool = True) -> dict[str, Any]:
+    """Three producers, one per broker, at ``rate`` records/s in all (module docstring); with
+    the produce requests' round trip as librdkafka measures it (its ``rtt`` p99, the broker's
+    side of the latency without the client's queueing)."""
     from confluent_kafka import Producer
 
     value = os.urandom(RECORD)
     samples: list[float] = []
     failures: list[str] = []
+    rtt_p99: list[float] = []
     lock = threading.Lock()
     start = time.monotonic()
     warm = start + 3
 
-    def run(bootstrap: str, share: int) -> None:
-        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5, "enable.idempotence": True})
+    def stats(text: str) -> None:
+        brokers = json.loads(text).get("brokers", {})
+        with lock:
+            rtt_p99.extend(b["rtt"]["p99"] / 1000 for b in brokers.values()
+                           if b.get("nodeid", -1) >= 0 and b.get("rtt", {}).get("cnt", 0) > 0)
+
+    def run(node: int, share: int) -> None:
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": linger_ms,
+                      "enable.idempotence": idempotent,
+                      # an idempotent producer keeps at most 5 requests in flight per connection
+                      "max.in.flight.requests.per.connection": 5 if idempotent else 64,
+                      "statistics.interval.ms": 5000, "stats_cb": stats,
+                      # zone-local: every write of this producer goes through broker ``node``
+                      "client.id": f"bench-strata_rack=r{node}" if zone_local else "bench"})
 
         def done(err: Any, msg: Any, sent: float) -> None:
             now = time.monotonic()
@@ -145,7 +169,7 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict[str
             p.poll(0)
         p.flush(60)
 
-    threads = [threading.Thread(target=run, args=(b.bootstrap, max(1, rate // 3))) for b in cluster.brokers]
+    threads = [threading.Thread(target=run, args=(n, max(1, rate // 3))) for n in (1, 2, 3)]
     for t in threads:
         t.start()
     for t in threads:
@@ -154,20 +178,22 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float) -> dict[str
     if not samples:
         raise SystemExit(f"no acknowledgement measured: {failures[:3]}")
     pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))] * 1000  # noqa: E731
-    return {"records": len(samples), "failures": len(failures), "p50_ms": round(pick(0.5), 1),
-            "p99_ms": round(pick(0.99), 1), "max_ms": round(samples[-1] * 1000, 1),
-            "mean_ms": round(statistics.fmean(samples) * 1000, 1)}
+    return {"linger_ms": linger_ms, "zone_local": zone_local, "idempotent": idempotent, "records": len(samples), "failures": len(failures),
+            "p50_ms": round(pick(0.5), 1), "p99_ms": round(pick(0.99), 1), "max_ms": round(samples[-1] * 1000, 1),
+            "mean_ms": round(statistics.fmean(samples) * 1000, 1),
+            "request_rtt_p99_ms": round(max(rtt_p99), 1) if rtt_p99 else None}
 
 
-def produce(cluster: Cluster, topic: str, records: int, writers: list[BrokerProcess] | None = None) -> float:
-    """``records`` 1 KiB records from three ``strata perf produce`` processes, one per broker
-    of ``writers`` (default: each broker); records/s."""
+def produce(cluster: Cluster, topic: str, records: int, through: int | None = None) -> float:
+    """``records`` 1 KiB records from three ``strata perf produce`` processes, writing to the
+    partitions' sequencers, or all through broker ``through`` (its rack named); records/s."""
     per = records // 3
     procs = []
-    for b in writers or cluster.brokers:
-        cmd = [sys.executable, "-m", "service", "perf", "produce", "--bootstrap-server", b.bootstrap,
+    for _ in range(3):
+        client = [f"client.id=perf-strata_rack=r{through}"] if through is not None else []
+        cmd = [sys.executable, "-m", "service", "perf", "produce", "--bootstrap-server", cluster.bootstrap,
                "--topic", topic, "--num-records", str(per), "--record-size", str(RECORD),
-               "--producer-props", "acks=all", "linger.ms=5"]
+               "--producer-props", "acks=all", "linger.ms=5", *client]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, text=True))
     total = 0.0
     for proc in procs:
@@ -180,11 +206,10 @@ def produce(cluster: Cluster, topic: str, records: int, writers: list[BrokerProc
     return total
 
 
-def costs(cluster: Cluster, topic: str, records: int, diskless: bool,
-          writers: list[BrokerProcess] | None = None) -> dict[str, Any]:
+def costs(cluster: Cluster, topic: str, records: int, diskless: bool, through: int | None = None) -> dict[str, Any]:
     before = {m: cluster.metric(m) for m in ("strata_diskless_wal_objects", "strata_diskless_commit_slots",
                                              "strata_replica_fetched_bytes", "strata_diskless_rpc_bytes")}
-    rate = produce(cluster, topic, records, writers)
+    rate = produce(cluster, topic, records, through)
     time.sleep(2)  # the followers' last fetches
     after = {m: cluster.metric(m) for m in before}
     delta = {m: after[m] - before[m] for m in before}
@@ -205,7 +230,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--rate", type=int, default=1500)
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks-diskless.json")
     args = parser.parse_args()
     for k in CLEARED:
@@ -221,8 +246,17 @@ def main() -> int:
                 cluster = Cluster(Path(tmp) / f"b{batch_ms}", moto, {"diskless.batch.ms": str(batch_ms)})
                 try:
                     create(cluster.bootstrap, "lat", {"diskless.enable": "true"})
-                    result["latency"][str(batch_ms)] = lat = latency(cluster, "lat", args.rate, args.seconds)
-                    log(f"batch.ms {batch_ms}: {lat}")
+                    # writes to each partition's sequencer (Metadata names it); zone-local writes
+                    # (each producer names its broker's rack and writes through that broker); a
+                    # longer linger.ms (fewer, larger requests: an idempotent producer keeps 5 in
+                    # flight per connection); and a producer without that limit
+                    runs = []
+                    for linger, zone_local, idempotent in ((5, False, True), (5, True, True),
+                                                           (max(5, batch_ms * 2 // 5), False, True),
+                                                           (5, False, False)):
+                        runs.append(latency(cluster, "lat", args.rate, args.seconds, linger, zone_local, idempotent))
+                        log(f"batch.ms {batch_ms}: {runs[-1]}")
+                    result["latency"][str(batch_ms)] = runs
                     if batch_ms == 250:
                         result["broker_command"] = cluster.command
                         create(cluster.bootstrap, "dl", {"diskless.enable": "true"})
@@ -241,11 +275,10 @@ def main() -> int:
             cluster = Cluster(Path(tmp) / "bulk", moto, {"diskless.batch.ms": "5000"})
             try:
                 create(cluster.bootstrap, "bulk6", {"diskless.enable": "true"})
-                writers = [cluster.brokers[0]] * 3
-                result["bulk_6_partitions"] = costs(cluster, "bulk6", args.records, True, writers)
+                result["bulk_6_partitions"] = costs(cluster, "bulk6", args.records, True, through=1)
                 log(f"bulk, 6 partitions: {result['bulk_6_partitions']}")
                 create(cluster.bootstrap, "bulk1", {"diskless.enable": "true"}, partitions=1)
-                result["bulk_1_partition"] = costs(cluster, "bulk1", args.records, True, writers)
+                result["bulk_1_partition"] = costs(cluster, "bulk1", args.records, True, through=1)
                 log(f"bulk, 1 partition: {result['bulk_1_partition']}")
             finally:
                 cluster.stop()

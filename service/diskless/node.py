@@ -110,6 +110,8 @@ class DisklessNode:
         self.rpc_bytes_in = 0
         self.takeovers = 0
         self.merged_segments = 0
+        #: when retention is next due by time in each partition sequenced here (ms; absent: now)
+        self.retention_at: dict[Key, int] = {}
 
     def run_io(self, fn: Any, *args: Any) -> Awaitable[Any]:
         """``fn(*args)`` on the diskless I/O threads (bucket requests, merges)."""
@@ -201,6 +203,7 @@ class DisklessNode:
             if not self._still_leads(key, epoch):
                 return
             sequencer.lead(sequence)
+            self.retention_at.pop(key, None)  # checked at the next pass
             self.takeovers += 1
             self._manifest_cache.pop(key, None)
             _log.info("diskless %s-%d: sequenced here at leader epoch %d from offset %d (%d entries unmerged)",

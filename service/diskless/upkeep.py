@@ -19,13 +19,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING
 
+from local_tier.config import LogConfig
 from remote_tier.diskless.commits import CommitBatch
 from remote_tier.diskless.wal import WalKey
 from remote_tier.errors import FencedError
+from remote_tier.tier_state import NEVER, retention_due_at
 from service.diskless.collector import collect
 from service.diskless.merge import merge, mergeable
+from service.diskless.sequence import PartitionSequence
 
 if TYPE_CHECKING:
     from service.diskless.host import DisklessHost
@@ -57,7 +61,8 @@ async def run_upkeep(node: DisklessNode, broker: DisklessHost) -> None:
 
 async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = False) -> int:
     """Merge every partition sequenced here that is due (``force``: every one with entries
-    past the commit deadline); the number of segments published."""
+    past the commit deadline), then apply retention where it is due; the number of segments
+    published."""
     sequencer = node.sequencer
     if sequencer is None:
         return 0
@@ -66,46 +71,71 @@ async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = F
     for key in sequencer.led():
         sequence = sequencer.get(*key)
         info = md.topic_by_id(key[0])
-        if sequence is None or info is None or not sequence.durable:
+        if sequence is None or info is None:
             continue
         config = broker.log_config(info.name)
-        now_ms = int(time.time() * 1000)
-        oldest_ms = WalKey.parse(sequence.durable[0].object_key).created_ms
-        unmerged = sum(e.size for e in sequence.durable)
-        if not force and now_ms - oldest_ms < node.merge_interval_ms and unmerged < config.segment_bytes:
-            continue
-        entries = mergeable(sequence, now_ms=now_ms, commit_deadline_ms=node.commit_deadline_ms,
-                            max_bytes=config.segment_bytes)
-        if not entries:
-            continue
-        # the cache is the loop's: what it holds now is handed over, the rest read on the
-        # merge's thread one object at a time (the objects of a merge may be gigabytes)
-        cached = {e.object_key: data for e in entries if (data := node.cache.get(e.object_key)) is not None}
-        read_object = lambda key, cached=cached: cached.get(key) or node.store.get(key)  # noqa: E731
-        if sequencer.get(*key) is not sequence or not broker.replicas.may_lead():
-            continue  # resigned, or not sure it still may: its successor merges
-        epoch = sequence.leader_epoch
-        try:
-            merged = await node.run_io(merge, broker.tiering.rsm, info.name, key[0], key[1], epoch, entries,
-                                       read_object, config, list(sequence.base_producers),
-                                       broker.data_dir)
-        except FencedError as exc:
-            _log.info("diskless %s-%d: a newer sequencer publishes now: %s", info.name, key[1], exc)
-            continue
-        if sequencer.get(*key) is not sequence:
-            continue  # resigned meanwhile: the successor reads the manifest
-        sequence.merged_up_to(merged.next_offset, merged.producers)
-        node.forget_manifest(key)
-        published += 1
-        node.merged_segments += 1
-        _log.info("diskless %s-%d: merged offsets %d-%d into a tiered segment", info.name, key[1],
-                  entries[0].base_offset, merged.next_offset - 1)
-        if config.delete:
-            left = sum(e.size for e in sequence.durable)
-            await node.run_io(lambda: broker.tiering.rsm.apply_retention(
-                key[0], key[1], retention_ms=config.retention_ms, retention_bytes=config.retention_bytes,
-                now_ms=int(time.time() * 1000), leader_epoch=epoch, local_only_bytes=left))
+        if sequence.durable and await _merge(node, broker, key, sequence, info.name, config, force):
+            published += 1
+            node.retention_at[key] = 0  # the merge may have made it due
+        if config.delete and node.retention_at.get(key, 0) <= time.time() * 1000 and sequencer.get(*key) is sequence:
+            await _retain(node, broker, key, sequence, config)
     return published
+
+
+async def _merge(node: DisklessNode, broker: DisklessHost, key: tuple[uuid.UUID, int], sequence: PartitionSequence,
+                 name: str, config: LogConfig, force: bool) -> bool:
+    now_ms = int(time.time() * 1000)
+    oldest_ms = WalKey.parse(sequence.durable[0].object_key).created_ms
+    unmerged = sum(e.size for e in sequence.durable)
+    if not force and now_ms - oldest_ms < node.merge_interval_ms and unmerged < config.segment_bytes:
+        return False
+    entries = mergeable(sequence, now_ms=now_ms, commit_deadline_ms=node.commit_deadline_ms,
+                        max_bytes=config.segment_bytes)
+    if not entries:
+        return False
+    # the cache is the loop's: what it holds now is handed over, the rest read on the merge's
+    # thread one object at a time (the objects of a merge may be gigabytes)
+    cached = {e.object_key: data for e in entries if (data := node.cache.get(e.object_key)) is not None}
+    read_object = lambda object_key: cached.get(object_key) or node.store.get(object_key)  # noqa: E731
+    sequencer = node.sequencer
+    if sequencer is None or sequencer.get(*key) is not sequence or not broker.replicas.may_lead():
+        return False  # resigned, or not sure it still may: its successor merges
+    try:
+        merged = await node.run_io(merge, broker.tiering.rsm, name, key[0], key[1], sequence.leader_epoch, entries,
+                                   read_object, config, list(sequence.base_producers), broker.data_dir)
+    except FencedError as exc:
+        _log.info("diskless %s-%d: a newer sequencer publishes now: %s", name, key[1], exc)
+        return False
+    if sequencer.get(*key) is not sequence:
+        return False  # resigned meanwhile: the successor reads the manifest
+    sequence.merged_up_to(merged.next_offset, merged.producers)
+    node.forget_manifest(key)
+    node.merged_segments += 1
+    _log.info("diskless %s-%d: merged offsets %d-%d into a tiered segment", name, key[1],
+              entries[0].base_offset, merged.next_offset - 1)
+    return True
+
+
+async def _retain(node: DisklessNode, broker: DisklessHost, key: tuple[uuid.UUID, int],
+                  sequence: PartitionSequence, config: LogConfig) -> None:
+    """``retention.ms`` and ``retention.bytes`` over the partition's tiered segments (the
+    unmerged bytes count in its size); when next due by time alone is remembered, so an
+    idle partition costs no request until then."""
+    unmerged = sum(e.size for e in sequence.durable)
+    rsm = broker.tiering.rsm
+
+    def retain() -> int:
+        rsm.apply_retention(key[0], key[1], retention_ms=config.retention_ms, retention_bytes=config.retention_bytes,
+                            now_ms=int(time.time() * 1000), leader_epoch=sequence.leader_epoch,
+                            local_only_bytes=unmerged)
+        loaded = node.manifests.load(*key)
+        return retention_due_at(loaded[0] if loaded is not None else None, config)
+
+    try:
+        node.retention_at[key] = await node.run_io(retain)
+    except FencedError:
+        node.retention_at[key] = NEVER  # a newer sequencer: it applies retention now
+    node.forget_manifest(key)
 
 
 async def collect_once(node: DisklessNode, broker: DisklessHost, seen: dict[str, CommitBatch] | None = None) -> None:

@@ -29,6 +29,7 @@ or the topic (Kafka's checks).
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -80,6 +81,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     unsure = broker.node_id if not broker.replicas.may_lead() else None
 
     image, active = None, frozenset[int]()
+    writers: tuple[int, ...] | None = None  # diskless partitions' brokers in the client's rack
     topics: list[bytes] = []
     for name, topic_id in requested:
         try:
@@ -105,8 +107,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         md = controller.metadata  # a topic created meanwhile is in the newer image
         if md is not image:
             image, active = md, frozenset(n for n, b in md.brokers.items() if b.is_active)
+        if info.diskless and writers is None:
+            writers = _rack_writers(ctx, md)
         topics.append(_topic_bytes(ctx.version, mod, md, info, unsure, active,
-                                   _topic_ops(ctx, want_topic_ops, info.name), broker.node_id))
+                                   _topic_ops(ctx, want_topic_ops, info.name), broker.node_id, writers or ()))
     brokers = tuple(
         build(mod.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
         for b in controller.brokers(ctx.listener_name)
@@ -135,11 +139,11 @@ _TOPIC_BYTES: dict[tuple[int, uuid.UUID], tuple[Any, frozenset[int], int | None,
 
 
 def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
-                 active: frozenset[int], topic_ops: int, here: int = -1) -> bytes:
+                 active: frozenset[int], topic_ops: int, here: int = -1, writers: tuple[int, ...] = ()) -> bytes:
     """The encoded MetadataResponseTopic of ``info``, from the cache when nothing it says changed."""
     registrations = md.partitions.get(info.topic_id, ())
     key = (version, info.topic_id)
-    hit = _TOPIC_BYTES.get(key)
+    hit = _TOPIC_BYTES.get(key) if not info.diskless else None  # a diskless topic's answer is per client
     if (hit is not None and hit[0] is registrations and hit[1] == active and hit[2] == unsure
             and hit[3] == topic_ops and hit[4] == info.name):
         return hit[5]
@@ -149,16 +153,16 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
          tuple(r for r in reg.replicas if r not in active))
         for p, reg in enumerate(registrations)
     ] if not info.diskless else [
-        # any broker takes a diskless partition's Produce and Fetch (ADR 0027, section 1): the
-        # one asked names itself, with no leader epoch (its sequencer's changes are not the
-        # client's to follow)
-        (ErrorCode.none if here != unsure else ErrorCode.leader_not_available, p, here if here != unsure else -1,
-         -1, reg.replicas, reg.isr, tuple(r for r in reg.replicas if r not in active))
+        (ErrorCode.none if w >= 0 else ErrorCode.leader_not_available, p, w, -1, reg.replicas, reg.isr,
+         tuple(r for r in reg.replicas if r not in active))
         for p, reg in enumerate(registrations)
+        for w in (_diskless_writer(p, reg, active, here, unsure, writers),)
     ]
     if FIRST_VERSION <= version <= LAST_VERSION:  # the layout clients send today: without kio
         data = encode_topic(ErrorCode.none, info.name, info.topic_id, is_internal_topic(info.name), fields,
                             topic_ops)
+        if info.diskless:
+            return data
         return _cached(key, md, (registrations, active, unsure, topic_ops, info.name, data))
     partitions = tuple(
         build(mod.MetadataResponsePartition, error_code=code, partition_index=p, leader_id=leader,
@@ -174,7 +178,38 @@ def _topic_bytes(version: int, mod: Any, md: Any, info: Any, unsure: int | None,
         partitions=partitions,
         topic_authorized_operations=topic_ops,
     ))
+    if info.diskless:
+        return data
     return _cached(key, md, (registrations, active, unsure, topic_ops, info.name, data))
+
+
+#: a client names its rack in its client.id for zone-local diskless writes (WarpStream's
+#: ``warpstream_az=`` convention): ``...strata_rack=us-east-1a...``
+_CLIENT_RACK = re.compile(r"strata_rack=([A-Za-z0-9._-]+)")
+
+
+def _rack_writers(ctx: RequestContext, md: Any) -> tuple[int, ...]:
+    """The live brokers of the rack the client's ``client.id`` names (none: no rack named)."""
+    found = _CLIENT_RACK.search(ctx.header.client_id or "")
+    if found is None:
+        return ()
+    rack = found.group(1)
+    return tuple(sorted(n for n, b in md.brokers.items() if b.is_active and b.rack == rack))
+
+
+def _diskless_writer(index: int, reg: Any, active: frozenset[int], here: int, unsure: int | None,
+                     writers: tuple[int, ...]) -> int:
+    """The broker Metadata names for a diskless partition (ADR 0027, "As built"): a broker of
+    the client's rack when it named one (writes stay in its zone), else the partition's
+    sequencer (its commits need no other broker), else, while it has none alive, this
+    broker (any broker takes the writes). -1 where that is a broker unsure it may serve."""
+    if writers:
+        chosen = writers[index % len(writers)]
+    elif reg.leader >= 0 and reg.leader in active:
+        chosen = reg.leader
+    else:
+        chosen = here
+    return -1 if chosen == unsure else chosen
 
 
 def _cached(key: tuple[int, uuid.UUID], md: Any,

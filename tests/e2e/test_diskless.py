@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster_fixtures import Cluster
 from tests.e2e import helpers
@@ -36,6 +36,11 @@ SETS = {
 }
 
 
+#: one rack per broker: a client naming its rack (``strata_rack=`` in its client.id) writes
+#: through that broker
+RACKS = {1: "a", 2: "b", 3: "c", 4: "d"}
+
+
 @pytest.fixture(scope="module")
 def cluster(module_start_cluster: Any, moto_server: MotoServer) -> Iterator[Cluster]:
     """Brokers 1-3 started on a bucket of their own; broker 4 configured but left stopped
@@ -45,7 +50,8 @@ def cluster(module_start_cluster: Any, moto_server: MotoServer) -> Iterator[Clus
             patch.setenv(name, value)
         moto_server.heal()
         moto_server.start()
-        c: Cluster = module_start_cluster(4, s3=moto_server.create_bucket(), sets=SETS, start=False)
+        c: Cluster = module_start_cluster(4, s3=moto_server.create_bucket(), sets=SETS, start=False,
+                                          racks=RACKS)
         yield c.start(1, 2, 3)
 
 
@@ -100,13 +106,26 @@ def _sequencer(cluster: Cluster, topic: str, partition: int = 0) -> int:
 def test_every_broker_takes_writes_to_one_partition_and_offsets_are_dense(cluster: Cluster) -> None:
     topic = helpers.topic_name("diskless-any")
     _create(cluster, topic)
+    sequencer = _sequencer(cluster, topic)
+    plain = helpers.admin(cluster.brokers[1].bootstrap).list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+    assert plain.topics[topic].partitions[0].leader == sequencer  # no rack named: the sequencer
     acked: dict[bytes, int] = {}
-    for node in (1, 2, 3):  # a producer that knows only this broker: it writes through it
-        acked |= _produce(cluster.brokers[node].bootstrap, topic, [b"%d-%d" % (node, i) for i in range(150)])
+    writers = {}
+    for node in (1, 2, 3):  # a client in broker N's rack writes through broker N
+        rack = {"client.id": f"app-1,strata_rack={RACKS[node]}"}
+        named = helpers.admin(cluster.bootstrap).list_topics(topic, timeout=CLIENT_TIMEOUT_S)
+        local = AdminClient({"bootstrap.servers": cluster.bootstrap, **rack}).list_topics(topic, timeout=10)
+        writers[node] = local.topics[topic].partitions[0].leader
+        assert named.topics[topic].partitions[0].leader == sequencer
+        acked |= _produce(cluster.bootstrap, topic, [b"%d-%d" % (node, i) for i in range(150)], **rack)
+    assert writers == {1: 1, 2: 2, 3: 3}
+    wal = {k.key.split("/")[-2] for k in cluster.object_store().list("diskless/wal/")}
+    assert wal >= {"1", "2", "3"}, f"write-ahead objects only from brokers {wal}"
     assert len(acked) == 450
     assert sorted(acked.values()) == list(range(450)), "offsets given twice or skipped"
     for node in (1, 2, 3):  # and any broker serves every record, at the offset it was acknowledged with
-        read = _read_all(cluster.brokers[node].bootstrap, topic, 450)
+        read = [(m.offset(), m.value()) for m in helpers.consume(
+            cluster.bootstrap, topic, [0], 450, timeout=90, **{"client.id": f"strata_rack={RACKS[node]}"})]
         assert [offset for offset, _ in read] == list(range(450))
         assert {value: offset for offset, value in read} == acked
     low, high = helpers.watermarks(cluster.brokers[2].bootstrap, topic)
@@ -310,4 +329,5 @@ def test_a_deleted_diskless_topic_leaves_nothing_readable_and_its_manifest_goes(
     for future in client.delete_topics([topic], request_timeout=CLIENT_TIMEOUT_S).values():
         future.result(CLIENT_TIMEOUT_S)
     helpers.wait_until(lambda: manifests.load(topic_id, 0) is None, "the manifest deleted", timeout=30)
-    assert topic not in helpers.topic_names(_bootstraps(cluster, [1, 2, 3]))
+    # (a producer's metadata refresh may auto-create the name again: a new topic, a new id)
+    assert topic_id not in {t["topic_id"] for t in cluster.metadata()["topics"]}

@@ -194,3 +194,29 @@ def test_a_commit_does_not_wait_for_a_long_poll_and_a_wake_ends_the_poll(tmp_pat
     committed_in, answer, woken_in, empty = run(tmp_path, body)
     assert answer.base_offset == 0 and committed_in < 1.0
     assert woken_in < 1.0 and empty.entries == () and empty.end_offset == 0
+
+
+def test_retention_removes_merged_segments_past_retention_ms_and_moves_the_log_start(tmp_path: Path) -> None:
+    from service.diskless.offsets import list_offset
+
+    async def body(broker):  # noqa: ANN001, ANN202
+        node = broker.diskless
+        info = await broker.create_topic("old", num_partitions=1,
+                                         configs={"diskless.enable": "true", "retention.ms": "60000"})
+        while node.sequencer is None or node.sequencer.get(info.topic_id, 0) is None:
+            await asyncio.sleep(0.05)
+        for i in range(3):  # records of long ago (the producer's timestamps), then one of now
+            records = batch([b"r%d" % i], 1_700_000_000_000)
+            await node.produce(info, 0, records, validate_batches(records, max_message_bytes=1 << 20), False)
+        await asyncio.sleep(0.3)
+        assert await upkeep.merge_due(node, broker, force=True) == 1  # merged, then expired at once
+        fresh = batch([b"now"], int(time.time() * 1000))
+        await node.produce(info, 0, fresh, validate_batches(fresh, max_message_bytes=1 << 20), False)
+        manifest = node.manifests.load(info.topic_id, 0)[0]
+        earliest = await list_offset(node, info, 0, -2)
+        latest = await list_offset(node, info, 0, -1)
+        return manifest.segments, manifest.log_start_offset, earliest[1], latest[1], node.retention_at
+
+    segments, log_start, earliest, latest, due = run(tmp_path, body, **QUICK)
+    assert segments == () and log_start == 3 and earliest == 3 and latest == 4
+    assert all(at > 2**62 for at in due.values())  # nothing left to expire by time: no request until a merge
