@@ -73,12 +73,17 @@ async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = F
         info = md.topic_by_id(key[0])
         if sequence is None or info is None:
             continue
+        if not sequence.durable and node.retention_at.get(key, 0) > time.time() * 1000:
+            continue  # idle and nothing to expire: no work per partition on a timer
         config = broker.log_config(info.name)
         if sequence.durable and await _merge(node, broker, key, sequence, info.name, config, force):
             published += 1
             node.retention_at[key] = 0  # the merge may have made it due
-        if config.delete and node.retention_at.get(key, 0) <= time.time() * 1000 and sequencer.get(*key) is sequence:
-            await _retain(node, broker, key, sequence, config)
+        if node.retention_at.get(key, 0) <= time.time() * 1000 and sequencer.get(*key) is sequence:
+            if config.delete:
+                await _retain(node, broker, key, sequence, config)
+            else:
+                node.retention_at[key] = NEVER
     return published
 
 
