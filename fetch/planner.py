@@ -106,6 +106,7 @@ def read_partitions(
     max_bytes: int,
     isolation_level: int = READ_UNCOMMITTED,
     remote: RemotePlanner | None = None,
+    already: int = 0,
 ) -> tuple[list[PartitionData], int]:
     """Read every requested partition; returns the per-partition data and the total bytes.
 
@@ -122,10 +123,13 @@ def read_partitions(
     ``READ_COMMITTED`` reads stop at the last stable offset and list the aborted
     transactions overlapping what they return (from the segments' ``.txnindex``);
     a remote read's list is filled in when its records arrive.
+
+    ``already``: bytes the response carries before these partitions (a Fetch's diskless
+    partitions, read first): they count in the total and use up the first-batch allowance.
     """
     committed = isolation_level == READ_COMMITTED
     out: list[PartitionData] = []
-    total = 0
+    total = already
     for req in requests:
         data = PartitionData(req.topic, req.partition)
         out.append(data)

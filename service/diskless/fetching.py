@@ -25,6 +25,7 @@ from common.errors import (
     KafkaError,
     KafkaStorageError,
     OffsetOutOfRangeError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from controller.metadata import TopicInfo
@@ -38,6 +39,9 @@ from service.diskless.rpc import IndexAnswer, IndexRead
 __all__ = ["DisklessFetch", "read_diskless"]
 
 _log = logging.getLogger("strata.diskless")
+
+#: how long sequencers woken early may take to answer before the Fetch goes on without them
+_WOKEN_GRACE_S = 1.0
 
 #: one partition of a Fetch: its topic (None: deleted meanwhile), index, offset, partition_max_bytes
 DisklessFetch = tuple[TopicInfo | None, str, int, int, int]
@@ -55,6 +59,8 @@ async def read_diskless(node: DisklessNode, wants: Sequence[DisklessFetch], max_
             groups.setdefault(node.sequencer_of(info.topic_id, index), []).append(i)
         except KafkaError as exc:
             answers[i] = exc
+    if any(isinstance(a, KafkaError) for a in answers):
+        max_wait_ms = 0  # an error is answered at once, as for a local partition's
     poll = uuid.uuid4().hex
     asks = {
         sequencer: asyncio.ensure_future(node.index_at(
@@ -65,8 +71,18 @@ async def read_diskless(node: DisklessNode, wants: Sequence[DisklessFetch], max_
         for sequencer, ask in asks.items():
             if ask in waiting:  # answered elsewhere: its sequencer answers now with what it has
                 asyncio.ensure_future(node.wake_at(sequencer, poll))
+        if waiting:  # a sequencer that does not answer its wake soon (cut off) does not hold the rest
+            await asyncio.wait(waiting, timeout=_WOKEN_GRACE_S)
+    elif asks:
+        await asyncio.wait(asks.values())
     for (sequencer, members), ask in zip(groups.items(), asks.values(), strict=True):
-        for i, answer in zip(members, await ask, strict=True):
+        if not ask.done():
+            ask.add_done_callback(_retrieved)
+            late = RequestTimedOutError(f"the sequencer (broker {sequencer}) did not answer in time")
+            for i in members:
+                answers[i] = late
+            continue
+        for i, answer in zip(members, ask.result(), strict=True):
             answers[i] = answer
     out: list[PartitionData] = []
     budget = max_bytes
@@ -75,6 +91,11 @@ async def read_diskless(node: DisklessNode, wants: Sequence[DisklessFetch], max_
         budget -= data.size
         out.append(data)
     return out
+
+
+def _retrieved(task: asyncio.Future[object]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _index_read(want: DisklessFetch) -> IndexRead:

@@ -56,6 +56,7 @@ from remote_tier.manifest import ManifestStore, PartitionManifest
 from service.diskless import rpc
 from service.diskless.committer import GroupCommitter
 from service.diskless.host import DisklessHost
+from service.diskless.index_waits import IndexWaits
 from service.diskless.reader import WalCache
 from service.diskless.sequence import Proposal
 from service.diskless.sequencer import Sequencer
@@ -73,6 +74,7 @@ _RESEND = (NotLeaderOrFollowerError, UnknownLeaderEpochError, FencedLeaderEpochE
            LeaderNotAvailableError)
 #: how long a manifest read for reads of merged offsets is used before it is read again
 _MANIFEST_TTL_S = 5.0
+
 
 
 class DisklessNode:
@@ -100,8 +102,7 @@ class DisklessNode:
                                 commit_deadline_ms=self.commit_deadline_ms, cache=self.cache)
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
-        self._watch: dict[Key, list[asyncio.Future[None]]] = {}  # long polls waiting for a commit
-        self._polls: dict[str, asyncio.Future[None]] = {}  # the same, by poll id (a reader's wake)
+        self.waits = IndexWaits()  # long polls waiting for a commit
         self._index_busy: dict[tuple[int, int], int] = {}  # DisklessIndex in flight per connection
         self._getting: dict[str, asyncio.Future[bytes]] = {}  # GETs of write-ahead objects in flight
         self._manifest_cache: dict[Key, tuple[float, PartitionManifest | None]] = {}
@@ -110,8 +111,12 @@ class DisklessNode:
         self.rpc_bytes_in = 0
         self.takeovers = 0
         self.merged_segments = 0
-        #: when retention is next due by time in each partition sequenced here (ms; absent: now)
+        #: when retention is next due by time in each partition sequenced here (ms; absent: now);
+        #: forgotten when the topic's configs change, the partition is resigned or taken over
         self.retention_at: dict[Key, int] = {}
+        #: partitions whose merge or retention failed: not before (ms)
+        self.upkeep_backoff: dict[Key, float] = {}
+        self._configs: dict[uuid.UUID, Any] = {}  # each diskless topic's configs as last applied
 
     def run_io(self, fn: Any, *args: Any) -> Awaitable[Any]:
         """``fn(*args)`` on the diskless I/O threads (bucket requests, merges)."""
@@ -147,6 +152,10 @@ class DisklessNode:
         for info in md.topics.values():
             if not info.diskless:
                 continue
+            if self._configs.get(info.topic_id) is not info.configs:  # retention.* may have changed
+                self._configs[info.topic_id] = info.configs
+                for key in [k for k in self.retention_at if k[0] == info.topic_id]:
+                    del self.retention_at[key]
             for index, reg in enumerate(md.partitions.get(info.topic_id, ())):
                 key = (info.topic_id, index)
                 led = sequencer.get(*key)
@@ -154,7 +163,7 @@ class DisklessNode:
                     if led is not None:
                         _log.info("diskless %s-%d: no longer sequenced here", info.name, index)
                         sequencer.resign(*key)
-                        self._touch(key)
+                        self._forget(key)
                     continue
                 if (led is not None and led.leader_epoch == reg.leader_epoch) or self._taking.get(key) == reg.leader_epoch:
                     continue
@@ -165,9 +174,16 @@ class DisklessNode:
         for key in sequencer.led():
             if md.topic_by_id(key[0]) is None:  # deleted: its sequencer deletes its bucket data
                 sequencer.resign(*key)
-                self._touch(key)
-                self._manifest_cache.pop(key, None)
+                self._forget(key)
+                self._configs.pop(key[0], None)
                 self._broker.spawn(self._broker.tiering.delete_partition(str(key[0]), *key))
+
+    def _forget(self, key: Key) -> None:
+        """A partition no longer sequenced here: its waiting readers hear it, its state goes."""
+        self.waits.touch(key)
+        self._manifest_cache.pop(key, None)
+        self.retention_at.pop(key, None)
+        self.upkeep_backoff.pop(key, None)
 
     def _ensure_sequencer(self) -> Sequencer | None:
         if self.sequencer is not None:
@@ -208,7 +224,7 @@ class DisklessNode:
             self._manifest_cache.pop(key, None)
             _log.info("diskless %s-%d: sequenced here at leader epoch %d from offset %d (%d entries unmerged)",
                       info.name, index, epoch, sequence.committed_end, len(sequence.durable))
-            self._touch(key)
+            self.waits.touch(key)
         except FencedError as exc:
             _log.info("diskless %s-%d: a newer sequencer took over first: %s", info.name, index, exc)
         except Exception as exc:  # noqa: BLE001 - the bucket: the next metadata tries again
@@ -310,7 +326,7 @@ class DisklessNode:
             return [NotLeaderOrFollowerError(f"broker {self.node_id} sequences nothing yet")] * len(proposals)
         answers = await self.sequencer.commit(proposals)
         for key in {(p.topic_id, p.partition) for p in proposals}:
-            self._touch(key)
+            self.waits.touch(key)
         return answers
 
     def _peers(self) -> Any:
@@ -321,44 +337,16 @@ class DisklessNode:
 
     # -- the index: this broker as a sequencer, and asking one ----------------------------
 
-    def _touch(self, key: Key) -> None:
-        for waiting in self._watch.pop(key, ()):
-            if not waiting.done():
-                waiting.set_result(None)
-
-    def wake(self, poll: str) -> None:
-        """End the wait of the long poll ``poll`` (its reader was answered elsewhere)."""
-        waiting = self._polls.get(poll)
-        if waiting is not None and not waiting.done():
-            waiting.set_result(None)
-
-    async def _wait_any(self, keys: set[Key], timeout_s: float, poll: str) -> None:
-        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for key in keys:
-            self._watch.setdefault(key, []).append(waiting)
-        if poll:
-            self._polls[poll] = waiting
-        try:
-            await asyncio.wait_for(waiting, timeout_s)
-        except TimeoutError:
-            pass
-        finally:
-            if poll and self._polls.get(poll) is waiting:
-                del self._polls[poll]
-            for key in keys:
-                watching = self._watch.get(key)
-                if watching is not None and waiting in watching:
-                    watching.remove(waiting)
-                    if not watching:
-                        del self._watch[key]
-
     async def index_here(self, reads: Sequence[rpc.IndexRead], max_wait_ms: int,
                          poll: str = "") -> list[rpc.IndexAnswer | KafkaError]:
         """This sequencer's answers to ``reads``, waiting up to ``max_wait_ms`` while none has
         anything to read (entries, merged offsets, an error)."""
         answers = [self._index_one(r) for r in reads]
+        if poll and self.waits.woken_before(poll):
+            return answers  # its reader was answered before this poll even arrived
         if max_wait_ms > 0 and reads and not any(_ready(r, a) for r, a in zip(reads, answers, strict=True)):
-            await self._wait_any({(r.topic_id, r.partition) for r in reads}, min(max_wait_ms, 30_000) / 1000, poll)
+            await self.waits.wait_any({(r.topic_id, r.partition) for r in reads}, min(max_wait_ms, 30_000) / 1000,
+                                      poll)
             answers = [self._index_one(r) for r in reads]
         return answers
 
@@ -398,7 +386,10 @@ class DisklessNode:
             return await self.index_here(reads, max_wait_ms, poll)
         body = rpc.encode_index_request(rpc.IndexRequest(tuple(reads), max_wait_ms, poll))
         self.rpc_bytes_out += len(body)
-        slot = self._index_slot(node)
+        try:
+            slot = self._index_slot(node)
+        except KafkaError as exc:
+            return [exc] * len(reads)
         try:
             raw = await slot.channel(node).request_raw(rpc.DISKLESS_INDEX, body, timeout_s=max_wait_ms / 1000 + 10)
             self.rpc_bytes_in += len(raw)
@@ -424,7 +415,7 @@ class DisklessNode:
     async def wake_at(self, node: int, poll: str) -> None:
         """End the long poll ``poll`` at broker ``node`` (best effort)."""
         if node == self.node_id:
-            self.wake(poll)
+            self.waits.wake(poll)
             return
         try:
             await self._peers().channel(node).request_raw(

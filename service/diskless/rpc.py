@@ -76,7 +76,8 @@ class DisklessServer(Protocol):
     async def index_here(self, reads: Sequence[IndexRead], max_wait_ms: int,
                          poll: str = "") -> list[IndexAnswer | KafkaError]: ...
 
-    def wake(self, poll: str) -> None: ...
+    @property
+    def waits(self) -> Any: ...  # IndexWaits
 
 
 _HEAD = struct.Struct(">hhih")  # api key, version, correlation id, client id length
@@ -315,7 +316,7 @@ async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connectio
         except RpcFormatError as err:
             return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
         if request.wake:
-            node.wake(request.wake)
+            node.waits.wake(request.wake)
             out = b"{}"
         else:
             out = encode_index_answer(await node.index_here(request.reads, request.max_wait_ms, request.poll))

@@ -39,6 +39,9 @@ __all__ = ["collect_once", "merge_due", "run_upkeep"]
 
 _log = logging.getLogger("strata.diskless")
 
+#: a partition whose merge or retention failed is left alone this long
+_BACKOFF_MS = 30_000
+
 
 async def run_upkeep(node: DisklessNode, broker: DisklessHost) -> None:
     """Merge, apply retention and collect until the broker closes (module docstring)."""
@@ -71,19 +74,25 @@ async def merge_due(node: DisklessNode, broker: DisklessHost, *, force: bool = F
     for key in sequencer.led():
         sequence = sequencer.get(*key)
         info = md.topic_by_id(key[0])
-        if sequence is None or info is None:
+        now_ms = time.time() * 1000
+        if sequence is None or info is None or node.upkeep_backoff.get(key, 0) > now_ms:
             continue
-        if not sequence.durable and node.retention_at.get(key, 0) > time.time() * 1000:
+        if not sequence.durable and node.retention_at.get(key, 0) > now_ms:
             continue  # idle and nothing to expire: no work per partition on a timer
-        config = broker.log_config(info.name)
-        if sequence.durable and await _merge(node, broker, key, sequence, info.name, config, force):
-            published += 1
-            node.retention_at[key] = 0  # the merge may have made it due
-        if node.retention_at.get(key, 0) <= time.time() * 1000 and sequencer.get(*key) is sequence:
-            if config.delete:
-                await _retain(node, broker, key, sequence, config)
-            else:
-                node.retention_at[key] = NEVER
+        try:
+            config = broker.log_config(info.name)
+            if sequence.durable and await _merge(node, broker, key, sequence, info.name, config, force):
+                published += 1
+                node.retention_at[key] = 0  # the merge may have made it due
+            if node.retention_at.get(key, 0) <= time.time() * 1000 and sequencer.get(*key) is sequence:
+                if config.delete:
+                    await _retain(node, broker, key, sequence, config)
+                else:
+                    node.retention_at[key] = NEVER
+        except Exception as exc:  # noqa: BLE001 - the bucket, a damaged object: the others go on
+            _log.warning("diskless %s-%d: merge or retention failed (tried again in %d s): %r", info.name, key[1],
+                         _BACKOFF_MS // 1000, exc)
+            node.upkeep_backoff[key] = time.time() * 1000 + _BACKOFF_MS
     return published
 
 

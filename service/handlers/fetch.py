@@ -89,6 +89,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     diskless_topics = {t for t in {w.topic for w in wanted} if _is_diskless(broker, t)}
     from_bucket: list[PartitionData] = []
     diskless_keys: set[tuple[str, int]] = set()
+    already = 0
     if diskless_topics:
         wants = [(broker.controller.topic(w.topic), w.topic, w.partition, w.fetch_offset, w.max_bytes)
                  for w in wanted if w.topic in diskless_topics]
@@ -97,8 +98,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         # with local partitions too, the bucket's are read at once and the local ones long-poll
         wait_ms = max_wait_ms if not wanted and min_bytes > 0 else 0
         from_bucket = await read_diskless(broker.diskless, wants, max_bytes, wait_ms)
-        max_bytes = max(0, max_bytes - sum(d.size for d in from_bucket))
-        min_bytes -= sum(d.size for d in from_bucket)
+        already = sum(d.size for d in from_bucket)  # the local partitions read within what is left
         if any(d.error_code != ErrorCode.none for d in from_bucket):
             min_bytes = 0  # answered at once, as for a local partition's error
 
@@ -113,7 +113,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
     def read() -> tuple[list[Any], int, bool]:
         data, total = read_partitions(
-            source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering
+            source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering, already=already
         )
         if rack:
             select_read_replicas(broker.replicas, wanted, data, rack, _rack_of(broker))

@@ -203,6 +203,7 @@ def _diskless_writer(index: int, reg: Any, active: frozenset[int], here: int, un
     the client's rack when it named one (writes stay in its zone), else the partition's
     sequencer (its commits need no other broker), else, while it has none alive, this
     broker (any broker takes the writes). -1 where that is a broker unsure it may serve."""
+    writers = tuple(w for w in writers if w != unsure)
     if writers:
         chosen = writers[index % len(writers)]
     elif reg.leader >= 0 and reg.leader in active:

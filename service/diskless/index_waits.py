@@ -1,0 +1,78 @@
+"""The long polls a sequencer holds for DisklessIndex: :class:`IndexWaits` (ADR 0027, "On the wire").
+
+A poll waits for a commit to any of its partitions (:meth:`IndexWaits.touch`) or for its
+reader's ``wake`` (another sequencer answered that reader first). A wake can arrive before
+its poll (it comes on another connection): it is kept for a while and the poll, once it
+arrives, answers at once.
+
+Not thread-safe: the event loop owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+__all__ = ["IndexWaits"]
+
+Key = tuple[uuid.UUID, int]
+
+#: a wake that came before its poll is kept this long, and at most this many
+_WOKEN_TTL_S = 30.0
+_WOKEN_MAX = 1024
+
+
+class IndexWaits:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._watch: dict[Key, list[asyncio.Future[None]]] = {}
+        self._polls: dict[str, asyncio.Future[None]] = {}
+        self._woken: dict[str, float] = {}  # poll -> when its wake came, before the poll
+
+    def touch(self, key: Key) -> None:
+        """A commit to ``key`` (or its sequencer changed): its polls answer now."""
+        for waiting in self._watch.pop(key, ()):
+            if not waiting.done():
+                waiting.set_result(None)
+
+    def wake(self, poll: str) -> None:
+        """End the wait of the long poll ``poll``; kept for a while if it has not arrived."""
+        waiting = self._polls.get(poll)
+        if waiting is not None:
+            if not waiting.done():
+                waiting.set_result(None)
+            return
+        now = time.monotonic()
+        self._woken[poll] = now
+        if len(self._woken) > _WOKEN_MAX:
+            stale = [p for p, at in self._woken.items() if now - at > _WOKEN_TTL_S] or list(self._woken)[:_WOKEN_MAX // 2]
+            for p in stale:
+                del self._woken[p]
+
+    def woken_before(self, poll: str) -> bool:
+        """Whether ``poll``'s wake came before it (then it answers at once)."""
+        at = self._woken.pop(poll, None)
+        return at is not None and time.monotonic() - at <= _WOKEN_TTL_S
+
+    async def wait_any(self, keys: set[Key], timeout_s: float, poll: str) -> None:
+        """Until a commit to one of ``keys``, ``poll``'s wake, or ``timeout_s``."""
+        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for key in keys:
+            self._watch.setdefault(key, []).append(waiting)
+        if poll:
+            self._polls[poll] = waiting
+        try:
+            await asyncio.wait_for(waiting, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            if poll and self._polls.get(poll) is waiting:
+                del self._polls[poll]
+            for key in keys:
+                watching = self._watch.get(key)
+                if watching is not None and waiting in watching:
+                    watching.remove(waiting)
+                    if not watching:
+                        del self._watch[key]
