@@ -132,6 +132,11 @@ class MotoServer:
             self.requests.append((method, path))
             failing = self._failing
             if failing is not None and method == failing[0] and path.endswith(failing[1]):
+                # the body is read first, as S3 does: left unread, it would be taken for the
+                # next request on the same keep-alive connection, which then hangs
+                length = int(environ.get("CONTENT_LENGTH") or 0)
+                if length > 0:
+                    environ["wsgi.input"].read(length)
                 self._failed.set()
                 start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
                 return [_SLOW_DOWN]

@@ -142,7 +142,8 @@ class _Load:
         self.ack_times: list[float] = []
         self._stop = threading.Event()
         self._producer = helpers.producer(bootstrap, **{"enable.idempotence": True, "linger.ms": 5,
-                                                        "message.timeout.ms": 60_000})
+                                                        "message.timeout.ms": 60_000,
+                                                        "queue.buffering.max.messages": 20_000})
         self._topic = topic
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -160,8 +161,8 @@ class _Load:
             try:
                 self._producer.produce(self._topic, value=b"v-%08d" % i, partition=0, on_delivery=self._done)
                 i += 1
-            except BufferError:
-                pass
+            except BufferError:  # the queue is full (a fault): wait, never spin (moto shares this process)
+                self._producer.poll(0.05)
             self._producer.poll(0.002)
 
     def stop(self) -> None:
@@ -331,3 +332,32 @@ def test_a_deleted_diskless_topic_leaves_nothing_readable_and_its_manifest_goes(
     helpers.wait_until(lambda: manifests.load(topic_id, 0) is None, "the manifest deleted", timeout=30)
     # (a producer's metadata refresh may auto-create the name again: a new topic, a new id)
     assert topic_id not in {t["topic_id"] for t in cluster.metadata()["topics"]}
+
+
+def test_a_failing_bucket_during_produce_loses_and_duplicates_nothing(cluster: Cluster, moto_server: MotoServer) -> None:
+    topic = helpers.topic_name("diskless-s3-fails")
+    _create(cluster, topic)
+    load = _Load(_bootstraps(cluster, [1, 2, 3]), topic)
+    try:
+        helpers.wait_until(lambda: len(load.acked) > 200, "records acknowledged before the fault", timeout=60)
+        for suffix in (".wal", ".json"):  # the write-ahead objects' PUTs, then the commit slots'
+            started = time.monotonic()
+            failed = moto_server.fail("PUT", suffix)
+            assert failed.wait(30), f"no PUT of a {suffix} object was failed"
+            time.sleep(2)
+            moto_server.heal()
+            count = len(load.acked)
+            helpers.wait_until(lambda count=count: len(load.acked) > count + 100, "acknowledged after healing",
+                               timeout=60)
+            back = time.monotonic() - started
+            print(f"PUTs of {suffix} failed for 2 s: acknowledgements again {back:.1f} s after the fault began")
+            assert back < 15, f"produce recovered only {back:.1f} s after a 2 s fault of the bucket"
+    finally:
+        moto_server.heal()
+        load.stop()
+    assert not load.failed, f"{len(load.failed)} records failed (delivery timeout 60 s): {load.failed[:3]}"
+    high = helpers.watermarks(cluster.brokers[1].bootstrap, topic)[1]
+    read = _read_all(_bootstraps(cluster, [1, 2, 3]), topic, high)
+    assert [offset for offset, _ in read] == list(range(high)), "offsets are not dense"
+    assert not [v for v, n in Counter(v for _, v in read).items() if n > 1], "a record was written twice"
+    assert {v: o for o, v in read if v in load.acked} == load.acked, "an acknowledged record is missing or moved"
