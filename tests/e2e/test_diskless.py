@@ -361,3 +361,30 @@ def test_a_failing_bucket_during_produce_loses_and_duplicates_nothing(cluster: C
     assert [offset for offset, _ in read] == list(range(high)), "offsets are not dense"
     assert not [v for v, n in Counter(v for _, v in read).items() if n > 1], "a record was written twice"
     assert {v: o for o, v in read if v in load.acked} == load.acked, "an acknowledged record is missing or moved"
+
+
+def test_an_idempotent_retry_through_another_broker_gets_its_first_offsets(cluster: Cluster) -> None:
+    from tests.e2e import rawtxn
+    from tests.e2e.rawkafka import NONE, Connection
+
+    topic = helpers.topic_name("diskless-idem")
+    _create(cluster, topic)
+    brokers = [Connection.to(cluster.brokers[n].bootstrap) for n in (1, 2, 3)]
+    try:
+        error, pid, epoch = rawtxn.init_producer_id(brokers[0])
+        assert (error, epoch) == (NONE, 0)
+        first = rawtxn.producer_batch([b"a", b"b"], producer_id=pid, epoch=0, sequence=0)
+        second = rawtxn.producer_batch([b"c"], producer_id=pid, epoch=0, sequence=2)
+        assert rawtxn.produce(brokers[0], topic, 0, first) == (NONE, 0)
+        assert rawtxn.produce(brokers[1], topic, 0, second) == (NONE, 2)
+        # retries of both, each through a broker that did not write it: the first offsets
+        assert rawtxn.produce(brokers[2], topic, 0, first) == (NONE, 0)
+        assert rawtxn.produce(brokers[0], topic, 0, second) == (NONE, 2)
+        gap = rawtxn.producer_batch([b"x"], producer_id=pid, epoch=0, sequence=9)
+        assert rawtxn.produce(brokers[1], topic, 0, gap)[0] == rawtxn.OUT_OF_ORDER_SEQUENCE_NUMBER
+        fetched = rawtxn.fetch(brokers[2], topic, 0, 0, isolation_level=0)
+    finally:
+        for conn in brokers:
+            conn.close()
+    assert fetched.high_watermark == 3
+    assert [(b[0], b[1]) for b in rawtxn.batch_summaries(fetched.records)] == [(0, 2), (2, 1)]
