@@ -50,6 +50,7 @@ __all__ = [
     "encode_commit",
     "entries_of_rows",
     "entry_rows",
+    "id_row",
 ]
 
 _VERSION = 1
@@ -135,6 +136,18 @@ def entry_rows(entries: Sequence[CommitEntry]) -> tuple[list[str], list[list[obj
                       e.producer_id, e.producer_epoch, e.base_sequence] for e in entries]
 
 
+def id_row(raw: object, length: int) -> tuple[uuid.UUID, list[int]] | None:
+    """``raw`` (decoded JSON) as a row of ``length`` fields, a topic id then integers; None
+    when it is not one (the shape of entries here and of the inter-broker APIs' rows)."""
+    if not isinstance(raw, list) or len(raw) != length or not isinstance(raw[0], str) or any(
+            not isinstance(v, int) or isinstance(v, bool) for v in raw[1:]):
+        return None
+    try:
+        return uuid.UUID(raw[0]), raw[1:]
+    except ValueError:
+        return None
+
+
 def entries_of_rows(objects: Sequence[object], rows: Sequence[object], where: str) -> list[CommitEntry]:
     """The entries of :func:`entry_rows`' output, every field checked (CommitFormatError,
     naming ``where``)."""
@@ -142,16 +155,12 @@ def entries_of_rows(objects: Sequence[object], rows: Sequence[object], where: st
         raise CommitFormatError(f"malformed entries in {where}")
     entries = []
     for raw in rows:
-        if not isinstance(raw, list) or len(raw) != _ENTRY_FIELDS or not isinstance(raw[0], str) or any(
-                not isinstance(v, int) or isinstance(v, bool) for v in raw[1:]):
+        row = id_row(raw, _ENTRY_FIELDS)
+        if row is None:
             raise CommitFormatError(f"a malformed entry in {where}: {raw!r}")
-        topic_id, partition, epoch, base, count, obj, position, size, max_ts, pid, pepoch, seq = raw
+        tid, (partition, epoch, base, count, obj, position, size, max_ts, pid, pepoch, seq) = row
         if not 0 <= obj < len(objects) or partition < 0 or base < 0 or count < 1 or position < 0 or size < 1:
             raise CommitFormatError(f"a malformed entry in {where}: {raw!r}")
-        try:
-            tid = uuid.UUID(topic_id)
-        except ValueError as err:
-            raise CommitFormatError(f"a malformed entry in {where}: {raw!r}") from err
         entries.append(CommitEntry(tid, partition, epoch, base, count, str(objects[obj]), position, size,
                                    max_ts, pid, pepoch, seq))
     return entries

@@ -50,7 +50,7 @@ from common.record.batch import ValidatedRecords, read_batch_header, stamp_batch
 from controller.document import ClusterMetadata
 from controller.metadata import TopicInfo
 from local_tier.producer_snapshot import decode_snapshot
-from remote_tier.diskless.commits import ChainId, CommitEntry
+from remote_tier.diskless.commits import ChainId, CommitChain, CommitEntry
 from remote_tier.errors import FencedError
 from remote_tier.manifest import ManifestStore, PartitionManifest
 from service.diskless import rpc
@@ -137,13 +137,6 @@ class DisklessNode:
     def _metadata(self) -> ClusterMetadata:
         return self._broker.controller.metadata
 
-    @staticmethod
-    def _registration(md: ClusterMetadata, topic_id: uuid.UUID, partition: int) -> Any:
-        regs = md.partitions.get(topic_id)
-        if regs is None or not 0 <= partition < len(regs):
-            return None
-        return regs[partition]
-
     def apply(self, md: ClusterMetadata) -> None:
         """Sequence the diskless partitions ``md`` says this broker leads; resign the others."""
         sequencer = self._ensure_sequencer()
@@ -192,8 +185,6 @@ class DisklessNode:
         epoch = cluster.broker_epoch if cluster is not None else -1
         if epoch < 0:
             return None
-        from remote_tier.diskless.commits import CommitChain
-
         may_lead = self._broker.replicas.may_lead
         chain = CommitChain(self.store, "", ChainId(self.node_id, epoch))
         self.sequencer = Sequencer(GroupCommitter(chain, 0, self.run_io, may_answer=lambda: may_lead()),
@@ -237,7 +228,7 @@ class DisklessNode:
             self.apply(self._metadata())
 
     def _still_leads(self, key: Key, epoch: int) -> bool:
-        reg = self._registration(self._metadata(), *key)
+        reg = self._metadata().partition(*key)
         return reg is not None and reg.leader == self.node_id and reg.leader_epoch == epoch
 
     def _sequenced(self, key: Key, epoch: int) -> bool:
@@ -258,7 +249,7 @@ class DisklessNode:
                 log_append_time: bool) -> Awaitable[CommitEntry]:
         """Write one partition's validated batches; the first batch's committed entry (its
         base offset), once every batch is committed, or the first error."""
-        reg = self._registration(self._metadata(), info.topic_id, index)
+        reg = self._metadata().partition(info.topic_id, index)
         if reg is None:
             raise UnknownTopicOrPartitionError(f"{info.name} has no partition {index}")
         if any(header.is_transactional for _, header in validated.headers):  # before any batch is written
@@ -285,7 +276,7 @@ class DisklessNode:
             groups: dict[int, list[tuple[int, Proposal]]] = {}
             for i in todo:
                 p = proposals[i]
-                reg = self._registration(md, p.topic_id, p.partition)
+                reg = md.partition(p.topic_id, p.partition)
                 if reg is None:
                     answers[i] = UnknownTopicOrPartitionError(f"no partition {p.partition} of topic {p.topic_id}")
                 elif reg.leader < 0:
@@ -359,7 +350,8 @@ class DisklessNode:
         if read.timestamp == -3:  # the newest timestamp (the first batch holding it)
             chosen = [max(sequence.durable, key=lambda e: e.max_timestamp)] if sequence.durable else []
         elif read.timestamp >= 0:
-            chosen = [e for e in sequence.durable if e.max_timestamp >= read.timestamp][:1]
+            found = next((e for e in sequence.durable if e.max_timestamp >= read.timestamp), None)
+            chosen = [found] if found is not None else []
         elif read.max_bytes > 0 and read.offset >= sequence.start_offset:
             size = 0
             for entry in sequence.entries_from(read.offset):
@@ -372,7 +364,7 @@ class DisklessNode:
     def sequencer_of(self, topic_id: uuid.UUID, partition: int) -> int:
         """The broker sequencing the partition now; raises UNKNOWN_TOPIC_OR_PARTITION or
         LEADER_NOT_AVAILABLE."""
-        reg = self._registration(self._metadata(), topic_id, partition)
+        reg = self._metadata().partition(topic_id, partition)
         if reg is None:
             raise UnknownTopicOrPartitionError(f"no partition {partition} of topic {topic_id}")
         if reg.leader < 0:
@@ -433,10 +425,8 @@ class DisklessNode:
     # -- reading the bytes -----------------------------------------------------------------
 
     async def get_object(self, key: str) -> bytes:
-        """A write-ahead object, from the cache or with one GET however many readers ask at once."""
-        data = self.cache.get(key)
-        if data is not None:
-            return data
+        """A write-ahead object the cache lacks (its readers looked there first:
+        :func:`~service.diskless.reader.read_entries`), with one GET however many ask at once."""
         pending = self._getting.get(key)
         if pending is None:
             pending = self._getting[key] = asyncio.ensure_future(self.run_io(self.store.get, key))

@@ -33,7 +33,13 @@ import orjson
 
 from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import FrameError
-from remote_tier.diskless.commits import CommitEntry, CommitFormatError, entries_of_rows, entry_rows
+from remote_tier.diskless.commits import (
+    CommitEntry,
+    CommitFormatError,
+    entries_of_rows,
+    entry_rows,
+    id_row,
+)
 from service.cluster.wire import error_for
 from service.diskless.sequence import Proposal
 
@@ -124,17 +130,13 @@ def decode_commit_request(body: bytes | memoryview) -> list[Proposal]:
     if not isinstance(objects, list) or not isinstance(rows, list) or not all(isinstance(k, str) for k in objects):
         raise RpcFormatError("a DisklessCommit request lacks its objects or proposals")
     out = []
-    for row in rows:
-        if not isinstance(row, list) or len(row) != _PROPOSAL_FIELDS or not isinstance(row[0], str) or any(
-                not isinstance(v, int) or isinstance(v, bool) for v in row[1:]):
-            raise RpcFormatError(f"a malformed proposal: {row!r}")
-        topic_id, partition, epoch, obj, position, size, count, max_ts, pid, pepoch, seq, txn = row
+    for raw in rows:
+        row = id_row(raw, _PROPOSAL_FIELDS)
+        if row is None:
+            raise RpcFormatError(f"a malformed proposal: {raw!r}")
+        tid, (partition, epoch, obj, position, size, count, max_ts, pid, pepoch, seq, txn) = row
         if not 0 <= obj < len(objects) or partition < 0:
-            raise RpcFormatError(f"a malformed proposal: {row!r}")
-        try:
-            tid = uuid.UUID(topic_id)
-        except ValueError as err:
-            raise RpcFormatError(f"a malformed proposal: {row!r}") from err
+            raise RpcFormatError(f"a malformed proposal: {raw!r}")
         out.append(Proposal(tid, partition, epoch, objects[obj], position, size, count, max_ts, pid, pepoch, seq,
                             bool(txn)))
     return out
@@ -215,15 +217,11 @@ def decode_index_request(body: bytes | memoryview) -> IndexRequest:
     if not isinstance(rows, list) or not isinstance(poll, str):
         raise RpcFormatError(f"{what} lacks its partitions")
     reads = []
-    for row in rows:
-        if not isinstance(row, list) or len(row) != 5 or not isinstance(row[0], str) or any(
-                not isinstance(v, int) or isinstance(v, bool) for v in row[1:]):
-            raise RpcFormatError(f"{what}: a malformed partition {row!r}")
-        try:
-            topic_id = uuid.UUID(row[0])
-        except ValueError as err:
-            raise RpcFormatError(f"{what}: a malformed partition {row!r}") from err
-        reads.append(IndexRead(topic_id, *row[1:]))
+    for raw in rows:
+        row = id_row(raw, 5)
+        if row is None:
+            raise RpcFormatError(f"{what}: a malformed partition {raw!r}")
+        reads.append(IndexRead(row[0], *row[1]))
     return IndexRequest(tuple(reads), _int(doc, "max_wait_ms", what), poll)
 
 

@@ -194,7 +194,7 @@ def _rack_writers(ctx: RequestContext, md: Any) -> tuple[int, ...]:
     if found is None:
         return ()
     rack = found.group(1)
-    return tuple(sorted(n for n, b in md.brokers.items() if b.is_active and b.rack == rack))
+    return tuple(b.node_id for b in md.active_brokers() if b.rack == rack)
 
 
 def _diskless_writer(index: int, reg: Any, active: frozenset[int], here: int, unsure: int | None,
