@@ -18,6 +18,9 @@ DISKLESS_CONFIGS = (
             "to the bucket this long after its first batch (ADR 0027).", validator=at_least(1)),
     ConfigDef("diskless.batch.bytes", "int", "8388608", "... or once it holds this many bytes, whichever comes first.",
             validator=at_least(1024)),
+    ConfigDef("diskless.max.inflight.objects", "int", "4", "A broker's write-ahead objects between their "
+            "PUT and their producers' answers; at the bound the open object keeps filling, then produce "
+            "requests wait (a slow bucket bounds what the broker buffers).", validator=at_least(1)),
     ConfigDef("diskless.commit.deadline.ms", "long", "30000", "A diskless produce whose commit has not "
             "finished this long after its object was created fails (REQUEST_TIMED_OUT).", validator=at_least(100)),
     ConfigDef("diskless.orphan.grace.ms", "long", "600000", "A write-ahead object no commit names is "

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 from common.errors import (
     KafkaError,
@@ -48,8 +49,12 @@ DisklessFetch = tuple[TopicInfo | None, str, int, int, int]
 
 
 async def read_diskless(node: DisklessNode, wants: Sequence[DisklessFetch], max_bytes: int,
-                        max_wait_ms: int) -> list[PartitionData]:
-    """The answers to ``wants`` in their order (see the module docstring)."""
+                        max_wait_ms: int, interrupt: asyncio.Future[Any] | None = None,
+                        min_bytes: int = 1) -> list[PartitionData]:
+    """The answers to ``wants`` in their order (see the module docstring). A sequencer
+    holds its poll until its partitions' entries hold ``min_bytes``. ``interrupt``
+    (a Fetch's local partitions getting data) ends the wait as a first answer does: the
+    sequencers answer at once with what they have."""
     answers: list[IndexAnswer | KafkaError | None] = [None] * len(wants)
     groups: dict[int, list[int]] = {}
     for i, (info, name, index, offset, part_max) in enumerate(wants):
@@ -64,10 +69,12 @@ async def read_diskless(node: DisklessNode, wants: Sequence[DisklessFetch], max_
     poll = uuid.uuid4().hex
     asks = {
         sequencer: asyncio.ensure_future(node.index_at(
-            sequencer, [_index_read(wants[i]) for i in members], max_wait_ms, poll))
+            sequencer, [_index_read(wants[i]) for i in members], max_wait_ms, poll, min_bytes))
         for sequencer, members in groups.items()}
-    if max_wait_ms > 0 and len(asks) > 1:
-        _, waiting = await asyncio.wait(asks.values(), return_when=asyncio.FIRST_COMPLETED)
+    if max_wait_ms > 0 and asks and (len(asks) > 1 or interrupt is not None):
+        first = [*asks.values(), *([interrupt] if interrupt is not None else [])]
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        waiting = {ask for ask in asks.values() if not ask.done()}
         for sequencer, ask in asks.items():
             if ask in waiting:  # answered elsewhere: its sequencer answers now with what it has
                 asyncio.ensure_future(node.wake_at(sequencer, poll))

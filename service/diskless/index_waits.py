@@ -27,22 +27,22 @@ class IndexWaits:
     """See the module docstring."""
 
     def __init__(self) -> None:
-        self._watch: dict[Key, list[asyncio.Future[None]]] = {}
-        self._polls: dict[str, asyncio.Future[None]] = {}
+        self._watch: dict[Key, list[asyncio.Future[bool]]] = {}
+        self._polls: dict[str, asyncio.Future[bool]] = {}
         self._woken: dict[str, float] = {}  # poll -> when its wake came, before the poll
 
     def touch(self, key: Key) -> None:
-        """A commit to ``key`` (or its sequencer changed): its polls answer now."""
+        """A commit to ``key`` (or its sequencer changed): its polls look again."""
         for waiting in self._watch.pop(key, ()):
             if not waiting.done():
-                waiting.set_result(None)
+                waiting.set_result(False)
 
     def wake(self, poll: str) -> None:
         """End the wait of the long poll ``poll``; kept for a while if it has not arrived."""
         waiting = self._polls.get(poll)
         if waiting is not None:
             if not waiting.done():
-                waiting.set_result(None)
+                waiting.set_result(True)
             return
         now = time.monotonic()
         self._woken[poll] = now
@@ -56,17 +56,18 @@ class IndexWaits:
         at = self._woken.pop(poll, None)
         return at is not None and time.monotonic() - at <= _WOKEN_TTL_S
 
-    async def wait_any(self, keys: set[Key], timeout_s: float, poll: str) -> None:
-        """Until a commit to one of ``keys``, ``poll``'s wake, or ``timeout_s``."""
-        waiting: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    async def wait_any(self, keys: set[Key], timeout_s: float, poll: str) -> bool:
+        """Until a commit to one of ``keys``, ``poll``'s wake, or ``timeout_s``; True when
+        woken (the poll must answer now)."""
+        waiting: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         for key in keys:
             self._watch.setdefault(key, []).append(waiting)
         if poll:
             self._polls[poll] = waiting
         try:
-            await asyncio.wait_for(waiting, timeout_s)
+            return await asyncio.wait_for(waiting, timeout_s)
         except TimeoutError:
-            pass
+            return False
         finally:
             if poll and self._polls.get(poll) is waiting:
                 del self._polls[poll]

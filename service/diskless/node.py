@@ -99,7 +99,8 @@ class DisklessNode:
         self.manifests = ManifestStore(self.store, "")
         self.writer = WalWriter("", self.node_id, self._put, self._propose, batch_ms=self.batch_ms,
                                 batch_bytes=config.get_int("diskless.batch.bytes"),
-                                commit_deadline_ms=self.commit_deadline_ms, cache=self.cache)
+                                commit_deadline_ms=self.commit_deadline_ms, cache=self.cache,
+                                max_inflight=config.get_int("diskless.max.inflight.objects"))
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
         self.waits = IndexWaits()  # long polls waiting for a commit
@@ -329,16 +330,24 @@ class DisklessNode:
     # -- the index: this broker as a sequencer, and asking one ----------------------------
 
     async def index_here(self, reads: Sequence[rpc.IndexRead], max_wait_ms: int,
-                         poll: str = "") -> list[rpc.IndexAnswer | KafkaError]:
-        """This sequencer's answers to ``reads``, waiting up to ``max_wait_ms`` while none has
-        anything to read (entries, merged offsets, an error)."""
+                         poll: str = "", min_bytes: int = 1) -> list[rpc.IndexAnswer | KafkaError]:
+        """This sequencer's answers to ``reads``, waiting up to ``max_wait_ms`` until they
+        hold ``min_bytes`` of entries or one has something else to act on (merged offsets,
+        an offset out of range, an error), or the poll is woken."""
         answers = [self._index_one(r) for r in reads]
         if poll and self.waits.woken_before(poll):
             return answers  # its reader was answered before this poll even arrived
-        if max_wait_ms > 0 and reads and not any(_ready(r, a) for r, a in zip(reads, answers, strict=True)):
-            await self.waits.wait_any({(r.topic_id, r.partition) for r in reads}, min(max_wait_ms, 30_000) / 1000,
-                                      poll)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max_wait_ms, 30_000) / 1000
+        keys = {(r.topic_id, r.partition) for r in reads}
+        while max_wait_ms > 0 and reads and not _enough(reads, answers, min_bytes):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            woken = await self.waits.wait_any(keys, left, poll)
             answers = [self._index_one(r) for r in reads]
+            if woken:
+                break
         return answers
 
     def _index_one(self, read: rpc.IndexRead) -> rpc.IndexAnswer | KafkaError:
@@ -372,11 +381,11 @@ class DisklessNode:
         return int(reg.leader)
 
     async def index_at(self, node: int, reads: Sequence[rpc.IndexRead], max_wait_ms: int,
-                       poll: str = "") -> list[rpc.IndexAnswer | KafkaError]:
+                       poll: str = "", min_bytes: int = 1) -> list[rpc.IndexAnswer | KafkaError]:
         """:meth:`index_here` at broker ``node``; a failure is each read's error."""
         if node == self.node_id:
-            return await self.index_here(reads, max_wait_ms, poll)
-        body = rpc.encode_index_request(rpc.IndexRequest(tuple(reads), max_wait_ms, poll))
+            return await self.index_here(reads, max_wait_ms, poll, min_bytes)
+        body = rpc.encode_index_request(rpc.IndexRequest(tuple(reads), max_wait_ms, poll, min_bytes=min_bytes))
         self.rpc_bytes_out += len(body)
         try:
             slot = self._index_slot(node)
@@ -457,12 +466,15 @@ class DisklessNode:
         return manifest
 
 
-def _ready(read: rpc.IndexRead, answer: rpc.IndexAnswer | KafkaError) -> bool:
-    """Whether a reader has something to act on: entries, merged offsets, an offset out of
-    range, or an error."""
-    if isinstance(answer, KafkaError):
-        return True
-    return bool(answer.entries) or read.offset < answer.start_offset or read.offset > answer.end_offset
+def _enough(reads: Sequence[rpc.IndexRead], answers: Sequence[rpc.IndexAnswer | KafkaError], min_bytes: int) -> bool:
+    """Whether a poll answers now: its entries hold ``min_bytes`` (at least one entry), or
+    a partition has something else to act on."""
+    size = 0
+    for read, answer in zip(reads, answers, strict=True):
+        if isinstance(answer, KafkaError) or read.offset < answer.start_offset or read.offset > answer.end_offset:
+            return True
+        size += sum(entry.size for entry in answer.entries)
+    return size > 0 and size >= min_bytes
 
 
 async def _first_entry(waits: list[Awaitable[CommitEntry]]) -> CommitEntry:

@@ -197,12 +197,15 @@ class IndexRequest:
     max_wait_ms: int = 0
     poll: str = ""
     wake: str = ""
+    #: the wait lasts until the partitions' entries hold this many bytes (the Fetch's min_bytes)
+    min_bytes: int = 1
 
 
 def encode_index_request(request: IndexRequest) -> bytes:
     if request.wake:
         return orjson.dumps({"wake": request.wake})
-    return orjson.dumps({"max_wait_ms": request.max_wait_ms, "poll": request.poll, "partitions": [
+    return orjson.dumps({"max_wait_ms": request.max_wait_ms, "poll": request.poll, "min_bytes": request.min_bytes,
+                         "partitions": [
         [str(r.topic_id), r.partition, r.offset, r.max_bytes, r.timestamp] for r in request.reads]})
 
 
@@ -222,7 +225,8 @@ def decode_index_request(body: bytes | memoryview) -> IndexRequest:
         if row is None:
             raise RpcFormatError(f"{what}: a malformed partition {raw!r}")
         reads.append(IndexRead(row[0], *row[1]))
-    return IndexRequest(tuple(reads), _int(doc, "max_wait_ms", what), poll)
+    min_bytes = _int(doc, "min_bytes", what) if "min_bytes" in doc else 1  # absent: a peer from before it
+    return IndexRequest(tuple(reads), _int(doc, "max_wait_ms", what), poll, min_bytes=min_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +321,7 @@ async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connectio
             node.waits.wake(request.wake)
             out = b"{}"
         else:
-            out = encode_index_answer(await node.index_here(request.reads, request.max_wait_ms, request.poll))
+            out = encode_index_answer(await node.index_here(request.reads, request.max_wait_ms, request.poll,
+                                                            request.min_bytes))
     node.rpc_bytes_out += len(out)
     return _frame(correlation_id, out)

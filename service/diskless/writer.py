@@ -11,6 +11,14 @@ retriable); commits not finished within ``diskless.commit.deadline.ms`` of the o
 creation fail with REQUEST_TIMED_OUT, so a late commit can never reference an object the
 collector may already have deleted.
 
+At most ``max_inflight`` objects (``diskless.max.inflight.objects``) are between their
+close and their producers' answers. While that many are, the open object does not close
+(it keeps filling up to ``diskless.batch.bytes``), and once it is full further batches
+wait, in arrival order, without being copied: a slow bucket bounds what the broker
+buffers at (``max_inflight`` + 1) objects, and the producers feel it as slower answers. A
+batch that waits longer than the commit deadline fails with KAFKA_STORAGE_ERROR
+(retriable).
+
 Not thread-safe: the event loop owns it.
 """
 
@@ -20,6 +28,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +58,11 @@ class _Open:
     batches: list[tuple[uuid.UUID, int, int, BatchHeader, asyncio.Future[CommitEntry]]] = field(
         default_factory=list)  # topic id, partition, leader epoch, header, waiter
     timer: asyncio.TimerHandle | None = None
+    due: bool = False  # its time came while the objects in flight were at the bound
+
+
+#: a batch waiting for room: topic id, partition, leader epoch, bytes, header, waiter
+_Waiting = tuple[uuid.UUID, int, int, bytes, BatchHeader, "asyncio.Future[CommitEntry]"]
 
 
 class WalWriter:
@@ -56,7 +70,7 @@ class WalWriter:
 
     def __init__(self, prefix: str, broker_id: int, put: Callable[[str, bytes], Awaitable[object]],
                  propose: Propose, *, batch_ms: int, batch_bytes: int, commit_deadline_ms: int,
-                 clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 max_inflight: int = 4, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  cache: WalCache | None = None) -> None:
         self._prefix = prefix
         self._cache = cache  # the objects written go in: this broker's reads of them need no GET
@@ -66,6 +80,9 @@ class WalWriter:
         self._batch_s = batch_ms / 1000
         self._batch_bytes = batch_bytes
         self._deadline_ms = commit_deadline_ms
+        self._max_inflight = max(1, max_inflight)
+        self.inflight = 0  # objects closed whose producers are not all answered
+        self._waiting: deque[_Waiting] = deque()
         self._clock_ms = clock_ms
         self._open: _Open | None = None
         self._last_issued: asyncio.Future[None] | None = None  # the newest closed object's
@@ -75,24 +92,65 @@ class WalWriter:
 
     def write(self, topic_id: uuid.UUID, partition: int, leader_epoch: int, batch: bytes,
               header: BatchHeader) -> Awaitable[CommitEntry]:
-        """Add one validated batch (its bytes as produced) to the open object."""
+        """Add one validated batch (its bytes as produced) to the open object, or queue it
+        while the open object is full and the objects in flight are at the bound."""
         loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[CommitEntry] = loop.create_future()
+        item = (topic_id, partition, leader_epoch, batch, header, waiter)
+        if self._waiting or self._stuck():
+            self._waiting.append(item)
+            loop.call_later(self._deadline_ms / 1000, self._expire, waiter)
+        else:
+            self._add(item)
+        return waiter
+
+    @property
+    def waiting(self) -> int:
+        """Batches waiting for room (the bucket is slower than the producers)."""
+        return sum(1 for item in self._waiting if not item[5].done())
+
+    def _stuck(self) -> bool:
+        """The open object is full and cannot close: as many objects are in flight as allowed."""
+        return self._open is not None and self._open.builder.size >= self._batch_bytes
+
+    def _add(self, item: _Waiting) -> None:
+        topic_id, partition, leader_epoch, batch, header, waiter = item
         current = self._open
         if current is None:
+            loop = asyncio.get_running_loop()
             key = WalKey.new(self._prefix, self._broker_id, self._clock_ms())
             current = self._open = _Open(key, loop.create_future())
             current.timer = loop.call_later(self._batch_s, self._close, current)
-        waiter: asyncio.Future[CommitEntry] = loop.create_future()
         current.builder.add(topic_id, partition, batch)
         current.batches.append((topic_id, partition, leader_epoch, header, waiter))
         if current.builder.size >= self._batch_bytes:
             self._close(current)
-        return waiter
+
+    def _expire(self, waiter: asyncio.Future[CommitEntry]) -> None:
+        if not waiter.done() and any(item[5] is waiter for item in self._waiting):
+            waiter.set_exception(KafkaStorageError(
+                f"the bucket has not taken this broker's diskless writes for {self._deadline_ms} ms "
+                f"({self._max_inflight} objects in flight, diskless.max.inflight.objects): produce again"))
+
+    def _admit(self) -> None:
+        """An object in flight was answered: close the open one if it was due, then let
+        waiting batches in while there is room."""
+        current = self._open
+        if current is not None and (current.due or current.builder.size >= self._batch_bytes):
+            self._close(current)
+        while self._waiting and not self._stuck():
+            item = self._waiting.popleft()
+            if not item[5].done():
+                self._add(item)
 
     def _close(self, closing: _Open) -> None:
         if self._open is not closing:
             return  # closed already (full before its timer)
+        if self.inflight >= self._max_inflight:
+            closing.due = True  # closes when an object in flight is answered (_admit)
+            return
         self._open = None
+        self.inflight += 1
         if closing.timer is not None:
             closing.timer.cancel()
         previous, self._last_issued = self._last_issued, closing.issued
@@ -109,6 +167,8 @@ class WalWriter:
         finally:
             if not obj.issued.done():
                 obj.issued.set_result(None)
+            self.inflight -= 1
+            self._admit()
 
     async def _write_and_propose(self, obj: _Open, previous: asyncio.Future[None] | None) -> None:
         data, _, positions = obj.builder.build()
@@ -164,8 +224,14 @@ class WalWriter:
                 waiter.set_exception(error)
 
     async def close(self) -> None:
-        """Write what is open and wait for every object in flight (a clean stop)."""
-        if self._open is not None:
-            self._close(self._open)
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Write what is open or waiting and wait for every object in flight (a clean stop)."""
+        while True:
+            if self._open is not None:
+                self._open.due = True
+                self._close(self._open)
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            elif self._open is None and self.waiting:
+                self._admit()
+            elif self._open is None:
+                return

@@ -89,6 +89,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     diskless_topics = {t for t in {w.topic for w in wanted} if _is_diskless(broker, t)}
     from_bucket: list[PartitionData] = []
     diskless_keys: set[tuple[str, int]] = set()
+    wants: list[Any] = []
     already = 0
     if diskless_topics:
         wants = [(broker.controller.topic(w.topic), w.topic, w.partition, w.fetch_offset, w.max_bytes)
@@ -97,7 +98,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         diskless_keys = {(name, index) for _, name, index, _, _ in wants}
         # with local partitions too, the bucket's are read at once and the local ones long-poll
         wait_ms = max_wait_ms if not wanted and min_bytes > 0 else 0
-        from_bucket = await read_diskless(broker.diskless, wants, max_bytes, wait_ms)
+        from_bucket = await read_diskless(broker.diskless, wants, max_bytes, wait_ms, min_bytes=min_bytes)
         already = sum(d.size for d in from_bucket)  # the local partitions read within what is left
         if any(d.error_code != ErrorCode.none for d in from_bucket):
             min_bytes = 0  # answered at once, as for a local partition's error
@@ -143,7 +144,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         deadline = loop.time() + max_wait_ms / 1000
         keys = [(w.topic, w.partition) for w in wanted]
         while True:
-            await broker.waiters.wait(keys, deadline - loop.time())
+            if wants and not already:  # the diskless partitions long-poll beside the local ones
+                from_bucket = await _wait_local_or_bucket(broker, keys, deadline - loop.time(), wants, max_bytes)
+                already = sum(d.size for d in from_bucket)
+                if any(d.error_code != ErrorCode.none for d in from_bucket):
+                    min_bytes = 0
+            else:
+                await broker.waiters.wait(keys, deadline - loop.time())
             data, total, errors = read()
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
@@ -165,6 +172,17 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         read_committed=isolation == READ_COMMITTED,
         throttle_ms=throttle,
     )
+
+
+async def _wait_local_or_bucket(broker: Any, keys: list[tuple[str, int]], timeout_s: float, wants: list[Any],
+                                max_bytes: int) -> list[PartitionData]:
+    """Until a local partition of a mixed Fetch gets an append or a diskless one has data
+    (or ``timeout_s``): the diskless partitions' answers, read again at that moment."""
+    local = asyncio.ensure_future(broker.waiters.wait(keys, timeout_s))
+    try:
+        return await read_diskless(broker.diskless, wants, max_bytes, max(1, int(timeout_s * 1000)), interrupt=local)
+    finally:
+        local.cancel()
 
 
 def _is_diskless(broker: Any, topic: str) -> bool:

@@ -252,6 +252,15 @@ class BrokerCollector(Collector):
         rpc.add_metric(["out"], node.rpc_bytes_out)
         rpc.add_metric(["in"], node.rpc_bytes_in)
         yield rpc
+        for name, doc, value in (
+            ("strata_diskless_wal_inflight", "Write-ahead objects between their close and their producers' "
+             "answers (at most diskless.max.inflight.objects).", node.writer.inflight),
+            ("strata_diskless_writes_waiting", "Produced batches waiting for room: the bucket is slower "
+             "than the producers.", node.writer.waiting),
+        ):
+            gauge = GaugeMetricFamily(name, doc)
+            gauge.add_metric([], value)
+            yield gauge
 
     def _tiering(self) -> Iterator[Any]:
         t = self._broker.tiering

@@ -3,6 +3,7 @@ response's max_bytes, min_bytes 0, and a Fetch of classic and diskless partition
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from pathlib import Path
@@ -76,6 +77,50 @@ def test_a_mixed_fetch_answers_at_once_when_a_diskless_partition_has_records(
     assert elapsed < 1.5, f"answered after {elapsed:.2f}s (the whole max_wait)"
 
 
+def test_a_parked_mixed_fetch_wakes_when_a_diskless_partition_gets_records(
+        tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        info = await diskless_topic(broker, "d")
+        await broker.create_topic("c", num_partitions=1)
+        fetching = asyncio.ensure_future(_fetch(broker, _request([("c", 0, 0), ("d", 0, 0)], max_wait_ms=5000),
+                                                captured))
+        await asyncio.sleep(0.5)  # parked: nothing in either partition
+        assert not fetching.done()
+        produced = time.monotonic()
+        await _produce(broker, info, 0, [b"y" * 100] * 2)
+        await fetching
+        return time.monotonic() - produced
+
+    after_produce = run(tmp_path, body)
+    by_topic = {d.topic: d for d in captured[-1]}
+    assert by_topic["d"].error_code == ErrorCode.none and by_topic["d"].records == 2, by_topic["d"]
+    assert by_topic["c"].size == 0
+    # before, the classic long poll held the answer for the whole max_wait (5 s)
+    assert after_produce < 2.0, f"answered {after_produce:.2f}s after the diskless commit"
+
+
+def test_a_parked_mixed_fetch_wakes_when_a_classic_partition_gets_records(
+        tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        await diskless_topic(broker, "d")
+        await broker.create_topic("c", num_partitions=1)
+        fetching = asyncio.ensure_future(_fetch(broker, _request([("c", 0, 0), ("d", 0, 0)], max_wait_ms=5000),
+                                                captured))
+        await asyncio.sleep(0.5)
+        assert not fetching.done()
+        produced = time.monotonic()
+        broker.append("c", 0, batch([b"z" * 50], BASE))  # moves the high watermark: wakes the parked fetch
+        await fetching
+        return time.monotonic() - produced
+
+    after_produce = run(tmp_path, body)
+    by_topic = {d.topic: d for d in captured[-1]}
+    assert by_topic["c"].error_code == ErrorCode.none and by_topic["c"].size > 0, by_topic["c"]
+    assert by_topic["d"].size == 0 and by_topic["d"].error_code == ErrorCode.none
+    # the diskless sequencer's own long poll was woken too, not waited out
+    assert after_produce < 2.0, f"answered {after_produce:.2f}s after the classic append"
+
+
 def test_a_fetch_of_many_diskless_partitions_keeps_to_the_response_max_bytes(tmp_path: Path, captured: list[Any]) -> None:
     async def body(broker):  # noqa: ANN001, ANN202
         info = await diskless_topic(broker, "d", partitions=4)
@@ -88,6 +133,30 @@ def test_a_fetch_of_many_diskless_partitions_keeps_to_the_response_max_bytes(tmp
     total = sum(d.size for d in captured[-1])
     # Kafka (and read_partitions for classic topics): at most max_bytes, unless the first batch alone is larger
     assert total <= 150_000 + 100_200, f"{total} bytes answered for max_bytes=150000"
+
+
+def test_a_diskless_fetch_waits_for_its_min_bytes(tmp_path: Path, captured: list[Any]) -> None:
+    async def body(broker):  # noqa: ANN001, ANN202
+        info = await diskless_topic(broker, "d", partitions=2)
+        await _produce(broker, info, 0, [b"a" * 100])  # there, but far below min_bytes
+        fetching = asyncio.ensure_future(_fetch(
+            broker, _request([("d", 0, 0), ("d", 1, 0)], max_wait_ms=5000, min_bytes=6000), captured))
+        await asyncio.sleep(0.4)
+        early = fetching.done()
+        await _produce(broker, info, 1, [b"b" * 3000])  # 3,100 bytes: not yet
+        await asyncio.sleep(0.4)
+        middle = fetching.done()
+        produced = time.monotonic()
+        await _produce(broker, info, 0, [b"c" * 3000])  # past 6,000
+        await fetching
+        return early, middle, time.monotonic() - produced
+
+    early, middle, after = run(tmp_path, body)
+    assert not early and not middle, "answered before the partitions held min_bytes"
+    assert after < 2.0, f"answered {after:.2f}s after min_bytes was reached"
+    answered = captured[-1]
+    assert sum(d.size for d in answered) >= 6000
+    assert [d.records for d in answered] == [2, 1]
 
 
 def test_a_diskless_fetch_with_min_bytes_0_answers_at_once(tmp_path: Path, captured: list[Any]) -> None:

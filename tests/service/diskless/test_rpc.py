@@ -40,6 +40,11 @@ def test_an_index_request_and_its_answers_round_trip_with_errors_per_partition()
     assert rpc.decode_index_request(rpc.encode_index_request(request)) == request
     wake = rpc.IndexRequest(wake="p1")
     assert rpc.decode_index_request(rpc.encode_index_request(wake)) == wake
+    waiting = rpc.IndexRequest(request.reads, 500, "p2", min_bytes=65536)  # a Fetch's min_bytes
+    assert rpc.decode_index_request(rpc.encode_index_request(waiting)).min_bytes == 65536
+    # a peer from before min_bytes: its polls answer at the first entry, as they did
+    older = orjson.dumps({"max_wait_ms": 5, "poll": "p", "partitions": []})
+    assert rpc.decode_index_request(older).min_bytes == 1
     with pytest.raises(rpc.RpcFormatError):  # an answer for fewer partitions than asked
         rpc.decode_index_answer(rpc.encode_index_answer([rpc.IndexAnswer(0, 0, ())]), 2)
 
@@ -71,6 +76,7 @@ def test_a_malformed_commit_answer_is_refused(body: bytes) -> None:
     {"max_wait_ms": 0, "poll": "", "partitions": [[str(TOPIC), 0, 0, 1]]},
     {"poll": "", "partitions": []},
     {"wake": 5},
+    {"max_wait_ms": 0, "poll": "", "min_bytes": "1", "partitions": []},
     {"partitions": [{"start": 0, "end": 1, "objects": [], "entries": [["x"]]}]},
     {"partitions": [7]},
 ])
