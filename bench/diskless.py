@@ -13,7 +13,9 @@
   sequencers without idempotence, 64 requests in flight (an idempotent producer keeps at
   most 5 per connection, and librdkafka sends a request per partition, so at linger.ms 5
   its records wait for a free slot about one batch window before theirs starts). Targets
-  (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50.
+  (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50. Then, on a cluster each, the first
+  row again with ``diskless.batch.min.ms`` = ``diskless.batch.ms``: objects never close
+  early for a blocked idempotent producer (what the default, a fifth of the window, saves).
 * **throughput and request costs** (on the batch.ms 250 cluster): ``--records`` 1 KiB
   records through ``strata perf produce`` (three processes, acks=all) to a
   6-partition diskless topic, then to a classic 6-partition RF 3 topic with
@@ -238,7 +240,7 @@ def main() -> int:
     os.environ.update(CREDENTIALS)
     moto = Moto()
     result: dict[str, Any] = {"machine": machine_info(Path(tempfile.gettempdir())), "command": " ".join(sys.argv),
-                              "when": time.strftime("%Y-%m-%d %H:%M:%S"), "latency": {}}
+                              "when": time.strftime("%Y-%m-%d %H:%M:%S"), "latency": {}, "never_early": {}}
     try:
         with tempfile.TemporaryDirectory(prefix="strata-diskless-bench-") as tmp:
             for batch_ms in (250, 50):
@@ -267,6 +269,17 @@ def main() -> int:
                         log(f"classic RF3: {result['classic_rf3']}")
                         result["throughput_ratio"] = round(
                             result["diskless"]["records_per_s"] / result["classic_rf3"]["records_per_s"], 2)
+                finally:
+                    cluster.stop()
+            # the same idempotent producers when a blocked one does not close its object early
+            for batch_ms in (250, 50):
+                log(f"--- diskless.batch.ms={batch_ms}, diskless.batch.min.ms={batch_ms} (never early)")
+                cluster = Cluster(Path(tmp) / f"late{batch_ms}", moto,
+                                  {"diskless.batch.ms": str(batch_ms), "diskless.batch.min.ms": str(batch_ms)})
+                try:
+                    create(cluster.bootstrap, "lat", {"diskless.enable": "true"})
+                    result["never_early"][str(batch_ms)] = latency(cluster, "lat", args.rate, args.seconds, 5, False)
+                    log(f"batch.ms {batch_ms}, never early: {result['never_early'][str(batch_ms)]}")
                 finally:
                     cluster.stop()
             # request costs when objects close by size (8 MiB) rather than by time: one

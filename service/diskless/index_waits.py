@@ -2,8 +2,8 @@
 
 A poll waits for a commit to any of its partitions (:meth:`IndexWaits.touch`) or for its
 reader's ``wake`` (another sequencer answered that reader first). A wake can arrive before
-its poll (it comes on another connection): it is kept for a while and the poll, once it
-arrives, answers at once.
+its poll (it comes on another connection), or between a commit's touch and the poll's
+next look: it is kept for a while and the poll, when it looks, answers at once.
 
 Not thread-safe: the event loop owns it.
 """
@@ -40,10 +40,11 @@ class IndexWaits:
     def wake(self, poll: str) -> None:
         """End the wait of the long poll ``poll``; kept for a while if it has not arrived."""
         waiting = self._polls.get(poll)
-        if waiting is not None:
-            if not waiting.done():
-                waiting.set_result(True)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(True)
             return
+        # not arrived yet, or just touched by a commit and about to look again (a poll
+        # waiting for min_bytes): kept, so its next look answers
         now = time.monotonic()
         self._woken[poll] = now
         if len(self._woken) > _WOKEN_MAX:

@@ -100,7 +100,8 @@ class DisklessNode:
         self.writer = WalWriter("", self.node_id, self._put, self._propose, batch_ms=self.batch_ms,
                                 batch_bytes=config.get_int("diskless.batch.bytes"),
                                 commit_deadline_ms=self.commit_deadline_ms, cache=self.cache,
-                                max_inflight=config.get_int("diskless.max.inflight.objects"))
+                                max_inflight=config.get_int("diskless.max.inflight.objects"),
+                                min_ms=config.get_int("diskless.batch.min.ms"))
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
         self.waits = IndexWaits()  # long polls waiting for a commit
@@ -346,7 +347,7 @@ class DisklessNode:
                 break
             woken = await self.waits.wait_any(keys, left, poll)
             answers = [self._index_one(r) for r in reads]
-            if woken:
+            if woken or (poll and self.waits.woken_before(poll)):
                 break
         return answers
 

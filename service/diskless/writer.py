@@ -8,16 +8,25 @@ sequencer (``propose``: this broker's own, or another's over the wire). A batch'
 :meth:`WalWriter.write` returns its committed entry (offsets) or raises the Kafka error
 that refused it. A PUT that fails fails the object's batches (KAFKA_STORAGE_ERROR,
 retriable); commits not finished within ``diskless.commit.deadline.ms`` of the object's
-creation fail with REQUEST_TIMED_OUT, so a late commit can never reference an object the
-collector may already have deleted.
+close (the time in its key) fail with REQUEST_TIMED_OUT, so a late commit can never
+reference an object the collector may already have deleted.
+
+An idempotent producer sends at most five requests at a time (Kafka's clients enforce
+it), and librdkafka sends one per partition: with five waiting on the open object it can
+send nothing more until they are answered, so waiting out the window only delays it.
+:meth:`WalWriter.hurry` (called by Produce when a connection has that many requests in
+flight) closes the open object once it is ``min_ms`` old (``diskless.batch.min.ms``,
+a fifth of the window by default): latency for a blocked producer, at the cost of more,
+smaller objects only while producers are blocked.
 
 At most ``max_inflight`` objects (``diskless.max.inflight.objects``) are between their
 close and their producers' answers. While that many are, the open object does not close
 (it keeps filling up to ``diskless.batch.bytes``), and once it is full further batches
-wait, in arrival order, without being copied: a slow bucket bounds what the broker
-buffers at (``max_inflight`` + 1) objects, and the producers feel it as slower answers. A
-batch that waits longer than the commit deadline fails with KAFKA_STORAGE_ERROR
-(retriable).
+wait, in arrival order (a partition's batches keep their order): a slow bucket bounds
+what the broker buffers at (``max_inflight`` + 1) objects, and the producers feel it as
+slower answers. A batch that waits in the queue longer than the commit deadline leaves it
+and fails with KAFKA_STORAGE_ERROR (retriable), as do the batches of an object held open
+that long; none of them is written.
 
 Not thread-safe: the event loop owns it.
 """
@@ -49,20 +58,33 @@ Propose = Callable[[Sequence[Proposal]], Awaitable[Sequence[CommitEntry | KafkaE
 
 @dataclass(slots=True)
 class _Open:
-    """The object being filled: its key, builder, and each batch's waiter."""
+    """The object being filled: its builder and each batch's waiter; its key once it closes."""
 
-    key: WalKey
     #: done once this object's proposals are issued (or will never be): the next object's wait
     issued: asyncio.Future[None]
+    #: named when it closes: the commit deadline counts from then, not from its first batch
+    key: WalKey | None = None
     builder: WalObjectBuilder = field(default_factory=WalObjectBuilder)
     batches: list[tuple[uuid.UUID, int, int, BatchHeader, asyncio.Future[CommitEntry]]] = field(
         default_factory=list)  # topic id, partition, leader epoch, header, waiter
     timer: asyncio.TimerHandle | None = None
+    opened: float = 0.0  # event-loop time
+    hurried: bool = False  # its timer was brought forward for a blocked producer
     due: bool = False  # its time came while the objects in flight were at the bound
+    #: held open at the bound: its batches fail once it has waited a whole commit deadline
+    abandon: asyncio.TimerHandle | None = None
 
 
 #: a batch waiting for room: topic id, partition, leader epoch, bytes, header, waiter
 _Waiting = tuple[uuid.UUID, int, int, bytes, BatchHeader, "asyncio.Future[CommitEntry]"]
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A batch in the queue, and the timer that fails it at the commit deadline."""
+
+    item: _Waiting
+    timer: asyncio.TimerHandle | None = None
 
 
 class WalWriter:
@@ -70,7 +92,7 @@ class WalWriter:
 
     def __init__(self, prefix: str, broker_id: int, put: Callable[[str, bytes], Awaitable[object]],
                  propose: Propose, *, batch_ms: int, batch_bytes: int, commit_deadline_ms: int,
-                 max_inflight: int = 4, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 max_inflight: int = 4, min_ms: int = -1, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  cache: WalCache | None = None) -> None:
         self._prefix = prefix
         self._cache = cache  # the objects written go in: this broker's reads of them need no GET
@@ -78,11 +100,13 @@ class WalWriter:
         self._put = put
         self._propose = propose
         self._batch_s = batch_ms / 1000
+        self._min_s = (batch_ms / 5 if min_ms < 0 else min(min_ms, batch_ms)) / 1000
+        self.hurried = 0  # objects closed early for a blocked producer
         self._batch_bytes = batch_bytes
         self._deadline_ms = commit_deadline_ms
         self._max_inflight = max(1, max_inflight)
         self.inflight = 0  # objects closed whose producers are not all answered
-        self._waiting: deque[_Waiting] = deque()
+        self._waiting: deque[_Queued] = deque()
         self._clock_ms = clock_ms
         self._open: _Open | None = None
         self._last_issued: asyncio.Future[None] | None = None  # the newest closed object's
@@ -98,8 +122,9 @@ class WalWriter:
         waiter: asyncio.Future[CommitEntry] = loop.create_future()
         item = (topic_id, partition, leader_epoch, batch, header, waiter)
         if self._waiting or self._stuck():
-            self._waiting.append(item)
-            loop.call_later(self._deadline_ms / 1000, self._expire, waiter)
+            queued = _Queued(item)
+            queued.timer = loop.call_later(self._deadline_ms / 1000, self._expire, queued)
+            self._waiting.append(queued)
         else:
             self._add(item)
         return waiter
@@ -107,7 +132,7 @@ class WalWriter:
     @property
     def waiting(self) -> int:
         """Batches waiting for room (the bucket is slower than the producers)."""
-        return sum(1 for item in self._waiting if not item[5].done())
+        return len(self._waiting)
 
     def _stuck(self) -> bool:
         """The open object is full and cannot close: as many objects are in flight as allowed."""
@@ -118,19 +143,54 @@ class WalWriter:
         current = self._open
         if current is None:
             loop = asyncio.get_running_loop()
-            key = WalKey.new(self._prefix, self._broker_id, self._clock_ms())
-            current = self._open = _Open(key, loop.create_future())
+            current = self._open = _Open(loop.create_future(), opened=loop.time())
             current.timer = loop.call_later(self._batch_s, self._close, current)
         current.builder.add(topic_id, partition, batch)
         current.batches.append((topic_id, partition, leader_epoch, header, waiter))
         if current.builder.size >= self._batch_bytes:
             self._close(current)
 
-    def _expire(self, waiter: asyncio.Future[CommitEntry]) -> None:
-        if not waiter.done() and any(item[5] is waiter for item in self._waiting):
-            waiter.set_exception(KafkaStorageError(
-                f"the bucket has not taken this broker's diskless writes for {self._deadline_ms} ms "
-                f"({self._max_inflight} objects in flight, diskless.max.inflight.objects): produce again"))
+    def hurry(self) -> None:
+        """A producer is blocked on the open object: close it once ``min_ms`` old."""
+        current = self._open
+        if current is None or current.hurried or self._min_s >= self._batch_s:
+            return
+        current.hurried = True
+        self.hurried += 1
+        loop = asyncio.get_running_loop()
+        left = current.opened + self._min_s - loop.time()
+        if left <= 0:
+            self._close(current)
+            return
+        if current.timer is not None:
+            current.timer.cancel()
+        current.timer = loop.call_later(left, self._close, current)
+
+    def _stalled(self) -> KafkaStorageError:
+        return KafkaStorageError(
+            f"the bucket has not taken this broker's diskless writes for {self._deadline_ms} ms "
+            f"({self._max_inflight} objects in flight, diskless.max.inflight.objects): produce again")
+
+    def _expire(self, queued: _Queued) -> None:
+        """A queued batch's deadline: out of the queue (its bytes with it), its producer told."""
+        try:
+            self._waiting.remove(queued)
+        except ValueError:
+            return  # admitted meanwhile
+        waiter = queued.item[5]
+        if not waiter.done():
+            waiter.set_exception(self._stalled())
+
+    def _abandon(self, held: _Open) -> None:
+        """An object held open at the bound for a whole commit deadline: nothing of it is
+        written; its batches fail as queued ones do."""
+        if self._open is not held:
+            return
+        self._open = None
+        if held.timer is not None:
+            held.timer.cancel()
+        self._fail(held.batches, self._stalled())
+        self._admit()
 
     def _admit(self) -> None:
         """An object in flight was answered: close the open one if it was due, then let
@@ -139,18 +199,26 @@ class WalWriter:
         if current is not None and (current.due or current.builder.size >= self._batch_bytes):
             self._close(current)
         while self._waiting and not self._stuck():
-            item = self._waiting.popleft()
-            if not item[5].done():
-                self._add(item)
+            queued = self._waiting.popleft()
+            if queued.timer is not None:
+                queued.timer.cancel()
+            if not queued.item[5].done():
+                self._add(queued.item)
 
     def _close(self, closing: _Open) -> None:
         if self._open is not closing:
             return  # closed already (full before its timer)
         if self.inflight >= self._max_inflight:
-            closing.due = True  # closes when an object in flight is answered (_admit)
+            if not closing.due:  # closes when an object in flight is answered (_admit)
+                closing.due = True
+                closing.abandon = asyncio.get_running_loop().call_later(
+                    self._deadline_ms / 1000, self._abandon, closing)
             return
         self._open = None
         self.inflight += 1
+        if closing.abandon is not None:
+            closing.abandon.cancel()
+        closing.key = WalKey.new(self._prefix, self._broker_id, self._clock_ms())
         if closing.timer is not None:
             closing.timer.cancel()
         previous, self._last_issued = self._last_issued, closing.issued
@@ -171,11 +239,13 @@ class WalWriter:
             self._admit()
 
     async def _write_and_propose(self, obj: _Open, previous: asyncio.Future[None] | None) -> None:
+        assert obj.key is not None  # named by _close
+        key = obj.key
         data, _, positions = obj.builder.build()
         try:
-            await self._put(obj.key.key, data)
+            await self._put(key.key, data)
         except Exception as exc:  # noqa: BLE001 - the bucket: every batch of the object fails
-            _log.warning("diskless write-ahead object %s not written: %s", obj.key.key, exc)
+            _log.warning("diskless write-ahead object %s not written: %s", key.key, exc)
             self._fail(obj.batches, KafkaStorageError(f"the bucket refused a diskless write: {exc}"))
             return
         if previous is not None:
@@ -183,13 +253,13 @@ class WalWriter:
         self.objects_written += 1
         self.bytes_written += len(data)
         if self._cache is not None:
-            self._cache.put(obj.key.key, data)
+            self._cache.put(key.key, data)
         proposals = [
-            Proposal(topic_id, partition, epoch, obj.key.key, position, header.size, header.last_offset_delta + 1,
+            Proposal(topic_id, partition, epoch, key.key, position, header.size, header.last_offset_delta + 1,
                      header.max_timestamp, header.producer_id, header.producer_epoch, header.base_sequence,
                      header.is_transactional)
             for (topic_id, partition, epoch, header, _), position in zip(obj.batches, positions, strict=True)]
-        left_s = (obj.key.created_ms + self._deadline_ms - self._clock_ms()) / 1000
+        left_s = (key.created_ms + self._deadline_ms - self._clock_ms()) / 1000
         proposing = asyncio.ensure_future(self._propose(proposals))  # runs before the next object's
         obj.issued.set_result(None)
         try:
@@ -202,7 +272,7 @@ class WalWriter:
             self._fail(obj.batches, exc)
             return
         except Exception as exc:  # noqa: BLE001 - a peer's connection, a bug: never leave a producer waiting
-            _log.warning("diskless commit of %s failed: %r", obj.key.key, exc)
+            _log.warning("diskless commit of %s failed: %r", key.key, exc)
             self._fail(obj.batches, KafkaStorageError(f"the commit of a diskless write failed: {exc!r}"))
             return
         if len(answers) != len(obj.batches):

@@ -144,8 +144,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         deadline = loop.time() + max_wait_ms / 1000
         keys = [(w.topic, w.partition) for w in wanted]
         while True:
-            if wants and not already:  # the diskless partitions long-poll beside the local ones
-                from_bucket = await _wait_local_or_bucket(broker, keys, deadline - loop.time(), wants, max_bytes)
+            if wants:  # the diskless partitions long-poll beside the local ones, read again each time
+                from_bucket = await _wait_local_or_bucket(broker, keys, deadline - loop.time(), wants, max_bytes,
+                                                          max(1, min_bytes - (total - already)))
                 already = sum(d.size for d in from_bucket)
                 if any(d.error_code != ErrorCode.none for d in from_bucket):
                     min_bytes = 0
@@ -175,12 +176,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
 
 
 async def _wait_local_or_bucket(broker: Any, keys: list[tuple[str, int]], timeout_s: float, wants: list[Any],
-                                max_bytes: int) -> list[PartitionData]:
-    """Until a local partition of a mixed Fetch gets an append or a diskless one has data
-    (or ``timeout_s``): the diskless partitions' answers, read again at that moment."""
+                                max_bytes: int, min_bytes: int) -> list[PartitionData]:
+    """Until a local partition of a mixed Fetch gets an append or the diskless ones hold
+    ``min_bytes`` (what the local ones lack of the Fetch's), or ``timeout_s``: the diskless
+    partitions' answers, read again at that moment."""
     local = asyncio.ensure_future(broker.waiters.wait(keys, timeout_s))
     try:
-        return await read_diskless(broker.diskless, wants, max_bytes, max(1, int(timeout_s * 1000)), interrupt=local)
+        return await read_diskless(broker.diskless, wants, max_bytes, max(1, int(timeout_s * 1000)), interrupt=local,
+                                   min_bytes=min_bytes)
     finally:
         local.cancel()
 

@@ -166,3 +166,28 @@ def test_a_diskless_fetch_with_min_bytes_0_answers_at_once(tmp_path: Path, captu
 
     elapsed = run(tmp_path, body)
     assert elapsed < 1.0, f"min_bytes=0 answered after {elapsed:.2f}s"
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_a_fetch_answers_once_min_bytes_of_diskless_records_arrived(
+        tmp_path: Path, captured: list[Any], mixed: bool) -> None:
+    """Diskless partitions only, or with a classic one too: the diskless partitions of a
+    mixed Fetch are read again at each wake, with what the classic ones lack of min_bytes."""
+    async def body(broker):  # noqa: ANN001, ANN202
+        info = await diskless_topic(broker, "d")
+        await broker.create_topic("c", num_partitions=1)
+        parts = [("c", 0, 0), ("d", 0, 0)] if mixed else [("d", 0, 0)]
+        fetching = asyncio.ensure_future(_fetch(broker, _request(parts, max_wait_ms=4000, min_bytes=3000),
+                                                captured))
+        await asyncio.sleep(0.3)
+        await _produce(broker, info, 0, [b"a" * 100])  # far below min_bytes
+        await asyncio.sleep(0.3)
+        produced = time.monotonic()
+        await _produce(broker, info, 0, [b"b" * 1000] * 5)  # now well above min_bytes
+        await fetching
+        return time.monotonic() - produced
+
+    after = run(tmp_path, body)
+    d = {p.topic: p for p in captured[-1]}["d"]
+    assert after < 1.5, f"mixed={mixed}: answered {after:.2f}s after min_bytes arrived ({d.size} bytes of d)"
+    assert d.size >= 3000 and d.records == 6, d
