@@ -16,10 +16,6 @@ __all__ = ["DISKLESS_CONFIGS"]
 DISKLESS_CONFIGS = (
     ConfigDef("diskless.batch.ms", "int", "250", "A broker's write-ahead object of diskless topics goes "
             "to the bucket this long after its first batch (ADR 0027).", validator=at_least(1)),
-    ConfigDef("diskless.batch.min.ms", "int", "-1", "An object that an idempotent producer is blocked on "
-            "(it has the five requests in flight such a producer may send) closes once this old instead of "
-            "waiting out diskless.batch.ms; -1: a fifth of diskless.batch.ms. Equal to diskless.batch.ms: "
-            "never early.", validator=at_least(-1)),
     ConfigDef("diskless.batch.bytes", "int", "8388608", "... or once it holds this many bytes, whichever comes first.",
             validator=at_least(1024)),
     ConfigDef("diskless.max.inflight.objects", "int", "4", "A broker's write-ahead objects between their "

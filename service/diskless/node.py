@@ -100,8 +100,7 @@ class DisklessNode:
         self.writer = WalWriter("", self.node_id, self._put, self._propose, batch_ms=self.batch_ms,
                                 batch_bytes=config.get_int("diskless.batch.bytes"),
                                 commit_deadline_ms=self.commit_deadline_ms, cache=self.cache,
-                                max_inflight=config.get_int("diskless.max.inflight.objects"),
-                                min_ms=config.get_int("diskless.batch.min.ms"))
+                                max_inflight=config.get_int("diskless.max.inflight.objects"))
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
         self.waits = IndexWaits()  # long polls waiting for a commit

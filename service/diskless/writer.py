@@ -11,14 +11,6 @@ retriable); commits not finished within ``diskless.commit.deadline.ms`` of the o
 close (the time in its key) fail with REQUEST_TIMED_OUT, so a late commit can never
 reference an object the collector may already have deleted.
 
-An idempotent producer sends at most five requests at a time (Kafka's clients enforce
-it), and librdkafka sends one per partition: with five waiting on the open object it can
-send nothing more until they are answered, so waiting out the window only delays it.
-:meth:`WalWriter.hurry` (called by Produce when a connection has that many requests in
-flight) closes the open object once it is ``min_ms`` old (``diskless.batch.min.ms``,
-a fifth of the window by default): latency for a blocked producer, at the cost of more,
-smaller objects only while producers are blocked.
-
 At most ``max_inflight`` objects (``diskless.max.inflight.objects``) are between their
 close and their producers' answers. While that many are, the open object does not close
 (it keeps filling up to ``diskless.batch.bytes``), and once it is full further batches
@@ -68,8 +60,6 @@ class _Open:
     batches: list[tuple[uuid.UUID, int, int, BatchHeader, asyncio.Future[CommitEntry]]] = field(
         default_factory=list)  # topic id, partition, leader epoch, header, waiter
     timer: asyncio.TimerHandle | None = None
-    opened: float = 0.0  # event-loop time
-    hurried: bool = False  # its timer was brought forward for a blocked producer
     due: bool = False  # its time came while the objects in flight were at the bound
     #: held open at the bound: its batches fail once it has waited a whole commit deadline
     abandon: asyncio.TimerHandle | None = None
@@ -92,7 +82,7 @@ class WalWriter:
 
     def __init__(self, prefix: str, broker_id: int, put: Callable[[str, bytes], Awaitable[object]],
                  propose: Propose, *, batch_ms: int, batch_bytes: int, commit_deadline_ms: int,
-                 max_inflight: int = 4, min_ms: int = -1, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                 max_inflight: int = 4, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
                  cache: WalCache | None = None) -> None:
         self._prefix = prefix
         self._cache = cache  # the objects written go in: this broker's reads of them need no GET
@@ -100,8 +90,6 @@ class WalWriter:
         self._put = put
         self._propose = propose
         self._batch_s = batch_ms / 1000
-        self._min_s = (batch_ms / 5 if min_ms < 0 else min(min_ms, batch_ms)) / 1000
-        self.hurried = 0  # objects closed early for a blocked producer
         self._batch_bytes = batch_bytes
         self._deadline_ms = commit_deadline_ms
         self._max_inflight = max(1, max_inflight)
@@ -143,28 +131,12 @@ class WalWriter:
         current = self._open
         if current is None:
             loop = asyncio.get_running_loop()
-            current = self._open = _Open(loop.create_future(), opened=loop.time())
+            current = self._open = _Open(loop.create_future())
             current.timer = loop.call_later(self._batch_s, self._close, current)
         current.builder.add(topic_id, partition, batch)
         current.batches.append((topic_id, partition, leader_epoch, header, waiter))
         if current.builder.size >= self._batch_bytes:
             self._close(current)
-
-    def hurry(self) -> None:
-        """A producer is blocked on the open object: close it once ``min_ms`` old."""
-        current = self._open
-        if current is None or current.hurried or self._min_s >= self._batch_s:
-            return
-        current.hurried = True
-        self.hurried += 1
-        loop = asyncio.get_running_loop()
-        left = current.opened + self._min_s - loop.time()
-        if left <= 0:
-            self._close(current)
-            return
-        if current.timer is not None:
-            current.timer.cancel()
-        current.timer = loop.call_later(left, self._close, current)
 
     def _stalled(self) -> KafkaStorageError:
         return KafkaStorageError(

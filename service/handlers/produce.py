@@ -199,8 +199,6 @@ def _append_and_answer(
             result = PartitionResult(p.index, int(exc.code), error_message=exc.message,
                                      record_errors=record_errors)
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
-    if written and _producer_blocked(ctx, parts):
-        broker.diskless.writer.hurry()
     if acks == 0:
         for *_, entry, _ in written:
             asyncio.ensure_future(entry).add_done_callback(_retrieved)
@@ -208,20 +206,6 @@ def _append_and_answer(
     if waiting or written:
         return _after_replication(ctx, list(topics.values()), waiting, timeout_ms, written)
     return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), _throttle(ctx))
-
-
-#: the most requests an idempotent producer keeps in flight on a connection (Kafka's clients enforce it)
-_IDEMPOTENT_MAX_IN_FLIGHT = 5
-
-
-def _producer_blocked(ctx: RequestContext, parts: list[_Partition]) -> bool:
-    """Whether this request's idempotent producer can send nothing more until it is answered:
-    its diskless object should not wait out its whole window (``WalWriter.hurry``)."""
-    connection = ctx.connection
-    if connection is None or connection.inflight < _IDEMPOTENT_MAX_IN_FLIGHT:
-        return False
-    return any(p.diskless is not None and p.validated is not None
-               and any(header.producer_id >= 0 for _, header in p.validated.headers) for p in parts)
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -235,8 +235,6 @@ class BrokerCollector(Collector):
             ("strata_diskless_wal_objects", "Write-ahead objects of diskless topics this broker wrote (PUTs).",
              node.writer.objects_written),
             ("strata_diskless_wal_bytes", "Bytes of those objects.", node.writer.bytes_written),
-            ("strata_diskless_wal_hurried", "Write-ahead objects closed before diskless.batch.ms because an "
-             "idempotent producer was blocked on them (diskless.batch.min.ms).", node.writer.hurried),
             ("strata_diskless_commit_slots", "Commit slots this broker wrote as a sequencer (PUTs).",
              committer.slots_written if committer is not None else 0),
             ("strata_diskless_merged_segments", "Tiered segments merged from diskless partitions' tails.",
