@@ -118,10 +118,14 @@ class MetadataLog:
 
     def append(self, batch: Batch) -> int | None:
         """Write ``batch`` into its slot; the bytes of its records before gzip (what replaying
-        it costs, as Kafka counts the bytes between snapshots), or None when the slot is taken."""
+        it costs, as Kafka counts the bytes between snapshots), or None when the slot is taken
+        by another batch. A slot found taken by this very batch (a retried request whose
+        first attempt landed and whose answer was lost) is this write's success."""
         text = batch_text(batch)
         if not self._store.create_object(log_key(self._prefix, batch.revision), batch_object(text)):
-            return None
+            landed = self.read_slot(batch.revision)
+            if landed is None or landed.batch_id != batch.batch_id:
+                return None
         return len(text)
 
     def read_slot(self, revision: int) -> Batch | None:

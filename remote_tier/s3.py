@@ -23,6 +23,14 @@ Works with AWS S3, MinIO and moto's server. Object ``k`` is ``<prefix>/k`` in
 * Transient failures (connection errors, throttling, 5xx) are retried by
   botocore's ``standard`` retry mode, with exponential backoff and jitter, at most
   ``max_attempts`` times per call.
+* ``control_timeout_s`` (when given) is the read timeout of the small requests the
+  control plane waits on: conditional writes (the controller lease, metadata log slots,
+  commit slots), ``get_with_etag``, ``head``, ``list``, ``delete`` and whole-object GETs.
+  A request that hears nothing that long, as on a pooled connection a NAT dropped
+  silently, is retried on a new connection instead of holding its caller for
+  ``read_timeout_s`` (30 s): long enough to lose a lease. Uploads and ranged GETs of
+  segment data keep ``read_timeout_s``. Every conditional write's caller recognizes its
+  own write when a retry finds the key taken, so retrying them early is safe.
 
 Every botocore / urllib3 exception is translated once, in :meth:`S3ObjectStore._edge`,
 into :class:`ObjectNotFound`, :class:`PreconditionFailed` or
@@ -54,6 +62,7 @@ from botocore.config import Config
 from botocore.httpsession import DEFAULT_CA_BUNDLE
 
 from remote_tier.errors import ObjectNotFound, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.s3_control import control_call
 from remote_tier.s3_get import S3GetError, S3Getter, frozen_credentials
 from remote_tier.store import ObjectInfo, clamp_range
 
@@ -107,6 +116,7 @@ class S3ObjectStore:
         max_attempts: int = 3,
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
+        control_timeout_s: float | None = None,
         max_pool_connections: int = 32,
         ca_bundle: str | None = None,
     ) -> None:
@@ -142,6 +152,14 @@ class S3ObjectStore:
             raise ValueError(f"the S3 CA bundle {ca_bundle} is not a file")
         self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config,
                                            verify=ca_bundle if ca_bundle else True)
+        control_s = read_timeout_s if control_timeout_s is None else min(control_timeout_s, read_timeout_s)
+        #: the client of the control plane's small requests (see the module docstring): its
+        #: retries are :func:`~remote_tier.s3_control.control_call`'s, not botocore's
+        self._control: Any = session.client(
+            "s3", endpoint_url=endpoint_url, verify=ca_bundle if ca_bundle else True,
+            config=config.merge(Config(connect_timeout=min(connect_timeout_s, control_s), read_timeout=control_s,
+                                       retries={"mode": "standard", "total_max_attempts": 1})))
+        self._attempts = max(1, max_attempts)
         chunk = multipart_chunksize or max(8 * 1024 * 1024, multipart_threshold // 8)
         self._transfer = TransferConfig(
             multipart_threshold=multipart_threshold,
@@ -149,16 +167,16 @@ class S3ObjectStore:
             max_concurrency=4,
         )
         self._multipart_threshold = multipart_threshold
-        self._getter = S3Getter(
+        self._getter, self._control_getter = (S3Getter(
             str(self._client.meta.endpoint_url),
             bucket,
             self._region,
             frozen_credentials(session.get_credentials()),
             path_style=path_style,
-            timeout_s=read_timeout_s,
+            timeout_s=timeout_s,
             max_attempts=max_attempts,
             ca_bundle=ca_bundle or DEFAULT_CA_BUNDLE,
-        )
+        ) for timeout_s in (read_timeout_s, control_s))
 
     @property
     def bucket(self) -> str:
@@ -207,8 +225,9 @@ class S3ObjectStore:
             return b""
         else:
             range_header = f"bytes={lo}-" if end is None else f"bytes={lo}-{hi - 1}"
+        getter = self._control_getter if range_header is None else self._getter
         try:
-            status, body = self._getter.get(self._key(key), range_header)
+            status, body = getter.get(self._key(key), range_header)
             if status == 200 and range_header is not None:
                 # a store that ignores Range sends the whole object
                 body = body[lo:] if end is None else body[lo:hi]
@@ -228,14 +247,17 @@ class S3ObjectStore:
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         """The whole object and the etag S3 sent with it, in one GET (through boto3:
         meant for small objects such as the controller lease, not segment data)."""
+        def get() -> tuple[bytes, str]:
+            response = self._control.get_object(Bucket=self._bucket, Key=self._key(key))
+            return response["Body"].read(), _etag(response["ETag"])
+
         with self._edge("get", key):
-            response = self._client.get_object(Bucket=self._bucket, Key=self._key(key))
-            data = response["Body"].read()
-        return data, _etag(response["ETag"])
+            return control_call(get, self._attempts)
 
     def head(self, key: str) -> ObjectInfo:
         with self._edge("head", key):
-            response = self._client.head_object(Bucket=self._bucket, Key=self._key(key))
+            response = control_call(lambda: self._control.head_object(Bucket=self._bucket, Key=self._key(key)),
+                                    self._attempts)
         return ObjectInfo(
             key,
             int(response["ContentLength"]),
@@ -244,27 +266,23 @@ class S3ObjectStore:
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        found: list[ObjectInfo] = []
         cut = len(self._prefix)
+
+        def listing() -> list[ObjectInfo]:
+            paginator = self._control.get_paginator("list_objects_v2")
+            return [ObjectInfo(item["Key"][cut:], int(item["Size"]), _etag(item["ETag"]), _ms(item["LastModified"]))
+                    for page in paginator.paginate(Bucket=self._bucket, Prefix=self._key(prefix))
+                    for item in page.get("Contents", ())]
+
         with self._edge("list", prefix):
-            paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self._bucket, Prefix=self._key(prefix)):
-                for item in page.get("Contents", ()):
-                    found.append(
-                        ObjectInfo(
-                            item["Key"][cut:],
-                            int(item["Size"]),
-                            _etag(item["ETag"]),
-                            _ms(item["LastModified"]),
-                        )
-                    )
+            found = control_call(listing, self._attempts)
         found.sort(key=lambda info: info.key)
         return iter(found)
 
     # -- writes -----------------------------------------------------------------
 
     def put(self, key: str, data: bytes) -> str:
-        return self._put(key, data)
+        return self._put(key, data, self._client)
 
     def put_file(self, key: str, path: Path) -> str:
         """Streams ``path``; a multipart upload from ``multipart_threshold`` bytes on.
@@ -296,22 +314,23 @@ class S3ObjectStore:
         return self.head(key).etag
 
     def put_if_absent(self, key: str, data: bytes) -> str:
-        return self._put(key, data, IfNoneMatch="*")
+        return self._put(key, data, self._control, IfNoneMatch="*")
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
-        return self._put(key, data, IfMatch=f'"{etag}"')
+        return self._put(key, data, self._control, IfMatch=f'"{etag}"')
 
     def delete(self, key: str) -> None:
         with self._edge("delete", key):
-            self._client.delete_object(Bucket=self._bucket, Key=self._key(key))
+            control_call(lambda: self._control.delete_object(Bucket=self._bucket, Key=self._key(key)), self._attempts)
 
     # -- helpers ----------------------------------------------------------------
 
-    def _put(self, key: str, data: bytes, **conditions: str) -> str:
+    def _put(self, key: str, data: bytes, client: Any, **conditions: str) -> str:
+        def put() -> Any:
+            return client.put_object(Bucket=self._bucket, Key=self._key(key), Body=data, **conditions)
+
         with self._edge("put", key):
-            response = self._client.put_object(
-                Bucket=self._bucket, Key=self._key(key), Body=data, **conditions
-            )
+            response = control_call(put, self._attempts) if client is self._control else put()
         return _etag(response["ETag"])
 
     def _key(self, key: str) -> str:

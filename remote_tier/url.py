@@ -31,6 +31,7 @@ def open_object_store(
     s3_path_style: bool = True,
     s3_ca_bundle: str | None = None,
     multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+    s3_control_timeout_s: float | None = None,
     check: bool = True,
 ) -> ObjectStore:
     """The store named by ``url``; ``ValueError`` for a URL of no known form.
@@ -63,6 +64,7 @@ def open_object_store(
             path_style=s3_path_style,
             multipart_threshold=multipart_threshold,
             ca_bundle=s3_ca_bundle,
+            control_timeout_s=s3_control_timeout_s,
         )
         if check:
             store.check()

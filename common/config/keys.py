@@ -394,6 +394,11 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("controller.lease.safety.margin.ms", "long", "1500",
             "The controller stops acting this long before its lease would run out (Strata).",
             validator=at_least(0)),
+    ConfigDef("object.store.control.timeout.ms", "long", "2000",
+            "Read timeout of the object store's small control requests (leases, metadata and commit "
+            "slots, heads, lists, whole-object GETs), at most half of controller.lease.ms minus "
+            "controller.lease.safety.margin.ms; a stalled one is retried on a new connection (Strata).",
+            validator=at_least(100)),
     ConfigDef("controller.lease.clock.skew.ms", "long", "500",
             "Extra time a candidate waits, beyond controller.lease.ms, before taking over an "
             "unrenewed lease (Strata).", validator=at_least(0)),

@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
     url = args.object_store or (data_dir / "bucket").as_uri()
     try:
         store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
-                                  s3_ca_bundle=args.s3_ca_bundle)
+                                  s3_ca_bundle=args.s3_ca_bundle, s3_control_timeout_s=control_timeout_s(config))
     except ValueError as exc:
         print(f"strata up: --object-store: {exc}", file=sys.stderr)
         return 2
@@ -107,6 +107,14 @@ def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
         print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
         return 1
     return run_broker(data_dir, config, args.listen, args.advertise, store, http, on_serving=undo.serving)
+
+
+def control_timeout_s(config: Any) -> float:
+    """The object store's timeout for small control requests: ``object.store.control.timeout.ms``,
+    at most half of what a controller lease stays valid without a renewal, so one stalled
+    renewal and its retry fit in it."""
+    valid_ms = config.get_int("controller.lease.ms") - config.get_int("controller.lease.safety.margin.ms")
+    return max(0.1, min(config.get_int("object.store.control.timeout.ms"), valid_ms / 2) / 1000)
 
 
 def build_parser() -> argparse.ArgumentParser:

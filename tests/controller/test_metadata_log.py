@@ -191,6 +191,31 @@ def test_a_create_whose_answer_was_lost_is_answered_topic_already_exists(tmp_pat
     assert ctl.topic("orders").partitions == 3
 
 
+class _RetriedAfterLanding(FileSystemObjectStore):
+    """The first write of a log slot lands, its answer is lost, and the client's own retry
+    of the request finds the slot taken (what an S3 client's timeout and retry do)."""
+
+    retried = 0
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        etag = super().put_if_absent(key, data)
+        if self.retried == 0 and "/log/" in key:
+            self.retried += 1
+            return super().put_if_absent(key, data)  # the retry: PreconditionFailed
+        return etag
+
+
+def test_a_slot_taken_by_the_writers_own_batch_is_its_success(tmp_path: Path) -> None:
+    store = _RetriedAfterLanding(tmp_path / "bucket")
+    ctl = _controller(store)
+    ctl.create_topic("orders", 3)  # answered as created, not TOPIC_ALREADY_EXISTS
+    assert store.retried == 1
+    assert ctl.topic("orders").partitions == 3
+    creates = [r for b in MetadataCommitter(ObjectStoreMetadataStore(store)).log.read_after(0)
+               for r in b.records if r["type"] == "TopicRecord" and r.get("name") == "orders"]
+    assert len(creates) == 1
+
+
 def test_a_brokers_death_moves_all_its_leaderships_in_one_batch_then_its_isr_places(tmp_path: Path) -> None:
     """The first batch moves the leaderships only (a third of the records at RF 3): the new
     leaders learn of theirs sooner; the next takes the broker out of the other ISRs."""

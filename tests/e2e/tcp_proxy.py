@@ -4,6 +4,10 @@ Cutting first swallows the broker's responses for a moment (requests still go
 through and are written), then closes both sides of every open connection: the
 client never hears of requests the broker took, and retries them.
 
+Stalling takes the connections opened during a window and never answers them, nor closes
+them (a server that never responds, a path that black-holes packets): the requests sent
+on them wait for their client's timeout. Connections opened later go through.
+
 Partitioning is a network partition as the two ends see it: nothing more gets
 through in either direction, and nothing closes; new connections are accepted
 and go nowhere. Healing closes every connection held meanwhile (their streams
@@ -33,6 +37,8 @@ class CuttingProxy:
         self._stop = threading.Event()
         self._swallow = threading.Event()
         self._partitioned = threading.Event()
+        self._stall_until = 0.0  # connections accepted before then are held, unanswered
+        self.stalled = 0
         self.cuts = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -44,7 +50,8 @@ class CuttingProxy:
                 continue
             except OSError:
                 return
-            if self._partitioned.is_set():  # held, going nowhere, until healed
+            if self._partitioned.is_set() or time.monotonic() < self._stall_until:  # held, going nowhere
+                self.stalled += not self._partitioned.is_set()
                 with self._lock:
                     self._open.add(client)
                 threading.Thread(target=self._pipe, args=(client, None, False), daemon=True).start()
@@ -89,6 +96,11 @@ class CuttingProxy:
         self._close(*doomed)
         self._swallow.clear()
         self.cuts += 1
+
+    def stall_new(self, seconds: float) -> None:
+        """For ``seconds``, new connections are accepted and held: what is sent on them goes
+        nowhere and nothing closes them (until :meth:`heal` or :meth:`close`)."""
+        self._stall_until = time.monotonic() + seconds
 
     def partition(self) -> None:
         """Let nothing more through, in either direction, closing nothing."""

@@ -108,6 +108,16 @@ def _one_led_by_each(cluster: Cluster, topic: str) -> None:
               lambda p=p: len(_partition(cluster, topic, p).isrs) == len(nodes))
 
 
+def _bucket_behind_a_proxy(moto_server: Any) -> tuple[Any, CuttingProxy]:
+    """A bucket of the moto server, and a proxy to it that a test can cut, stall or partition."""
+    moto_server.start()
+    bucket = moto_server.create_bucket()
+    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_DEFAULT_REGION", "us-east-1")):
+        os.environ.setdefault(key, value)
+    return bucket, CuttingProxy(moto_server.port)
+
+
 def _check_nothing_lost(cluster: Cluster, topic: str, writers: _Writers) -> None:
     read = {v for _, _, v in _read_all(cluster.live_bootstrap(), topic, partitions=3,
                                        isolation="read_uncommitted")}
@@ -166,12 +176,7 @@ def test_a_controller_cut_off_from_its_peers_stands_down_and_the_others_keep_wri
 def test_a_controller_cut_off_from_the_bucket_stops_leading_and_loses_no_acks1_write(
     start_cluster: Any, moto_server: Any
 ) -> None:
-    moto_server.start()
-    bucket = moto_server.create_bucket()
-    bucket_link = CuttingProxy(moto_server.port)  # broker 1's way to the bucket
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1")):
-        os.environ.setdefault(key, value)
+    bucket, bucket_link = _bucket_behind_a_proxy(moto_server)  # broker 1's way to the bucket
     cluster = start_cluster(3, start=False, s3=bucket, sets=LONG_LEASE,
                             s3_endpoints={1: f"http://127.0.0.1:{bucket_link.port}"})
     try:
@@ -203,6 +208,42 @@ def test_a_controller_cut_off_from_the_bucket_stops_leading_and_loses_no_acks1_w
         bucket_link.close()
 
 
+def test_bucket_requests_that_are_never_answered_cost_the_controller_no_lease(
+    start_cluster: Any, moto_server: Any
+) -> None:
+    """For 0.6 s every connection the controller opens to the bucket is held and never
+    answered (a pooled connection a NAT dropped silently, a server that never responds).
+    Its lease renewals and metadata requests time out after object.store.control.timeout.ms
+    (here 1.25 s, half the lease's validity) and are retried on new connections, so it
+    keeps its lease and the cluster its controller; before, a renewal waited out the 30 s
+    read timeout and the lease was lost."""
+    bucket, bucket_link = _bucket_behind_a_proxy(moto_server)  # broker 1's way to the bucket
+    cluster = start_cluster(3, start=False, s3=bucket, s3_endpoints={1: f"http://127.0.0.1:{bucket_link.port}"})
+    try:
+        cluster.start(1)  # broker 1 takes the controller lease
+        cluster.start(2, 3)
+        assert cluster.controller_id() == 1
+        epoch = cluster.lease()["epoch"]
+        _one_led_by_each(cluster, "stall")
+        writers = _Writers(cluster.bootstrap, "stall", 3)
+        try:
+            writers.mark()
+            assert len(writers.wait_all_written(TIMEOUT_S)) == 3
+            bucket_link.stall_new(0.6)
+            time.sleep(0.6 + 4.0)  # the stall, then more than a whole lease
+            lease = cluster.lease()
+            writers.mark()
+            written = writers.wait_all_written(TIMEOUT_S)
+        finally:
+            writers.stop()
+        assert bucket_link.stalled >= 2, f"{bucket_link.stalled} requests stalled"
+        assert (lease.get("holder"), lease.get("epoch")) == (1, epoch), lease
+        assert len(written) == 3 and max(written.values()) < 5.0, written
+        _check_nothing_lost(cluster, "stall", writers)
+    finally:
+        bucket_link.close()
+
+
 def test_sigterm_exits_within_its_bound_even_when_a_shutdown_step_hangs(
     start_cluster: Any, moto_server: Any
 ) -> None:
@@ -210,12 +251,7 @@ def test_sigterm_exits_within_its_bound_even_when_a_shutdown_step_hangs(
     metadata poll hang on it) still exits controlled.shutdown.timeout.ms +
     shutdown.timeout.ms after SIGTERM, printing what was stuck (issue #31: 2 of 9 first
     SIGTERMs after a cluster start never exited)."""
-    moto_server.start()
-    bucket = moto_server.create_bucket()
-    bucket_link = CuttingProxy(moto_server.port)
-    for key, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_DEFAULT_REGION", "us-east-1")):
-        os.environ.setdefault(key, value)
+    bucket, bucket_link = _bucket_behind_a_proxy(moto_server)
     cluster = start_cluster(1, start=False, s3=bucket,
                             sets={"controlled.shutdown.timeout.ms": "1000", "shutdown.timeout.ms": "3000"},
                             s3_endpoints={1: f"http://127.0.0.1:{bucket_link.port}"})
