@@ -11,9 +11,9 @@
   partition's sequencer (what Metadata names); zone-local (each producer names one
   broker's rack in its client.id and writes every partition through it, so commits cross
   to the other sequencers); to the sequencers with linger.ms = 0.4 × batch.ms; and to the
-  sequencers without idempotence, 64 requests in flight (an idempotent producer keeps at
-  most 5 per connection, and librdkafka sends a request per partition, so at linger.ms 5
-  its records wait for a free slot about one batch window before theirs starts). Targets
+  sequencers without idempotence, 64 requests in flight (librdkafka's idempotent producer
+  keeps one request per partition in flight, so its records wait for the previous
+  request's whole commit cycle before theirs starts: ADR 0027, "As built"). Targets
   (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50. With ``--java-client DIR`` (the Apache
   Kafka Java client as ``shared/tools/java-client/build.sh`` builds it), also three Java
   producers with the client's defaults (``bench/java/ProduceLatency.java``): idempotent,
