@@ -351,9 +351,12 @@ class ControllerLease:
             else:
                 new_etag = self._store.put_if_match(self._key, record.encode(), etag)
         except PreconditionFailed:
-            self._observed_etag = None  # someone else moved first: observe afresh
-            self._next_poll = t0
-            return LeaseEvent.NONE
+            landed = self._landed(record)  # a retry of the request finding its own write?
+            if landed is None:
+                self._observed_etag = None  # someone else moved first: observe afresh
+                self._next_poll = t0
+                return LeaseEvent.NONE
+            new_etag = landed
         except ObjectStoreError as err:
             _log.warning("could not take the controller lease: %s", err)
             return LeaseEvent.NONE
@@ -370,6 +373,17 @@ class ControllerLease:
         self._next_renew = t0 + self._timings.renew_ms
         _log.info("node %d holds the controller lease at epoch %d", self._node_id, epoch)
         return LeaseEvent.ACQUIRED
+
+    def _landed(self, record: LeaseRecord) -> str | None:
+        """The etag of the lease object when it is exactly ``record`` (an acquisition whose
+        request landed and whose retry then found the object changed: by itself); None when
+        it is anything else or cannot be read."""
+        try:
+            data, etag = get_with_etag(self._store, self._key)
+            stored = LeaseRecord.decode(data)
+        except (ObjectStoreError, ValueError):
+            return None
+        return etag if stored == record else None
 
     def _is_mine(self, record: LeaseRecord) -> bool:
         return record.holder == self._node_id and record.incarnation_id == self._incarnation

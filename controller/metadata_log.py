@@ -84,11 +84,14 @@ class MetadataLog:
         return HeadDocument(etag, document=decode(data))
 
     def write_head(self, head: Head, expected_etag: str | None) -> str | None:
-        """Compare-and-set the head; its new etag, or None when another writer moved it."""
+        """Compare-and-set the head; its new etag, or None when another writer moved it. A
+        head found moved to exactly ``head`` is this write (a retried request whose first
+        attempt landed): its etag."""
         try:
             return self._store.write(encode_head(head, self._prefix), expected_etag)
         except MetadataConflict:
-            return None
+            current = self.read_head()
+            return current.etag if current is not None and current.head == head else None
 
     # -- snapshots ----------------------------------------------------------------------
 

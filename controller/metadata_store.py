@@ -23,6 +23,7 @@ from remote_tier.store import (
     ObjectStore,
     ObjectStoreError,
     PreconditionFailed,
+    get_control,
     get_with_etag,
 )
 
@@ -112,7 +113,7 @@ class ObjectStoreMetadataStore:
 
     def get_object(self, key: str) -> bytes | None:
         try:
-            return self._store.get(key)
+            return get_control(self._store, key)
         except ObjectNotFound:
             return None
         except ObjectStoreError as err:

@@ -409,9 +409,12 @@ class ManifestStore:
         may not have happened: load again to know).
         """
         layout = self.layout(topic_id, partition)
+        written: PartitionManifest | None = None  # a write that lost its compare-and-set
         for _ in range(self._max_attempts):
             loaded = self.load(topic_id, partition)
             current, etag = loaded if loaded is not None else (None, None)
+            if written is not None and current == written:
+                return written  # it landed: a retry of the request found the manifest changed by itself
             if current is not None and current.leader_epoch > leader_epoch:
                 raise FencedError(
                     f"{current.topic}-{partition}: the manifest belongs to leader epoch "
@@ -433,6 +436,7 @@ class ManifestStore:
                     self._store.put_if_match(layout.manifest_key, data, etag)
             except PreconditionFailed:
                 _log.debug("manifest %s changed under us; retrying", layout.manifest_key)
+                written = new
                 continue
             return new
         raise ManifestConflictError(

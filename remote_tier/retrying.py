@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from remote_tier.errors import ObjectStoreUnavailable
-from remote_tier.store import ObjectInfo, ObjectStore, get_with_etag
+from remote_tier.store import ObjectInfo, ObjectStore, get_control, get_with_etag
 
 __all__ = ["RetryingObjectStore"]
 
@@ -89,6 +89,11 @@ class RetryingObjectStore:
 
     def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
         data = self._call(f"get {key!r}", lambda: self.inner.get(key, start, end))
+        self._count("get", len(data))
+        return data
+
+    def get_control(self, key: str) -> bytes:
+        data = self._call(f"get {key!r}", lambda: get_control(self.inner, key))
         self._count("get", len(data))
         return data
 

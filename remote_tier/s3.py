@@ -25,12 +25,13 @@ Works with AWS S3, MinIO and moto's server. Object ``k`` is ``<prefix>/k`` in
   ``max_attempts`` times per call.
 * ``control_timeout_s`` (when given) is the read timeout of the small requests the
   control plane waits on: conditional writes (the controller lease, metadata log slots,
-  commit slots), ``get_with_etag``, ``head``, ``list``, ``delete`` and whole-object GETs.
+  commit slots), ``get_with_etag``, ``get_control`` (the metadata log's reads), ``head``,
+  ``list`` and ``delete``.
   A request that hears nothing that long, as on a pooled connection a NAT dropped
   silently, is retried on a new connection instead of holding its caller for
-  ``read_timeout_s`` (30 s): long enough to lose a lease. Uploads and ranged GETs of
-  segment data keep ``read_timeout_s``. Every conditional write's caller recognizes its
-  own write when a retry finds the key taken, so retrying them early is safe.
+  ``read_timeout_s`` (30 s): long enough to lose a lease. Uploads and every ``get`` of
+  data keep ``read_timeout_s``. Every conditional write's caller recognizes its own write
+  when a retry finds the key taken, so retrying them early is safe.
 
 Every botocore / urllib3 exception is translated once, in :meth:`S3ObjectStore._edge`,
 into :class:`ObjectNotFound`, :class:`PreconditionFailed` or
@@ -225,12 +226,19 @@ class S3ObjectStore:
             return b""
         else:
             range_header = f"bytes={lo}-" if end is None else f"bytes={lo}-{hi - 1}"
-        getter = self._control_getter if range_header is None else self._getter
+        return self._get(self._getter, key, range_header, lo, None if end is None else hi)
+
+    def get_control(self, key: str) -> bytes:
+        """The whole object, as a control-plane request: the control timeout, retried at once
+        (the metadata log's slots and snapshots; data keeps :meth:`get`)."""
+        return self._get(self._control_getter, key, None, 0, None)
+
+    def _get(self, getter: S3Getter, key: str, range_header: str | None, lo: int, hi: int | None) -> bytes:
         try:
             status, body = getter.get(self._key(key), range_header)
             if status == 200 and range_header is not None:
                 # a store that ignores Range sends the whole object
-                body = body[lo:] if end is None else body[lo:hi]
+                body = body[lo:] if hi is None else body[lo:hi]
         except S3GetError as err:
             if err.code in ("InvalidRange", "416"):
                 return b""  # start at or past the end of an existing object

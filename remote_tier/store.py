@@ -50,6 +50,7 @@ __all__ = [
     "ObjectStoreUnavailable",
     "PreconditionFailed",
     "clamp_range",
+    "get_control",
     "get_with_etag",
 ]
 
@@ -128,6 +129,15 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None:
         """Remove ``key``; deleting a missing key is not an error."""
         ...
+
+
+def get_control(store: ObjectStore, key: str) -> bytes:
+    """The whole object ``key``, read as a control-plane request (the metadata log's slots
+    and snapshots): on S3, with the control timeout and its immediate retries
+    (``S3ObjectStore.get_control``); any other store's plain ``get``. An optional
+    capability, as :func:`get_with_etag` is."""
+    own = getattr(store, "get_control", None)
+    return bytes(own(key)) if own is not None else store.get(key)
 
 
 def get_with_etag(store: ObjectStore, key: str) -> tuple[bytes, str]:

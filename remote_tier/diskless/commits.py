@@ -221,14 +221,16 @@ class CommitChain:
     def append(self, batch: CommitBatch) -> bool:
         """Create ``batch``'s slot; False when another batch holds it. A create whose answer
         was lost (an error) is settled by reading the slot back: ours, or not there (the
-        error is raised again), or another batch's (False)."""
+        error is raised again), or another batch's (False); so is a slot found taken, which
+        may be this very batch (a retried request whose first attempt landed)."""
         if batch.chain != self.chain:
             raise ValueError(f"a batch of chain {batch.chain} appended to chain {self.chain}")
         try:
             self._store.put_if_absent(self.key(batch.slot), encode_commit(batch))
             return True
         except PreconditionFailed:
-            return False
+            found = self.read(batch.slot)
+            return found is not None and found.batch_id == batch.batch_id
         except Exception:
             found = self.read(batch.slot)
             if found is None:

@@ -8,6 +8,10 @@ Stalling takes the connections opened during a window and never answers them, no
 them (a server that never responds, a path that black-holes packets): the requests sent
 on them wait for their client's timeout. Connections opened later go through.
 
+Delaying holds back the next answer (or, with ``slow_s``, the first bytes of every answer)
+for a while: the request is executed, the answer comes after the client's timeout, as
+from a slow but healthy server.
+
 Partitioning is a network partition as the two ends see it: nothing more gets
 through in either direction, and nothing closes; new connections are accepted
 and go nowhere. Healing closes every connection held meanwhile (their streams
@@ -39,6 +43,10 @@ class CuttingProxy:
         self._partitioned = threading.Event()
         self._stall_until = 0.0  # connections accepted before then are held, unanswered
         self.stalled = 0
+        self._delay_next = 0.0
+        #: the first bytes of every answer wait this long (a slow but healthy server)
+        self.slow_s = 0.0
+        self.delayed = 0
         self.cuts = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -73,6 +81,8 @@ class CuttingProxy:
                     continue  # partitioned: the bytes never arrive
                 if answers and self._swallow.is_set():
                     continue  # the response is lost
+                if answers and not chunk.startswith(b"HTTP/1.1 100 Continue"):
+                    self._hold_answer(chunk)
                 dst.sendall(chunk)
         except OSError:
             pass
@@ -96,6 +106,20 @@ class CuttingProxy:
         self._close(*doomed)
         self._swallow.clear()
         self.cuts += 1
+
+    def delay_next_response(self, seconds: float) -> None:
+        """The next answer (not an HTTP ``100 Continue``) reaches the client ``seconds`` late."""
+        with self._lock:
+            self._delay_next = seconds
+
+    def _hold_answer(self, chunk: bytes) -> None:
+        with self._lock:
+            delay, self._delay_next = self._delay_next, 0.0
+        if not delay and chunk.startswith(b"HTTP/1."):  # the first bytes of an answer
+            delay = self.slow_s
+        if delay:
+            self.delayed += 1
+            time.sleep(delay)
 
     def stall_new(self, seconds: float) -> None:
         """For ``seconds``, new connections are accepted and held: what is sent on them goes

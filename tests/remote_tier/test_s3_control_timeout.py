@@ -1,7 +1,7 @@
 """A stalled S3 connection (the request went out, no answer ever comes: a pooled connection
 a NAT dropped silently) holds the control plane's small requests only
 ``control_timeout_s``, then they are retried at once on a new connection; uploads and
-ranged GETs of segment data keep the long read timeout. Real moto S3 server over HTTP,
+reads of data keep the long read timeout. Real moto S3 server over HTTP,
 behind a TCP proxy that holds, unanswered, the connections opened during a short window."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_control_requests_on_a_stalled_connection_are_retried_after_the_control_
     for name, call in (
         ("a renewal", lambda: store.put_if_match("cluster/controller-lease", b"epoch 1, renewed", etag)),
         ("a lease read", lambda: get_with_etag(store, "cluster/controller-lease")),
-        ("a metadata slot read", lambda: store.get("cluster/controller-lease")),
+        ("a metadata slot read", lambda: store.get_control("cluster/controller-lease")),
         ("a head", lambda: store.head("cluster/controller-lease")),
     ):
         store = _store(s3_bucket, proxy, control_timeout_s=0.5, read_timeout_s=30.0)  # a fresh pool
