@@ -308,6 +308,9 @@ def _swap(
         if current is None:
             return None
         listed = {s.upload_id for s in current.segments}
+        if all(new.upload_id in listed for _, new in cleaned):
+            outcome.append(True)  # published already: this swap, whose answer was lost
+            return None
         if any(s.upload_id not in listed for old, _ in cleaned for s in old):
             return None
         gone = {s.upload_id: s for old, _ in cleaned for s in old}

@@ -311,6 +311,7 @@ class RemoteStorageManager:
         moves to the first remaining offset. Returns the removed segments.
         """
         removed: list[RemoteSegment] = []
+        tried: dict[str, RemoteSegment] = {}
 
         def expire(current: PartitionManifest | None) -> PartitionManifest | None:
             removed.clear()
@@ -326,6 +327,7 @@ class RemoteStorageManager:
                 if not (below_start or too_old or too_big):
                     break
                 removed.append(segment)
+                tried[segment.upload_id] = segment
                 total -= segment.size_bytes
             start = max(log_start_offset or 0, removed[-1].next_offset if removed else 0)
             start = min(start, current.next_offset)
@@ -333,11 +335,12 @@ class RemoteStorageManager:
                 return None
             return current.without(removed, start)
 
-        self._manifests.update(topic_id, partition, expire, leader_epoch=leader_epoch)
+        committed = self._manifests.update(topic_id, partition, expire, leader_epoch=leader_epoch)
+        gone = _unlisted(tried, committed)
         layout = self.layout(topic_id, partition)
-        for segment in removed:
+        for segment in gone:
             self._delete_quietly(list(layout.all_segment_keys(segment.base_offset, segment.upload_id)))
-        return list(removed)
+        return gone
 
     def move_log_start(
         self,
@@ -357,19 +360,19 @@ class RemoteStorageManager:
         deleted before being uploaded). Never lowers it. Returns the committed
         manifest (None: there was none and nothing needed one).
         """
-        removed: list[RemoteSegment] = []
+        tried: dict[str, RemoteSegment] = {}
 
         def move(current: PartitionManifest | None) -> PartitionManifest | None:
-            removed.clear()
             manifest = current or PartitionManifest.empty(topic, topic_id, partition, leader_epoch)
             if log_start_offset <= manifest.log_start_offset:
                 return current
-            removed.extend(s for s in manifest.segments if s.last_offset < log_start_offset)
+            removed = [s for s in manifest.segments if s.last_offset < log_start_offset]
+            tried.update((s.upload_id, s) for s in removed)
             return manifest.without(removed, log_start_offset)
 
         committed = self._manifests.update(topic_id, partition, move, leader_epoch=leader_epoch)
         layout = self.layout(topic_id, partition)
-        for segment in removed:
+        for segment in _unlisted(tried, committed):
             self._delete_quietly(list(layout.segment_keys(segment.base_offset, segment.upload_id)))
         return committed
 
@@ -469,3 +472,12 @@ class RemoteStorageManager:
             segment.base_offset, segment.upload_id, file
         )
         return self._store.get(key)
+
+
+def _unlisted(tried: dict[str, RemoteSegment], committed: PartitionManifest | None) -> list[RemoteSegment]:
+    """The segments some attempt of a compare-and-set removed that the committed manifest no
+    longer lists (nor keeps for a grace period): an attempt whose write landed though its
+    answer was lost, before another writer's, removed them as surely as the last one."""
+    listed = set() if committed is None else (
+        {s.upload_id for s in committed.segments} | {r.upload_id for r in committed.replaced})
+    return sorted((s for uid, s in tried.items() if uid not in listed), key=lambda s: s.base_offset)
