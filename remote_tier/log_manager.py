@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -573,9 +573,9 @@ class RemoteLogManager:
         deposed leader's later publish is fenced; the manifest as it now is."""
 
         def claim() -> PartitionManifest | None:
-            self.rsm.manifests.update(
+            self.rsm.manifests.update(  # a copy: update writes nothing for the manifest it was given
                 topic_id, partition,
-                lambda current: current if current is not None and current.leader_epoch < epoch else None,
+                lambda current: replace(current) if current is not None and current.leader_epoch < epoch else None,
                 leader_epoch=epoch,
             )
             return self.rsm.manifest(topic_id, partition)

@@ -708,3 +708,26 @@ def test_a_sealed_segment_waits_for_the_producer_snapshot_its_roll_writes(tmp_pa
         assert next_upload(log, None) is log.segments[0]
     finally:
         logs.shutdown()
+
+
+def test_a_new_leaders_claim_writes_its_epoch_so_a_deposed_leader_cannot_publish(tmp_path: Path) -> None:
+    """The round of a new leader claims the manifest: its leader epoch goes in, and the
+    deposed leader's next publish (an older epoch) is fenced. Before, the claim handed the
+    manifest back unchanged, which ManifestStore.update takes for "nothing to write"."""
+    from remote_tier.manifest import FencedError
+
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path), BrokerConfig())
+    try:
+        topic_id = uuid.UUID("00000000-0000-0000-0000-000000000002")
+        segment = RemoteSegment(0, 9, 100, 0, 0, 3, 10, "0" * 31 + "1")
+        service.rsm.manifests.update(topic_id, 0, lambda _: PartitionManifest.empty("t", topic_id, 0, 3)
+                                     .with_segment(segment), leader_epoch=3)
+        async def claim() -> PartitionManifest | None:
+            return await service._claim(asyncio.get_running_loop(), topic_id, 0, 4)
+
+        claimed = asyncio.run(claim())
+        assert claimed is not None and claimed.leader_epoch == 4
+        with pytest.raises(FencedError):  # the leader of epoch 3 publishes once more
+            service.rsm.manifests.update(topic_id, 0, lambda cur: cur, leader_epoch=3)
+    finally:
+        service.close()
