@@ -395,7 +395,11 @@ def test_kill_9_during_uploads_leaves_each_segment_once_and_nothing_dangling(
             # the commit reached the bucket; the broker never heard back
             assert _next_offset(manifest) > _next_offset(committed_before)
         b.kill()  # kill -9, in the middle of the upload
+        epoch = _manifest(s3, bucket)["leader_epoch"]
         b.start()
+        # the restarted leader's first round claims the manifest with its new epoch (a write
+        # of its own): the next stall is for an upload's commit, not for that claim
+        helpers.wait_until(lambda: _manifest(s3, bucket)["leader_epoch"] > epoch, "the new leader's claim")
 
     # no more stalls: after the last restart everything settles
     produce(500)
