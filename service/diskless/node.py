@@ -337,10 +337,12 @@ class DisklessNode:
         answers = [self._index_one(r) for r in reads]
         if poll and self.waits.woken_before(poll):
             return answers  # its reader was answered before this poll even arrived
+        if max_wait_ms <= 0 or not reads:
+            return answers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max_wait_ms, 30_000) / 1000
         keys = {(r.topic_id, r.partition) for r in reads}
-        while max_wait_ms > 0 and reads and not _enough(reads, answers, min_bytes):
+        while not _enough(reads, answers, min_bytes):
             left = deadline - loop.time()
             if left <= 0:
                 break

@@ -30,8 +30,11 @@ def run(tmp_path: Path, body: Callable[[Broker], Awaitable[Any]], **sets: str) -
     return asyncio.run(main())
 
 
-async def diskless_topic(broker: Broker, name: str, partitions: int = 1) -> Any:
-    info = await broker.create_topic(name, num_partitions=partitions, configs={"diskless.enable": "true"})
+async def diskless_topic(broker: Broker, name: str, partitions: int = 1, **configs: str) -> Any:
+    """A diskless topic (with ``configs``, dots written as underscores), once this broker
+    sequences every partition of it."""
+    topic_configs = {"diskless.enable": "true", **{k.replace("_", "."): v for k, v in configs.items()}}
+    info = await broker.create_topic(name, num_partitions=partitions, configs=topic_configs)
     for _ in range(200):  # the takeover of each partition (epoch 0: no wait)
         seq = broker.diskless.sequencer
         if seq is not None and all(seq.get(info.topic_id, p) is not None for p in range(partitions)):

@@ -201,10 +201,7 @@ def test_retention_removes_merged_segments_past_retention_ms_and_moves_the_log_s
 
     async def body(broker):  # noqa: ANN001, ANN202
         node = broker.diskless
-        info = await broker.create_topic("old", num_partitions=1,
-                                         configs={"diskless.enable": "true", "retention.ms": "60000"})
-        while node.sequencer is None or node.sequencer.get(info.topic_id, 0) is None:
-            await asyncio.sleep(0.05)
+        info = await diskless_topic(broker, "old", retention_ms="60000")
         for i in range(3):  # records of long ago (the producer's timestamps), then one of now
             records = batch([b"r%d" % i], 1_700_000_000_000)
             await node.produce(info, 0, records, validate_batches(records, max_message_bytes=1 << 20), False)

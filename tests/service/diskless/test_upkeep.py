@@ -54,10 +54,7 @@ def test_one_failing_partition_does_not_stop_the_merge_of_the_others(tmp_path: P
 def test_a_lower_retention_ms_applies_to_an_idle_partition(tmp_path: Path) -> None:
     async def body(broker):  # noqa: ANN001, ANN202
         node = broker.diskless
-        info = await broker.create_topic("r", num_partitions=1,
-                                         configs={"diskless.enable": "true", "retention.ms": "3600000"})
-        while node.sequencer is None or node.sequencer.get(info.topic_id, 0) is None:
-            await asyncio.sleep(0.05)
+        info = await diskless_topic(broker, "r", retention_ms="3600000")
         await _produce(node, info, 0, [b"a", b"b"], ts=int(time.time() * 1000))
         await asyncio.sleep(0.3)
         assert await upkeep.merge_due(node, broker, force=True) == 1  # merged; due in an hour
