@@ -299,6 +299,7 @@ class ClusterController(MetadataWriter):
                          gone)
             try:
                 self._commit(lambda md: (self._fence_all(md, gone), None))
+                self._log_fenced(gone)
             except KafkaError as err:
                 _log.warning("could not fence broker(s) %s: %s", gone, err)
             self._drop_fenced_from_isrs()
@@ -313,6 +314,13 @@ class ClusterController(MetadataWriter):
                 md = fence_broker(md, node_id, self._unclean, isr_places=False)
                 self._isr_places_due = True
         return md
+
+    def _log_fenced(self, node_ids: Sequence[int]) -> None:
+        md = self.metadata
+        fenced = [n for n in node_ids if n in md.brokers and md.brokers[n].fenced]
+        if fenced:
+            _log.info("broker(s) %s fenced at metadata revision %d; their leaderships moved",
+                      fenced, md.revision)
 
     def _drop_fenced_from_isrs(self) -> None:
         """The second batch of a fencing: fenced brokers out of the ISRs they are still in
@@ -519,6 +527,7 @@ class ClusterController(MetadataWriter):
 
         _log.warning("fencing broker(s) %s: no heartbeat within the session timeout", expired)
         self._commit(change)
+        self._log_fenced(expired)
         self._drop_fenced_from_isrs()
 
     # -- hooks of MetadataWriter --------------------------------------------------------------

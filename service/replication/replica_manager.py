@@ -50,6 +50,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from common.errors import (
     KafkaStorageError,
@@ -92,8 +93,11 @@ NEXT_TURN_S = 0.001
 def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> set[str] | None:
     """The topics whose registrations or configs differ from ``previous`` (an image replayed
     from the metadata log keeps the objects of what did not change), created or deleted;
-    None (all of them) when the brokers changed: a follower follows only an active leader."""
-    if previous is None or previous.brokers != md.brokers:
+    None (all of them) when a broker became active or moved its endpoints: a follower follows
+    only an active leader, and a leader asks to take a replica that is back into its ISR. A
+    broker fenced or shutting down changes the registrations of what it led, so only those
+    topics are looked at (at 10,000 partitions, every one of them cost a death's apply ~0.1 s)."""
+    if previous is None or _brokers_back(previous, md):
         return None
     changed = {name for name in previous.topics if name not in md.topics}
     for name, info in md.topics.items():
@@ -101,6 +105,17 @@ def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> se
                 or previous.partitions.get(info.topic_id) is not md.partitions[info.topic_id]):
             changed.add(name)
     return changed
+
+
+def _brokers_back(previous: ClusterMetadata, md: ClusterMetadata) -> bool:
+    """Whether a broker of ``md`` is active and was not in ``previous``, or listens elsewhere."""
+    if previous.brokers is md.brokers:
+        return False
+    for node_id, broker in md.brokers.items():
+        was = previous.brokers.get(node_id)
+        if broker.is_active and (was is None or not was.is_active or was.endpoints != broker.endpoints):
+            return True
+    return False
 
 
 def _loop_running() -> bool:  # start-up and tests apply without a running loop: all at once
@@ -111,6 +126,37 @@ def _loop_running() -> bool:  # start-up and tests apply without a running loop:
 
 TopicPartition = tuple[str, int]
 _Wanted = tuple[uuid.UUID, PartitionRegistration]  # a hosted partition's topic id and registration
+
+
+@dataclass(slots=True)
+class _Taking:
+    """Leader and follower transitions of the metadata being applied, since ``started``."""
+
+    started: float
+    revision: int = -1
+    leaders: int = 0
+    followers: int = 0
+
+    def count(self, transition: Transition) -> None:
+        if transition is Transition.LEADER:
+            self.leaders += 1
+        elif transition is Transition.FOLLOWER:
+            self.followers += 1
+
+
+def _hosted(md: ClusterMetadata, node_id: int, scope: set[str] | None) -> dict[TopicPartition, _Wanted]:
+    """The partitions of the ``scope`` topics (None: all) with a local log on ``node_id``,
+    in topic name order (one pass per topic: this runs over every partition of a broker's death)."""
+    wanted: dict[TopicPartition, _Wanted] = {}
+    for name in sorted(md.topics.keys() if scope is None else scope & md.topics.keys()):
+        topic = md.topics[name]
+        if topic.diskless:  # no local log: service/diskless
+            continue
+        tid = topic.topic_id
+        for index, reg in enumerate(md.partitions[tid]):
+            if node_id in reg.replicas:
+                wanted[(name, index)] = (tid, reg)
+    return wanted
 
 
 class ReplicaManager:
@@ -143,6 +189,7 @@ class ReplicaManager:
         self._opening_more = False
         self._opening_topics: set[str] = set()
         self._resume: tuple[ClusterMetadata, list[tuple[TopicPartition, _Wanted]], bool] | None = None
+        self._taking: _Taking | None = None  # the leaderships moving until the reconcile is done
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -168,10 +215,10 @@ class ReplicaManager:
         scope = _changed_topics(previous, md)
         if scope is not None:
             scope |= self._opening_topics | {key[0] for key in self.unopened}
-        wanted: dict[TopicPartition, _Wanted] = {}
-        for topic, index, reg in md.iter_partitions(scope):
-            if self.node_id in reg.replicas and not topic.diskless:  # no local log: service/diskless
-                wanted[(topic.name, index)] = (topic.topic_id, reg)
+        wanted = _hosted(md, self.node_id, scope)
+        if self._taking is None:
+            self._taking = _Taking(time.monotonic())
+        self._taking.revision = md.revision
         self._delete_unwanted(md, wanted, scope)
         if previous is not None:
             for name in md.topics if scope is None else scope & md.topics.keys():
@@ -179,7 +226,11 @@ class ReplicaManager:
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
         self.unopened = {k: why for k, why in self.unopened.items() if k in wanted}
-        self._reconcile(md, list(wanted.items()), scope is None)
+        items = list(wanted.items())
+        if scope is not None:  # no broker is back: a partition whose registration is the same object needs nothing
+            hosted = self.partitions
+            items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
+        self._reconcile(md, items, scope is None)
 
     def _reconcile(self, md: ClusterMetadata, items: list[tuple[TopicPartition, _Wanted]],
                    brokers_changed: bool) -> None:
@@ -210,6 +261,8 @@ class ReplicaManager:
             if partition is None:
                 continue
             transition = partition.update(reg)
+            if self._taking is not None:
+                self._taking.count(transition)
             if transition is Transition.LEADER:
                 _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
                 if self.followers is not None:
@@ -236,12 +289,22 @@ class ReplicaManager:
             self._open_more_soon()
         else:  # every wanted log is open: the stray check reads no more
             self._stray_topic_ids.clear()
+            self._took_effect()
         if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
                 if partition.leader_id >= 0 and md.is_active(partition.leader_id):
                     self.followers.add(partition)
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
+
+    def _took_effect(self) -> None:
+        """Every leadership of the applied metadata is in effect here: say so when some moved
+        (a death's new leaders; bench/metadata_scale.py times a failover by this line)."""
+        taking, self._taking = self._taking, None
+        if taking is not None and (taking.leaders or taking.followers):
+            _log.info("metadata revision %d in effect after %.0f ms: leader of %d more partition(s), "
+                      "follower of %d", taking.revision, (time.monotonic() - taking.started) * 1000,
+                      taking.leaders, taking.followers)
 
     def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object],
                          scope: set[str] | None) -> None:

@@ -9,7 +9,7 @@ import json
 from common.config.broker import BrokerConfig
 from controller import ClusterController
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent
-from controller.liveness import REPROBE_MS, REPROBES, quorum_lost
+from controller.liveness import REPROBE_DELAYS_MS, REPROBES, quorum_lost
 from remote_tier import ObjectStore
 from tests.controller.cluster_helpers import (
     TIMINGS,
@@ -160,11 +160,13 @@ def test_a_broker_still_listening_a_moment_after_its_connection_dropped_is_probe
     a.connection_lost(3)
     a.tick()
     assert not a.metadata.brokers[3].fenced
-    for _ in range(2):
-        clock.advance(REPROBE_MS)
+    for delay in REPROBE_DELAYS_MS[:2]:
+        clock.advance(delay - 1)
+        a.tick()  # not yet due
+        clock.advance(1)
         a.tick()
     assert a.metadata.brokers[3].fenced and len(probed) == 3
-    assert probed[-1] - probed[0] == 2 * REPROBE_MS  # no session timeout waited
+    assert probed[-1] - probed[0] == sum(REPROBE_DELAYS_MS[:2])  # no session timeout waited
 
 
 def test_a_broker_that_keeps_listening_is_left_to_its_session(make_store: MakeStore, clock: FakeClock) -> None:
@@ -174,7 +176,7 @@ def test_a_broker_that_keeps_listening_is_left_to_its_session(make_store: MakeSt
     a.connection_lost(2)
     for _ in range(REPROBES + 3):
         a.tick()
-        clock.advance(REPROBE_MS)
+        clock.advance(max(REPROBE_DELAYS_MS))
         heartbeat_all(a, 2)
     assert len(probed) == REPROBES + 1 and not a.metadata.brokers[2].fenced
 

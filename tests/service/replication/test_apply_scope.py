@@ -166,3 +166,37 @@ def test_a_follower_caught_up_while_an_isr_change_was_pending_is_proposed_after_
     partition.apply_isr((1,), partition.leader_epoch, partition.partition_epoch + 1)  # committed
     manager.after_isr_change(partition, high_watermark_moved=False)
     assert submitted == [(1, 2)]
+
+
+def test_a_peer_fenced_takes_only_the_partitions_whose_registration_changed(
+    manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker's death changes the registrations of what it led and fences it: at 10,000
+    partitions the apply walked every hosted partition because the brokers changed (~0.1 s
+    of a failover). Only a broker coming back needs that walk; the moved leaderships are
+    logged once they are all in effect (bench/metadata_scale.py times a failover by it)."""
+    topics = {f"t{i}": TopicInfo(f"t{i}", uuid.uuid4(), PER_TOPIC) for i in range(4)}
+    followed = tuple(PartitionRegistration((2, 1), (2, 1), 2, 0, 0) for _ in range(PER_TOPIC))
+    first = ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics,
+                            partitions={t.topic_id: followed for t in topics.values()})
+    manager.apply(first)
+    walked: list[int] = []
+    real = manager._reconcile
+
+    def counted(md, items, brokers_changed):  # type: ignore[no-untyped-def]
+        walked.append(len(items))
+        return real(md, items, brokers_changed)
+
+    monkeypatch.setattr(manager, "_reconcile", counted)
+    moved = dict(first.partitions)
+    moved[topics["t0"].topic_id] = tuple(
+        PartitionRegistration((2, 1), (1,), 1, 1, 1) if i < 5 else reg for i, reg in enumerate(followed))
+    caplog.set_level("INFO", logger="strata.replication")
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=True), topics=topics, partitions=moved))
+    assert walked == [5]  # not 4 * PER_TOPIC
+    assert all(manager.partitions[("t0", i)].is_leader for i in range(5))
+    assert not manager.partitions[("t0", 5)].is_leader and not manager.partitions[("t1", 0)].is_leader
+    assert "in effect after" in caplog.text and "leader of 5 more partition(s), follower of 0" in caplog.text
+
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics, partitions=moved))
+    assert walked[-1] == 4 * PER_TOPIC  # a broker back: every hosted partition is looked at
