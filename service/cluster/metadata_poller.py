@@ -77,7 +77,6 @@ class MetadataPoller:
         self._scheduled = False
         self._lock = threading.Lock()
         self.applied_revision = -1
-        self._fenced: frozenset[int] = frozenset()  # brokers fenced in the last applied snapshot
         #: the read-through refresh callers wait for that has not started yet, and whether one runs
         self._next_refresh: asyncio.Future[None] | None = None
         self._refreshing = False
@@ -188,13 +187,6 @@ class MetadataPoller:
             _log.exception("applying metadata revision %d failed", snapshot.revision)
             return
         took = time.perf_counter() - started
-        fenced = frozenset(n for n, b in snapshot.metadata.brokers.items() if b.fenced)
-        if fenced != self._fenced and self.applied_revision >= 0:
-            # the moment this broker acts on a peer's fencing (its new leaderships): bench/metadata_scale.py
-            # reads it to time a failover without polling Metadata at 10,000 partitions
-            _log.info("metadata revision %d applied in %.0f ms: fenced broker(s) now %s",
-                      snapshot.revision, took * 1000, sorted(fenced) or "none")
-        elif took >= SLOW_APPLY_S:
+        if took >= SLOW_APPLY_S:
             _log.info("applying metadata revision %d took %.0f ms", snapshot.revision, took * 1000)
-        self._fenced = fenced
         self.applied_revision = snapshot.revision

@@ -32,7 +32,7 @@ class _View:
         return True
 
     def snapshot(self) -> Any:
-        return type("Snap", (), {"revision": self.revision, "metadata": type("Md", (), {"brokers": {}})()})()
+        return type("Snap", (), {"revision": self.revision})()
 
 
 def _poller(view: _View, applied: list[int]) -> MetadataPoller:
