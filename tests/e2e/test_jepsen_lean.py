@@ -12,6 +12,7 @@ Availability is measured by the bench (``python bench/jepsen.py``), never assert
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -29,6 +30,8 @@ def test_no_acknowledged_record_is_lost_duplicated_or_moved_under_kill_isolate_a
         free_port=free_port, log=lines.append,
         network=os.environ.get("STRATA_JEPSEN_NETWORK", "auto")))  # netns | proxy to force one
     report = "\n".join(lines) + f"\n{result}"
+    if any(result[k] for k in ("lost", "duplicated", "conflicts", "aborted_read", "partial_txn", "offset_regressions")):
+        report += _brokers_said(Path(result["work_dir"]))  # CI keeps no temporary directory
     assert [f["nemesis"] for f in result["faults"]] == ["kill-controller", "isolate", "pause"], report
     assert result["acked"] > 500, report  # the workload ran through the faults
     assert result["unread_partitions"] == [] and result["unread_txn_partitions"] == [], report
@@ -38,6 +41,22 @@ def test_no_acknowledged_record_is_lost_duplicated_or_moved_under_kill_isolate_a
     assert result["aborted_read"] == 0, report
     assert result["partial_txn"] == 0, report
     assert result["offset_regressions"] == 0, report
+
+
+#: the lines of a broker's log that say who led, wrote and committed what around a fault
+_EVIDENCE = re.compile(r"OffsetCommit|__consumer_offsets|coordinator|stops leading|fenc|truncat|lease|in effect|"
+                       r"not the leader|WARNING|ERROR")
+
+
+def _brokers_said(work: Path, per_broker: int = 80) -> str:
+    """The last :data:`_EVIDENCE` lines of each broker's log, for the failure's report (one
+    run in CI lost committed offsets and its logs went with its temporary directory)."""
+    parts = []
+    for log in sorted(work.glob("broker-*.log")):
+        said = [line for line in log.read_text(errors="replace").splitlines() if _EVIDENCE.search(line)]
+        parts.append(f"\n--- {log.name}, last {per_broker} of {len(said)} lines that say who led and wrote ---\n"
+                     + "\n".join(said[-per_broker:]))
+    return "".join(parts)
 
 
 def test_the_checker_finds_each_anomaly_in_a_made_up_history() -> None:
