@@ -450,6 +450,10 @@ class Broker:
         (acks=all): :meth:`service.replication.partition.Partition.replicated`."""
         return self.replicas.get_partition(topic, partition).replicated(offset)
 
+    def may_lead(self) -> bool:
+        """Whether this broker can still confirm its leaderships (``BrokerLifecycle.may_lead``)."""
+        return self.replicas.may_lead()
+
     async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None:
         """Wait until :meth:`replicated`; REQUEST_TIMED_OUT after ``timeout_ms``."""
         await self.replicas.wait_replicated(topic, partition, offset, timeout_ms)

@@ -76,8 +76,9 @@ E = ErrorCode
 
 class GroupCoordinator:
     def __init__(self, log_: OffsetLog, timer: Timer, config: GroupConfig | None = None,
-                 topics: TopicsImage | None = None) -> None:
+                 topics: TopicsImage | None = None, may_lead: Callable[[], bool] = lambda: True) -> None:
         self.config = config or GroupConfig()
+        self._may_lead = may_lead  # whether the broker can still confirm its leaderships
         self._timer = timer
         self._store = GroupStore(log_)
         self._consumers = ConsumerGroups(self._store, timer, topics or NoTopics())
@@ -192,7 +193,7 @@ class GroupCoordinator:
             return E.coordinator_not_available
         if partition in self._loading:
             return E.coordinator_load_in_progress
-        if partition not in self._owned:
+        if partition not in self._owned or not self._may_lead():  # paused, cut off: maybe replaced
             return E.not_coordinator
         return None
 

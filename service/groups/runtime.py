@@ -136,6 +136,10 @@ class OffsetsHost(Protocol):
 
     def replicated(self, topic: str, partition: int, offset: int) -> bool: ...
 
+    def may_lead(self) -> bool:
+        """Whether this broker can still confirm its leaderships (a paused or cut-off one
+        may have been replaced): its coordinators serve nothing from memory otherwise."""
+
     async def wait_replicated(self, topic: str, partition: int, offset: int, timeout_ms: int) -> None: ...
 
 
@@ -328,7 +332,7 @@ def start_coordinator(broker: OffsetsHost) -> GroupCoordinator:
     settings = dataclasses.replace(group_config(broker.config), group_overrides=overrides_of(
         lambda: broker.controller.metadata.section(GROUP_CONFIGS)))  # kafka-configs.sh --entity-type groups
     coordinator = GroupCoordinator(
-        BrokerOffsetLog(broker), LoopTimer(), settings, ControllerTopics(broker.controller),
+        BrokerOffsetLog(broker), LoopTimer(), settings, ControllerTopics(broker.controller), broker.may_lead,
     )
     coordinator.serve_partitions()
     OffsetsReplication(broker, coordinator, broker.config.get_int("offsets.commit.timeout.ms"))
@@ -406,9 +410,9 @@ async def wait_until_serving(
             registration = broker.controller.partition(
                 OFFSETS_TOPIC, partition_for(group_id, info.partitions)
             )
-            mine = registration is not None and registration.leader == node_id
+            mine = registration is not None and registration.leader == node_id and broker.may_lead()
             if error == ErrorCode.not_coordinator and not mine:
-                break  # another broker coordinates it, or none does right now
+                break  # another broker coordinates it, none does right now, or this one cannot tell
             if asyncio.get_running_loop().time() >= deadline:
                 return
             await asyncio.sleep(0.01)

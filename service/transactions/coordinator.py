@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,11 +77,12 @@ class TransactionCoordinator:
         producer_ids: ProducerIds,
         timer: Timer,
         config: TxnConfig | None = None,
+        may_lead: Callable[[], bool] = lambda: True,
     ) -> None:
         self.config = config or TxnConfig()
         self._timer = timer
         self._ids = producer_ids
-        self.store = TxnStateStore(log_)
+        self.store = TxnStateStore(log_, may_lead)
         self.completion = MarkerCompletion(self.store, markers, timer, self.config)
         self._jobs: set[asyncio.Future[Any]] = set()
 

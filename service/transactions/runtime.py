@@ -271,6 +271,7 @@ def start_transaction_coordinator(broker: TxnHost, peers: PeerChannels | None = 
         BrokerProducerIds(broker),
         LoopTimer(),
         txn_config(broker.config),
+        broker.may_lead,
     )
     coordinator.startup()
     return coordinator

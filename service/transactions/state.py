@@ -24,7 +24,7 @@ markers). Not thread-safe: lives on the broker's event loop thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from common.errors import ErrorCode, KafkaError, RecordBatchTooLargeError, RecordTooLargeError
@@ -82,8 +82,11 @@ def append_error(exc: KafkaError) -> ErrorCode:
 
 
 class TxnStateStore:
-    def __init__(self, log_: TxnStateLog) -> None:
+    def __init__(self, log_: TxnStateLog, may_lead: Callable[[], bool] = lambda: True) -> None:
         self._log = log_
+        #: whether the broker can still confirm its leaderships: a paused or cut-off one may
+        #: have been replaced, and answers NOT_COORDINATOR rather than from memory
+        self._may_lead = may_lead
         self._partition_count: int | None = None
         self.partitions: dict[int, TxnPartition] = {}
         #: partitions being read, each with the token of the load that may install it
@@ -160,6 +163,8 @@ class TxnStateStore:
         if entry is None:
             if partition in self._loading:
                 return ErrorCode.coordinator_load_in_progress, None
+            return ErrorCode.not_coordinator, None
+        if not self._may_lead():
             return ErrorCode.not_coordinator, None
         return ErrorCode.none, entry
 

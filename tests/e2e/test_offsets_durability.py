@@ -14,6 +14,8 @@ went backwards.)
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from typing import Any
@@ -24,10 +26,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.cluster_fixtures import Cluster
 from tests.e2e.rawgroups import offset_commit, offset_fetch
 from tests.e2e.rawkafka import Connection
+from tests.e2e.test_failover import _bucket_behind_a_proxy
 from tests.e2e.test_replication import _wait
 
 TIMEOUT_S = 30.0
-NONE, COORDINATOR_NOT_AVAILABLE = 0, 15
+NONE, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 OFFSETS_PARTITIONS = 6  # the cluster fixture's offsets.topic.num.partitions
 SETTINGS = {
     "min.insync.replicas": "2",
@@ -120,3 +123,70 @@ def test_a_commit_that_misses_the_isr_is_never_served_and_the_offset_never_goes_
     held = _wait(cluster, "the new coordinator's answer",
                  lambda: (o := _committed(cluster.live_bootstrap(), group)) >= 0 and o)
     assert held == 20, f"the group's offset went from 20 to {held}"
+
+
+
+def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_pause(
+    start_cluster: Any, moto_server: Any,
+) -> None:
+    """SIGSTOP of a group's coordinator until another broker coordinates the group and a
+    newer commit is acknowledged there. An OffsetFetch that waited in the paused broker's
+    socket is answered when it resumes, and its way to the bucket is cut meanwhile, so it
+    cannot learn from the metadata that it lost the partition: it must answer
+    NOT_COORDINATOR, never the offset from before the pause. (It answered that offset from
+    its groups in memory until the coordinator checked that its broker may still lead: a
+    consumer in the lean Jepsen test saw its committed offset go backwards.)"""
+    bucket, bucket_link = _bucket_behind_a_proxy(moto_server)  # broker 2's way to the bucket
+    cluster = start_cluster(3, start=False, s3=bucket, s3_endpoints={2: f"http://127.0.0.1:{bucket_link.port}"},
+                            sets={"offsets.topic.replication.factor": "3", "min.insync.replicas": "2"})
+    try:
+        cluster.start(1)  # broker 1 takes the controller lease: broker 2 pauses, not the controller
+        cluster.start(2, 3)
+        assert cluster.controller_id() == 1
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic("jobs", 1, 3)])["jobs"].result(timeout=TIMEOUT_S)
+        warm = _consumer(cluster.bootstrap, "warm-up")
+        _wait(cluster, "a first commit", lambda: warm.commit(
+            offsets=[TopicPartition("jobs", 0, 1)], asynchronous=False))
+        warm.close()
+        _wait(cluster, "__consumer_offsets with three in-sync replicas everywhere", lambda: (
+            (parts := _offsets_partitions(cluster)) and len(parts) == OFFSETS_PARTITIONS
+            and all(len(p.isrs) == 3 and p.leader > 0 for p in parts.values())))
+        leaders = {i: p.leader for i, p in _offsets_partitions(cluster).items()}
+        group = next(g for g in (f"workers-{n}" for n in range(200)) if leaders[_partition_for(g)] == 2)
+        others = ",".join(cluster.brokers[n].bootstrap for n in (1, 3))
+        proc = cluster.brokers[2].proc
+        assert proc is not None
+
+        with Connection.to(cluster.brokers[2].bootstrap, timeout=TIMEOUT_S) as conn:
+            assert offset_commit(conn, group, -1, "", {("jobs", 0): 10}) == {("jobs", 0): NONE}
+            assert offset_fetch(conn, group, {"jobs": [0]}) == (NONE, {("jobs", 0): 10})
+            os.kill(proc.pid, signal.SIGSTOP)
+            try:
+                bucket_link.partition()
+                _wait(cluster, "another coordinator", lambda: (
+                    AdminClient({"bootstrap.servers": others}).list_topics("__consumer_offsets", timeout=5)
+                    .topics["__consumer_offsets"].partitions[_partition_for(group)].leader in (1, 3)))
+                consumer = _consumer(others, group)
+                committed = _wait(cluster, "a commit on the new coordinator", lambda: consumer.commit(
+                    offsets=[TopicPartition("jobs", 0, 30)], asynchronous=False))
+                assert [(tp.offset, tp.error) for tp in committed] == [(30, None)]
+                threading.Thread(target=consumer.close, daemon=True).start()
+                answer: list[tuple[int, dict[tuple[str, int], int]]] = []
+                asking = threading.Thread(target=lambda: answer.append(offset_fetch(conn, group, {"jobs": [0]})))
+                asking.start()
+                time.sleep(0.3)  # the request waits in the paused broker's socket
+            finally:
+                os.kill(proc.pid, signal.SIGCONT)
+            asking.join(TIMEOUT_S)
+            assert answer, "the resumed broker did not answer OffsetFetch"
+            assert answer[0] == (NOT_COORDINATOR, {}), f"the resumed coordinator answered {answer[0]}"
+            time.sleep(1.0)  # a heartbeat answered: still fenced, still blind
+            assert offset_fetch(conn, group, {"jobs": [0]}) == (NOT_COORDINATOR, {})
+        bucket_link.heal()
+        assert _committed(others, group) == 30
+        assert _wait(cluster, "broker 2 back in every ISR of __consumer_offsets", lambda: all(
+            2 in p.isrs for p in _offsets_partitions(cluster).values()), 60)
+        assert _committed(cluster.bootstrap, group) == 30
+    finally:
+        bucket_link.close()

@@ -238,3 +238,23 @@ def test_the_broker_side_waits_for_the_isr_through_timeouts_and_too_few_replicas
 
     assert asyncio.run(scenario()) == 10
     assert waits == [("__consumer_offsets", P, 1)] * 3
+
+
+def test_a_broker_that_cannot_confirm_it_still_leads_serves_no_group_from_memory(
+    log_: ReplicatedMemoryLog,
+) -> None:
+    """Paused past its session or cut off from the bucket, the broker may have been replaced
+    and a newer commit acknowledged elsewhere: NOT_COORDINATOR, never its own older offset."""
+    leads = [True]
+    coord = GroupCoordinator(log_, FakeTimer(), GroupConfig(), may_lead=lambda: leads[0])
+    coord.begin_loading(P)
+    coord.load_partition(P, [], {})
+    assert commit(coord, 10) == E.none
+    coord.replication.replicated(P, log_.replicate(P))
+    assert fetched(coord) == 10
+    leads[0] = False
+    assert coord.fetch_offsets("g", [TP]) == (E.not_coordinator, {})
+    assert commit(coord, 20) == E.not_coordinator
+    assert coord.coordinator_error("g") == E.not_coordinator
+    leads[0] = True  # a heartbeat answered: it still leads, nothing was lost meanwhile
+    assert fetched(coord) == 10

@@ -82,12 +82,13 @@ def run(body: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
     asyncio.run(body(*args))
 
 
-def make(log: MemoryTxnLog | None = None, markers: Markers | None = None,
-         clock: FakeTimer | None = None) -> tuple[TransactionCoordinator, MemoryTxnLog, Markers, FakeTimer]:
+def make(log: MemoryTxnLog | None = None, markers: Markers | None = None, clock: FakeTimer | None = None,
+         may_lead: Callable[[], bool] = lambda: True) -> tuple[TransactionCoordinator, MemoryTxnLog, Markers, FakeTimer]:
     log = log or MemoryTxnLog()
     markers = markers or Markers()
     clock = clock or FakeTimer()
-    coord = TransactionCoordinator(log, markers, Ids(), clock, TxnConfig(max_timeout_ms=60_000, marker_retry_ms=1))
+    coord = TransactionCoordinator(log, markers, Ids(), clock, TxnConfig(max_timeout_ms=60_000, marker_retry_ms=1),
+                                   may_lead)
     coord.startup()
     return coord, log, markers, clock
 
@@ -347,6 +348,25 @@ def test_an_end_txn_meanwhile_a_prepare_replicates_is_concurrent() -> None:
         assert await first == E.none
         await settle(coord)
         assert await coord.end_txn(TID, r.producer_id, 0, True) == E.none  # a retried commit
+        coord.shutdown()
+
+    run(body)
+
+
+def test_a_broker_that_cannot_confirm_it_still_leads_answers_not_coordinator() -> None:
+    """Paused past its session or cut off from the bucket, the broker may have been replaced:
+    its transactions are neither described nor changed from memory."""
+    leads = [True]
+
+    async def body() -> None:
+        coord, _, _, _ = make(may_lead=lambda: leads[0])
+        r = await coord.init_producer_id(TID, 10_000)
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 0)]) == E.none
+        leads[0] = False
+        assert coord.describe(TID).error == E.not_coordinator
+        assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 1)]) == E.not_coordinator
+        leads[0] = True
+        assert coord.describe(TID).state == "Ongoing"
         coord.shutdown()
 
     run(body)
