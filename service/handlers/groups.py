@@ -148,6 +148,9 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
                 if node is None or not broker.controller.is_live(leader):
                     error, message = E.coordinator_not_available, "its partition has no leader right now"
                     node = None
+                elif leader == broker.node_id and not broker.may_lead():  # paused, cut off: maybe replaced
+                    error, message = E.coordinator_not_available, "this broker cannot confirm it still leads"
+                    node = None
             except KafkaError as exc:
                 error, message = E.coordinator_not_available, f"coordinator topic: {exc.message}"
         _count_error(ctx, "FindCoordinator", error)

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster_fixtures import Cluster
+from tests.e2e.rawcoordinator import find_coordinator
 from tests.e2e.rawgroups import offset_commit, offset_fetch
 from tests.e2e.rawkafka import Connection
 from tests.e2e.test_failover import _bucket_behind_a_proxy
@@ -183,6 +184,8 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
             assert answer[0] == (NOT_COORDINATOR, {}), f"the resumed coordinator answered {answer[0]}"
             time.sleep(1.0)  # a heartbeat answered: still fenced, still blind
             assert offset_fetch(conn, group, {"jobs": [0]}) == (NOT_COORDINATOR, {})
+            # nor does it name itself the coordinator: a client would bounce between the two
+            assert find_coordinator(conn, group, 0) == (COORDINATOR_NOT_AVAILABLE, -1)
         bucket_link.heal()
         assert _committed(others, group) == 30
         assert _wait(cluster, "broker 2 back in every ISR of __consumer_offsets", lambda: all(
