@@ -49,7 +49,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from common.errors import (
@@ -105,6 +105,30 @@ def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> se
                 or previous.partitions.get(info.topic_id) is not md.partitions[info.topic_id]):
             changed.add(name)
     return changed
+
+
+def _changed_partitions(previous: ClusterMetadata, md: ClusterMetadata,
+                        names: set[str]) -> tuple[set[str], dict[TopicPartition, _Wanted]]:
+    """Of the changed topics ``names``: those to look at whole (created, deleted, configs or
+    partition count changed), and the partitions whose registration changed in the others
+    (a death changes a third of every topic's partitions at RF 3: at 10,000 partitions,
+    looking at every partition of those topics cost each survivor 16-42 ms of its apply)."""
+    whole: set[str] = set()
+    moved: dict[TopicPartition, _Wanted] = {}
+    for name in names:
+        info = md.topics.get(name)
+        if info is None or previous.topics.get(name) is not info:
+            whole.add(name)
+            continue
+        if info.diskless:  # no local log: service/diskless
+            continue
+        old, new = previous.partitions.get(info.topic_id), md.partitions[info.topic_id]
+        if old is None or len(old) != len(new):
+            whole.add(name)
+            continue
+        tid = info.topic_id
+        moved.update(((name, i), (tid, b)) for i, (a, b) in enumerate(zip(old, new)) if a is not b)
+    return whole, moved
 
 
 def _brokers_back(previous: ClusterMetadata, md: ClusterMetadata) -> bool:
@@ -213,13 +237,17 @@ class ReplicaManager:
         registrations changed since the last ``md``, or every topic when the brokers did."""
         previous, self.metadata = self.metadata, md
         scope = _changed_topics(previous, md)
-        if scope is not None:
-            scope |= self._opening_topics | {key[0] for key in self.unopened}
+        moved: dict[TopicPartition, _Wanted] = {}
+        if scope is not None and previous is not None:
+            whole = self._opening_topics | {key[0] for key in self.unopened}
+            scope, moved = _changed_partitions(previous, md, scope - whole)
+            scope |= whole
         wanted = _hosted(md, self.node_id, scope)
+        wanted.update((key, w) for key, w in moved.items() if self.node_id in w[1].replicas)
         if self._taking is None:
             self._taking = _Taking(time.monotonic())
         self._taking.revision = md.revision
-        self._delete_unwanted(md, wanted, scope)
+        self._delete_unwanted(md, wanted, scope, moved)
         if previous is not None:
             for name in md.topics if scope is None else scope & md.topics.keys():
                 old, info = previous.topics.get(name), md.topics[name]
@@ -307,13 +335,15 @@ class ReplicaManager:
                       taking.leaders, taking.followers)
 
     def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object],
-                         scope: set[str] | None) -> None:
-        """Stop and delete the partitions of the ``scope`` topics (None: all, and stray logs)
-        that ``md`` no longer places here; the checkpoints are written once for all of them
+                         scope: set[str] | None, moved: Iterable[TopicPartition] = ()) -> None:
+        """Stop and delete the partitions of the ``scope`` topics (None: all, and stray logs),
+        and the ``moved`` ones, that ``md`` no longer places here; the checkpoints are written once for all of them
         (per partition, a 1,000-partition topic delete wrote and fsynced them 1,000 times on
         the event loop), one log line per topic."""
         stopped: Counter[str] = Counter()
-        for key in [k for k in self.partitions if k not in wanted and (scope is None or k[0] in scope)]:
+        gone = [] if scope is not None and not scope else [
+            k for k in self.partitions if (scope is None or k[0] in scope) and k not in wanted]
+        for key in gone + [k for k in moved if k in self.partitions and k not in wanted]:
             partition = self.partitions[key]
             info = md.topics.get(key[0])
             deleted = info is None or info.topic_id != partition.topic_id

@@ -200,3 +200,31 @@ def test_a_peer_fenced_takes_only_the_partitions_whose_registration_changed(
 
     manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics, partitions=moved))
     assert walked[-1] == 4 * PER_TOPIC  # a broker back: every hosted partition is looked at
+
+
+def test_a_changed_registration_moves_a_replica_away_or_here_without_a_walk_of_its_topic(
+    manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the partitions whose registration changed are looked at, not their topics (a
+    death changes a third of every topic at RF 3): one reassigned away stops and loses its
+    log, one reassigned here opens, and the topic's other partitions are never listed."""
+    t = TopicInfo("moving", uuid.uuid4(), PER_TOPIC)
+    here = tuple(PartitionRegistration((1, 2), (1, 2), 1, 0, 0) for _ in range(PER_TOPIC))
+    regs = list(here)
+    regs[9] = PartitionRegistration((2, 3), (2, 3), 2, 0, 0)  # not here yet
+    first = ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"moving": t},
+                            partitions={t.topic_id: tuple(regs)})
+    manager.apply(first)
+    assert ("moving", 9) not in manager.partitions and ("moving", 4) in manager.partitions
+    scopes: list[set[str] | None] = []
+    real = replica_manager._hosted
+    monkeypatch.setattr(replica_manager, "_hosted",
+                        lambda md, node, scope: scopes.append(scope) or real(md, node, scope))
+    regs[4] = PartitionRegistration((2, 3), (2, 3), 2, 1, 1)  # reassigned away
+    regs[9] = PartitionRegistration((1, 2, 3), (2, 3), 2, 0, 1)  # reassigned here
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"moving": t},
+                                  partitions={t.topic_id: tuple(regs)}))
+    assert scopes == [set()]  # the topic is not walked
+    assert ("moving", 4) not in manager.partitions and ("moving", 9) in manager.partitions
+    assert manager._logs.get_log("moving", 4) is None and manager._logs.get_log("moving", 9) is not None
+    assert len(manager.partitions) == PER_TOPIC - 1  # one away, one here
