@@ -334,7 +334,7 @@ class ReplicaManager:
                       "follower of %d", taking.revision, (time.monotonic() - taking.started) * 1000,
                       taking.leaders, taking.followers)
 
-    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, object],
+    def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, _Wanted],
                          scope: set[str] | None, moved: Iterable[TopicPartition] = ()) -> None:
         """Stop and delete the partitions of the ``scope`` topics (None: all, and stray logs),
         and the ``moved`` ones, that ``md`` no longer places here; the checkpoints are written once for all of them
@@ -342,7 +342,8 @@ class ReplicaManager:
         the event loop), one log line per topic."""
         stopped: Counter[str] = Counter()
         gone = [] if scope is not None and not scope else [
-            k for k in self.partitions if (scope is None or k[0] in scope) and k not in wanted]
+            k for k, p in self.partitions.items() if (scope is None or k[0] in scope)
+            and (k not in wanted or wanted[k][0] != p.topic_id)]  # a name deleted and created again
         for key in gone + [k for k in moved if k in self.partitions and k not in wanted]:
             partition = self.partitions[key]
             info = md.topics.get(key[0])

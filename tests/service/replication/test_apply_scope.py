@@ -228,3 +228,25 @@ def test_a_changed_registration_moves_a_replica_away_or_here_without_a_walk_of_i
     assert ("moving", 4) not in manager.partitions and ("moving", 9) in manager.partitions
     assert manager._logs.get_log("moving", 4) is None and manager._logs.get_log("moving", 9) is not None
     assert len(manager.partitions) == PER_TOPIC - 1  # one away, one here
+
+
+def test_a_topic_deleted_and_created_again_between_two_applies_gets_a_new_log(manager: ReplicaManager) -> None:
+    """One apply can see a topic deleted and created again under its name (snapshots that
+    arrive while one is pending are coalesced): the old partition stops and its log goes,
+    so the new topic never serves the old one's records or topic id (a review found the
+    old log reused)."""
+    from service.replication.replica_manager import read_topic_id
+    from tests.local_tier.batches import make_batch
+
+    old = TopicInfo("again", uuid.uuid4(), 1)
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"again": old},
+                                  partitions={old.topic_id: (PartitionRegistration((1,), (1,), 1, 0, 0),)}))
+    manager.partitions[("again", 0)].log.append_as_leader(make_batch(3), leader_epoch=0)
+    assert manager.partitions[("again", 0)].log.log_end_offset == 3
+    new = TopicInfo("again", uuid.uuid4(), 1)
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"again": new},
+                                  partitions={new.topic_id: (PartitionRegistration((1,), (1,), 1, 0, 0),)}))
+    partition = manager.partitions[("again", 0)]
+    assert partition.topic_id == new.topic_id and partition.is_leader
+    assert partition.log.log_end_offset == 0, "the new topic serves the deleted one's records"
+    assert read_topic_id(partition.log.dir) == new.topic_id
