@@ -278,6 +278,8 @@ class LogManager(Owned):
         renames them with :meth:`retire` a slice at a time, or :meth:`finish_deletes`."""
         log = self._drop((topic, partition))
         if log is not None:
+            if self.cleaner is not None:  # a log created again under its name starts clean
+                self.cleaner.forget(topic, partition)
             self._retiring[(topic, partition)] = log
             if not defer:
                 self.finish_deletes()

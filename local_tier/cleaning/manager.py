@@ -429,15 +429,20 @@ class LogCleaner:
             self._progress_locked(key).checkpoint = end_offset
             self._write_checkpoints_locked(live)
 
-    def forget(self, topic: str) -> None:
-        """A deleted topic's logs leave the checkpoint (its next write)."""
+    def forget(self, topic: str, partition: int | None = None) -> None:
+        """A deleted topic's logs (or one partition's: ``partition``) leave the checkpoint (its
+        next write) and what the cleaner remembers of them, so a log created again under the
+        name starts clean: not uncleanable, not "cleaned up to" the old log's offset."""
+        def gone(key: TopicPartition) -> bool:
+            return key[0] == topic and (partition is None or key[1] == partition)
+
         with self._lock:
-            for key in [k for k in self._checkpoints if k[0] == topic]:
+            for key in [k for k in self._checkpoints if gone(k)]:
                 del self._checkpoints[key]
-            for key in [k for k in self._totals.progress if k[0] == topic]:
+            for key in [k for k in self._totals.progress if gone(k)]:
                 del self._totals.progress[key]
-            self._uncleanable = {k for k in self._uncleanable if k[0] != topic}
-            self._retries = {k: r for k, r in self._retries.items() if k[0] != topic}
+            self._uncleanable = {k for k in self._uncleanable if not gone(k)}
+            self._retries = {k: r for k, r in self._retries.items() if not gone(k)}
 
     def _write_checkpoints_locked(self, live: set[TopicPartition] | None) -> None:
         """The checkpoint file, less the logs not in ``live`` (all kept when None)."""

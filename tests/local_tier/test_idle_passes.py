@@ -160,3 +160,22 @@ def test_the_cleaners_look_only_at_compacted_logs_and_follow_config_changes(mana
     manager.delete_logs("t2")
     assert manager.compacted_logs() == {}
     assert sorted(manager.hosted_topics()) == ["compacted", "t0", "t1", "t3"]
+
+
+def test_a_deleted_partition_leaves_what_the_cleaner_remembers_of_it(manager: LogManager) -> None:
+    """A topic deleted and created again under its name (or a replica moved away and back)
+    starts clean: the cleaner had kept the old log's "cleaned up to" offset and its
+    uncleanable mark, so the new log's records below that offset were never compacted and
+    an uncleanable old log kept the new one from being cleaned until a restart."""
+    from local_tier.cleaning.manager import CleanerConfig, LogCleaner
+
+    manager.get_or_create_log("c", 0, small_config(cleanup_policy="compact"))
+    manager.get_or_create_log("c", 1, small_config(cleanup_policy="compact"))
+    cleaner = LogCleaner(manager.log_dir, manager.all_logs, owner=None, config=CleanerConfig())  # type: ignore[arg-type]
+    manager.cleaner = cleaner
+    cleaner._checkpoints[("c", 0)] = cleaner._checkpoints[("c", 1)] = 40
+    cleaner._uncleanable |= {("c", 0), ("c", 1)}
+    manager.delete_log("c", 0)
+    assert ("c", 0) not in cleaner._checkpoints and ("c", 0) not in cleaner._uncleanable
+    assert cleaner._checkpoints[("c", 1)] == 40 and ("c", 1) in cleaner._uncleanable  # the other stays
+    manager.cleaner = None
