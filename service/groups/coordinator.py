@@ -391,8 +391,9 @@ class GroupCoordinator:
         return self._expiry.expire_offsets()
 
     def on_topics_deleted(self, topics: Collection[str]) -> int:
-        """Tombstone every group's committed offsets of deleted ``topics``; offsets removed."""
-        return self._expiry.remove_topics(topics)
+        """Tombstone every group's committed offsets of deleted ``topics``, and forget those
+        open transactions hold; offsets removed."""
+        return self._expiry.remove_topics(topics) + self.txn_offsets.drop_topics(topics)
 
     # ================================================================== admin
 

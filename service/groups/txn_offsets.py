@@ -24,7 +24,7 @@ lives on the broker's event loop thread, like the coordinator.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from common.errors import ErrorCode, KafkaError
@@ -173,6 +173,19 @@ class TransactionalOffsets:
         return any(
             tp in by_group.get(group_id, {}) for by_group in self._pending.get(partition, {}).values()
         )
+
+    def drop_topics(self, topics: Collection[str]) -> int:
+        """Forget the pending offsets of deleted ``topics`` (Kafka's ``removeOffsets``): a
+        transaction committed after the delete must not give a topic created again under the
+        name the old one's offsets; how many."""
+        dropped = 0
+        for by_producer in self._pending.values():
+            for by_group in by_producer.values():
+                for offsets in by_group.values():
+                    for tp in [tp for tp in offsets if tp[0] in topics]:
+                        del offsets[tp]
+                        dropped += 1
+        return dropped
 
     # ------------------------------------------------------------------ load
 

@@ -258,3 +258,21 @@ def test_a_broker_that_cannot_confirm_it_still_leads_serves_no_group_from_memory
     assert coord.coordinator_error("g") == E.not_coordinator
     leads[0] = True  # a heartbeat answered: it still leads, nothing was lost meanwhile
     assert fetched(coord) == 10
+
+
+def test_a_topic_deleted_while_a_transaction_holds_its_offsets_gets_none_of_them(
+    log_: ReplicatedMemoryLog,
+) -> None:
+    """Kafka's removeOffsets: the pending offsets of a deleted topic go with its committed ones,
+    so a transaction committed after the delete gives a topic created again under the name
+    nothing (its consumers would have skipped its first 40 records)."""
+    coord = coordinator(log_, FakeTimer())
+    other = ("kept", 0)
+    assert coord.txn_commit_offsets("g", 9, 0, -1, "", None, {TP: (40, -1, ""), other: (7, -1, "")}) \
+        == {TP: E.none, other: E.none}
+    assert coord.on_topics_deleted({"orders"}) == 1
+    assert coord.unstable_offsets("g", [TP, other]) == {other}
+    log_.append(P, [(b"marker", b"")])
+    coord.txn_offsets.on_markers(9, 0, True, [P])
+    coord.replication.replicated(P, log_.replicate(P))
+    assert fetched(coord) is None and fetched(coord, other) == 7
