@@ -306,7 +306,8 @@ class ReplicaManager:
                 self._changed(partition)
                 became_followers.append(partition)
             if partition.is_leader:  # touched: a new replica whose fetch came first re-reads it
-                if partition.maybe_increment_high_watermark():  # the metadata shrank the ISR
+                # the metadata shrank the ISR (a new leader moved its high watermark already)
+                if transition is not Transition.LEADER and partition.maybe_increment_high_watermark():
                     self._changed(partition)
                 self._waiters.touch(partition.topic, partition.index)
                 self._maybe_expand_isr(partition)
