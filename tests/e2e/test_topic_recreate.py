@@ -47,7 +47,7 @@ def test_a_topic_deleted_and_created_again_at_once_serves_none_of_the_old_record
     admin.delete_topics(["again"])["again"].result(timeout=TIMEOUT_S)
     _wait(cluster, "the name free again", lambda: admin.create_topics(
         [NewTopic("again", 1, replica_assignment=[[2, 3, 1]])])["again"].result(timeout=TIMEOUT_S) is None)
-    time.sleep(4.0)  # brokers 2 and 3 read the metadata once more: the delete and the create together
+    time.sleep(7.0)  # brokers 2 and 3 read the metadata twice more (every 3 s): the delete and the create together
 
     assert _wait(cluster, "the new topic led", lambda: _watermarks(cluster.bootstrap, "again")) == (0, 0), \
         "the new topic serves the deleted topic's records"
