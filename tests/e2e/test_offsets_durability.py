@@ -74,13 +74,11 @@ def _committed(bootstrap: str, group: str) -> int:
         threading.Thread(target=consumer.close, daemon=True).start()  # never wait on a dead broker
 
 
-def test_a_commit_that_misses_the_isr_is_never_served_and_the_offset_never_goes_back(
-    start_cluster: Any,
-) -> None:
-    cluster = start_cluster(3, proxied=True, sets=SETTINGS)
+def _jobs_and_offsets_ready(cluster: Cluster) -> dict[int, int]:
+    """Topic ``jobs`` (RF 3), and ``__consumer_offsets`` created by a first commit
+    (FindCoordinator) with three in-sync replicas everywhere: the leader of each of its partitions."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("jobs", 1, 3)])["jobs"].result(timeout=TIMEOUT_S)
-    # the first commit creates __consumer_offsets (FindCoordinator); wait for full ISRs
     warm = _consumer(cluster.bootstrap, "warm-up")
     _wait(cluster, "a first commit", lambda: warm.commit(
         offsets=[TopicPartition("jobs", 0, 1)], asynchronous=False))
@@ -88,10 +86,17 @@ def test_a_commit_that_misses_the_isr_is_never_served_and_the_offset_never_goes_
     _wait(cluster, "__consumer_offsets with three in-sync replicas everywhere", lambda: (
         (parts := _offsets_partitions(cluster)) and len(parts) == OFFSETS_PARTITIONS
         and all(len(p.isrs) == 3 and p.leader > 0 for p in parts.values())))
+    return {i: p.leader for i, p in _offsets_partitions(cluster).items()}
+
+
+def test_a_commit_that_misses_the_isr_is_never_served_and_the_offset_never_goes_back(
+    start_cluster: Any,
+) -> None:
+    cluster = start_cluster(3, proxied=True, sets=SETTINGS)
+    leaders = _jobs_and_offsets_ready(cluster)
     # a group coordinated by a broker that does not hold the controller lease (cutting the
     # controller off would fence the followers and shrink the ISR to it)
     controller = cluster.controller_id()
-    leaders = {i: p.leader for i, p in _offsets_partitions(cluster).items()}
     group = next(g for g in (f"workers-{n}" for n in range(200))
                  if leaders[_partition_for(g)] != controller)
     old = leaders[_partition_for(group)]
@@ -144,16 +149,7 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
         cluster.start(1)  # broker 1 takes the controller lease: broker 2 pauses, not the controller
         cluster.start(2, 3)
         assert cluster.controller_id() == 1
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("jobs", 1, 3)])["jobs"].result(timeout=TIMEOUT_S)
-        warm = _consumer(cluster.bootstrap, "warm-up")
-        _wait(cluster, "a first commit", lambda: warm.commit(
-            offsets=[TopicPartition("jobs", 0, 1)], asynchronous=False))
-        warm.close()
-        _wait(cluster, "__consumer_offsets with three in-sync replicas everywhere", lambda: (
-            (parts := _offsets_partitions(cluster)) and len(parts) == OFFSETS_PARTITIONS
-            and all(len(p.isrs) == 3 and p.leader > 0 for p in parts.values())))
-        leaders = {i: p.leader for i, p in _offsets_partitions(cluster).items()}
+        leaders = _jobs_and_offsets_ready(cluster)
         group = next(g for g in (f"workers-{n}" for n in range(200)) if leaders[_partition_for(g)] == 2)
         others = ",".join(cluster.brokers[n].bootstrap for n in (1, 3))
         proc = cluster.brokers[2].proc
