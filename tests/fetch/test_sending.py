@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import mmap
 import os
 import socket
 import threading
@@ -294,15 +295,21 @@ def test_a_sendfile_that_waits_keeps_sending_its_own_file_after_that_file_is_clo
 
 
 def _cold_file(tmp_path: Path, size: int) -> Path:
-    """A file written, synced and dropped from the page cache (a segment nobody read lately)."""
+    """A file the page cache does not hold (a segment nobody read lately): written with
+    O_DIRECT, so its pages never enter the cache. (A buffered write dropped with
+    POSIX_FADV_DONTNEED stayed cached now and then on a loaded machine: a false failure.)"""
     path = tmp_path / "cold.log"
-    path.write_bytes(os.urandom(size))
-    fd = os.open(path, os.O_RDONLY)
+    assert size % mmap.PAGESIZE == 0
+    buffer = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT wants
+    buffer.write(os.urandom(size))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
     try:
+        assert os.write(fd, buffer) == size
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+        buffer.close()
     return path
 
 
