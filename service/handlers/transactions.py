@@ -24,6 +24,7 @@ from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import build, response_module
 from controller.topic_changes import check_topic_name
 from service.groups.records import partition_for
+from service.groups.runtime import ensure_offsets_topic as create_offsets_topic
 from service.handlers.authz import require_topic
 from service.handlers.context import RequestContext
 from service.handlers.groups import codes_by_topic, offsets_to_commit
@@ -123,7 +124,15 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
 async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     """Adds the group's ``__consumer_offsets`` partition to the transaction."""
     broker = ctx.broker
-    partitions = broker.groups.ensure_offsets_topic()
+    try:
+        partitions = broker.groups.ensure_offsets_topic()
+    except KafkaError:  # no group used __consumer_offsets yet: made here, as FindCoordinator makes it
+        try:
+            partitions = (await create_offsets_topic(broker)).partitions
+        except KafkaError as exc:  # e.g. too few brokers for its replication factor: retried
+            code = _count(ctx, "AddOffsetsToTxn", exc.code)
+            return build(response_module(25, ctx.version).AddOffsetsToTxnResponse, throttle_time=0,
+                         error_code=code)
     tp = (_OFFSETS_TOPIC, partition_for(request.group_id, partitions))
     code = await broker.transactions.add_partitions(
         request.transactional_id, int(request.producer_id), int(request.producer_epoch), [tp]
@@ -155,7 +164,13 @@ async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
             _count(ctx, "TxnOffsetCommit", code)
         return build(mod.TxnOffsetCommitResponse, throttle_time=0, topics=codes_by_topic(
             refused, mod.TxnOffsetCommitResponseTopic, mod.TxnOffsetCommitResponsePartition))
-    offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
+    try:
+        offsets_tp = (_OFFSETS_TOPIC, partition_for(request.group_id, broker.groups.ensure_offsets_topic()))
+    except KafkaError as exc:  # no __consumer_offsets yet: no coordinator of the group
+        for _ in offsets:
+            _count(ctx, "TxnOffsetCommit", exc.code)
+        return build(mod.TxnOffsetCommitResponse, throttle_time=0, topics=codes_by_topic(
+            dict.fromkeys(offsets, exc.code), mod.TxnOffsetCommitResponseTopic, mod.TxnOffsetCommitResponsePartition))
     # The producer must hold the transactional id and have added the group (AddOffsetsToTxn):
     # its transaction coordinator says so, here or on the broker that leads its partition.
     peers = broker.cluster.marker_peers if broker.cluster is not None else None

@@ -330,3 +330,36 @@ def test_create_topics_error_answers_are_well_formed_at_v5_and_up(wire_broker: A
     topic = answer.topics[0]
     assert topic.error_code == TOPIC_ALREADY_EXISTS and topic.configs is None, answer
     assert (topic.num_partitions, topic.replication_factor) == (-1, -1)
+
+
+# ------------------------------------------------------------------------- found by the fuzzer
+
+
+def _until_none(conn: WireConnection, request: Any, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = conn.call(request)
+        if error_codes(answer) == [0] or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.1)
+
+
+def test_add_offsets_to_txn_before_the_offsets_topic_exists(start_broker: Any) -> None:
+    """AddOffsetsToTxn before anything made ``__consumer_offsets``: the handler raised, and
+    the broker closed the connection with a traceback (the wire fuzzer found it). It makes
+    the topic, as FindCoordinator does, and adds the group's partition to the transaction."""
+    broker = start_broker(sets={"offsets.topic.num.partitions": "1"})
+    txn = {"transactional_id": "early", "group_id": "early-group"}
+    with WireConnection(broker.bootstrap) as conn:
+        assert error_codes(_until_none(conn, example_request(10, 3, key_type=1, key="early",
+                                                             coordinator_keys=("early",)))) == [0]
+        init = _until_none(conn, example_request(22, 4, transactional_id="early", producer_id=-1,
+                                                 producer_epoch=-1))
+        assert error_codes(init) == [0], init
+        producer = {"producer_id": int(init.producer_id), "producer_epoch": int(init.producer_epoch)}
+        add = conn.call(example_request(25, 3, **txn, **producer))
+        assert error_codes(add) == [0], add
+        described = conn.call(example_request(65, 0, transactional_ids=("early",)))
+        assert [(t.topic, tuple(t.partitions)) for t in described.transaction_states[0].topics] == \
+            [("__consumer_offsets", (0,))]
+    assert "Traceback" not in broker.log_text()
