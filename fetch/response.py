@@ -1,15 +1,17 @@
-"""Fetch response encoding (v4-v12) as a list of byte strings and file regions.
+"""Fetch response encoding (v4-v17) as a list of byte strings and file regions.
 
 Record data is never copied into the response: each partition's records are
 one or more :class:`local_tier.segment.FileRegion` that the connection sends
 with ``sendfile``. Everything around them is encoded here by hand, following
-Kafka's ``FetchResponse.json`` (non-flexible up to v11, flexible from v12).
+Kafka's ``FetchResponse.json`` (non-flexible up to v11, flexible from v12; from v13 a
+topic is named by its id, KIP-516; v14-v17 change nothing the response must carry).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 
 from common.protocol.fields import uvarint as _uvarint
 from fetch.planner import PartitionData
@@ -59,10 +61,15 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     read_committed: bool = False,
+    topic_id: Callable[[str], uuid.UUID] | None = None,
 ) -> list[ResponsePart]:
-    """The whole response frame (size prefix included) as parts to send in order."""
-    if not 4 <= version <= 12:
+    """The whole response frame (size prefix included) as parts to send in order;
+    ``topic_id`` names each topic of a v13+ response."""
+    if not 4 <= version <= 17:
         raise ValueError(f"Fetch v{version} is not supported")
+    by_id = version >= 13
+    if by_id and topic_id is None:
+        raise ValueError(f"Fetch v{version} names topics by id: topic_id is required")
     flexible = version >= 12
     head = bytearray()
     head += _I32.pack(correlation_id)
@@ -83,7 +90,7 @@ def encode_fetch_response(
     buf = head
     buf += array_len(len(topics), flexible)
     for name, plist in topics:
-        buf += string(name, flexible)
+        buf += topic_id(name).bytes if by_id else string(name, flexible)  # type: ignore[misc]
         buf += array_len(len(plist), flexible)
         for p in plist:
             buf += _PART_FIXED.pack(

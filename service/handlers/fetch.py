@@ -19,6 +19,7 @@ from fetch.response import encode_fetch_response, frame_size
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from service.diskless.fetching import read_diskless
 from service.handlers.context import RequestContext
+from service.handlers.fetch_topics import by_name, replica_id_of
 from service.quotas.manager import FETCH
 from service.replication.leader import read_for_follower
 from service.replication.read_replicas import (
@@ -35,18 +36,27 @@ log = logging.getLogger("strata.fetch")
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     broker = ctx.broker
-    replica_id = int(getattr(request, "replica_id", -1))
+    # v13+ names topics by id: read by name here, answered by id (the unknown ones at once,
+    # after the store's newest metadata: the topic may have been created a moment ago)
+    named, topic_id, unknown_ids = by_name(request, ctx.version, broker.controller)
+    if unknown_ids and broker.cluster is not None:
+        await broker.cluster.refresh_metadata()
+        named, topic_id, unknown_ids = by_name(request, ctx.version, broker.controller)
+    request = named
+    replica_id = replica_id_of(request)
     if replica_id >= 0:  # a follower copying from this leader
         if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
             broker.metrics_error("Fetch", ErrorCode.topic_authorization_failed)
             denied = [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
                       for t in request.topics for p in t.partitions]
-            return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied)
+            return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied + unknown_ids,
+                                         topic_id=topic_id)
         answer = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
         if answer.error_code != ErrorCode.none:
             broker.metrics_error("Fetch", answer.error_code)
-        return encode_fetch_response(ctx.version, ctx.header.correlation_id, answer.partitions,
-                                     error_code=answer.error_code, session_id=answer.session_id)
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id, answer.partitions + unknown_ids,
+                                     error_code=answer.error_code, session_id=answer.session_id,
+                                     topic_id=topic_id)
     wanted = [
         PartitionFetch(
             topic.topic,
@@ -70,12 +80,12 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
             session_epoch,
             wanted,
             forgotten,
-            privileged=int(getattr(request, "replica_id", -1)) >= 0,
+            privileged=replica_id >= 0,
         )
         if session.error != ErrorCode.none:
             broker.metrics_error("Fetch", session.error)
             return encode_fetch_response(
-                ctx.version, ctx.header.correlation_id, [], error_code=session.error
+                ctx.version, ctx.header.correlation_id, [], error_code=session.error, topic_id=topic_id
             )
         wanted = session.partitions
     readable = {t: ctx.allowed(AclOperation.READ, ResourceType.TOPIC, t) for t in {w.topic for w in wanted}}
@@ -83,7 +93,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     wanted = [w for w in wanted if readable[w.topic]]
     max_bytes = min(int(getattr(request, "max_bytes", 2**31 - 1)), broker.fetch_max_bytes)
     isolation = int(getattr(request, "isolation_level", 0))
-    min_bytes = int(request.min_bytes)
+    min_bytes = 0 if unknown_ids else int(request.min_bytes)  # an unknown topic id is answered at once
     max_wait_ms = timedelta_to_ms(request.max_wait)
     # diskless partitions (ADR 0027) are read through their sequencers, beside the local logs
     diskless_topics = {t for t in {w.topic for w in wanted} if _is_diskless(broker, t)}
@@ -167,11 +177,12 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     return encode_fetch_response(
         ctx.version,
         ctx.header.correlation_id,
-        data,
+        data + unknown_ids if unknown_ids and error == ErrorCode.none else data,
         error_code=error,
         session_id=response_session,
         read_committed=isolation == READ_COMMITTED,
         throttle_ms=throttle,
+        topic_id=topic_id,
     )
 
 

@@ -105,7 +105,7 @@ def api_table() -> dict[int, ApiSpec]:
 
     specs = [
         ApiSpec(0, "Produce", 3, 9, produce.handle_produce),
-        ApiSpec(1, "Fetch", 4, 12, fetch.handle_fetch),
+        ApiSpec(1, "Fetch", 4, 17, fetch.handle_fetch),
         ApiSpec(2, "ListOffsets", 0, 10, list_offsets.handle_list_offsets),
         ApiSpec(3, "Metadata", 0, 12, metadata.handle_metadata),
         ApiSpec(18, "ApiVersions", 0, 3, handle_api_versions),

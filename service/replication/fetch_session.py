@@ -20,6 +20,7 @@ Not thread-safe: the fetcher's task on the event loop.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,7 +30,7 @@ from common.protocol.codec import build
 from fetch.sessions import INITIAL_EPOCH, INVALID_SESSION_ID, next_epoch
 from service.cluster.wire import request_module
 
-__all__ = ["FetchLimits", "FetchPlan", "FollowerSession", "Position", "fetch_request"]
+__all__ = ["FetchLimits", "FetchPlan", "FollowerSession", "Position", "TopicIds", "fetch_request"]
 
 TopicPartition = tuple[str, int]
 #: what a request says of a partition: fetch offset, current leader epoch, last fetched
@@ -136,6 +137,16 @@ class FollowerSession:
         self.members = plan.members
         return True
 
+    @property
+    def sent(self) -> Iterable[TopicPartition]:
+        """The partitions the leader's session holds, as last sent."""
+        return self._sent.keys()
+
+    def unsend(self, key: TopicPartition) -> None:
+        """The leader's session did not take ``key`` (UNKNOWN_TOPIC_ID): name it in the next
+        request again."""
+        self._sent.pop(key, None)
+
     def failed(self) -> None:
         """The request got no answer: the leader may or may not have applied it."""
         self.reset(keep_id=True)
@@ -150,10 +161,40 @@ class FollowerSession:
         self.members = None
 
 
-def fetch_request(version: int, plan: FetchPlan, with_session: bool, config: FetchLimits) -> Any:
+class TopicIds:
+    """The id of each topic a fetcher follows, and back: Fetch v13+ names topics by id. A
+    removed topic's id stays until :meth:`prune` finds none of its partitions followed or
+    in the leader's session (those forgotten there are named by it)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, uuid.UUID] = {}
+        self.names: dict[uuid.UUID, str] = {}
+
+    def note(self, name: str, topic_id: uuid.UUID) -> None:
+        old = self.ids.get(name)
+        if old != topic_id:
+            if old is not None:
+                self.names.pop(old, None)  # the topic was created again: its old answers are ignored
+            self.ids[name] = topic_id
+            self.names[topic_id] = name
+
+    def prune(self, live: Callable[[], set[str]], keep: int = 64) -> None:
+        """Drop the ids of topics not in ``live()`` once there are more than ``keep``."""
+        if len(self.ids) <= keep:
+            return
+        names = live()
+        for name in [name for name in self.ids if name not in names]:
+            self.names.pop(self.ids.pop(name), None)
+
+
+def fetch_request(version: int, plan: FetchPlan, with_session: bool, config: FetchLimits,
+                  topic_ids: Mapping[str, uuid.UUID]) -> Any:
     """The Fetch request of ``plan`` at ``version``: with the session (v7+) it names the
-    partitions to send and forget, without it every partition."""
+    partitions to send and forget, without it every partition; from v13 each topic by its
+    id in ``topic_ids`` (KIP-516), so a leader that does not know this incarnation of a
+    topic answers UNKNOWN_TOPIC_ID instead of another's records."""
     mod = request_module(_API_FETCH, version)
+    by_id = version >= 13
     topics: dict[str, list[Any]] = {}
     for key in plan.send if with_session else plan.members:
         known = plan.positions.get(key)
@@ -172,19 +213,26 @@ def fetch_request(version: int, plan: FetchPlan, with_session: bool, config: Fet
         )
     forgotten: dict[str, list[int]] = {}
     for topic, index in plan.forgotten if with_session else ():
-        forgotten.setdefault(topic, []).append(index)
+        if not by_id or topic in topic_ids:
+            forgotten.setdefault(topic, []).append(index)
+
+    def name(topic: str) -> dict[str, Any]:
+        return {"topic_id": topic_ids[topic]} if by_id else {"topic": topic}
+
     return build(
         mod.FetchRequest,
-        replica_id=config.node_id,
+        replica_id=config.node_id,  # v15+: in replica_state (KIP-903)
+        replica_state=build(mod.ReplicaState, replica_id=config.node_id, replica_epoch=-1)
+        if version >= 15 else None,
         max_wait=config.max_wait_ms,
         min_bytes=config.min_bytes,
         max_bytes=config.max_bytes,
         isolation_level=0,
         session_id=plan.session_id if with_session else 0,
         session_epoch=plan.epoch if with_session else -1,
-        topics=tuple(build(mod.FetchTopic, topic=t, partitions=tuple(ps)) for t, ps in topics.items()),
+        topics=tuple(build(mod.FetchTopic, **name(t), partitions=tuple(ps)) for t, ps in topics.items()),
         forgotten_topics_data=tuple(
-            build(mod.ForgottenTopic, topic=t, partitions=tuple(ps)) for t, ps in forgotten.items()
+            build(mod.ForgottenTopic, **name(t), partitions=tuple(ps)) for t, ps in forgotten.items()
         ),
         rack_id="",
     )

@@ -1,4 +1,5 @@
-"""A fetcher's partitions and which of them fetch now: :class:`PartitionFetchState`, :class:`Roster`.
+"""A fetcher's partitions and which of them fetch now: :class:`PartitionFetchState`, :class:`Roster`;
+and a follower's truncation to its leader's history, :func:`truncate_to_leader`.
 
 A follower with thousands of idle partitions must not walk them all every round (twice a
 second per leader). The :class:`Roster` of a fetcher knows when its list of fetching
@@ -17,7 +18,7 @@ import enum
 from service.replication.fetch_session import Position
 from service.replication.partition import Partition
 
-__all__ = ["PartitionFetchState", "Roster", "State"]
+__all__ = ["PartitionFetchState", "Roster", "State", "truncate_to_leader"]
 
 TopicPartition = tuple[str, int]
 
@@ -94,3 +95,20 @@ class PartitionFetchState:
                               log.log_start_offset)
             self._position_of = of
         return self._position
+
+
+def truncate_to_leader(partition: Partition, leader_epoch: int, leader_end: int) -> bool:
+    """Cut the follower's log where the leader says its history ends (the rules are in
+    :mod:`service.replication.fetcher`'s docstring); True when the truncation is complete, False when another
+    OffsetForLeaderEpoch round must follow."""
+    log = partition.log
+    if leader_epoch < 0 or leader_end < 0:
+        # the leader knows no epoch up to this follower's: keep what was committed
+        log.truncate_to(log.high_watermark)
+        return True
+    own_epoch, own_end = log.leader_epoch_cache.end_offset_for(leader_epoch)
+    if own_epoch < 0:  # no epoch of its own up to the leader's: the leader's end bounds it
+        log.truncate_to(min(leader_end, log.log_end_offset))
+        return True
+    log.truncate_to(min(leader_end, own_end))
+    return own_epoch == leader_epoch

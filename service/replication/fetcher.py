@@ -34,8 +34,9 @@ bucket; OFFSET_OUT_OF_RANGE starts it at the leader's log start when that is
 beyond its log end, else cuts it to the leader's high watermark (a follower
 ahead of its leader without epochs to compare); anything else --
 NOT_LEADER_OR_FOLLOWER from a leader that has not applied the same metadata yet,
-UNKNOWN_LEADER_EPOCH, a failed request -- backs off ``replica.fetch.backoff.ms``
-and tries again. The follower's log start follows the leader's (DeleteRecords,
+UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_ID from a leader that has not read this
+incarnation of the topic (Fetch v13+ names topics by id, KIP-516), a failed request --
+backs off ``replica.fetch.backoff.ms`` and tries again. The follower's log start follows the leader's (DeleteRecords,
 retention) on topics that are not tiered; a tiered one's follows the manifest.
 
 Not thread-safe: the event loop only.
@@ -55,8 +56,8 @@ from common.errors import ErrorCode, KafkaError, OffsetOutOfRangeError, Unsuppor
 from common.protocol.codec import build
 from service.cluster.channel import PeerChannels
 from service.cluster.wire import request_module
-from service.replication.fetch_session import FollowerSession, fetch_request
-from service.replication.fetch_state import PartitionFetchState, Roster, State
+from service.replication.fetch_session import FollowerSession, TopicIds, fetch_request
+from service.replication.fetch_state import PartitionFetchState, Roster, State, truncate_to_leader
 from service.replication.partition import Partition
 
 __all__ = [
@@ -137,6 +138,7 @@ class ReplicaFetcher:
         self._session = FollowerSession()
         self._roster = Roster()
         self._fetching: list[PartitionFetchState] = []  # as of the last rescan
+        self._ids = TopicIds()
 
     def add(self, partition: Partition) -> None:
         key = (partition.topic, partition.index)
@@ -144,6 +146,7 @@ class ReplicaFetcher:
         empty = log.log_end_offset == log.log_start_offset and not any(s.size for s in log.segments)
         state = State.BOOTSTRAPPING if empty else State.TRUNCATING
         self.partitions[key] = PartitionFetchState(partition, partition.leader_epoch, state, self._roster)
+        self._ids.note(partition.topic, partition.topic_id)
         self._wake.set()
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
@@ -187,6 +190,7 @@ class ReplicaFetcher:
                 await self._idle(now)
             return
         roster.rescan = False
+        self._ids.prune(lambda: {key[0] for key in self.partitions} | {key[0] for key in self._session.sent})
         fetching: list[PartitionFetchState] = []
         others: list[PartitionFetchState] = []  # bootstrapping or truncating
         next_ready = float("inf")
@@ -318,7 +322,7 @@ class ReplicaFetcher:
 
         def request(version: int) -> Any:
             with_session.append(version >= 7)
-            return fetch_request(version, plan, with_session[-1], self._config)
+            return fetch_request(version, plan, with_session[-1], self._config, self._ids.ids)
 
         try:
             _, answer = await self._peers.request(
@@ -342,9 +346,11 @@ class ReplicaFetcher:
             self._delay(states)
             return
         asked = plan.members
+        names = self._ids.names
         for topic in answer.responses:
+            name = topic.topic if hasattr(topic, "topic") else names.get(topic.topic_id)
             for p in topic.partitions:
-                key = (topic.topic, int(p.partition_index))
+                key = (name, int(p.partition_index))
                 state = self.partitions.get(key)
                 if state is None or key not in asked or state.state is not State.FETCHING:
                     continue  # not asked for, or removed or re-added while the fetch was in flight
@@ -417,6 +423,11 @@ class ReplicaFetcher:
             _log.info("%s: broker %d answered %s; waiting for new metadata", name, self.source_id,
                       code.name.upper())
             state.state = State.PARKED
+        elif code == ErrorCode.unknown_topic_id:  # its session did not take it: named again
+            _log.debug("%s: broker %d does not know this topic's id yet", name, self.source_id)
+            self._session.unsend(state.key)
+            self.touch(state.key)
+            self._delay([state])
         elif code in _RETRY_QUIETLY:
             _log.debug("%s: broker %d answered %s; retrying", name, self.source_id, code.name.upper())
             self._delay([state])
@@ -478,20 +489,3 @@ class ReplicaFetcherManager:
         fetchers, self.fetchers = self.fetchers, {}
         for fetcher in fetchers.values():
             await fetcher.close()
-
-
-def truncate_to_leader(partition: Partition, leader_epoch: int, leader_end: int) -> bool:
-    """Cut the follower's log where the leader says its history ends (see the module
-    docstring); True when the truncation is complete, False when another
-    OffsetForLeaderEpoch round must follow."""
-    log = partition.log
-    if leader_epoch < 0 or leader_end < 0:
-        # the leader knows no epoch up to this follower's: keep what was committed
-        log.truncate_to(log.high_watermark)
-        return True
-    own_epoch, own_end = log.leader_epoch_cache.end_offset_for(leader_epoch)
-    if own_epoch < 0:  # no epoch of its own up to the leader's: the leader's end bounds it
-        log.truncate_to(min(leader_end, log.log_end_offset))
-        return True
-    log.truncate_to(min(leader_end, own_end))
-    return own_epoch == leader_epoch

@@ -50,6 +50,15 @@ class Env:
         self._ids = itertools.count()
         #: ``TOPIC``'s leader epoch (above 0: the broker restarted once since it was created)
         self.leader_epoch = leader_epoch
+        self._topic_id: uuid.UUID | None = None
+
+    def topic_id(self) -> uuid.UUID:
+        """``TOPIC``'s id (Fetch v13+ names topics by id), from a Metadata answer."""
+        if self._topic_id is None:
+            answer = self.call(example_request(3, 12, name=TOPIC))
+            self._topic_id = answer.topics[0].topic_id
+        assert self._topic_id is not None
+        return self._topic_id
 
     def call(self, body: Any) -> Any:
         try:
@@ -152,6 +161,11 @@ def _topic(**extra: Any) -> Values:
     return lambda env, v: {"name": TOPIC, "topic": TOPIC, "resource_name": TOPIC, **extra}
 
 
+def _fetch(**extra: Any) -> Values:
+    """``TOPIC`` in a Fetch: by name below v13, by id from v13."""
+    return lambda env, v: {"topic": TOPIC, "topic_id": env.topic_id() if v >= 13 else None, **extra}
+
+
 def _group(**extra: Any) -> Values:
     def values(env: Env, version: int) -> dict[str, Any]:
         group = env.unique("conf-group")
@@ -188,7 +202,8 @@ def _epoch(offset: int, **extra: Any) -> Values:
     """``TOPIC`` partition 0 with a current leader epoch ``offset`` from the leader's, in every
     API's field names (Fetch's ``topic``/``partition``, ListOffsets' ``name``/``partition_index``)."""
     return lambda env, v: {"name": TOPIC, "topic": TOPIC, "partition": 0, "partition_index": 0,
-                           "current_leader_epoch": env.leader_epoch + offset, **extra}
+                           "current_leader_epoch": env.leader_epoch + offset,
+                           "topic_id": env.topic_id() if v >= 13 else None, **extra}
 
 
 def _lying_batch() -> bytes:
@@ -230,13 +245,14 @@ CASES: list[Case] = [
          lambda env, v: {"name": env.compacted_topic(), "index": 0, "records": records(2, keyless=(1,))},
          E.invalid_record),
     # -- Fetch
-    Case(1, "valid", _topic(partition=0)),
-    Case(1, "unknown topic", lambda env, v: {"topic": "no-such-topic"}, E.unknown_topic_or_partition),
-    Case(1, "unknown partition", _topic(partition=99), E.unknown_topic_or_partition),
-    Case(1, "offset out of range", _topic(partition=0, fetch_offset=10**12), E.offset_out_of_range),
-    Case(1, "current leader epoch", _epoch(0), versions=range(9, 13)),
-    Case(1, "older current leader epoch", _epoch(-1), E.fenced_leader_epoch, versions=range(9, 13)),
-    Case(1, "newer current leader epoch", _epoch(+1), E.unknown_leader_epoch, versions=range(9, 13)),
+    Case(1, "valid", _fetch(partition=0)),
+    Case(1, "unknown topic", lambda env, v: {"topic": "no-such-topic", "topic_id": uuid.uuid4()},
+         lambda v: E.unknown_topic_id if v >= 13 else E.unknown_topic_or_partition),
+    Case(1, "unknown partition", _fetch(partition=99), E.unknown_topic_or_partition),
+    Case(1, "offset out of range", _fetch(partition=0, fetch_offset=10**12), E.offset_out_of_range),
+    Case(1, "current leader epoch", _epoch(0), versions=range(9, 18)),
+    Case(1, "older current leader epoch", _epoch(-1), E.fenced_leader_epoch, versions=range(9, 18)),
+    Case(1, "newer current leader epoch", _epoch(+1), E.unknown_leader_epoch, versions=range(9, 18)),
     # -- ListOffsets
     Case(2, "valid", _topic(partition_index=0)),
     Case(2, "unknown topic", lambda env, v: {"name": "no-such-topic"}, E.unknown_topic_or_partition),

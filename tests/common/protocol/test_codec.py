@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+import uuid
 from pathlib import Path
 
 import pytest
@@ -129,7 +130,7 @@ def test_api_table_only_lists_versions_kio_can_decode() -> None:
             load_response_schema(spec.key, version)
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 18))
 def test_fetch_response_encoder_matches_kafka_schema(version: int, tmp_path: Path) -> None:
     path = tmp_path / "seg.log"
     path.write_bytes(b"A" * 10 + b"RECORDS-ONE" + b"B" * 5 + b"RECORDS-TWO!")
@@ -139,7 +140,8 @@ def test_fetch_response_encoder_matches_kafka_schema(version: int, tmp_path: Pat
             PartitionData("t1", 1, ErrorCode.offset_out_of_range, 5, 5, 0, [], 0),
             PartitionData("t2", 2, ErrorCode.none, 9, 9, 1, [FileRegion(f, 26, 12, 0)], 12),
         ]
-        out = encode_fetch_response(version, 1234, parts, session_id=0)
+        ids = {"t1": uuid.uuid4(), "t2": uuid.uuid4()}  # v13+ names topics by id
+        out = encode_fetch_response(version, 1234, parts, session_id=0, topic_id=ids.__getitem__)
         raw = b"".join(p if isinstance(p, bytes) else p.read_bytes() for p in out)
     assert struct.unpack_from(">i", raw)[0] == len(raw) - 4 == frame_size(out) - 4
     assert struct.unpack_from(">i", raw, 4)[0] == 1234
@@ -147,7 +149,8 @@ def test_fetch_response_encoder_matches_kafka_schema(version: int, tmp_path: Pat
     schema = load_response_schema(1, version)
     decoded, size = entity_reader(schema)(raw, offset)
     assert offset + size == len(raw)
-    topics = {t.topic: t.partitions for t in decoded.responses}
+    names = {v: k for k, v in ids.items()}
+    topics = {t.topic if version < 13 else names[t.topic_id]: t.partitions for t in decoded.responses}
     assert list(topics) == ["t1", "t2"]
     p0, p1 = topics["t1"]
     assert (p0.partition_index, p0.high_watermark, p0.records) == (0, 100, b"RECORDS-ONE")

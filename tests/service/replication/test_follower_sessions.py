@@ -66,7 +66,7 @@ class _Follower:
 
     async def fetch(self, host: SimpleNamespace, *, max_wait_ms: int = 50) -> tuple[FetchPlan, FollowerAnswer]:
         plan = self.session.plan(dict(self.positions), _same)
-        request = fetch_request(12, plan, True, LIMITS)
+        request = fetch_request(12, plan, True, LIMITS, {})
         self.named.append(sum(len(t.partitions) for t in request.topics))
         answer = await read_for_follower(host, request, FOLLOWER, max_wait_ms)
         assert self.session.answered(plan, answer.error_code, answer.session_id)
@@ -163,7 +163,7 @@ def test_an_unknown_session_starts_over_with_a_full_fetch(leader: SimpleNamespac
         old = follower.session.session_id
         leader.fetch_sessions.close()  # a restarted leader knows no session
         plan = follower.session.plan(dict(follower.positions), _same)
-        answer = await read_for_follower(leader, fetch_request(12, plan, True, LIMITS), FOLLOWER, 10)
+        answer = await read_for_follower(leader, fetch_request(12, plan, True, LIMITS, {}), FOLLOWER, 10)
         assert answer.error_code == ErrorCode.fetch_session_id_not_found
         assert not follower.session.answered(plan, answer.error_code, answer.session_id)
         plan, answer = await follower.fetch(leader)

@@ -19,7 +19,7 @@ from common.errors import (
 )
 from controller.registrations import PartitionRegistration
 from local_tier.log import Log
-from service.replication.fetcher import truncate_to_leader
+from service.replication.fetch_state import truncate_to_leader
 from service.replication.partition import Partition, Transition, monotonic_ms
 from tests.local_tier.batches import make_batch, small_config
 
