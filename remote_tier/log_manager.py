@@ -784,8 +784,11 @@ class RemoteLogManager:
             await self.delete_partition(topic, topic_id, p)
 
     async def delete_partition(self, topic: str, topic_id: uuid.UUID, partition: int) -> None:
-        """Remove one partition's remote data (its topic was deleted)."""
-        self.partitions.pop((topic, partition), None)
+        """Remove one partition's remote data (its topic was deleted); the state of a topic
+        created again under the name meanwhile stays."""
+        state = self.partitions.get((topic, partition))
+        if state is not None and state.topic_id == topic_id:
+            del self.partitions[(topic, partition)]
         try:
             await self._run_in_copier(
                 asyncio.get_running_loop(), self.rsm.delete_partition, topic_id, partition

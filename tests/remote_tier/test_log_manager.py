@@ -731,3 +731,26 @@ def test_a_new_leaders_claim_writes_its_epoch_so_a_deposed_leader_cannot_publish
             service.rsm.manifests.update(topic_id, 0, lambda cur: cur, leader_epoch=3)
     finally:
         service.close()
+
+
+def test_deleting_a_deleted_topics_partition_keeps_the_state_of_the_topic_created_again(tmp_path: Path) -> None:
+    """The deletion of a topic's remote data runs after the apply that may already have
+    created the topic again under its name: the new topic's tiering state stays, the old
+    one's bucket data goes."""
+    from remote_tier.log_manager import PartitionTierState
+
+    service = RemoteLogManager(FileSystemObjectStore(tmp_path), BrokerConfig())
+    try:
+        old_id, new_id = uuid.UUID(int=1), uuid.UUID(int=2)
+        for topic_id in (old_id, new_id):
+            service.rsm.manifests.update(topic_id, 0, lambda m, t=topic_id: PartitionManifest.empty("t", t, 0, 0),
+                                         leader_epoch=0)
+        new_state = PartitionTierState(new_id, manifest=service.rsm.manifest(new_id, 0), loaded=True, known=True)
+        service.partitions[("t", 0)] = new_state
+        asyncio.run(service.delete_partition("t", old_id, 0))
+        assert service.partitions[("t", 0)] is new_state
+        assert service.rsm.manifest(old_id, 0) is None and service.rsm.manifest(new_id, 0) is not None
+        asyncio.run(service.delete_partition("t", new_id, 0))
+        assert ("t", 0) not in service.partitions
+    finally:
+        service.close()
