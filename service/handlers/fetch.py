@@ -16,7 +16,7 @@ from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import timedelta_to_ms
 from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
 from fetch.response import encode_fetch_response, frame_size
-from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchContext
+from fetch.sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from service.diskless.fetching import read_diskless
 from service.handlers.context import RequestContext
 from service.handlers.fetch_topics import by_name, replica_id_of
@@ -36,25 +36,28 @@ log = logging.getLogger("strata.fetch")
 
 async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     broker = ctx.broker
-    # v13+ names topics by id: read by name here, answered by id (the unknown ones at once,
-    # after the store's newest metadata: the topic may have been created a moment ago)
+    # v13+ names topics by id: read by name here, answered by id (the unknown ones at once)
     named, topic_id, unknown_ids = by_name(request, ctx.version, broker.controller)
-    if unknown_ids and broker.cluster is not None:
+    replica_id = replica_id_of(request)
+    if replica_id >= 0 and not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        broker.metrics_error("Fetch", ErrorCode.topic_authorization_failed)
+        denied = [PartitionData(d.topic, d.partition, ErrorCode.topic_authorization_failed) for d in unknown_ids]
+        denied += [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
+                   for t in named.topics for p in t.partitions]
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied, topic_id=topic_id)
+    if unknown_ids and broker.cluster is not None:  # created a moment ago through another broker?
         await broker.cluster.refresh_metadata()
         named, topic_id, unknown_ids = by_name(request, ctx.version, broker.controller)
     request = named
-    replica_id = replica_id_of(request)
     if replica_id >= 0:  # a follower copying from this leader
-        if not ctx.allowed(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
-            broker.metrics_error("Fetch", ErrorCode.topic_authorization_failed)
-            denied = [PartitionData(t.topic, int(p.partition), ErrorCode.topic_authorization_failed)
-                      for t in request.topics for p in t.partitions]
-            return encode_fetch_response(ctx.version, ctx.header.correlation_id, denied + unknown_ids,
-                                         topic_id=topic_id)
-        answer = await read_for_follower(broker, request, replica_id, timedelta_to_ms(request.max_wait))
+        # an unknown topic id is answered at once: the follower backs off and names it again
+        answer = await read_for_follower(broker, request, replica_id,
+                                         0 if unknown_ids else timedelta_to_ms(request.max_wait))
         if answer.error_code != ErrorCode.none:
             broker.metrics_error("Fetch", answer.error_code)
-        return encode_fetch_response(ctx.version, ctx.header.correlation_id, answer.partitions + unknown_ids,
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id,
+                                     answer.partitions + unknown_ids if answer.error_code == ErrorCode.none
+                                     else answer.partitions,
                                      error_code=answer.error_code, session_id=answer.session_id,
                                      topic_id=topic_id)
     wanted = [
@@ -71,6 +74,14 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
     session_id = int(getattr(request, "session_id", INVALID_SESSION_ID))  # v7+
     session_epoch = int(getattr(request, "session_epoch", FINAL_EPOCH))
     session: FetchContext | None = None
+    if unknown_ids and session_epoch not in (INITIAL_EPOCH, FINAL_EPOCH):
+        # a session holds no partition it cannot name: the client starts a full fetch (Kafka
+        # keeps such partitions unnamed in the session; a full fetch names them again)
+        broker.metrics_error("Fetch", ErrorCode.fetch_session_topic_id_error)
+        return encode_fetch_response(ctx.version, ctx.header.correlation_id, [],
+                                     error_code=ErrorCode.fetch_session_topic_id_error, topic_id=topic_id)
+    if unknown_ids:
+        session_id, session_epoch = INVALID_SESSION_ID, FINAL_EPOCH  # no session opened until all are known
     if session_id != INVALID_SESSION_ID or session_epoch != FINAL_EPOCH:  # KIP-227
         forgotten = [
             (t.topic, int(p)) for t in getattr(request, "forgotten_topics_data", ()) for p in t.partitions

@@ -39,6 +39,7 @@ class TopicLookup(Protocol):
 class _Named:
     topic: str
     partitions: Sequence[Any]
+    topic_id: uuid.UUID | None = None  # the incarnation asked for: a follower's is checked
 
 
 class _NamedRequest:
@@ -82,7 +83,7 @@ def by_name(
             unknown.extend(PartitionData(name, int(p.partition), ErrorCode.unknown_topic_id) for p in t.partitions)
             continue
         ids[info.name] = info.topic_id
-        topics.append(_Named(info.name, t.partitions))
+        topics.append(_Named(info.name, t.partitions, info.topic_id))
     forgotten: list[_Named] = []
     for t in getattr(request, "forgotten_topics_data", ()):
         info = metadata.topic_by_id(t.topic_id)

@@ -4,6 +4,7 @@ replica fetchers, the ISR change channel to the controller)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +28,8 @@ class FollowerFetch:
     last_fetched_epoch: int = -1  # Fetch v12+; -1: not sent
     log_start_offset: int = -1
     broker_epoch: int = -1
+    #: the incarnation the follower fetches (Fetch v13+); None: named by name only
+    topic_id: uuid.UUID | None = None
 
 
 class LeadershipListener(Protocol):

@@ -108,6 +108,7 @@ def _fetches(request: Any, replica_id: int) -> list[tuple[FollowerFetch, int]]:
                 int(getattr(p, "last_fetched_epoch", -1)),
                 int(getattr(p, "log_start_offset", -1)),
                 broker_epoch,
+                getattr(t, "topic_id", None),  # v13+
             ),
             int(p.partition_max_bytes),
         )

@@ -56,6 +56,7 @@ from common.errors import (
     KafkaStorageError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
 )
 from controller.document import ClusterMetadata
@@ -545,6 +546,10 @@ class ReplicaManager:
         is ``OFFSET_OUT_OF_RANGE``. Then its position is noted: the high watermark may
         move (waking producers waiting for acks=all) and the ISR widen."""
         partition = self.get_partition(fetch.topic, fetch.partition)
+        if fetch.topic_id is not None and fetch.topic_id != partition.topic_id:
+            # another incarnation of the topic: a session's entry from before it was created again
+            raise UnknownTopicIdError(f"{partition.name}: topic id {fetch.topic_id} is not this "
+                                      f"partition's ({partition.topic_id})")
         log = partition.check_leader(fetch.current_leader_epoch, follower=True)
         partition.follower(fetch.replica_id)
         if fetch.last_fetched_epoch >= 0:

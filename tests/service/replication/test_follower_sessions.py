@@ -21,6 +21,7 @@ from controller.registrations import BrokerRegistration, Endpoint, PartitionRegi
 from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.manager import LogManager
+from service.handlers.fetch_topics import by_name
 from service.replication.fetch_session import FetchPlan, FollowerSession, fetch_request
 from service.replication.leader import FollowerAnswer, read_for_follower
 from service.replication.partition import Partition, monotonic_ms
@@ -278,3 +279,43 @@ def test_a_refused_isr_expansion_is_proposed_again_at_the_next_session_fetch(lea
     leader.replicas.after_isr_change_dropped(dropped)
     asyncio.run(follower.fetch(leader, max_wait_ms=5))
     assert follower.named[-1] == 0 and proposals == [("t-7", (1, FOLLOWER))]
+
+
+def test_a_session_entry_of_a_topic_created_again_since_is_not_counted_for_the_new_one(
+    leader: SimpleNamespace,
+) -> None:
+    """A follower's session holds ``t-0`` at offset 5 of the old topic. The leader then reads
+    the topic's deletion and re-creation, and appends 8 records to the new ``t-0``: the
+    append touches the old entry. Counted, it would move the new partition's high
+    watermark to 5, records the follower does not have (both incarnations are at leader
+    epoch 0). The entry names the old topic id (Fetch v13+), so it is answered
+    UNKNOWN_TOPIC_ID and counts for nothing."""
+    replicas = leader.replicas
+    old = replicas.metadata.topics["t"]
+    lookup = SimpleNamespace(topic=lambda name: replicas.metadata.topics.get(name),
+                             topic_by_id=lambda tid: replicas.metadata.topic_by_id(tid))
+    follower = _Follower(1)
+    _append(leader, 0, 5)
+    follower.positions[("t", 0)] = (5, 0, 0, 0)
+
+    async def fetch() -> FollowerAnswer:
+        plan = follower.session.plan(dict(follower.positions), _same)
+        request, _, unknown = by_name(fetch_request(13, plan, True, LIMITS, {"t": old.topic_id}), 13, lookup)
+        assert not unknown
+        answer = await read_for_follower(leader, request, FOLLOWER, 20)
+        assert follower.session.answered(plan, answer.error_code, answer.session_id)
+        return answer
+
+    async def run() -> FollowerAnswer:
+        await fetch()  # the full fetch opens the session with t-0 at 5
+        assert replicas.partitions[("t", 0)].log.high_watermark == 5
+        new = TopicInfo("t", uuid.uuid4(), 1)
+        registration = (PartitionRegistration((1, FOLLOWER), (1, FOLLOWER), 1, 0, 0),)
+        replicas.apply(ClusterMetadata("c", topics={"t": new}, partitions={new.topic_id: registration}))
+        assert replicas.partitions[("t", 0)].topic_id == new.topic_id
+        _append(leader, 0, 8)
+        return await fetch()  # names nothing: the session's entry was touched
+
+    answer = asyncio.run(run())
+    assert [(d.partition, d.error_code) for d in answer.partitions] == [(0, ErrorCode.unknown_topic_id)]
+    assert replicas.partitions[("t", 0)].log.high_watermark == 0
