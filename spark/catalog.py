@@ -115,6 +115,7 @@ class PartitionView:
     segments: tuple[SegmentRef, ...]
     min_timestamps: tuple[int, ...]
     max_timestamps: tuple[int, ...]
+    topic_id: str = ""  # the incarnation of the topic (a stream notices one created again)
 
 
 class Catalog:
@@ -207,7 +208,7 @@ class Catalog:
         else:
             latest = remote_end
         return PartitionView(topic, partition, log_start, remote_end, latest,
-                             tuple(segments), tuple(mins), tuple(maxs))
+                             tuple(segments), tuple(mins), tuple(maxs), str(uuid.UUID(tid)))
 
     # -- offsets ------------------------------------------------------------------
 

@@ -6,7 +6,14 @@ The schema is Spark's Kafka source schema. Batch reads plan on the driver
 tail from the broker (:mod:`spark.broker`), handing Spark Arrow record batches.
 
 Streams keep offsets per partition as ``{"topic": {"partition": next_offset}}``,
-the same JSON form as ``startingOffsets``, in Spark's checkpoint. A micro-batch
+the same JSON form as ``startingOffsets``, in Spark's checkpoint, with each topic's id
+under ``"@topic_ids"`` (no topic name has an ``@``): a topic deleted and created again
+under its name between two micro-batches starts over at the new topic's log start
+instead of at the old topic's offsets (which the new one may not reach for a long time,
+and whose records below them would be skipped). Like Spark's Kafka source, the stream
+fails then unless ``failOnDataLoss`` is false: records of the old topic that were not
+read before the deletion are gone. Offsets written before the ids were kept read as
+before, without the check. A micro-batch
 reads from the bucket while behind and from the broker once caught up; a stream
 started with ``startingOffsets`` equal to a batch read's end offsets continues it
 with no gap and no duplicate.
@@ -15,6 +22,7 @@ with no gap and no duplicate.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +42,10 @@ from spark.catalog import BrokerSlice, Catalog, SegmentSlice, plan
 from spark.options import ReadOptions, StrataSourceError, parse_options
 
 __all__ = ["SCHEMA", "StrataDataSource"]
+
+log = logging.getLogger("strata.spark")
+#: the key of a stream offset that holds each topic's id
+_IDS = "@topic_ids"
 
 SCHEMA = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -158,17 +170,31 @@ def _is_time(opts: ReadOptions, side: str) -> bool:
     return bounds.global_timestamp is not None or bool(bounds.per_partition_timestamp)
 
 
-def _to_json(offsets: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+def _to_json(offsets: dict[tuple[str, int], int], ids: dict[str, str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = offset
+    named = {topic: ids[topic] for topic in sorted(out) if ids and ids.get(topic)}
+    if named:
+        out[_IDS] = named
     return out
 
 
 def _from_json(obj: dict[str, Any]) -> dict[tuple[str, int], int]:
     if isinstance(obj, str):
         obj = json.loads(obj)
-    return {(topic, int(p)): int(o) for topic, parts in obj.items() for p, o in parts.items()}
+    return {(topic, int(p)): int(o) for topic, parts in obj.items() if topic != _IDS for p, o in parts.items()}
+
+
+def _ids_of(obj: dict[str, Any] | str | None) -> dict[str, str]:
+    """The topic ids a stream offset names (none in offsets written before they were kept)."""
+    if isinstance(obj, str):
+        obj = json.loads(obj)
+    return dict(obj.get(_IDS) or {}) if obj else {}
+
+
+def _created_again(before: dict[str, str], now: dict[str, str]) -> set[str]:
+    return {topic for topic, tid in before.items() if now.get(topic, tid) != tid}
 
 
 class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -183,7 +209,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             views = catalog.views()
             return _to_json({(v.topic, v.partition): catalog.resolve(v, self.opts.starting, side="start")
-                             for v in views})
+                             for v in views}, {v.topic: v.topic_id for v in views})
         finally:
             _close(catalog)
 
@@ -194,6 +220,15 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finally:
             _close(catalog)
         begin = _from_json(start) if start else {}
+        known, ids = _ids_of(start), {v.topic: v.topic_id for v in views}
+        again = _created_again(known, ids)
+        if again:
+            message = (f"topic(s) {', '.join(sorted(again))} deleted and created again since the last "
+                       "micro-batch: records of the old topic not read by then are gone")
+            if self.opts.fail_on_data_loss:
+                raise StrataSourceError(message + " (set failOnDataLoss=false to read the new topic from its start)")
+            log.warning("%s; reading the new topic from its start (failOnDataLoss=false)", message)
+            begin = {tp: o for tp, o in begin.items() if tp[0] not in again}
         latest = {(v.topic, v.partition): v.latest for v in views}
         for tp, offset in begin.items():
             latest.setdefault(tp, offset)  # a partition gone from the metadata stays where it was
@@ -206,7 +241,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rows = self.opts.max_offsets_per_trigger if limit is None else getattr(limit, "max_rows", None)
         if rows:
             latest = _rate_limit(first, latest, rows)
-        return _to_json({tp: max(latest[tp], first[tp]) for tp in latest})
+        return _to_json({tp: max(latest[tp], first[tp]) for tp in latest}, {**known, **ids})
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -224,6 +259,8 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin, finish = _from_json(start), _from_json(end)
+        again = _created_again(_ids_of(start), _ids_of(end))  # these start at the new topic's log start
+        begin = {tp: o for tp, o in begin.items() if tp[0] not in again}
         if all(begin.get(tp, 0) >= o for tp, o in finish.items()):
             return []
         catalog = _catalog(self.opts)
