@@ -436,6 +436,11 @@ class GroupCoordinator:
             if g.offsets
         }
 
+    def may_lead(self) -> bool:
+        """Whether the broker can still confirm it coordinates the groups it holds: a listing
+        from a paused or cut-off one is answered COORDINATOR_NOT_AVAILABLE (retried)."""
+        return self._may_lead()
+
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """``(group_id, protocol_type, state)`` of every live group, optionally by state."""
         return [(g, p, s) for g, p, s, _ in self.list_groups_by_type(states)]

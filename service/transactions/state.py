@@ -168,6 +168,10 @@ class TxnStateStore:
             return ErrorCode.not_coordinator, None
         return ErrorCode.none, entry
 
+    def may_lead(self) -> bool:
+        """Whether this broker can still confirm it coordinates what it holds."""
+        return self._may_lead()
+
     def all(self) -> Iterator[tuple[TxnPartition, TransactionMetadata]]:
         for entry in list(self.partitions.values()):
             for meta in list(entry.transactions.values()):

@@ -29,6 +29,7 @@ from tests.e2e.rawgroups import offset_commit, offset_fetch
 from tests.e2e.rawkafka import Connection
 from tests.e2e.test_failover import _bucket_behind_a_proxy
 from tests.e2e.test_replication import _wait
+from tests.service.kafka_wire import WireConnection, example_request
 
 TIMEOUT_S = 30.0
 NONE, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
@@ -182,6 +183,9 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
             assert offset_fetch(conn, group, {"jobs": [0]}) == (NOT_COORDINATOR, {})
             # nor does it name itself the coordinator: a client would bounce between the two
             assert find_coordinator(conn, group, 0) == (COORDINATOR_NOT_AVAILABLE, -1)
+            with WireConnection(cluster.brokers[2].bootstrap) as wire:  # nor lists its groups as its own
+                listed = wire.call(example_request(16, 4, states_filter=()))
+            assert (listed.error_code, listed.groups) == (COORDINATOR_NOT_AVAILABLE, ())
         bucket_link.heal()
         assert _committed(others, group) == 30
         assert _wait(cluster, "broker 2 back in every ISR of __consumer_offsets", lambda: all(
