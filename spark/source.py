@@ -263,9 +263,19 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = {tp: o for tp, o in begin.items() if tp[0] not in again}
         if all(begin.get(tp, 0) >= o for tp, o in finish.items()):
             return []
+        ids = _ids_of(end)
         catalog = _catalog(self.opts)
         try:
             views = [v for v in catalog.views() if (v.topic, v.partition) in finish]
+            # a batch planned before a restart, its topic created again since: not the same records
+            gone = sorted({v.topic for v in views if ids.get(v.topic, v.topic_id) != v.topic_id})
+            if gone:
+                message = (f"topic(s) {', '.join(gone)} deleted and created again since this micro-batch "
+                           "was planned: its records of the old topic are gone")
+                if self.opts.fail_on_data_loss:
+                    raise StrataSourceError(message + " (set failOnDataLoss=false to skip them)")
+                log.warning("%s; skipped (failOnDataLoss=false)", message)
+                views = [v for v in views if v.topic not in gone]
             starts = {(v.topic, v.partition): begin.get((v.topic, v.partition), v.log_start) for v in views}
             return plan(catalog, [v for v in views if starts[(v.topic, v.partition)] < finish[(v.topic, v.partition)]],
                         starts, finish)

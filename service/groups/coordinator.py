@@ -438,7 +438,7 @@ class GroupCoordinator:
 
     def may_lead(self) -> bool:
         """Whether the broker can still confirm it coordinates the groups it holds: a listing
-        from a paused or cut-off one is answered COORDINATOR_NOT_AVAILABLE (retried)."""
+        from a paused or cut-off one is answered COORDINATOR_LOAD_IN_PROGRESS (retried)."""
         return self._may_lead()
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:

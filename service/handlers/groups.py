@@ -430,9 +430,9 @@ def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     mod = response_module(16, ctx.version)
     types = getattr(request, "types_filter", None) or ()
     states = getattr(request, "states_filter", None) or ()
-    if not ctx.broker.groups.may_lead():  # its groups may have moved (a pause): the admin client retries
-        _count_error(ctx, "ListGroups", E.coordinator_not_available)
-        return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.coordinator_not_available, groups=())
+    if not ctx.broker.groups.may_lead():  # its groups may have moved (a pause): admin clients retry this
+        _count_error(ctx, "ListGroups", E.coordinator_load_in_progress)
+        return build(mod.ListGroupsResponse, throttle_time=0, error_code=E.coordinator_load_in_progress, groups=())
     everything = ctx.allowed(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)  # else the groups it may see
     listed = [
         build(

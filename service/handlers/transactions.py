@@ -129,8 +129,8 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
     except KafkaError:  # no group used __consumer_offsets yet: made here, as FindCoordinator makes it
         try:
             partitions = (await create_offsets_topic(broker)).partitions
-        except KafkaError as exc:  # e.g. too few brokers for its replication factor: retried
-            code = _count(ctx, "AddOffsetsToTxn", exc.code)
+        except KafkaError:  # e.g. too few brokers yet for its replication factor: a code producers retry
+            code = _count(ctx, "AddOffsetsToTxn", E.coordinator_not_available)
             return build(response_module(25, ctx.version).AddOffsetsToTxnResponse, throttle_time=0,
                          error_code=code)
     tp = (_OFFSETS_TOPIC, partition_for(request.group_id, partitions))

@@ -397,8 +397,8 @@ class TransactionCoordinator:
             regex = re.compile(pattern) if pattern else None
         except re.error:
             return E.invalid_regular_expression, unknown, []
-        if not self.store.may_lead():  # paused or cut off: maybe replaced; the admin client retries
-            return E.coordinator_not_available, unknown, []
+        if not self.store.may_lead():  # paused or cut off: maybe replaced; every admin client retries this
+            return E.coordinator_load_in_progress, unknown, []
         pids = set(producer_ids)
         now = self._timer.now_ms()
         found = []

@@ -31,6 +31,7 @@ from tests.e2e.test_failover import _bucket_behind_a_proxy
 from tests.e2e.test_replication import _wait
 from tests.service.kafka_wire import WireConnection, example_request
 
+COORDINATOR_LOAD_IN_PROGRESS = 14
 TIMEOUT_S = 30.0
 NONE, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 0, 15, 16
 OFFSETS_PARTITIONS = 6  # the cluster fixture's offsets.topic.num.partitions
@@ -185,7 +186,7 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
             assert find_coordinator(conn, group, 0) == (COORDINATOR_NOT_AVAILABLE, -1)
             with WireConnection(cluster.brokers[2].bootstrap) as wire:  # nor lists its groups as its own
                 listed = wire.call(example_request(16, 4, states_filter=()))
-            assert (listed.error_code, listed.groups) == (COORDINATOR_NOT_AVAILABLE, ())
+            assert (listed.error_code, listed.groups) == (COORDINATOR_LOAD_IN_PROGRESS, ())
         bucket_link.heal()
         assert _committed(others, group) == 30
         assert _wait(cluster, "broker 2 back in every ISR of __consumer_offsets", lambda: all(

@@ -10,12 +10,16 @@ loss, or with ``failOnDataLoss=false`` reads the new topic from its start.
 from __future__ import annotations
 
 import time
+import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.errors import StreamingQueryException
 
+from spark.options import StrataSourceError, parse_options
 from tests.e2e import helpers
 from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY
 from tests.spark.test_spark_source import _rows, _value, _values, live  # noqa: F401 - live is a fixture
@@ -69,3 +73,27 @@ def test_a_stream_over_a_topic_created_again_fails_or_reads_the_new_topic_from_i
     got = sorted((r[2], r[4]) for r in _rows(spark.read.parquet(out)))
     old, new = [(i, _value(0, i)) for i in range(30)], [(i, _value(0, 100 + i)) for i in range(5)]
     assert got == sorted(old + new)  # the old topic's 30, then the new topic's 5 from offset 0
+
+
+def test_a_batch_planned_before_a_restart_is_not_read_from_a_topic_created_again_since(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Spark replays the last planned batch after a restart with the offsets it planned: both
+    name the old topic's id. A topic created again while the stream was down is not the same
+    records: the stream fails, or with failOnDataLoss=false skips them (the next batch starts
+    the new topic at its log start)."""
+    from spark import source
+    from spark.catalog import PartitionView
+
+    old_id, new_id = str(uuid.uuid4()), str(uuid.uuid4())
+    views = [PartitionView(TOPIC, 0, 0, 0, 5, (), (), (), new_id)]
+    monkeypatch.setattr(source, "_catalog", lambda opts: SimpleNamespace(
+        views=lambda: views, broker=None, split=lambda slices, _n: slices,
+        opts=SimpleNamespace(min_partitions=None, jvm=False)))
+    start = {TOPIC: {"0": 10}, "@topic_ids": {TOPIC: old_id}}
+    end = {TOPIC: {"0": 30}, "@topic_ids": {TOPIC: old_id}}
+    options = {"object.store": tmp_path.as_uri(), "subscribe": TOPIC}
+    strict = source.StrataStreamReader(parse_options(options, streaming=True))
+    with pytest.raises(StrataSourceError, match="deleted and created again"):
+        strict.partitions(start, end)
+    lenient = source.StrataStreamReader(parse_options({**options, "failOnDataLoss": "false"}, streaming=True))
+    assert lenient.partitions(start, end) == []

@@ -256,7 +256,7 @@ def test_a_broker_that_cannot_confirm_it_still_leads_serves_no_group_from_memory
     assert coord.fetch_offsets("g", [TP]) == (E.not_coordinator, {})
     assert commit(coord, 20) == E.not_coordinator
     assert coord.coordinator_error("g") == E.not_coordinator
-    assert not coord.may_lead()  # ListGroups answers COORDINATOR_NOT_AVAILABLE
+    assert not coord.may_lead()  # ListGroups answers COORDINATOR_LOAD_IN_PROGRESS
     leads[0] = True  # a heartbeat answered: it still leads, nothing was lost meanwhile
     assert fetched(coord) == 10 and coord.may_lead()
 

@@ -365,7 +365,7 @@ def test_a_broker_that_cannot_confirm_it_still_leads_answers_not_coordinator() -
         leads[0] = False
         assert coord.describe(TID).error == E.not_coordinator
         assert await coord.add_partitions(TID, r.producer_id, 0, [("t", 1)]) == E.not_coordinator
-        assert coord.list_transactions() == (E.coordinator_not_available, [], [])
+        assert coord.list_transactions() == (E.coordinator_load_in_progress, [], [])
         leads[0] = True
         assert coord.describe(TID).state == "Ongoing"
         assert coord.list_transactions() == (E.none, [], [(TID, r.producer_id, "Ongoing")])
