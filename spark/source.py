@@ -197,6 +197,15 @@ def _created_again(before: dict[str, str], now: dict[str, str]) -> set[str]:
     return {topic for topic, tid in before.items() if now.get(topic, tid) != tid}
 
 
+def _lost(opts: ReadOptions, topics: set[str], what: str, instead: str) -> None:
+    """Topics deleted and created again: fail the stream, as Spark's Kafka source does on data
+    loss, or with failOnDataLoss=false warn and do ``instead``."""
+    message = f"topic(s) {', '.join(sorted(topics))} deleted and created again {what}"
+    if opts.fail_on_data_loss:
+        raise StrataSourceError(f"{message} (set failOnDataLoss=false to {instead})")
+    log.warning("%s; going on to %s (failOnDataLoss=false)", message, instead)
+
+
 class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches over offsets per partition; ``maxOffsetsPerTrigger`` caps each."""
 
@@ -223,11 +232,8 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         known, ids = _ids_of(start), {v.topic: v.topic_id for v in views}
         again = _created_again(known, ids)
         if again:
-            message = (f"topic(s) {', '.join(sorted(again))} deleted and created again since the last "
-                       "micro-batch: records of the old topic not read by then are gone")
-            if self.opts.fail_on_data_loss:
-                raise StrataSourceError(message + " (set failOnDataLoss=false to read the new topic from its start)")
-            log.warning("%s; reading the new topic from its start (failOnDataLoss=false)", message)
+            _lost(self.opts, again, "since the last micro-batch: records of the old topic not read by then are gone",
+                  "read the new topic from its start")
             begin = {tp: o for tp, o in begin.items() if tp[0] not in again}
         latest = {(v.topic, v.partition): v.latest for v in views}
         for tp, offset in begin.items():
@@ -268,13 +274,10 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             views = [v for v in catalog.views() if (v.topic, v.partition) in finish]
             # a batch planned before a restart, its topic created again since: not the same records
-            gone = sorted({v.topic for v in views if ids.get(v.topic, v.topic_id) != v.topic_id})
+            gone = {v.topic for v in views if ids.get(v.topic, v.topic_id) != v.topic_id}
             if gone:
-                message = (f"topic(s) {', '.join(gone)} deleted and created again since this micro-batch "
-                           "was planned: its records of the old topic are gone")
-                if self.opts.fail_on_data_loss:
-                    raise StrataSourceError(message + " (set failOnDataLoss=false to skip them)")
-                log.warning("%s; skipped (failOnDataLoss=false)", message)
+                _lost(self.opts, gone, "since this micro-batch was planned: its records of the old topic are gone",
+                      "skip them")
                 views = [v for v in views if v.topic not in gone]
             starts = {(v.topic, v.partition): begin.get((v.topic, v.partition), v.log_start) for v in views}
             return plan(catalog, [v for v in views if starts[(v.topic, v.partition)] < finish[(v.topic, v.partition)]],
