@@ -81,14 +81,23 @@ class MetadataPoller:
         self._next_refresh: asyncio.Future[None] | None = None
         self._refreshing = False
         self._last_refresh_start = float("-inf")
-        # when a read of the store last succeeded (seconds of monotonic_ms)
+        # when the last read of the store that succeeded started (seconds of monotonic_ms)
         self._last_read_s = monotonic_ms() / 1000
         view.add_snapshot_listener(self._installed)
 
     def age_s(self) -> float:
-        """Seconds since a read of the cluster metadata from the store last succeeded (a
-        broker cut off from the bucket sees it grow; any thread)."""
+        """Seconds since a read of the cluster metadata from the store that then succeeded
+        started (a broker cut off from the bucket sees it grow; any thread)."""
         return monotonic_ms() / 1000 - self._last_read_s
+
+    def _read_succeeded(self, started: float) -> None:
+        """A read that started at ``started`` succeeded: what it read is as new as its start,
+        not its end. A read in flight when the process was paused (SIGSTOP, a VM freeze)
+        completes on waking with the metadata from before the pause; counted from its end,
+        the broker took itself for up to date, asked the controller to be unfenced, and
+        served a group's offsets from before the pause (a CI run of the paused-coordinator
+        test)."""
+        self._last_read_s = max(self._last_read_s, started)
 
     def start(self) -> None:
         if self._thread is None:
@@ -132,9 +141,10 @@ class MetadataPoller:
                 waiting, self._next_refresh = self._next_refresh, None
                 if time.monotonic() - self._last_refresh_start >= MIN_REFRESH_INTERVAL_S:
                     self._last_refresh_start = time.monotonic()
+                    started = monotonic_ms() / 1000
                     try:
                         await asyncio.to_thread(self._view.refresh)
-                        self._last_read_s = monotonic_ms() / 1000
+                        self._read_succeeded(started)
                     except Exception as exc:  # noqa: BLE001 - answered from the view it has
                         _log.warning("cannot read the cluster metadata: %s", exc)
                     self._apply_latest()
@@ -151,9 +161,10 @@ class MetadataPoller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = monotonic_ms() / 1000
             try:
                 self._view.refresh()
-                self._last_read_s = monotonic_ms() / 1000
+                self._read_succeeded(started)
             except Exception as exc:  # noqa: BLE001 - a store outage must not end polling
                 _log.warning("cannot read the cluster metadata: %s", exc)
             self._wake.wait(self._next_interval_s())

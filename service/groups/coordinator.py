@@ -436,9 +436,7 @@ class GroupCoordinator:
             if g.offsets
         }
 
-    def may_lead(self) -> bool:
-        """Whether the broker can still confirm it coordinates the groups it holds: a listing
-        from a paused or cut-off one is answered COORDINATOR_LOAD_IN_PROGRESS (retried)."""
+    def may_lead(self) -> bool:  # False: paused or cut off, its groups may be another's by now
         return self._may_lead()
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:

@@ -160,8 +160,14 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
         with Connection.to(cluster.brokers[2].bootstrap, timeout=TIMEOUT_S) as conn:
             assert offset_commit(conn, group, -1, "", {("jobs", 0): 10}) == {("jobs", 0): NONE}
             assert offset_fetch(conn, group, {"jobs": [0]}) == (NONE, {("jobs", 0): 10})
+            # broker 2's reads of the bucket take 0.15 s, so one is likely in flight at the pause;
+            # its answer arrives during the pause (the link is cut after it), with the metadata
+            # from before it: that read must not count as fresh when the broker wakes up
+            bucket_link.slow_s = 0.15
+            time.sleep(0.5)
             os.kill(proc.pid, signal.SIGSTOP)
             try:
+                time.sleep(0.3)
                 bucket_link.partition()
                 _wait(cluster, "another coordinator", lambda: (
                     AdminClient({"bootstrap.servers": others}).list_topics("__consumer_offsets", timeout=5)
@@ -187,6 +193,7 @@ def test_a_coordinator_paused_past_its_session_serves_no_offset_from_before_the_
             with WireConnection(cluster.brokers[2].bootstrap) as wire:  # nor lists its groups as its own
                 listed = wire.call(example_request(16, 4, states_filter=()))
             assert (listed.error_code, listed.groups) == (COORDINATOR_LOAD_IN_PROGRESS, ())
+        bucket_link.slow_s = 0.0
         bucket_link.heal()
         assert _committed(others, group) == 30
         assert _wait(cluster, "broker 2 back in every ISR of __consumer_offsets", lambda: all(

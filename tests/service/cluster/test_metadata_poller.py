@@ -108,3 +108,20 @@ def test_after_a_lost_peer_the_poll_runs_fast_for_a_while_then_at_its_interval()
     assert at_start == 1
     assert 5 <= fast <= 12, fast  # every 50 ms for 0.5 s
     assert after <= 1, after
+
+
+def test_what_a_read_returns_is_as_new_as_its_start_not_its_end() -> None:
+    """A read in flight when the process is paused (SIGSTOP, a VM freeze) completes on waking
+    with the metadata from before the pause. Counted from its end, the broker took itself
+    for up to date, heartbeated without asking to be fenced, was unfenced, and served a
+    group's offsets from before the pause (a CI run of the paused-coordinator test). A read
+    that takes 0.4 s leaves the metadata at least 0.4 s old."""
+
+    async def run() -> float:
+        view, applied = _View(), []
+        poller = _poller(view, applied)
+        threading.Timer(0.4, view.release.set).start()  # the read's answer comes 0.4 s later
+        await poller.refresh()
+        return poller.age_s()
+
+    assert asyncio.run(run()) >= 0.4
