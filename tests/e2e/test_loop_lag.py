@@ -39,6 +39,7 @@ from tests.e2e.rawkafka import string
 LAG_LIMIT_S = 0.05
 #: what a probe may be late by when the machine itself starved processes of a core
 STARVED_LIMIT_S = 0.25
+NO_STALL = "(no stall)"
 PROBE = {
     "event.loop.lag.probe.interval.ms": "5",
     # the periodic checkpoints' fsyncs are moved off the loop on their own (issue 32); they
@@ -121,9 +122,16 @@ class Starvation:
                f"{self.worst_s * 1000:.0f} ms for a core"
 
 
-def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machine: Starvation) -> None:
+def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machine: Starvation,
+                          log_from: int = 0) -> None:
     """No probe ran more than 50 ms late since ``before`` (more than :data:`STARVED_LIMIT_S`
-    when the machine was starved of CPU meanwhile, :class:`Starvation`)."""
+    when the machine was starved of CPU meanwhile, :class:`Starvation`).
+
+    One probe in (50, 100] ms is let pass when the broker logged no stall since ``log_from``
+    (its stall watch logs the loop running one thing for 40 ms): the loop was then waiting
+    for a core, not working. Two CI runs failed on a single such probe among ~500, at a load
+    average of 2.7 with other tests' brokers on the same two cores; the stalls this test
+    is about were 0.7 s and 5.7 s, and any probe over 100 ms still fails it."""
     after = _lag(broker)
     delta = {bound: after[bound] - before[bound] for bound in after}
     samples = delta[float("inf")]
@@ -131,18 +139,28 @@ def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machi
     late = {f"<={bound * 1000:g} ms": n - delta[lower] for lower, (bound, n)
             in zip(sorted(delta), sorted(delta.items())[1:]) if bound > LAG_LIMIT_S and n > delta[lower]}
     limit = STARVED_LIMIT_S if machine.starved else LAG_LIMIT_S
+    stalls = _stalls_logged(broker, log_from)
     print(f"loop lag: {samples} probes, {_late(delta)} more than 50 ms late {late}; {machine}; "
-          f"limit {limit * 1000:g} ms; stalls the broker logged:\n{_stalls_logged(broker)}")
+          f"limit {limit * 1000:g} ms; stalls the broker logged:\n{stalls}")
     too_late = delta[float("inf")] - delta[limit]
+    if too_late == 1 and limit == LAG_LIMIT_S and delta[float("inf")] == delta[0.1] and stalls == NO_STALL:
+        return  # one probe in (50, 100] ms, the loop doing nothing that long: a core was busy elsewhere
     assert too_late == 0, f"{too_late} of {samples} probes ran more than {limit * 1000:g} ms late: {late} " \
-                          f"({machine}); the broker logged:\n{_stalls_logged(broker)}"
+                          f"({machine}); the broker logged:\n{stalls}"
 
 
-def _stalls_logged(broker: BrokerProcess) -> str:
-    """The broker's own account of its stalls (:class:`service.loop_lag.StallWatch`)."""
-    lines = broker.log_path.read_text(errors="replace").splitlines()
+def _stalls_logged(broker: BrokerProcess, log_from: int = 0) -> str:
+    """The broker's own account of its stalls (:class:`service.loop_lag.StallWatch`), in its
+    log from byte ``log_from`` on."""
+    with broker.log_path.open("rb") as f:
+        f.seek(log_from)
+        lines = f.read().decode(errors="replace").splitlines()
     told = [n for n, line in enumerate(lines) if "event loop stalled" in line or "garbage collection of" in line]
-    return "\n".join("\n".join(lines[n:n + 30]) for n in told[-5:]) or "(no stall)"
+    return "\n".join("\n".join(lines[n:n + 30]) for n in told[-5:]) or NO_STALL
+
+
+def _log_size(broker: BrokerProcess) -> int:
+    return broker.log_path.stat().st_size
 
 
 @pytest.fixture
@@ -182,6 +200,7 @@ def _delete_1000_partitions(broker: BrokerProcess) -> None:
         time.sleep(0.2)
     assert sum(1 for p in logs.iterdir() if p.name.startswith("wide-")) == 1000
     before = _settled(broker)  # creating the partitions has its own stalls (not this test's)
+    log_from = _log_size(broker)
 
     with Starvation() as machine:
         futures = client.delete_topics(["wide"], request_timeout=CLIENT_TIMEOUT_S)
@@ -189,7 +208,7 @@ def _delete_1000_partitions(broker: BrokerProcess) -> None:
         wait_until(lambda: not any(p.name.startswith("wide") for p in logs.iterdir()),
                    "the 1,000 partition directories are removed", timeout=30)
         time.sleep(0.5)
-    _assert_no_late_probe(broker, before, machine)
+    _assert_no_late_probe(broker, before, machine, log_from)
 
 
 def _init_producer_ids(bootstrap: str, ids: list[str]) -> list[tuple[int, int]]:
@@ -249,6 +268,7 @@ def _failover(cluster: Cluster) -> None:
     assert _init_producer_ids(cluster.brokers[leader].bootstrap, ids[1:]) == [(0, 0)] * (TXN_IDS - 1)
     survivor = cluster.brokers[3 - leader]
     before = _settled(survivor)  # every id is on both brokers: InitProducerId waits for the ISR
+    log_from = _log_size(survivor)
 
     with Starvation() as machine:
         cluster.kill(leader)
@@ -260,4 +280,4 @@ def _failover(cluster: Cluster) -> None:
             a for a in _init_producer_ids(survivor.bootstrap, ids[-1:]) if a[0] != 14], timeout_s=30)
         assert again == [(0, 1)]
         time.sleep(0.5)
-    _assert_no_late_probe(survivor, before, machine)
+    _assert_no_late_probe(survivor, before, machine, log_from)
