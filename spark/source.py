@@ -212,6 +212,7 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         self._cap: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+        self._cap_ids: dict[str, str] = {}  # the incarnation of each topic the end was taken of
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         catalog = _catalog(self.opts)
@@ -238,16 +239,28 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = {(v.topic, v.partition): v.latest for v in views}
         for tp, offset in begin.items():
             latest.setdefault(tp, offset)  # a partition gone from the metadata stays where it was
-        if self._cap is not None:
-            latest = {tp: min(o, self._cap.get(tp, o)) for tp, o in latest.items()}
         earliest = {(v.topic, v.partition): v.log_start for v in views}
         first = {tp: begin.get(tp, earliest.get(tp, 0)) for tp in latest}
+        if self._cap is not None:
+            latest = self._capped(latest, first, ids)
         # Spark passes the limit of getDefaultReadLimit (ReadMaxRows for maxOffsetsPerTrigger),
         # or ReadAllAvailable when it wants everything (an AvailableNow target)
         rows = self.opts.max_offsets_per_trigger if limit is None else getattr(limit, "max_rows", None)
         if rows:
             latest = _rate_limit(first, latest, rows)
         return _to_json({tp: max(latest[tp], first[tp]) for tp in latest}, {**known, **ids})
+
+    def _capped(self, latest: dict[tuple[str, int], int], first: dict[tuple[str, int], int],
+                ids: dict[str, str]) -> dict[tuple[str, int], int]:
+        """Trigger.AvailableNow reads what was there when the run started: a partition, or an
+        incarnation of a topic, that appeared since is read no further than where it starts."""
+        cap, cap_ids = self._cap or {}, self._cap_ids
+
+        def bound(tp: tuple[str, int]) -> int:
+            same = tp in cap and cap_ids.get(tp[0]) == ids.get(tp[0], cap_ids.get(tp[0]))
+            return cap[tp] if same else first[tp]
+
+        return {tp: min(o, bound(tp)) for tp, o in latest.items()}
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -259,7 +272,9 @@ class StrataStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         catalog = _catalog(self.opts)
         try:
-            self._cap = {(v.topic, v.partition): v.latest for v in catalog.views()}
+            views = catalog.views()
+            self._cap = {(v.topic, v.partition): v.latest for v in views}
+            self._cap_ids = {v.topic: v.topic_id for v in views}
         finally:
             _close(catalog)
 

@@ -97,3 +97,26 @@ def test_a_batch_planned_before_a_restart_is_not_read_from_a_topic_created_again
         strict.partitions(start, end)
     lenient = source.StrataStreamReader(parse_options({**options, "failOnDataLoss": "false"}, streaming=True))
     assert lenient.partitions(start, end) == []
+
+
+def test_trigger_available_now_reads_only_what_was_there_when_the_run_started(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The end of an AvailableNow run is what each partition held at its start. A partition
+    added since, or the partition of a topic created again since, was capped by name or not
+    at all: the run read past its target."""
+    from spark import source
+    from spark.catalog import PartitionView
+
+    old_id, new_id = str(uuid.uuid4()), str(uuid.uuid4())
+    views = [PartitionView(TOPIC, 0, 0, 0, 10, (), (), (), old_id)]
+    monkeypatch.setattr(source, "_catalog", lambda opts: SimpleNamespace(views=lambda: views, broker=None))
+    reader = source.StrataStreamReader(parse_options({"object.store": tmp_path.as_uri(), "subscribe": TOPIC,
+                                                      "failOnDataLoss": "false"}, streaming=True))
+    reader.prepareForTriggerAvailableNow()  # the run's end: offset 10 of partition 0
+    views[:] = [PartitionView(TOPIC, 0, 0, 0, 25, (), (), (), old_id),
+                PartitionView(TOPIC, 1, 0, 0, 7, (), (), (), old_id)]  # written since, and a partition added
+    start = {TOPIC: {"0": 0}, "@topic_ids": {TOPIC: old_id}}
+    assert reader.latestOffset(start, None) == {TOPIC: {"0": 10, "1": 0}, "@topic_ids": {TOPIC: old_id}}
+    views[:] = [PartitionView(TOPIC, 0, 0, 0, 3, (), (), (), new_id)]  # created again since
+    assert reader.latestOffset({TOPIC: {"0": 10}, "@topic_ids": {TOPIC: old_id}}, None) == \
+        {TOPIC: {"0": 0}, "@topic_ids": {TOPIC: new_id}}
