@@ -54,6 +54,7 @@ from controller.errors import (
     ElectionNotNeededError,
     NotControllerError,
 )
+from controller.fence_plans import FencePlans
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent, LeaseTimings, monotonic_ms
 from controller.liveness import Suspects, quorum_lost
 from controller.membership import (
@@ -92,6 +93,10 @@ __all__ = ["ClusterController", "Reassignment"]
 _log = logging.getLogger(__name__)
 METADATA_KEY = "cluster/metadata.json"
 TopicPartition = tuple[str, int]
+#: the fencing plans are prepared once the metadata has been still this long (ms) ...
+PLANS_QUIET_MS = 2_000
+#: ... or this long after their last prepare while it keeps changing
+PLANS_LATEST_MS = 10_000
 
 
 def _now_ms() -> int:
@@ -170,6 +175,10 @@ class ClusterController(MetadataWriter):
         self.peer_request_age_ms: Callable[[int], float | None] | None = None
         #: a fencing's second batch (its ISR places) is still to be written
         self._isr_places_due = False
+        #: the elections each broker's fencing will need, computed between changes
+        self._plans = FencePlans()
+        self._plans_seen: ClusterMetadata | None = None
+        self._plans_seen_at = self._plans_prepared_ms = 0.0
         #: called on this role's thread before it stands down (the broker stops leading
         #: partitions first: a successor fences it at once)
         self.before_stand_down: Callable[[], None] | None = None
@@ -258,6 +267,7 @@ class ClusterController(MetadataWriter):
                 self._maybe_rebalance_leaders()
             except KafkaError as err:
                 _log.warning("could not move leaders back to their preferred replicas: %s", err)
+            self._maybe_prepare_plans()
         return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms),
                    self._suspects.next_due_ms())
 
@@ -311,9 +321,25 @@ class ClusterController(MetadataWriter):
         for node_id in node_ids:
             broker = md.brokers.get(node_id)
             if broker is not None and not broker.fenced:
-                md = fence_broker(md, node_id, self._unclean, isr_places=False)
+                md = fence_broker(md, node_id, self._unclean, isr_places=False, plans=self._plans)
                 self._isr_places_due = True
         return md
+
+    def _maybe_prepare_plans(self) -> None:
+        """Bring the fencing plans up to date in quiet time: once the metadata has not
+        changed for :data:`PLANS_QUIET_MS`, or :data:`PLANS_LATEST_MS` after the last
+        prepare when it keeps changing. Never right after a change: a death's first
+        batch changes who may lead, and replanning every partition then would compete
+        with the survivors taking over; never between a fencing's two batches."""
+        md, now = self.metadata, self._monotonic()
+        if md is not self._plans_seen:
+            self._plans_seen, self._plans_seen_at = md, now
+        if self._isr_places_due or md is self._plans.prepared_at and self._plans.complete:
+            return
+        if (now - self._plans_seen_at >= PLANS_QUIET_MS
+                or now - self._plans_prepared_ms >= PLANS_LATEST_MS):
+            self._plans.prepare(md)
+            self._plans_prepared_ms = now
 
     def _log_fenced(self, node_ids: Sequence[int]) -> None:
         md = self.metadata
@@ -328,7 +354,7 @@ class ClusterController(MetadataWriter):
         if not self._isr_places_due or not self.is_active:
             return
         try:
-            self._commit(lambda md: (drop_fenced_from_isrs(md, self._unclean), None))
+            self._commit(lambda md: (drop_fenced_from_isrs(md, self._unclean, self._plans), None))
         except KafkaError as err:
             _log.warning("could not take fenced brokers out of the ISRs: %s", err)
             return
@@ -510,6 +536,7 @@ class ClusterController(MetadataWriter):
                 _log.warning("node %d stops acting as controller: %s", self.node_id, why)
             self._active = False
             self._sessions.reset(())
+            self._plans = FencePlans()
 
     def _fence_expired_brokers(self) -> None:
         with self._lock:

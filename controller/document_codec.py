@@ -207,23 +207,27 @@ def partition_from_json(index: int, s: dict[str, Any]) -> PartitionRegistration:
 def partition_changed(was: PartitionRegistration, change: dict[str, Any]) -> PartitionRegistration:
     """``was`` with the fields a PartitionChangeRecord names (each checked as
     :func:`partition_from_json` checks it); the rest kept as they are."""
+    get = change.get
+    replicas, isr = get("replicas", _KEEP), get("isr", _KEEP)
+    leader, leader_epoch = get("leader", _KEEP), get("leader_epoch", _KEEP)
+    partition_epoch = get("partition_epoch", _KEEP)
+    adding, removing = get("adding_replicas", _KEEP), get("removing_replicas", _KEEP)
+    recovery = get("leader_recovery_state", _KEEP)
     return PartitionRegistration(
-        replicas=_ints(change["replicas"], "replicas") if "replicas" in change else was.replicas,
-        isr=_ints(change["isr"], "isr") if "isr" in change else was.isr,
-        leader=_int(change["leader"], "leader") if "leader" in change else was.leader,
-        leader_epoch=(_int(change["leader_epoch"], "leader_epoch") if "leader_epoch" in change
-                      else was.leader_epoch),
-        partition_epoch=(_int(change["partition_epoch"], "partition_epoch") if "partition_epoch" in change
-                         else was.partition_epoch),
-        adding_replicas=(_ints(change["adding_replicas"], "adding_replicas") if "adding_replicas" in change
-                         else was.adding_replicas),
-        removing_replicas=(_ints(change["removing_replicas"], "removing_replicas")
-                           if "removing_replicas" in change else was.removing_replicas),
-        leader_recovery_state=(
-            LeaderRecoveryState(_int(change["leader_recovery_state"], "leader_recovery_state"))
-            if "leader_recovery_state" in change else was.leader_recovery_state
-        ),
+        was.replicas if replicas is _KEEP else _ints(replicas, "replicas"),
+        was.isr if isr is _KEEP else _ints(isr, "isr"),
+        was.leader if leader is _KEEP else _int(leader, "leader"),
+        was.leader_epoch if leader_epoch is _KEEP else _int(leader_epoch, "leader_epoch"),
+        was.partition_epoch if partition_epoch is _KEEP else _int(partition_epoch, "partition_epoch"),
+        was.adding_replicas if adding is _KEEP else _ints(adding, "adding_replicas"),
+        was.removing_replicas if removing is _KEEP else _ints(removing, "removing_replicas"),
+        (was.leader_recovery_state if recovery is _KEEP
+         else LeaderRecoveryState(_int(recovery, "leader_recovery_state"))),
     )
+
+
+#: a field a change record leaves out (``None`` is a value: an invalid one, refused)
+_KEEP: Any = object()
 
 
 def broker_from_json(b: dict[str, Any]) -> BrokerRegistration:
@@ -249,7 +253,7 @@ def broker_from_json(b: dict[str, Any]) -> BrokerRegistration:
 
 
 def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"{what} is {value!r}, not an integer")
     return value
 
@@ -257,7 +261,14 @@ def _int(value: Any, what: str) -> int:
 def _ints(values: Any, what: str) -> tuple[int, ...]:
     if not isinstance(values, list):
         raise ValueError(f"{what} is {values!r}, not a list")
-    return tuple(_int(v, what) for v in values)
+    out = tuple(values)
+    if not _PLAIN_INT.issuperset(map(type, out)):  # the common case checked in C
+        for v in out:
+            _int(v, what)
+    return out
+
+
+_PLAIN_INT = frozenset({int})
 
 
 def _bool(value: Any, what: str) -> bool:

@@ -181,11 +181,11 @@ def _record_line(record: dict[str, Any]) -> bytes:
 
 def decode_batch(data: bytes, revision: int) -> Batch:
     """The batch stored in slot ``revision``; :class:`MetadataLogError` if it is not one."""
-    text = _inflate(data, f"metadata log slot {revision}")
-    lines = text.encode().splitlines()
+    text = _inflate(data, f"metadata log slot {revision}").encode()
+    first, _, rest = text.partition(b"\n")
     try:
-        header = orjson.loads(lines[0])["batch"]
-        records = [_record(line) for line in lines[1:] if line]
+        header = orjson.loads(first)["batch"]
+        records = _records(rest)
         batch = Batch(
             revision=_int(header["revision"]),
             controller_id=_int(header["controller_id"]),
@@ -205,6 +205,20 @@ def decode_batch(data: bytes, revision: int) -> Batch:
             "(truncated or not written by Strata)"
         )
     return batch
+
+
+def _records(text: bytes) -> list[Any]:
+    """The records of a batch's lines after its header: one parse of them all as a JSON
+    array (a line of JSON text holds no raw newline, so the newlines can become commas), or
+    line by line when that fails (a line only the standard module reads, or a broken one)."""
+    body = text.rstrip(b"\n")
+    if not body:
+        return []
+    try:
+        records = orjson.loads(b"[" + body.replace(b"\n", b",") + b"]")
+    except orjson.JSONDecodeError:
+        return [_record(line) for line in text.splitlines() if line]
+    return records
 
 
 def _record(line: bytes) -> Any:

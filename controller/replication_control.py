@@ -16,7 +16,7 @@ Pure functions; thread-safe.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from common.errors import (
@@ -39,6 +39,7 @@ from controller.errors import (
     PreferredLeaderNotAvailableError,
     StaleBrokerEpochError,
 )
+from controller.fence_plans import FencePlans, PlanKind
 from controller.partition_change import (
     Election,
     LeaderAcceptor,
@@ -145,12 +146,20 @@ def _leader_and_isr_updates(
     *,
     remove: int = NO_LEADER,
     add: int = NO_LEADER,
+    planned: Mapping[_PartitionKey, tuple[PartitionRegistration, PartitionRegistration]] | None = None,
 ) -> ClusterMetadata:
-    """Kafka's ``generateLeaderAndIsrUpdates``: drop ``remove`` from the ISRs, re-elect."""
+    """Kafka's ``generateLeaderAndIsrUpdates``: drop ``remove`` from the ISRs, re-elect.
+    ``planned``: elections computed ahead, each used only for the registration it names."""
+    if planned is None:
+        planned = {}
     accept = acceptor(md, exclude=remove, include=add)
     changes: dict[_PartitionKey, PartitionRegistration] = {}
     elections: dict[str, Election] = {}  # per topic: its configs are read once
     for topic, index, current in partitions:
+        entry = planned.get((topic.topic_id, index))
+        if entry is not None and entry[0] is current:  # computed ahead (FencePlans)
+            changes[(topic.topic_id, index)] = entry[1]
+            continue
         election = elections.get(topic.name)
         if election is None:
             election = elections[topic.name] = Election.UNCLEAN if unclean(topic) else Election.ONLINE
@@ -166,23 +175,27 @@ def _leader_and_isr_updates(
 
 
 def fence_broker(
-    md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy, *, isr_places: bool = True
+    md: ClusterMetadata, broker_id: int, unclean: UncleanPolicy, *, isr_places: bool = True,
+    plans: FencePlans | None = None,
 ) -> ClusterMetadata:
     """Fence ``broker_id``: new leaders where it led, registration fenced and, with
     ``isr_places``, out of every ISR. Without, its places in the ISRs of the partitions it
     followed stay for :func:`drop_fenced_from_isrs`, the next batch: a death's first batch
     then moves leaderships only (a third of the records at RF 3), and the new leaders hear
-    of it sooner."""
+    of it sooner. ``plans``: elections computed ahead (:mod:`controller.fence_plans`)."""
     registration = md.brokers[broker_id]
     involved = [
         x for x in md.iter_partitions()
         if x[2].leader == broker_id or (isr_places and broker_id in x[2].isr)
     ]
-    md = _leader_and_isr_updates(md, unclean, involved, remove=broker_id)
+    planned = None if plans is None or isr_places else plans.planned(PlanKind.LEAD, broker_id, md)
+    md = _leader_and_isr_updates(md, unclean, involved, remove=broker_id, planned=planned)
     return md.with_broker(replace(registration, fenced=True, in_controlled_shutdown=False))
 
 
-def drop_fenced_from_isrs(md: ClusterMetadata, unclean: UncleanPolicy) -> ClusterMetadata:
+def drop_fenced_from_isrs(
+    md: ClusterMetadata, unclean: UncleanPolicy, plans: FencePlans | None = None
+) -> ClusterMetadata:
     """Every fenced broker out of the ISRs it is still in (the second batch of a fencing
     without ``isr_places``); unchanged, the same object, when there are none."""
     fenced = {n for n, b in md.brokers.items() if b.fenced}
@@ -190,11 +203,14 @@ def drop_fenced_from_isrs(md: ClusterMetadata, unclean: UncleanPolicy) -> Cluste
         return md
     involved: dict[int, list[tuple[TopicInfo, int, PartitionRegistration]]] = {}
     for x in md.iter_partitions():
-        for node_id in fenced.intersection(x[2].isr):
-            involved.setdefault(node_id, []).append(x)
+        isr = x[2].isr
+        for node_id in fenced:
+            if node_id in isr:
+                involved.setdefault(node_id, []).append(x)
     for node_id, partitions in sorted(involved.items()):
         current = [(t, i, md.partitions[t.topic_id][i]) for t, i, _ in partitions]
-        md = _leader_and_isr_updates(md, unclean, current, remove=node_id)
+        planned = None if plans is None else plans.planned(PlanKind.ISR, node_id, md)
+        md = _leader_and_isr_updates(md, unclean, current, remove=node_id, planned=planned)
     return md
 
 

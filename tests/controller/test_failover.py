@@ -292,3 +292,36 @@ def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(make_store: Make
     finally:
         release.set()
         a.close()
+
+
+def test_a_death_in_a_quiet_cluster_is_fenced_with_the_elections_planned_ahead(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    """The controller plans each broker's fencing once the metadata has been still for a
+    while, never right after a change; the fencing then commits what it would have computed
+    (issue 33: the elections of a death, at 10,000 partitions, were computed in its path)."""
+    from controller.cluster_controller import PLANS_QUIET_MS
+    from controller.fence_plans import PlanKind
+    from controller.replication_control import drop_fenced_from_isrs, fence_broker
+
+    a, _, _ = _three_joined(make_store, clock)
+    a.create_topic("orders", 12, replication_factor=3)
+    a.create_topic("events", 9, replication_factor=3)
+    a.tick()
+    assert a._plans.entries() == 0  # just changed: not yet
+    for _ in range(PLANS_QUIET_MS // TIMINGS.poll_ms + 1):
+        clock.advance(TIMINGS.poll_ms)
+        heartbeat_all(a, 1, 2, 3)
+        a.tick()
+    before = a.metadata
+    led = sum(1 for _, _, p in before.iter_partitions() if p.leader == 2)
+    assert led and len(a._plans.planned(PlanKind.LEAD, 2, before)) == led
+    expected = drop_fenced_from_isrs(fence_broker(before, 2, lambda _t: False, isr_places=False),
+                                     lambda _t: False)
+    a.probe_gone = lambda node: node == 2
+    a.peer_unreachable(2)
+    a.tick()
+    after = a.metadata
+    assert after.brokers[2].fenced
+    assert after.partitions == expected.partitions  # both batches, as computed without plans
+    assert all(p.leader != 2 and 2 not in p.isr for _, _, p in after.iter_partitions())
