@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 ROLL_UPLOAD_DELAY_S = 0.5
 #: manifests read one after another by one copier task when leaderships arrive in bulk
 MANIFESTS_PER_TASK = 32
+#: how long new leaderships wait before their manifests are read (they gather in one batch)
+LED_MANIFESTS_DELAY_S = 0.5
 
 __all__ = ["PartitionTierState", "RemoteFetch", "RemoteStart", "TieredLogs", "RemoteLogManager"]
 
@@ -500,8 +502,15 @@ class RemoteLogManager:
     async def _read_led_manifests(self) -> None:
         """The manifests of the partitions led since the last batch, read on the copier
         threads :data:`MANIFESTS_PER_TASK` at a time: a failover that moves 3,000
-        leaderships here was 3,000 tasks and pool submissions on the event loop."""
-        await asyncio.sleep(0)  # the rest of this turn's new leaderships join the batch
+        leaderships here was 3,000 tasks and pool submissions on the event loop. Once the
+        broker has started they begin :data:`LED_MANIFESTS_DELAY_S` after the first
+        leadership of the batch: a failover's
+        leaderships arrive over several turns of the loop and join one batch, and 3,000
+        manifest reads do not compete with the takeover itself (a read of the tiered part
+        meanwhile uses the manifest known from before, or is answered REPLICA_NOT_AVAILABLE,
+        retriable, as while the reads run)."""
+        # (not while starting: the start waits for these reads)
+        await asyncio.sleep(LED_MANIFESTS_DELAY_S if self._manifests_read.is_set() else 0)
         batch, self._pending_loads, self._load_batch = list(self._pending_loads.items()), {}, None
         loop = asyncio.get_running_loop()
         chunks = [batch[i:i + MANIFESTS_PER_TASK] for i in range(0, len(batch), MANIFESTS_PER_TASK)]

@@ -161,6 +161,7 @@ class _Taking:
     revision: int = -1
     leaders: int = 0
     followers: int = 0
+    leaders_at: float | None = None  # when the last leadership took effect (they go first)
 
     def count(self, transition: Transition) -> None:
         if transition is Transition.LEADER:
@@ -259,6 +260,8 @@ class ReplicaManager:
         if scope is not None:  # no broker is back: a partition whose registration is the same object needs nothing
             hosted = self.partitions
             items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
+        node = self.node_id  # leaderships first: a partition takes writes once its leader is in effect
+        items.sort(key=lambda x: x[1][1].leader != node)
         self._reconcile(md, items, scope is None)
 
     def _reconcile(self, md: ClusterMetadata, items: list[tuple[TopicPartition, _Wanted]],
@@ -270,8 +273,14 @@ class ReplicaManager:
         opened, room = 0, OPEN_SLICE if _loop_running() else len(items)
         slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
         rest: list[tuple[TopicPartition, _Wanted]] = []
+        taking = self._taking
+        leaders_left = taking is not None and taking.leaders_at is None
         for n, item in enumerate(items):
             key, (topic_id, reg) = item
+            if leaders_left and reg.leader != self.node_id:  # past the leaderships (they come first)
+                leaders_left = False
+                if not rest:
+                    taking.leaders_at = time.monotonic()  # type: ignore[union-attr]
             found = self.partitions.get(key)
             if found is not None and found.registration is reg:  # unchanged
                 if brokers_changed and found.is_leader and len(found.isr) < len(found.replicas):
@@ -332,8 +341,10 @@ class ReplicaManager:
         (a death's new leaders; bench/metadata_scale.py times a failover by this line)."""
         taking, self._taking = self._taking, None
         if taking is not None and (taking.leaders or taking.followers):
-            _log.info("metadata revision %d in effect after %.0f ms: leader of %d more partition(s), "
-                      "follower of %d", taking.revision, (time.monotonic() - taking.started) * 1000,
+            now = time.monotonic()
+            _log.info("metadata revision %d in effect after %.0f ms (its leaderships after %.0f ms): "
+                      "leader of %d more partition(s), follower of %d", taking.revision,
+                      (now - taking.started) * 1000, ((taking.leaders_at or now) - taking.started) * 1000,
                       taking.leaders, taking.followers)
 
     def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, _Wanted],

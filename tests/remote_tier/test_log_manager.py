@@ -682,6 +682,38 @@ def test_leaderships_of_one_turn_read_their_manifests_in_one_batch(
         service.close()
 
 
+def test_a_running_brokers_new_leaderships_over_several_turns_read_their_manifests_together_later(
+    make_broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: a failover's leaderships arrive over several turns of the loop (its apply is
+    sliced); once the broker has started, their manifest reads wait a moment and go as one
+    batch, after the takeover rather than during it."""
+    from remote_tier import log_manager
+
+    monkeypatch.setattr(log_manager, "MANIFESTS_PER_TASK", 8)
+    monkeypatch.setattr(log_manager, "LED_MANIFESTS_DELAY_S", 0.2)
+    broker, logs, topic_id, service = _twenty_partitions(make_broker, tmp_path, "taken")
+    jobs: list[int] = []
+    real = service._manifests
+    service._manifests = lambda chunk: jobs.append(len(chunk)) or real(chunk)  # type: ignore[method-assign]
+
+    async def run() -> None:
+        service._manifests_read.set()  # started
+        for turn in range(4):
+            for log in logs[turn * 5:(turn + 1) * 5]:
+                service.on_leader(SimpleNamespace(topic="taken", index=log.partition, topic_id=topic_id, log=log))
+            await asyncio.sleep(0.02)  # the next slice of the apply, a turn or more later
+        assert jobs == []  # none read while the leaderships were still arriving
+        await service.loaded()
+        assert sorted(jobs) == [4, 8, 8]  # all twenty in one batch
+
+    try:
+        asyncio.run(run())
+        assert all(service.state("taken", log.partition).loaded for log in logs)  # type: ignore[union-attr]
+    finally:
+        service.close()
+
+
 def test_a_sealed_segment_waits_for_the_producer_snapshot_its_roll_writes(tmp_path: Path) -> None:
     """The roll writes the producer snapshot at the segment's end on the flush thread; an
     upload that ran first went without it (seen under CI load: three objects, not four),

@@ -202,6 +202,48 @@ def test_a_peer_fenced_takes_only_the_partitions_whose_registration_changed(
     assert walked[-1] == 4 * PER_TOPIC  # a broker back: every hosted partition is looked at
 
 
+def test_a_death_takes_its_leaderships_before_its_followings_and_logs_when(
+    manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 33: a death gives each survivor leaderships and followings mixed in every topic,
+    applied a slice of the loop at a time; a partition takes writes once its leadership is in
+    effect, so the leaderships go first, and the line bench/metadata_scale.py times says when
+    they were done."""
+    topics = {f"t{i}": TopicInfo(f"t{i}", uuid.uuid4(), PER_TOPIC) for i in range(4)}
+    followed = tuple(PartitionRegistration((2, 1), (2, 1), 2, 0, 0) for _ in range(PER_TOPIC))
+    first = ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics,
+                            partitions={t.topic_id: followed for t in topics.values()})
+    manager.apply(first)
+    # every other partition comes here, the rest to a third broker (its leader epoch moves)
+    moved = {t.topic_id: tuple(PartitionRegistration((2, 1, 3), (1, 3), 1 if i % 2 else 3, 1, 1)
+                               for i in range(PER_TOPIC)) for t in topics.values()}
+    brokers = {**_brokers(fenced_two=True),
+               3: BrokerRegistration(3, uuid.UUID(int=3), 1, (Endpoint("PLAINTEXT", "h", 9003),), fenced=False)}
+    monkeypatch.setattr(replica_manager, "OPEN_SLICE_S", 0.0)  # a slice per 64 partitions
+    caplog.set_level("INFO", logger="strata.replication")
+
+    async def run() -> list[tuple[int, int]]:
+        seen = []
+        manager.apply(ClusterMetadata("c", brokers=brokers, topics=topics, partitions=moved))
+        while True:
+            leaders = sum(p.is_leader for p in manager.partitions.values())
+            following_3 = sum(p.leader_id == 3 for p in manager.partitions.values())
+            seen.append((leaders, following_3))
+            if manager._resume is None:
+                return seen
+            await asyncio.sleep(0)
+
+    seen = asyncio.run(run())
+    half = 4 * PER_TOPIC // 2
+    assert len(seen) >= 2  # more than one slice
+    assert seen[0] == (63, 0)  # the first slice: leaderships only
+    assert seen[-1] == (half, half)
+    for leaders, following in seen:
+        assert following == 0 or leaders == half  # no following before every leadership
+    assert "(its leaderships after" in caplog.text
+    assert f"leader of {half} more partition(s), follower of {half}" in caplog.text
+
+
 def test_a_changed_registration_moves_a_replica_away_or_here_without_a_walk_of_its_topic(
     manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
