@@ -31,7 +31,10 @@ latency, and the time from kill -9 of the broker (not the controller) that leads
 partitions until the controller committed its fencing (every leadership it held moved), until
 every new leadership was in effect on every live broker (the partition takes writes: the
 figure), and until every follower change was too, from the lines the brokers log at those
-moments (``--failover-runs`` times, the victim restarted and back in every ISR in between).
+moments (``--failover-runs`` times, the victim restarted and back in every ISR in between,
+then ``--quiet-s`` of steady state: its return changed every registration, and the controller
+plans each broker's fencing only once the metadata is still; a death right after a large
+change is computed in its path, as before).
 Only once those lines are in does a Metadata poll every 0.5 s of the survivors check that
 every partition is led by a live broker in every broker's own answer: polling during the
 failover cost the survivors part of the CPU it was timing (10,000 partitions every 0.1 s, as
@@ -674,6 +677,7 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
                 victim.start(limit)
                 wait_brokers(brokers[0].bootstrap, size, limit)
                 wait_isr_full(brokers[0].bootstrap, size, limit)
+                time.sleep(args.quiet_s)  # a death in a steady cluster, not in its last one's wake
             survivor = next(b for b in brokers if b.proc is not None and b.proc.poll() is None)
             controller = controller_of(survivor.bootstrap)
             led = {n: led_by(survivor.bootstrap, n) for n in range(1, size + 1) if n != controller}
@@ -844,6 +848,10 @@ def main() -> int:
                         help="also three brokers with RF 3 at these partition counts")
     parser.add_argument("--cluster-topics-per-request", type=int, default=TOPICS_PER_REQUEST,
                         help="topics of 100 partitions per CreateTopics request with three brokers")
+    parser.add_argument("--quiet-s", type=float, default=15.0,
+                        help="between kills, wait this long once the last victim is back in every ISR "
+                             "(its return changes every partition's registration; a death then is "
+                             "not one in a steady cluster)")
     parser.add_argument("--failover-runs", type=int, default=1,
                         help="kill -9 a broker this many times per cluster size (restarted between); "
                              "the table shows the median and the slowest")

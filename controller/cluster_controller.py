@@ -97,6 +97,8 @@ TopicPartition = tuple[str, int]
 PLANS_QUIET_MS = 2_000
 #: ... or this long after their last prepare while it keeps changing
 PLANS_LATEST_MS = 10_000
+#: the tick's pace while a prepare goes on, a bounded number of elections at a time
+PLANS_STEP_MS = 50.0
 
 
 def _now_ms() -> int:
@@ -269,7 +271,7 @@ class ClusterController(MetadataWriter):
                 _log.warning("could not move leaders back to their preferred replicas: %s", err)
             self._maybe_prepare_plans()
         return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms),
-                   self._suspects.next_due_ms())
+                   self._suspects.next_due_ms(), self._plans_due_ms())
 
     def _probe_suspects(self) -> LeaseEvent:
         """Probe the peers whose connection dropped: fence the dead ones (active), or take
@@ -340,6 +342,12 @@ class ClusterController(MetadataWriter):
                 or now - self._plans_prepared_ms >= PLANS_LATEST_MS):
             self._plans.prepare(md)
             self._plans_prepared_ms = now
+
+    def _plans_due_ms(self) -> float:
+        """Soon while a prepare is under way (it goes on in bounded steps), else never."""
+        if self.is_active and self._plans.prepared_at is not None and not self._plans.complete:
+            return PLANS_STEP_MS
+        return float("inf")
 
     def _log_fenced(self, node_ids: Sequence[int]) -> None:
         md = self.metadata

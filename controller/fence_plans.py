@@ -13,9 +13,14 @@ give for each partition when ``B`` is fenced:
 * ``LEAD`` plans: the partitions ``B`` leads, with ``B`` out of the ISR and a new leader;
 * ``ISR`` plans: the partitions ``B`` is in the ISR of but does not lead, without ``B``.
 
-:meth:`prepare` brings them up to date in the controller's idle time: one pass over the
-partitions, an election computed only for a partition whose registration object is not the
-one its entry was computed from (the image shares the objects of what did not change). A
+:meth:`prepare` brings them up to date in the controller's quiet time (the controller calls
+it once the metadata has been still for a while, never right after a change): topics whose
+tuple of registrations is the one already planned are skipped, and in the others an
+election is computed only for a partition whose registration object is not the one its
+entry was computed from (the image shares the objects of what did not change), so the cost
+follows what changed. A change of the brokers that may lead replans everything, a bounded
+number of elections per call. Memory: an entry per ISR member of every partition (30,000
+at 10,000 partitions of RF 3), each a registration. A
 fencing then takes an entry only when the partition's registration is that very object
 and the brokers that may lead are the ones the plan was made for; any other partition is
 computed as before. So a plan is a cache that is never wrong: at worst it is not used.
