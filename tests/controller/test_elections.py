@@ -146,6 +146,43 @@ def test_alter_partition_from_the_leader_changes_the_isr_and_answers_the_new_sta
     assert grown.registration is not None and grown.registration.isr == (1, 2, 3)
 
 
+def test_alter_partition_applies_a_request_of_many_changes_in_one_image_and_in_order(
+    ctl: ClusterController, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker back at 10,000 partitions has its leaders send thousands of ISR expansions
+    at once; the controller built a new image per change (0.8 s of its commit lock). One
+    image per request now, and a change that follows another of the same partition in the
+    request sees it."""
+    from controller.document import ClusterMetadata
+
+    ctl.create_topic("t", assignments={i: [1, 2, 3] for i in range(40)})
+    info = ctl.topic("t")
+    assert info is not None
+
+    def change(partition: int, isr: tuple[int, ...], partition_epoch: int) -> PartitionStateChange:
+        return PartitionStateChange(info.topic_id, partition, 0, tuple(
+            BrokerState(b, ctl.metadata.brokers[b].broker_epoch) for b in isr), partition_epoch)
+
+    images: list[int] = []
+    real = ClusterMetadata.with_partitions
+
+    def counted(md: ClusterMetadata, changes):  # type: ignore[no-untyped-def]
+        images.append(len(changes))
+        return real(md, changes)
+
+    monkeypatch.setattr(ClusterMetadata, "with_partitions", counted)
+    requests = [change(i, (1, 2), 0) for i in range(40)]
+    requests += [change(7, (1,), 1), change(7, (1, 3), 2)]  # partition 7 twice more, in order
+    results = ctl.alter_partition(1, epoch_of(ctl, 1), requests)
+    assert all(r.error is None for r in results), [r.error for r in results if r.error]
+    assert images == [40]  # one image for the request (40 partitions changed)
+    regs = ctl.partitions("t")
+    assert [r.isr for r in regs] == [(1, 3) if i == 7 else (1, 2) for i in range(40)]
+    assert regs[7].partition_epoch == 3 and regs[8].partition_epoch == 1
+    stale = ctl.alter_partition(1, epoch_of(ctl, 1), [change(8, (1,), 0)])
+    assert isinstance(stale[0].error, InvalidUpdateVersionError)
+
+
 def test_alter_partition_refusals_carry_kafkas_error_codes(ctl: ClusterController) -> None:
     ctl.create_topic("t", assignments={0: [1, 2, 3]})
     ctl.alter_partition(1, epoch_of(ctl, 1), [isr_change(ctl, "t", (1, 2))])  # partition epoch 1
