@@ -146,7 +146,9 @@ def read_partitions(
             budget = min(req.max_bytes, max_bytes - total)
             if budget <= 0 and total > 0:
                 continue
-            if remote is not None and req.fetch_offset < log.log_start_offset:
+            # (a negative offset is out of range whatever the bucket holds: never a remote read,
+            # which would wait for the partition's manifest first)
+            if remote is not None and 0 <= req.fetch_offset < log.log_start_offset:
                 target = remote.plan_remote_read(req.topic, req.partition, req.fetch_offset, log)
                 data.remote = RemoteRead(target, req.fetch_offset, max(budget, 0), total == 0)
                 total += max(budget, 0)

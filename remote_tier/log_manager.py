@@ -69,8 +69,10 @@ if TYPE_CHECKING:
 ROLL_UPLOAD_DELAY_S = 0.5
 #: manifests read one after another by one copier task when leaderships arrive in bulk
 MANIFESTS_PER_TASK = 32
-#: how long new leaderships wait before their manifests are read (they gather in one batch)
+#: how long new leaderships taken in bulk (a failover) wait before their manifests are read
+#: (they gather in one batch, after the takeover); fewer are read at once
 LED_MANIFESTS_DELAY_S = 0.5
+LED_MANIFESTS_BULK = 100
 
 __all__ = ["PartitionTierState", "RemoteFetch", "RemoteStart", "TieredLogs", "RemoteLogManager"]
 
@@ -502,15 +504,16 @@ class RemoteLogManager:
     async def _read_led_manifests(self) -> None:
         """The manifests of the partitions led since the last batch, read on the copier
         threads :data:`MANIFESTS_PER_TASK` at a time: a failover that moves 3,000
-        leaderships here was 3,000 tasks and pool submissions on the event loop. Once the
-        broker has started they begin :data:`LED_MANIFESTS_DELAY_S` after the first
-        leadership of the batch: a failover's
+        leaderships here was 3,000 tasks and pool submissions on the event loop. When a
+        started broker takes :data:`LED_MANIFESTS_BULK` or more in one turn, they begin
+        :data:`LED_MANIFESTS_DELAY_S` later: a failover's
         leaderships arrive over several turns of the loop and join one batch, and 3,000
         manifest reads do not compete with the takeover itself (a read of the tiered part
         meanwhile uses the manifest known from before, or is answered REPLICA_NOT_AVAILABLE,
         retriable, as while the reads run)."""
-        # (not while starting: the start waits for these reads)
-        await asyncio.sleep(LED_MANIFESTS_DELAY_S if self._manifests_read.is_set() else 0)
+        await asyncio.sleep(0)  # the rest of this turn's new leaderships join the batch
+        if self._manifests_read.is_set() and len(self._pending_loads) >= LED_MANIFESTS_BULK:
+            await asyncio.sleep(LED_MANIFESTS_DELAY_S)  # a takeover in bulk: read after it
         batch, self._pending_loads, self._load_batch = list(self._pending_loads.items()), {}, None
         loop = asyncio.get_running_loop()
         chunks = [batch[i:i + MANIFESTS_PER_TASK] for i in range(0, len(batch), MANIFESTS_PER_TASK)]

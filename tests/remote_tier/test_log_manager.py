@@ -686,12 +686,13 @@ def test_a_running_brokers_new_leaderships_over_several_turns_read_their_manifes
     make_broker: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 33: a failover's leaderships arrive over several turns of the loop (its apply is
-    sliced); once the broker has started, their manifest reads wait a moment and go as one
-    batch, after the takeover rather than during it."""
+    sliced); once the broker has started, a turn of many leaderships makes their manifest
+    reads wait a moment and go as one batch, after the takeover rather than during it."""
     from remote_tier import log_manager
 
     monkeypatch.setattr(log_manager, "MANIFESTS_PER_TASK", 8)
     monkeypatch.setattr(log_manager, "LED_MANIFESTS_DELAY_S", 0.2)
+    monkeypatch.setattr(log_manager, "LED_MANIFESTS_BULK", 5)  # a turn of 5 is a takeover in bulk
     broker, logs, topic_id, service = _twenty_partitions(make_broker, tmp_path, "taken")
     jobs: list[int] = []
     real = service._manifests
