@@ -97,11 +97,11 @@ def _end_offset(consumer: Consumer, topic: str, partition: int) -> int:
     failing what was in flight on it)."""
     from confluent_kafka import KafkaException
 
-    for attempt in range(5):
-        try:
+    for attempt in range(20):  # ~10 s: after a controller cut off from the bucket, a CI run
+        try:                     # saw the partition unknown to the client for more than 2.5 s
             return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)[1])
         except KafkaException:
-            if attempt == 4:
+            if attempt == 19:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
