@@ -450,7 +450,7 @@ def _logged(broker: Broker, offset: int, pattern: str) -> list[tuple[float, re.M
 
 def fencing_committed_at(controller: Broker, offset: int, victim: int) -> tuple[float, int]:
     """When the controller committed the fencing of ``victim``, and its metadata revision."""
-    lines = _logged(controller, offset, rf"broker\(s\) \[[^]]*\b{victim}\b[^]]*\] fenced at metadata revision (\d+)")
+    lines = _fencing_lines(controller, offset, victim)
     if not lines:
         raise SystemExit(f"{controller.log_path}: the controller logged no fencing of broker {victim}")
     at, match = lines[0]
@@ -470,22 +470,24 @@ def fencing_applied_at(broker: Broker, offset: int, revision: int) -> tuple[floa
     return None
 
 
+def _fencing_lines(controller: Broker, offset: int, victim: int) -> list[tuple[float, re.Match]]:
+    """The controller's lines after ``offset`` saying it fenced ``victim`` (its revision)."""
+    return _logged(controller, offset, rf"broker\(s\) \[[^]]*\b{victim}\b[^]]*\] fenced at metadata revision (\d+)")
+
+
 def wait_for_lines(brokers: list[Broker], offsets: list[int], controller: Broker, victim: int,
                    limit_s: float) -> None:
     """Until the controller logged the fencing of ``victim`` and every broker in ``brokers``
-    that took something from it logged it in effect, reading only their log files: requests
-    to the brokers (a Metadata of 10,000 partitions) would cost them CPU in the very
-    failover being timed."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit_s:
-        offset = offsets[brokers.index(controller)]
-        lines = _logged(controller, offset, rf"broker\(s\) \[[^]]*\b{victim}\b[^]]*\] fenced at metadata revision (\d+)")
+    logged it in effect (at most 10 s: a broker that took nothing from it never does),
+    reading only their log files: requests to the brokers (a Metadata of 10,000 partitions)
+    would cost them CPU in the very failover being timed."""
+    deadline = time.monotonic() + min(limit_s, 10.0)
+    offset = offsets[brokers.index(controller)]
+    while time.monotonic() < deadline:
+        lines = _fencing_lines(controller, offset, victim)
         if lines:
             revision = int(lines[0][1].group(1))
             if all(fencing_applied_at(b, o, revision) is not None for b, o in zip(brokers, offsets, strict=True)):
-                return
-            time.sleep(0.2)  # a broker that took nothing never logs: the limit below ends it
-            if time.monotonic() - started > min(limit_s, 10.0):
                 return
         time.sleep(0.05)
 

@@ -37,12 +37,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from enum import Enum
+from types import MappingProxyType
 
 from controller.document import ClusterMetadata
-from controller.partition_change import Election, change_partition
+from controller.partition_change import without_replica
 from controller.registrations import NO_LEADER, PartitionRegistration
 
-__all__ = ["FencePlans", "PlanKind"]
+__all__ = ["NO_PLAN", "FencePlans", "PlanKind"]
 
 _Key = tuple[uuid.UUID, int]
 _Entry = tuple[PartitionRegistration, PartitionRegistration]
@@ -107,25 +108,28 @@ class FencePlans:
             if index < len(planned) and planned[index] is current:
                 continue
             key = (topic_id, index)
-            for broker in planned[index].isr if index < len(planned) else ():
-                for kind in PlanKind:
-                    plans.get((kind, broker), _SCRATCH).pop(key, None)
+            if index < len(planned):
+                self._drop(key, planned[index])
             for broker in current.isr:
                 if broker in may_lead:
                     computed += 1
                     entry = _plan(current, broker, may_lead)
                     if entry is not None:
-                        kind = PlanKind.LEAD if broker == current.leader else PlanKind.ISR
-                        plans[(kind, broker)][key] = entry
+                        plans[(_kind(current, broker), broker)][key] = entry
         return computed
 
     def _forget(self, topic_id: uuid.UUID, planned: tuple[PartitionRegistration, ...],
                 keep: int) -> None:
         """Drop the entries of the topic's partitions from index ``keep`` on (gone)."""
         for index in range(keep, len(planned)):
-            for broker in planned[index].isr:
-                for kind in PlanKind:
-                    self._plans.get((kind, broker), _SCRATCH).pop((topic_id, index), None)
+            self._drop((topic_id, index), planned[index])
+
+    def _drop(self, key: _Key, was: PartitionRegistration) -> None:
+        """Drop the entries planned for the partition ``key`` when it was ``was``."""
+        for broker in was.isr:
+            plan = self._plans.get((_kind(was, broker), broker))
+            if plan is not None:
+                plan.pop(key, None)
 
     def planned(self, kind: PlanKind, broker: int, md: ClusterMetadata) -> Mapping[_Key, _Entry]:
         """The entries of ``broker``'s plan of ``kind``, if it was made for the brokers that
@@ -133,26 +137,25 @@ class FencePlans:
         none. A caller uses an entry only for the registration object it names."""
         may_lead = frozenset(b.node_id for b in md.active_brokers()) | {broker}
         if may_lead != self._may_lead:
-            return _EMPTY
-        return self._plans.get((kind, broker), _EMPTY)
+            return NO_PLAN
+        return self._plans.get((kind, broker), NO_PLAN)
 
     def entries(self) -> int:
         return sum(len(p) for p in self._plans.values())
 
 
-_EMPTY: Mapping[_Key, _Entry] = {}
-_SCRATCH: dict[_Key, _Entry] = {}  # pops from a plan that does not exist
+#: no elections planned
+NO_PLAN: Mapping[_Key, _Entry] = MappingProxyType({})
+
+
+def _kind(registration: PartitionRegistration, broker: int) -> PlanKind:
+    return PlanKind.LEAD if broker == registration.leader else PlanKind.ISR
 
 
 def _plan(current: PartitionRegistration, broker: int, may_lead: frozenset[int]) -> _Entry | None:
-    """What fencing ``broker`` changes in ``current`` (as the fencing's own election would
-    compute it), or None when that election keeps nothing online or changes nothing."""
-    changed = change_partition(
-        current,
-        lambda r: r != broker and r in may_lead,
-        election=Election.ONLINE,
-        target_isr=[r for r in current.isr if r != broker],
-    )
+    """What fencing ``broker`` changes in ``current`` (the fencing's own election), or None
+    when that election keeps nothing online or changes nothing."""
+    changed = without_replica(current, broker, lambda r: r != broker and r in may_lead)
     if changed is None or changed.leader == NO_LEADER:
         return None
     return current, changed

@@ -37,6 +37,7 @@ __all__ = [
     "Election",
     "LeaderAcceptor",
     "change_partition",
+    "without_replica",
     "revert_reassignment",
     "start_reassignment",
 ]
@@ -105,6 +106,16 @@ def change_partition(
         removing_replicas=removing,
         leader_recovery_state=recovery,
     )
+
+
+def without_replica(
+    current: PartitionRegistration, replica: int, is_acceptable_leader: LeaderAcceptor,
+    election: Election = Election.ONLINE,
+) -> PartitionRegistration | None:
+    """``current`` with ``replica`` out of the ISR, and a leader elected again if it led: the
+    change a fencing or controlled shutdown makes (Kafka's ``generateLeaderAndIsrUpdates``)."""
+    return change_partition(current, is_acceptable_leader, election=election,
+                            target_isr=[r for r in current.isr if r != replica])
 
 
 def _elect(

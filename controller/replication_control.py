@@ -39,13 +39,14 @@ from controller.errors import (
     PreferredLeaderNotAvailableError,
     StaleBrokerEpochError,
 )
-from controller.fence_plans import FencePlans, PlanKind
+from controller.fence_plans import NO_PLAN, FencePlans, PlanKind
 from controller.partition_change import (
     Election,
     LeaderAcceptor,
     change_partition,
     revert_reassignment,
     start_reassignment,
+    without_replica,
 )
 from controller.placement import validate_manual_assignment
 from controller.records import TopicInfo
@@ -146,12 +147,10 @@ def _leader_and_isr_updates(
     *,
     remove: int = NO_LEADER,
     add: int = NO_LEADER,
-    planned: Mapping[_PartitionKey, tuple[PartitionRegistration, PartitionRegistration]] | None = None,
+    planned: Mapping[_PartitionKey, tuple[PartitionRegistration, PartitionRegistration]] = NO_PLAN,
 ) -> ClusterMetadata:
     """Kafka's ``generateLeaderAndIsrUpdates``: drop ``remove`` from the ISRs, re-elect.
     ``planned``: elections computed ahead, each used only for the registration it names."""
-    if planned is None:
-        planned = {}
     accept = acceptor(md, exclude=remove, include=add)
     changes: dict[_PartitionKey, PartitionRegistration] = {}
     elections: dict[str, Election] = {}  # per topic: its configs are read once
@@ -163,12 +162,7 @@ def _leader_and_isr_updates(
         election = elections.get(topic.name)
         if election is None:
             election = elections[topic.name] = Election.UNCLEAN if unclean(topic) else Election.ONLINE
-        changed = change_partition(
-            current,
-            accept,
-            election=election,
-            target_isr=[r for r in current.isr if r != remove],
-        )
+        changed = without_replica(current, remove, accept, election)
         if changed is not None:
             changes[(topic.topic_id, index)] = changed
     return md.with_partitions(changes)
@@ -188,7 +182,7 @@ def fence_broker(
         x for x in md.iter_partitions()
         if x[2].leader == broker_id or (isr_places and broker_id in x[2].isr)
     ]
-    planned = None if plans is None or isr_places else plans.planned(PlanKind.LEAD, broker_id, md)
+    planned = NO_PLAN if plans is None or isr_places else plans.planned(PlanKind.LEAD, broker_id, md)
     md = _leader_and_isr_updates(md, unclean, involved, remove=broker_id, planned=planned)
     return md.with_broker(replace(registration, fenced=True, in_controlled_shutdown=False))
 
@@ -209,7 +203,7 @@ def drop_fenced_from_isrs(
                 involved.setdefault(node_id, []).append(x)
     for node_id, partitions in sorted(involved.items()):
         current = [(t, i, md.partitions[t.topic_id][i]) for t, i, _ in partitions]
-        planned = None if plans is None else plans.planned(PlanKind.ISR, node_id, md)
+        planned = NO_PLAN if plans is None else plans.planned(PlanKind.ISR, node_id, md)
         md = _leader_and_isr_updates(md, unclean, current, remove=node_id, planned=planned)
     return md
 
