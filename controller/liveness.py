@@ -51,8 +51,10 @@ def quorum_lost(
 #: listened holds its listener after all of them: seen accepting for most of a second)
 #: The probes start close together and back off (about 1 s in all): the listener of a process
 #: killed at 10,000 partitions was mostly gone within tens of milliseconds, and a fixed 200 ms
-#: step made that race cost a failover 200 ms.
-REPROBE_DELAYS_MS = (10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 400.0)
+#: step made that race cost a failover 200 ms. At 10,000 partitions a listener still accepting
+#: at the first probe refused 3 ms later, and the first re-probe at 10 ms cost that failover
+#: 10 ms (stop 53): the first ones are a few milliseconds apart (a probe is one local connect).
+REPROBE_DELAYS_MS = (3.0, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 400.0)
 REPROBES = len(REPROBE_DELAYS_MS)
 
 

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from service.cluster import metadata_poller
-from service.cluster.metadata_poller import MetadataPoller
+from service.cluster.metadata_poller import FAST_INTERVAL_S, MetadataPoller
 
 
 class _View:
@@ -106,7 +106,8 @@ def test_after_a_lost_peer_the_poll_runs_fast_for_a_while_then_at_its_interval()
 
     at_start, fast, after = asyncio.run(run())
     assert at_start == 1
-    assert 5 <= fast <= 12, fast  # every 50 ms for 0.5 s
+    expected = 0.5 / FAST_INTERVAL_S  # every FAST_INTERVAL_S for 0.5 s
+    assert expected / 3 <= fast <= expected + 2, fast  # a loaded machine wakes late, never early
     assert after <= 1, after
 
 
