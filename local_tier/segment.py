@@ -40,6 +40,8 @@ __all__ = ["DELETED_SUFFIX", "AppendMark", "FileRegion", "LogSegment", "segment_
 
 DELETED_SUFFIX = ".deleted"
 _SCAN_CHUNK = 16 * 1024
+#: read ends a segment remembers (:meth:`LogSegment.read`): its consumers' next fetch positions
+_READ_ENDS = 8
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 _MIN_BATCH_LENGTH = BATCH_OVERHEAD - LOG_OVERHEAD
 _INT32 = struct.Struct(">i")
@@ -161,6 +163,10 @@ class LogSegment:
         self.write_error: str | None = None
         """Set when a failed append could not be undone: the segment takes no more appends."""
         self._index_mismatch_logged = False
+        #: where reads ended: offset -> the position before which every batch ends below it
+        #: (:meth:`read`); a consumer's next fetch starts there without the index and a scan
+        #: from its entry (at the tail, up to ``index.interval.bytes`` of headers per fetch)
+        self._read_ends: dict[int, int] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -394,6 +400,7 @@ class LogSegment:
             self.write_error = f"a failed append could not be undone ({exc})"
             raise
         finally:
+            self._read_ends.clear()
             self._size = mark.size
             self._next_offset = mark.next_offset
             self._max_timestamp = mark.max_timestamp
@@ -508,7 +515,12 @@ class LogSegment:
         first: tuple[int, BatchHeader] | None = None
         region_end = 0
         next_offset = -1
-        for pos, header in self._scan_from_index(start_offset, end, file):
+        known = self._read_ends.get(start_offset)
+        if known is not None and known <= end:
+            batches = self._scan(known, end, file)
+        else:
+            batches = self._scan_from_index(start_offset, end, file)
+        for pos, header in batches:
             if first is None:
                 if header.last_offset < start_offset:
                     continue
@@ -525,9 +537,19 @@ class LogSegment:
                 break
             region_end = pos + header.size
             next_offset = header.last_offset + 1
-        if first is None:
+        if first is None:  # every batch below ``end`` ends before ``start_offset``
+            self._note_read_end(start_offset, end)
             return None
+        self._note_read_end(next_offset, region_end)
         return FileRegion(file, first[0], region_end - first[0], first[1].base_offset, next_offset)
+
+    def _note_read_end(self, offset: int, position: int) -> None:
+        """Every batch before ``position`` ends below ``offset``: true until the file is cut
+        (:meth:`rollback`, :meth:`recover`, which forget these), as appends only add after."""
+        ends = self._read_ends
+        if len(ends) >= _READ_ENDS and offset not in ends:
+            del ends[next(iter(ends))]  # the oldest: a consumer that moved on, or left
+        ends[offset] = position
 
     def batches_from(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of the complete batches from the one holding ``start_offset``."""
@@ -632,6 +654,7 @@ class LogSegment:
 
         Returns the number of bytes truncated; :attr:`recovery_error` says why.
         """
+        self._read_ends.clear()
         self.offset_index.reset()
         self.time_index.reset()
         self._max_timestamp = -1

@@ -154,3 +154,36 @@ def test_delete_renames_files_and_regions_stay_readable(
     assert region.read_bytes() == expected
     segment.remove_files()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_consumer_at_the_tail_reads_on_from_where_its_last_read_ended(
+    segment: LogSegment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch at the offset where the previous one ended starts at that position: at the tail,
+    one record per fetch scanned up to ``index.interval.bytes`` of headers from the index entry."""
+    region = segment.read(0, max_bytes=100_000)
+    assert region is not None and region.next_offset == 50
+    assert segment.read(50, max_bytes=100_000) is None  # caught up: nothing yet
+
+    def no_index(*_args: object) -> None:
+        raise AssertionError("the read scanned from the index")
+
+    monkeypatch.setattr(segment, "_scan_from_index", no_index)
+    for i in range(3):  # a record arrives, the waiting fetch reads it, the next one waits
+        sent = _append(segment, 1, timestamp=20_000 + i)
+        region = segment.read(50 + i, max_bytes=100_000)
+        assert region is not None and region.read_bytes() == sent and region.first_offset == 50 + i
+        assert segment.read(51 + i, max_bytes=100_000) is None
+
+
+def test_a_read_after_the_log_was_cut_and_written_again_finds_the_new_batches(segment: LogSegment) -> None:
+    """A follower truncates to its leader's log and appends the leader's batches, of other sizes:
+    where an earlier read ended is no longer where that offset starts."""
+    first = segment.read(0, max_bytes=1)  # the batch 0..4 alone: ends where offset 5 starts
+    assert first is not None and first.next_offset == 5
+    assert segment.read(5, max_bytes=1) is not None  # and 10 starts where this one ends
+    segment.truncate_to(0)
+    kept = [_append(segment, 2, timestamp=50_000 + i, value_size=300) for i in range(6)]
+    for offset, batch in ((5, kept[2]), (10, kept[5])):  # batches 4..5 and 10..11
+        region = segment.read(offset, max_bytes=1)
+        assert region is not None and region.read_bytes() == batch
