@@ -22,7 +22,11 @@ same snapshot twice, or skipping one, ends in the same state:
 
 New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each), changed ones
 for :data:`OPEN_SLICE_S` (a death changes every partition the broker hosted), the rest
-at the next turns' :meth:`apply`; meanwhile clients retry. Unchanged ones are skipped.
+at the next turns' :meth:`apply`. Unchanged ones are skipped. An apply that changes more
+than :data:`TAKE_ON_USE` (a takeover in bulk) takes none at once: until its slice comes,
+the first request naming a partition takes it (:meth:`ReplicaManager.get_partition`), so
+each new leadership serves from the apply on instead of answering NOT_LEADER_OR_FOLLOWER
+(and costing the client a metadata refresh and a retry backoff) until its slice.
 
 Each partition directory holds Kafka's ``partition.metadata`` file (the topic id),
 so a log left from a deleted topic is never taken for a new topic of the same name.
@@ -87,6 +91,9 @@ OPEN_SLICE = 100
 #: ... and for at most this long: on a busy disk 100 took 200-500 ms, long enough for
 #: three brokers on two cores to miss one another's heartbeats during a large create
 OPEN_SLICE_S = 0.05
+#: an apply changing more partitions than this (a death's takeover) takes none at once: a request
+#: takes the one it names on arrival (:meth:`ReplicaManager._take_now`), slices take the rest
+TAKE_ON_USE = 100
 #: the next slice waits this long: a timer, so I/O and timers run in between (uvloop may run call_soon's back to back)
 NEXT_TURN_S = 0.001
 
@@ -161,7 +168,10 @@ class _Taking:
     revision: int = -1
     leaders: int = 0
     followers: int = 0
-    leaders_at: float | None = None  # when the last leadership took effect (they go first)
+    #: when every leadership took effect: all taken (they go first), or all pending, each
+    #: taken by the first request naming it (a takeover in bulk)
+    leaders_at: float | None = None
+    on_use: int = 0  # how many a request took before their slice did
 
     def count(self, transition: Transition) -> None:
         if transition is Transition.LEADER:
@@ -216,6 +226,9 @@ class ReplicaManager:
         self._opening_topics: set[str] = set()
         self._resume: tuple[ClusterMetadata, list[tuple[TopicPartition, _Wanted]], bool] | None = None
         self._taking: _Taking | None = None  # the leaderships moving until the reconcile is done
+        #: the partitions of the reconcile under way not taken yet, by key: a request for one
+        #: takes it at once (:meth:`_take_now`), so every leadership serves from the apply on
+        self._pending: dict[TopicPartition, _Wanted] = {}
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -262,6 +275,13 @@ class ReplicaManager:
             items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
         node = self.node_id  # leaderships first: a partition takes writes once its leader is in effect
         items.sort(key=lambda x: x[1][1].leader != node)
+        if len(items) > TAKE_ON_USE and _loop_running():  # in bulk (a death): on use, and in slices
+            self._pending = dict(items)
+            self._taking.leaders_at = time.monotonic()
+            self._opening_topics = {key[0] for key, _ in items}
+            self._resume = (md, items, scope is None)
+            self._open_more_soon()
+            return
         self._reconcile(md, items, scope is None)
 
     def _reconcile(self, md: ClusterMetadata, items: list[tuple[TopicPartition, _Wanted]],
@@ -296,45 +316,69 @@ class ReplicaManager:
             if found is None:
                 opened += 1
             partition = self._open(key, topic_id) if found is None else found
-            if partition is None:
-                continue
-            transition = partition.update(reg)
-            if self._taking is not None:
-                self._taking.count(transition)
-            if transition is Transition.LEADER:
-                _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
-                if self.followers is not None:
-                    self.followers.remove([key])
-                for listener in self._listeners:
-                    listener.on_leader(partition)
-                self._changed(partition)
-            elif transition is Transition.FOLLOWER:
-                _log.debug("%s: follower of broker %d at epoch %d", partition.name,
-                          partition.leader_id, partition.leader_epoch)
-                for listener in self._listeners:
-                    listener.on_resign(key[0], key[1], False)
-                self._changed(partition)
+            if partition is not None and self._take(partition, reg) is Transition.FOLLOWER:
                 became_followers.append(partition)
-            if partition.is_leader:  # touched: a new replica whose fetch came first re-reads it
-                # the metadata shrank the ISR (a new leader moved its high watermark already)
-                if transition is not Transition.LEADER and partition.maybe_increment_high_watermark():
-                    self._changed(partition)
-                self._waiters.touch(partition.topic, partition.index)
-                self._maybe_expand_isr(partition)
-                self.isr_watch.add(partition)
         self._opening_topics = {key[0] for key, _ in rest}
         self._resume = (md, rest, brokers_changed) if rest else None
+        self._pending = dict(rest)
         if rest:
             self._open_more_soon()
         else:  # every wanted log is open: the stray check reads no more
             self._stray_topic_ids.clear()
             self._took_effect()
+        self._follow(md, became_followers)
+
+    def _take(self, partition: Partition, reg: PartitionRegistration) -> Transition:
+        """``partition`` takes ``reg``: leads or follows as it says (its fetcher is the caller's)."""
+        transition = partition.update(reg)
+        if self._taking is not None:
+            self._taking.count(transition)
+        key = (partition.topic, partition.index)
+        if transition is Transition.LEADER:
+            _log.debug("%s: leader at epoch %d", partition.name, partition.leader_epoch)
+            if self.followers is not None:
+                self.followers.remove([key])
+            for listener in self._listeners:
+                listener.on_leader(partition)
+            self._changed(partition)
+        elif transition is Transition.FOLLOWER:
+            _log.debug("%s: follower of broker %d at epoch %d", partition.name,
+                       partition.leader_id, partition.leader_epoch)
+            for listener in self._listeners:
+                listener.on_resign(key[0], key[1], False)
+            self._changed(partition)
+        if partition.is_leader:  # touched: a new replica whose fetch came first re-reads it
+            # the metadata shrank the ISR (a new leader moved its high watermark already)
+            if transition is not Transition.LEADER and partition.maybe_increment_high_watermark():
+                self._changed(partition)
+            self._waiters.touch(partition.topic, partition.index)
+            self._maybe_expand_isr(partition)
+            self.isr_watch.add(partition)
+        return transition
+
+    def _follow(self, md: ClusterMetadata, became_followers: Iterable[Partition]) -> None:
         if self.followers is not None and not self._logs.offline:
             for partition in became_followers:
                 if partition.leader_id >= 0 and md.is_active(partition.leader_id):
                     self.followers.add(partition)
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
+
+    def _take_now(self, key: TopicPartition) -> None:
+        """A request names ``key``, which the reconcile under way has not reached: take it now."""
+        wanted = self._pending.pop(key, None)
+        md = self.metadata
+        if wanted is None or md is None:
+            return
+        topic_id, reg = wanted
+        found = self.partitions.get(key)
+        if found is not None and found.registration is reg:
+            return
+        if self._taking is not None:
+            self._taking.on_use += 1
+        partition = self._open(key, topic_id) if found is None else found
+        if partition is not None and self._take(partition, reg) is Transition.FOLLOWER:
+            self._follow(md, [partition])
 
     def _took_effect(self) -> None:
         """Every leadership of the applied metadata is in effect here: say so when some moved
@@ -343,9 +387,10 @@ class ReplicaManager:
         if taking is not None and (taking.leaders or taking.followers):
             now = time.monotonic()
             _log.info("metadata revision %d in effect after %.0f ms (its leaderships after %.0f ms): "
-                      "leader of %d more partition(s), follower of %d", taking.revision,
+                      "leader of %d more partition(s), follower of %d%s", taking.revision,
                       (now - taking.started) * 1000, ((taking.leaders_at or now) - taking.started) * 1000,
-                      taking.leaders, taking.followers)
+                      taking.leaders, taking.followers,
+                      f"; {taking.on_use} taken by the first request naming them" if taking.on_use else "")
 
     def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, _Wanted],
                          scope: set[str] | None, moved: Iterable[TopicPartition] = ()) -> None:
@@ -477,6 +522,8 @@ class ReplicaManager:
     # -- reads for requests ---------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition | None:
+        if self._pending:
+            self._take_now((topic, index))
         return self.partitions.get((topic, index))
 
     def go_offline(self, reason: str) -> None:
@@ -493,6 +540,8 @@ class ReplicaManager:
         """The hosted partition; ``NOT_LEADER_OR_FOLLOWER`` when the metadata has it
         elsewhere, ``UNKNOWN_TOPIC_OR_PARTITION`` when it does not exist at all,
         ``KAFKA_STORAGE_ERROR`` when its log directory failed or its log cannot be opened."""
+        if self._pending:
+            self._take_now((topic, index))
         partition = self.partitions.get((topic, index))
         if partition is not None:
             self._logs.failure.check(partition.name)
@@ -514,7 +563,7 @@ class ReplicaManager:
         return self.get_partition(topic, index).check_leader(current_leader_epoch)
 
     def leader_epoch(self, topic: str, index: int) -> int:
-        partition = self.partitions.get((topic, index))
+        partition = self.partition(topic, index)
         return partition.leader_epoch if partition is not None else -1
 
     def led(self) -> list[Partition]:
