@@ -30,7 +30,9 @@ and bucket traffic, the bytes of the metadata document each broker reads per cha
 latency, and the time from kill -9 of the broker (not the controller) that leads the most
 partitions until the controller committed its fencing (every leadership it held moved), until
 every new leadership was in effect on every live broker (the partition takes writes: the
-figure), and until every follower change was too, from the lines the brokers log at those
+figure; since stop 53 a broker taking more than 100 partitions at once has them in effect from
+its apply on, each taken by the first request naming it if its slice of the loop has not come
+yet), and until every follower change was too, from the lines the brokers log at those
 moments (``--failover-runs`` times, the victim restarted and back in every ISR in between,
 then ``--quiet-s`` of steady state: its return changed every registration, and the controller
 plans each broker's fencing only once the metadata is still; a death right after a large

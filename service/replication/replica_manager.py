@@ -522,8 +522,8 @@ class ReplicaManager:
     # -- reads for requests ---------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition | None:
-        if self._pending:
-            self._take_now((topic, index))
+        """As the reconcile left it: background work (tiering's rounds over every partition)
+        never takes one on use, which would take them all in one turn of the loop."""
         return self.partitions.get((topic, index))
 
     def go_offline(self, reason: str) -> None:
@@ -563,7 +563,7 @@ class ReplicaManager:
         return self.get_partition(topic, index).check_leader(current_leader_epoch)
 
     def leader_epoch(self, topic: str, index: int) -> int:
-        partition = self.partition(topic, index)
+        partition = self.partitions.get((topic, index))
         return partition.leader_epoch if partition is not None else -1
 
     def led(self) -> list[Partition]:
