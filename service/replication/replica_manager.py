@@ -277,7 +277,8 @@ class ReplicaManager:
         items.sort(key=lambda x: x[1][1].leader != node)
         if len(items) > TAKE_ON_USE and _loop_running():  # in bulk (a death): on use, and in slices
             self._pending = dict(items)
-            self._taking.leaders_at = time.monotonic()
+            if self._taking.leaders_at is None:  # a newer apply keeps them pending: still served
+                self._taking.leaders_at = time.monotonic()
             self._opening_topics = {key[0] for key, _ in items}
             self._resume = (md, items, scope is None)
             self._open_more_soon()
