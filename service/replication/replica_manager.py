@@ -224,11 +224,12 @@ class ReplicaManager:
         #: these topics
         self._opening_more = False
         self._opening_topics: set[str] = set()
-        self._resume: tuple[ClusterMetadata, list[tuple[TopicPartition, _Wanted]], bool] | None = None
-        self._taking: _Taking | None = None  # the leaderships moving until the reconcile is done
-        #: the partitions of the reconcile under way not taken yet, by key: a request for one
-        #: takes it at once (:meth:`_take_now`), so every leadership serves from the apply on
+        #: the partitions of the reconcile under way not taken yet, in the order to take them: the
+        #: slices go on with them, and a request for one takes it at once (:meth:`_take_now`) ...
         self._pending: dict[TopicPartition, _Wanted] = {}
+        #: ... of this metadata (and whether its brokers changed); None when none is pending
+        self._resume: tuple[ClusterMetadata, bool] | None = None
+        self._taking: _Taking | None = None  # the leaderships moving until the reconcile is done
         #: whether this broker may act as a leader right now (the cluster node sets it)
         self.may_lead: Callable[[], bool] = lambda: True
         #: ISR changes this broker asked for, as a leader (the metrics' counters)
@@ -275,54 +276,54 @@ class ReplicaManager:
             items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
         node = self.node_id  # leaderships first: a partition takes writes once its leader is in effect
         items.sort(key=lambda x: x[1][1].leader != node)
+        self._pending, self._resume = dict(items), (md, scope is None)
         if len(items) > TAKE_ON_USE and _loop_running():  # in bulk (a death): on use, and in slices
-            self._pending = dict(items)
             if self._taking.leaders_at is None:  # a newer apply keeps them pending: still served
                 self._taking.leaders_at = time.monotonic()
-            self._opening_topics = {key[0] for key, _ in items}
-            self._resume = (md, items, scope is None)
+            self._opening_topics = {key[0] for key in self._pending}
             self._open_more_soon()
             return
-        self._reconcile(md, items, scope is None)
+        self._reconcile(*self._resume)
 
-    def _reconcile(self, md: ClusterMetadata, items: list[tuple[TopicPartition, _Wanted]],
-                   brokers_changed: bool) -> None:
-        """Open, lead or follow the ``items`` of ``md`` for one slice of the loop; a later
-        turn goes on with the rest (not the whole of ``md`` again: at 10,000 partitions a
+    def _reconcile(self, md: ClusterMetadata, brokers_changed: bool) -> None:
+        """Open, lead or follow the pending partitions of ``md`` for one slice of the loop; a
+        later turn goes on with the rest (not the whole of ``md`` again: at 10,000 partitions a
         start re-read every one at each of its slices)."""
         became_followers: list[Partition] = []
+        pending = self._pending
+        items = list(pending.items())
         opened, room = 0, OPEN_SLICE if _loop_running() else len(items)
         slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
-        rest: list[tuple[TopicPartition, _Wanted]] = []
+        skipped = False  # a new partition left for a later turn (OPEN_SLICE)
         taking = self._taking
         leaders_left = taking is not None and taking.leaders_at is None
-        for n, item in enumerate(items):
-            key, (topic_id, reg) = item
+        for n, (key, wanted) in enumerate(items):
+            reg = wanted[1]
             if leaders_left and reg.leader != self.node_id:  # past the leaderships (they come first)
                 leaders_left = False
-                if not rest:
+                if not skipped:
                     taking.leaders_at = time.monotonic()  # type: ignore[union-attr]
             found = self.partitions.get(key)
-            if found is not None and found.registration is reg:  # unchanged
+            if found is not None and found.registration is reg:  # unchanged, or a request took it
+                pending.pop(key, None)
                 if brokers_changed and found.is_leader and len(found.isr) < len(found.replicas):
                     self._maybe_expand_isr(found)  # a broker is back: an idle follower's fetch names nothing
                 continue
             if (found is None and opened) or n & 63 == 63:  # an open costs ~1 ms, a change ~20 us
                 if time.monotonic() > slice_ends:  # this turn is used up: the next one goes on
-                    rest += items[n:]
                     break
             if found is None and opened >= room:
-                rest.append(item)
+                skipped = True
                 continue
             if found is None:
                 opened += 1
-            partition = self._open(key, topic_id) if found is None else found
-            if partition is not None and self._take(partition, reg) is Transition.FOLLOWER:
-                became_followers.append(partition)
-        self._opening_topics = {key[0] for key, _ in rest}
-        self._resume = (md, rest, brokers_changed) if rest else None
-        self._pending = dict(rest)
-        if rest:
+            pending.pop(key, None)
+            follower = self._take_wanted(key, wanted, found)
+            if follower is not None:
+                became_followers.append(follower)
+        self._opening_topics = {key[0] for key in pending}
+        self._resume = (md, brokers_changed) if pending else None
+        if pending:
             self._open_more_soon()
         else:  # every wanted log is open: the stray check reads no more
             self._stray_topic_ids.clear()
@@ -365,21 +366,27 @@ class ReplicaManager:
                 else:
                     self.followers.remove([(partition.topic, partition.index)])
 
+    def _take_wanted(self, key: TopicPartition, wanted: _Wanted, found: Partition | None) -> Partition | None:
+        """``key`` (``found``, or opened now) takes its registration; the partition when it
+        became a follower (the caller hands it to the fetchers)."""
+        partition = self._open(key, wanted[0]) if found is None else found
+        if partition is not None and self._take(partition, wanted[1]) is Transition.FOLLOWER:
+            return partition
+        return None
+
     def _take_now(self, key: TopicPartition) -> None:
         """A request names ``key``, which the reconcile under way has not reached: take it now."""
         wanted = self._pending.pop(key, None)
-        md = self.metadata
-        if wanted is None or md is None:
+        if wanted is None or self._resume is None:
             return
-        topic_id, reg = wanted
         found = self.partitions.get(key)
-        if found is not None and found.registration is reg:
+        if found is not None and found.registration is wanted[1]:
             return
         if self._taking is not None:
             self._taking.on_use += 1
-        partition = self._open(key, topic_id) if found is None else found
-        if partition is not None and self._take(partition, reg) is Transition.FOLLOWER:
-            self._follow(md, [partition])
+        follower = self._take_wanted(key, wanted, found)
+        if follower is not None:
+            self._follow(self._resume[0], [follower])
 
     def _took_effect(self) -> None:
         """Every leadership of the applied metadata is in effect here: say so when some moved
@@ -478,7 +485,7 @@ class ReplicaManager:
 
         def more() -> None:
             self._opening_more = False
-            resume, self._resume = self._resume, None
+            resume = self._resume
             if resume is not None and resume[0] is self.metadata:
                 self._reconcile(*resume)
             elif self.metadata is not None:

@@ -189,9 +189,9 @@ def test_a_peer_fenced_takes_only_the_partitions_whose_registration_changed(
     walked: list[int] = []
     real = manager._reconcile
 
-    def counted(md, items, brokers_changed):  # type: ignore[no-untyped-def]
-        walked.append(len(items))
-        return real(md, items, brokers_changed)
+    def counted(md, brokers_changed):  # type: ignore[no-untyped-def]
+        walked.append(len(manager._pending))  # what the reconcile walks
+        return real(md, brokers_changed)
 
     monkeypatch.setattr(manager, "_reconcile", counted)
     moved = dict(first.partitions)
