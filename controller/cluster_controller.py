@@ -54,6 +54,7 @@ from controller.errors import (
     ElectionNotNeededError,
     NotControllerError,
 )
+from controller.fence_ahead import FenceAhead
 from controller.fence_plans import FencePlans
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent, LeaseTimings, monotonic_ms
 from controller.liveness import Suspects, quorum_lost
@@ -179,6 +180,7 @@ class ClusterController(MetadataWriter):
         self._isr_places_due = False
         #: the elections each broker's fencing will need, computed between changes
         self._plans = FencePlans()
+        self._ahead = FenceAhead()  # both batches of each broker's fencing, made in quiet time
         self._plans_seen: ClusterMetadata | None = None
         self._plans_seen_at = self._plans_prepared_ms = 0.0
         #: called on this role's thread before it stands down (the broker stops leading
@@ -194,6 +196,7 @@ class ClusterController(MetadataWriter):
             clock=clock,
             placement_seed=placement_seed,
         )
+        self._committer.ahead = self._ahead
 
     # -- the role -------------------------------------------------------------------------
 
@@ -310,8 +313,9 @@ class ClusterController(MetadataWriter):
             _log.warning("fencing broker(s) %s: the listener refuses connections (process gone)",
                          gone)
             try:
+                taken = self._ahead.taken
                 self._commit(lambda md: (self._fence_all(md, gone), None))
-                self._log_fenced(gone)
+                self._log_fenced(gone, made_ahead=self._ahead.taken > taken)
             except KafkaError as err:
                 _log.warning("could not fence broker(s) %s: %s", gone, err)
             self._drop_fenced_from_isrs()
@@ -323,7 +327,9 @@ class ClusterController(MetadataWriter):
         for node_id in node_ids:
             broker = md.brokers.get(node_id)
             if broker is not None and not broker.fenced:
-                md = fence_broker(md, node_id, self._unclean, isr_places=False, plans=self._plans)
+                made = self._ahead.fence(md, node_id)
+                md = made if made is not None else fence_broker(
+                    md, node_id, self._unclean, isr_places=False, plans=self._plans)
                 self._isr_places_due = True
         return md
 
@@ -336,7 +342,11 @@ class ClusterController(MetadataWriter):
         md, now = self.metadata, self._monotonic()
         if md is not self._plans_seen:
             self._plans_seen, self._plans_seen_at = md, now
-        if self._isr_places_due or md is self._plans.prepared_at and self._plans.complete:
+        if self._isr_places_due:
+            return
+        if md is self._plans.prepared_at and self._plans.complete:
+            if self._ahead.prepared_for is not md or not self._ahead.complete:  # then the batches, a broker a tick
+                self._ahead.prepare(md, self._unclean, self._plans, skip=(self.node_id,), brokers_per_call=1)
             return
         if (now - self._plans_seen_at >= PLANS_QUIET_MS
                 or now - self._plans_prepared_ms >= PLANS_LATEST_MS):
@@ -345,16 +355,18 @@ class ClusterController(MetadataWriter):
 
     def _plans_due_ms(self) -> float:
         """Soon while a prepare is under way (it goes on in bounded steps), else never."""
-        if self.is_active and self._plans.prepared_at is not None and not self._plans.complete:
+        if self.is_active and self._plans.prepared_at is not None and (
+                not self._plans.complete or self._ahead.prepared_for is not self._plans.prepared_at
+                or not self._ahead.complete):
             return PLANS_STEP_MS
         return float("inf")
 
-    def _log_fenced(self, node_ids: Sequence[int]) -> None:
+    def _log_fenced(self, node_ids: Sequence[int], *, made_ahead: bool = False) -> None:
         md = self.metadata
         fenced = [n for n in node_ids if n in md.brokers and md.brokers[n].fenced]
         if fenced:
-            _log.info("broker(s) %s fenced at metadata revision %d; their leaderships moved",
-                      fenced, md.revision)
+            _log.info("broker(s) %s fenced at metadata revision %d; their leaderships moved%s",
+                      fenced, md.revision, " (the batch made ahead)" if made_ahead else "")
 
     def _drop_fenced_from_isrs(self) -> None:
         """The second batch of a fencing: fenced brokers out of the ISRs they are still in
@@ -362,7 +374,8 @@ class ClusterController(MetadataWriter):
         if not self._isr_places_due or not self.is_active:
             return
         try:
-            self._commit(lambda md: (drop_fenced_from_isrs(md, self._unclean, self._plans), None))
+            self._commit(lambda md: (self._ahead.drop_from_isrs(md)
+                                     or drop_fenced_from_isrs(md, self._unclean, self._plans), None))
         except KafkaError as err:
             _log.warning("could not take fenced brokers out of the ISRs: %s", err)
             return
@@ -545,6 +558,7 @@ class ClusterController(MetadataWriter):
             self._active = False
             self._sessions.reset(())
             self._plans = FencePlans()
+        self._ahead = FenceAhead()  # both batches of each broker's fencing, made in quiet time
 
     def _fence_expired_brokers(self) -> None:
         with self._lock:
@@ -561,8 +575,9 @@ class ClusterController(MetadataWriter):
             return self._fence_all(md, silent), None
 
         _log.warning("fencing broker(s) %s: no heartbeat within the session timeout", expired)
+        taken = self._ahead.taken
         self._commit(change)
-        self._log_fenced(expired)
+        self._log_fenced(expired, made_ahead=self._ahead.taken > taken)
         self._drop_fenced_from_isrs()
 
     # -- hooks of MetadataWriter --------------------------------------------------------------

@@ -40,9 +40,10 @@ from common.config.broker import BrokerConfig
 from controller.document import ClusterMetadata
 from controller.document_codec import encode
 from controller.errors import ControllerFencedError
+from controller.fence_ahead import FenceAhead
 from controller.metadata_log import MetadataLog
-from controller.metadata_log_format import Batch, Head
-from controller.metadata_records import records_between, replay
+from controller.metadata_log_format import Batch, Head, decode_batch_text
+from controller.metadata_records import ImageBuilder, records_between, replay
 from controller.metadata_store import MetadataConflict, MetadataStore, ObjectStoreMetadataStore
 from controller.registrations import NO_LEADER
 from remote_tier.store import ObjectStore
@@ -133,6 +134,9 @@ class MetadataCommitter:
         self._monotonic = monotonic
         # the newest revision known to be the log's last, and when that was known
         self._tip = (-1, float("-inf"))
+        #: fencings made ahead (:mod:`controller.fence_ahead`): the controller's to write, a
+        #: broker's to recognise in what it reads
+        self.ahead: FenceAhead | None = None
         self._since_snapshot = 0  # bytes of log written since the last snapshot
         self._last_snapshot = monotonic()
         self._snapshotting = threading.Lock()
@@ -161,13 +165,24 @@ class MetadataCommitter:
 
     def follow(self, base: Snapshot) -> Snapshot:
         """``base`` (format 3) with every batch written after it applied; ``base`` itself
-        when the next slot is empty (one GET)."""
-        batches = self._log.read_after(base.revision)
-        started = self._monotonic()
-        if not batches:
-            self._tip = (base.revision, started)
-            return base
-        image = replay(base.metadata, *batches)
+        when the next slot is empty (one GET). A batch that is a fencing made ahead
+        (:attr:`ahead`) from the image it follows is not decoded: the image made ahead is
+        the one its replay would give."""
+        ahead = self.ahead
+        if ahead is None or not ahead.ready:
+            batches = self._log.read_after(base.revision)
+            started = self._monotonic()
+            if not batches:
+                self._tip = (base.revision, started)
+                return base
+            image = replay(base.metadata, *batches)
+        else:
+            texts = self._log.read_texts_after(base.revision)
+            started = self._monotonic()
+            if not texts:
+                self._tip = (base.revision, started)
+                return base
+            image = _replay_texts(base.metadata, texts, ahead)
         self._tip = (image.revision, started)
         return Snapshot(image, _log_version(image.revision))
 
@@ -222,7 +237,9 @@ class MetadataCommitter:
         """
         check_controller_epoch(base.metadata, controller_epoch, controller_id)
         writer = controller_id if controller_epoch > 0 else NO_LEADER
-        records = records_between(base.metadata, updated)
+        made = self.ahead.step_to(base.metadata, updated) if self.ahead is not None else None
+        records = list(made.records) if made is not None else records_between(base.metadata, updated)
+        made_lines = made.lines if made is not None and base.format_version >= 3 and records else None
         md = base.metadata
         if not records and (md.controller_epoch, md.controller_id) == (controller_epoch, writer):
             return base
@@ -232,7 +249,7 @@ class MetadataCommitter:
                             "feature_level": 3})
         self._check_position(base, controller_epoch, controller_id)
         batch = Batch(base.revision + 1, writer, controller_epoch, str(uuid.uuid4()),
-                      self._clock(), records or [{"type": "NoOpRecord"}])
+                      self._clock(), records or [{"type": "NoOpRecord"}], lines=made_lines)
         started = self._monotonic()
         size = self._log.append(batch)
         if size is None:
@@ -242,11 +259,11 @@ class MetadataCommitter:
         if self._monotonic() - started >= self._policy.retention_ms / 2000:
             self._check_still_in_log(batch.revision, controller_id)
         if VERIFY_REPLAY:  # the tests: the batch's replay must give the image computed
-            image = replay(base.metadata, batch)
-            _verify(image, updated)
-        else:  # what the replay gives (the tests check it at every commit), without its cost
-            image = replace(updated, revision=batch.revision, controller_epoch=batch.controller_epoch,
-                            controller_id=batch.controller_id)
+            _verify(replay(base.metadata, batch), updated)
+        # what the replay gives (the tests check it at every commit), without its cost; it
+        # shares the computed image's objects, which a fencing made ahead recognises
+        image = replace(updated, revision=batch.revision, controller_epoch=batch.controller_epoch,
+                        controller_id=batch.controller_id)
         self._tip = (image.revision, started)
         self._since_snapshot += size
         committed = Snapshot(image, _log_version(image.revision))
@@ -355,3 +372,21 @@ def current_document(store: ObjectStore, key: str = "cluster/metadata.json") -> 
     (None when there is no cluster): for tools and tests that look at the metadata."""
     current = MetadataCommitter(ObjectStoreMetadataStore(store, key)).read()
     return None if current is None else dict(json.loads(encode(current.metadata)))
+
+
+def _replay_texts(image: ClusterMetadata, texts: list[bytes], ahead: FenceAhead) -> ClusterMetadata:
+    """``image`` with the batches of ``texts`` (from slot ``image.revision + 1`` on) applied:
+    a fencing made ahead from the image it follows is taken as made, the rest replayed."""
+    builder: ImageBuilder | None = None
+    for revision, text in enumerate(texts, image.revision + 1):
+        if ahead.may_match(text):
+            if builder is not None:
+                image, builder = builder.build(), None
+            made = ahead.image_after(image, text)
+            if made is not None and made.revision == revision:
+                image = made
+                continue
+        if builder is None:
+            builder = ImageBuilder(image)
+        builder.apply(decode_batch_text(text, revision))
+    return image if builder is None else builder.build()

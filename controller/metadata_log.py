@@ -32,6 +32,7 @@ from controller.metadata_log_format import (
     encode_snapshot,
     log_key,
     snapshot_key,
+    stored_batch_text,
 )
 from controller.metadata_store import MetadataConflict, ObjectStoreMetadataStore
 from remote_tier.slot_chain import read_forward
@@ -139,6 +140,15 @@ class MetadataLog:
         """Every batch after ``revision`` up to the first missing slot: one GET when there
         is nothing new (the idle probe), then windows of :data:`WINDOW` parallel GETs."""
         return read_forward(self.read_slot, revision + 1, _POOL, WINDOW)
+
+    def read_slot_text(self, revision: int) -> bytes | None:
+        """The JSON Lines of the batch in slot ``revision``, not decoded (None: no batch)."""
+        data = self._store.get_object(log_key(self._prefix, revision))
+        return None if data is None else stored_batch_text(data, revision)
+
+    def read_texts_after(self, revision: int) -> list[bytes]:
+        """:meth:`read_after`, each batch's text not decoded."""
+        return read_forward(self.read_slot_text, revision + 1, _POOL, WINDOW)
 
     def delete_slots(self, first: int, last: int) -> None:
         """Delete slots ``first .. last`` (the log below a snapshot, after the head moved)."""

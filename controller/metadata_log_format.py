@@ -18,7 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -31,14 +31,17 @@ __all__ = [
     "batch_object",
     "batch_text",
     "decode_batch",
+    "decode_batch_text",
     "decode_head",
     "decode_snapshot",
     "encode_batch",
     "encode_head",
     "encode_snapshot",
     "log_key",
+    "record_lines",
     "log_prefix",
     "snapshot_key",
+    "stored_batch_text",
 ]
 
 HEAD_FORMAT = 3
@@ -94,6 +97,9 @@ class Batch:
     batch_id: str
     written_ms: int
     records: list[dict[str, Any]]
+    #: the records' lines as :func:`record_lines` makes them, when made already (a fencing made
+    #: ahead, :mod:`controller.fence_ahead`); None: made from ``records`` when written
+    lines: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def encode_head(head: Head, prefix: str) -> bytes:
@@ -164,11 +170,18 @@ def batch_text(batch: Batch) -> bytes:
             "records": len(batch.records),
         }
     }
-    lines = [orjson.dumps(header)]
+    lines = record_lines(batch.records) if batch.lines is None else batch.lines
+    return orjson.dumps(header) + b"\n" + lines
+
+
+def record_lines(records: list[dict[str, Any]]) -> bytes:
+    """The lines of ``records`` in a batch's text: one per record, each ended by a newline."""
+    if not records:
+        return b""
     try:  # every record at C speed, the common case
-        lines.extend(map(orjson.dumps, batch.records))
+        lines = list(map(orjson.dumps, records))
     except TypeError:  # one orjson refuses (orjson.JSONEncodeError): record by record
-        lines[1:] = [_record_line(r) for r in batch.records]
+        lines = [_record_line(r) for r in records]
     lines.append(b"")
     return b"\n".join(lines)
 
@@ -184,7 +197,16 @@ def _record_line(record: dict[str, Any]) -> bytes:
 
 def decode_batch(data: bytes, revision: int) -> Batch:
     """The batch stored in slot ``revision``; :class:`MetadataLogError` if it is not one."""
-    text = _inflate(data, f"metadata log slot {revision}").encode()
+    return decode_batch_text(stored_batch_text(data, revision), revision)
+
+
+def stored_batch_text(data: bytes, revision: int) -> bytes:
+    """The JSON Lines of the batch stored in slot ``revision`` (inflated, checked UTF-8)."""
+    return _inflate(data, f"metadata log slot {revision}").encode()
+
+
+def decode_batch_text(text: bytes, revision: int) -> Batch:
+    """The batch of ``text`` (:func:`stored_batch_text`) from slot ``revision``."""
     first, _, rest = text.partition(b"\n")
     try:
         header = orjson.loads(first)["batch"]

@@ -49,6 +49,11 @@ FAST_INTERVAL_S = 0.01
 #: ... for this long (the controller fences a broker whose connection dropped at once, or
 #: after its session when the drop was a network fault; a new controller takes over)
 FAST_FOR_S = 3.0
+#: the other brokers' fencings are made ahead once the newest image has been still this long
+#: (the controller's fencing plans wait as long) ...
+AHEAD_QUIET_S = 2.0
+#: ... looked at this often
+AHEAD_CHECK_S = 0.1
 
 #: an apply slower than this is logged
 SLOW_APPLY_S = 0.25
@@ -66,8 +71,15 @@ class MetadataPoller:
         apply: Callable[[Snapshot], None],
         loop: asyncio.AbstractEventLoop,
         name: str = "strata-metadata",
+        *,
+        ahead_node_id: int | None = None,
+        may_prepare_ahead: Callable[[], bool] = lambda: True,
     ) -> None:
         self._view = view
+        #: this broker's id, to make the other brokers' fencings ahead (None: none made)
+        self._ahead_node_id = ahead_node_id
+        self._may_prepare_ahead = may_prepare_ahead
+        self._ahead_thread: threading.Thread | None = None
         self._interval_s = interval_ms / 1000
         self._apply = apply
         self._loop = loop
@@ -105,6 +117,25 @@ class MetadataPoller:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
             self._thread.start()
+        if self._ahead_node_id is not None and self._ahead_thread is None:
+            self._ahead_thread = threading.Thread(target=self._prepare_ahead, name=f"{self._name}-ahead",
+                                                  daemon=True)
+            self._ahead_thread.start()
+
+    def _prepare_ahead(self) -> None:
+        """The other brokers' fencings made ahead from the newest image once it has been
+        still for :data:`AHEAD_QUIET_S` (``controller.fence_ahead``), a broker at a time, never
+        while the poll runs fast (a peer was just lost) or the local controller is the
+        active one (it hands this view its own images: nothing here is replayed)."""
+        assert self._ahead_node_id is not None
+        while not self._stop.wait(AHEAD_CHECK_S):
+            try:
+                while (not self._stop.is_set() and time.monotonic() >= self._fast_until
+                       and self._may_prepare_ahead()
+                       and self._view.prepare_ahead(self._ahead_node_id, AHEAD_QUIET_S)):
+                    pass
+            except Exception:  # noqa: BLE001 - a cache: the batches are replayed as always
+                _log.exception("making the fencings ahead failed")
 
     def poll_now(self) -> None:
         """Refresh at once instead of at the next interval."""
@@ -160,6 +191,9 @@ class MetadataPoller:
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
+        if self._ahead_thread is not None:
+            self._ahead_thread.join(timeout=10)
+            self._ahead_thread = None
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -193,6 +193,8 @@ class ClusterNode:
             self._apply,
             asyncio.get_running_loop(),
             name=f"strata-metadata-{self.node_id}",
+            ahead_node_id=self.node_id,
+            may_prepare_ahead=lambda: not controller.is_active,
         )
         controller.start()
         self.poller.start()

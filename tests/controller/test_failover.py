@@ -294,6 +294,19 @@ def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(make_store: Make
         a.close()
 
 
+def _kill(a: ClusterController, node: int) -> tuple:  # type: ignore[type-arg]
+    """``node`` dies (its listener refuses connections); the image both batches of its fencing
+    should give, computed without plans, and the image the controller ``a`` has after them."""
+    from controller.replication_control import drop_fenced_from_isrs, fence_broker
+
+    expected = drop_fenced_from_isrs(fence_broker(a.metadata, node, lambda _t: False, isr_places=False),
+                                     lambda _t: False)
+    a.probe_gone = lambda n: n == node
+    a.peer_unreachable(node)
+    a.tick()
+    return expected, a.metadata
+
+
 def test_a_death_in_a_quiet_cluster_is_fenced_with_the_elections_planned_ahead(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
@@ -302,7 +315,6 @@ def test_a_death_in_a_quiet_cluster_is_fenced_with_the_elections_planned_ahead(
     (issue 33: the elections of a death, at 10,000 partitions, were computed in its path)."""
     from controller.cluster_controller import PLANS_QUIET_MS
     from controller.fence_plans import PlanKind
-    from controller.replication_control import drop_fenced_from_isrs, fence_broker
 
     a, _, _ = _three_joined(make_store, clock)
     a.create_topic("orders", 12, replication_factor=3)
@@ -316,12 +328,70 @@ def test_a_death_in_a_quiet_cluster_is_fenced_with_the_elections_planned_ahead(
     before = a.metadata
     led = sum(1 for _, _, p in before.iter_partitions() if p.leader == 2)
     assert led and len(a._plans.planned(PlanKind.LEAD, 2, before)) == led
-    expected = drop_fenced_from_isrs(fence_broker(before, 2, lambda _t: False, isr_places=False),
-                                     lambda _t: False)
-    a.probe_gone = lambda node: node == 2
-    a.peer_unreachable(2)
-    a.tick()
-    after = a.metadata
+    expected, after = _kill(a, 2)
     assert after.brokers[2].fenced
     assert after.partitions == expected.partitions  # both batches, as computed without plans
     assert all(p.leader != 2 and 2 not in p.isr for _, _, p in after.iter_partitions())
+
+
+def test_a_death_in_a_quiet_cluster_writes_the_batches_made_ahead_and_brokers_take_them_as_made(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    """Once the metadata has been still, the controller makes both batches of each other
+    broker's fencing ahead, and a broker's view makes them too; a death then commits the
+    batches made (their lines written as made) and the view takes the images it made
+    instead of decoding and replaying 2 batches. Both end where a replay ends (issue 33)."""
+    from controller.cluster_controller import PLANS_QUIET_MS
+    from controller.metadata_view import MetadataView
+
+    store = make_store()
+    controllers = [make_cluster_controller(store, clock, n) for n in (1, 2, 3)]
+    a = tick_until_active(clock, controllers)
+    assert a is controllers[0]
+    for n in (1, 2, 3):
+        join(a, n)
+    a.create_topic("orders", 12, replication_factor=3)
+    a.create_topic("events", 9, replication_factor=3)
+    view = MetadataView(store)
+    view.refresh()
+    assert not view.prepare_ahead(3, quiet_s=60)  # just installed: not yet
+    while view.prepare_ahead(3, quiet_s=0):
+        pass
+    assert view.ahead.ready and view.ahead.prepared_for is view.snapshot().metadata
+    for _ in range(PLANS_QUIET_MS // TIMINGS.poll_ms + 6):
+        clock.advance(TIMINGS.poll_ms)
+        heartbeat_all(a, 1, 2, 3)
+        a.tick()
+    before = a.metadata
+    assert a._ahead.complete and a._ahead.prepared_for is before
+    expected, after = _kill(a, 2)
+    assert after.revision == before.revision + 2 and after.partitions == expected.partitions
+    assert a._ahead.taken == 4  # each batch's image, then its lines
+    assert view.refresh()
+    assert view.ahead.taken == 2 and view.snapshot().metadata == after
+
+
+def test_a_broker_replays_a_batch_that_is_not_the_one_it_made_ahead(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    """A view whose fencings were made from an image the controller no longer holds (a topic
+    created since) replays the batches it reads: nothing it made is taken."""
+    from controller.metadata_view import MetadataView
+
+    store = make_store()
+    controllers = [make_cluster_controller(store, clock, n) for n in (1, 2, 3)]
+    a = tick_until_active(clock, controllers)
+    for n in (1, 2, 3):
+        join(a, n)
+    a.create_topic("orders", 12, replication_factor=3)
+    view = MetadataView(store)
+    view.refresh()
+    while view.prepare_ahead(3, quiet_s=0):
+        pass
+    a.create_topic("late", 4, replication_factor=3)  # the view has not read it
+    a.probe_gone = lambda node: node == 2
+    a.peer_unreachable(2)
+    a.tick()
+    assert view.refresh()
+    assert view.ahead.taken == 0 and view.snapshot().metadata == a.metadata
+    assert all(p.leader != 2 and 2 not in p.isr for _, _, p in view.snapshot().metadata.iter_partitions())

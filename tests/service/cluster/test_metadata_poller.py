@@ -126,3 +126,39 @@ def test_what_a_read_returns_is_as_new_as_its_start_not_its_end() -> None:
         return poller.age_s()
 
     assert asyncio.run(run()) >= 0.4
+
+
+def test_fencings_are_made_ahead_on_their_own_thread_never_while_the_poll_runs_fast(monkeypatch: Any) -> None:
+    """The ahead thread asks the view to make the other brokers' fencings (its own node id
+    left out) until it says there is nothing more, but not while a peer was just lost (the
+    poll runs fast) or while the local controller is the active one."""
+    monkeypatch.setattr(metadata_poller, "AHEAD_CHECK_S", 0.01)
+    calls: list[tuple[int, float]] = []
+    more = [3]
+
+    class _AheadView(_View):
+        def prepare_ahead(self, node_id: int, quiet_s: float) -> bool:
+            calls.append((node_id, quiet_s))
+            more[0] -= 1
+            return more[0] > 0
+
+    async def run() -> None:
+        view = _AheadView()
+        view.release.set()
+        active = [True]
+        poller = MetadataPoller(view, 60_000, lambda s: None, asyncio.get_running_loop(),  # type: ignore[arg-type]
+                                ahead_node_id=7, may_prepare_ahead=lambda: not active[0])
+        poller.start()
+        try:
+            await asyncio.sleep(0.1)
+            assert calls == []  # the active controller's broker: its view is handed images
+            poller.poll_fast(for_s=0.3)
+            active[0] = False
+            await asyncio.sleep(0.15)
+            assert calls == []  # a peer was just lost
+            await asyncio.sleep(0.4)
+            assert calls[:3] == [(7, metadata_poller.AHEAD_QUIET_S)] * 3
+        finally:
+            poller.close()
+
+    asyncio.run(run())
