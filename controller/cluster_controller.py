@@ -347,6 +347,8 @@ class ClusterController(MetadataWriter):
         if md is self._plans.prepared_at and self._plans.complete:
             if self._ahead.prepared_for is not md or not self._ahead.complete:  # then the batches, a broker a tick
                 self._ahead.prepare(md, self._unclean, self._plans, skip=(self.node_id,), brokers_per_call=1)
+                if self.metadata is not md:  # changed meanwhile (perhaps the unclean policy): not these
+                    self._ahead.clear()
             return
         if (now - self._plans_seen_at >= PLANS_QUIET_MS
                 or now - self._plans_prepared_ms >= PLANS_LATEST_MS):
@@ -355,9 +357,10 @@ class ClusterController(MetadataWriter):
 
     def _plans_due_ms(self) -> float:
         """Soon while a prepare is under way (it goes on in bounded steps), else never."""
-        if self.is_active and self._plans.prepared_at is not None and (
-                not self._plans.complete or self._ahead.prepared_for is not self._plans.prepared_at
-                or not self._ahead.complete):
+        plans = self._plans
+        if self.is_active and plans.prepared_at is not None and (
+                not plans.complete or self.metadata is plans.prepared_at and (
+                    self._ahead.prepared_for is not plans.prepared_at or not self._ahead.complete)):
             return PLANS_STEP_MS
         return float("inf")
 
@@ -558,7 +561,7 @@ class ClusterController(MetadataWriter):
             self._active = False
             self._sessions.reset(())
             self._plans = FencePlans()
-        self._ahead = FenceAhead()  # both batches of each broker's fencing, made in quiet time
+            self._ahead = self._committer.ahead = FenceAhead()
 
     def _fence_expired_brokers(self) -> None:
         with self._lock:

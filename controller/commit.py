@@ -42,7 +42,7 @@ from controller.document_codec import encode
 from controller.errors import ControllerFencedError
 from controller.fence_ahead import FenceAhead
 from controller.metadata_log import MetadataLog
-from controller.metadata_log_format import Batch, Head, decode_batch_text
+from controller.metadata_log_format import Batch, Head, batch_text, decode_batch_text
 from controller.metadata_records import ImageBuilder, records_between, replay
 from controller.metadata_store import MetadataConflict, MetadataStore, ObjectStoreMetadataStore
 from controller.registrations import NO_LEADER
@@ -258,8 +258,8 @@ class MetadataCommitter:
             raise StaleSnapshot(current)
         if self._monotonic() - started >= self._policy.retention_ms / 2000:
             self._check_still_in_log(batch.revision, controller_id)
-        if VERIFY_REPLAY:  # the tests: the batch's replay must give the image computed
-            _verify(replay(base.metadata, batch), updated)
+        if VERIFY_REPLAY:  # the tests: the replay of the bytes written must give the image computed
+            _verify(replay(base.metadata, decode_batch_text(batch_text(batch), batch.revision)), updated)
         # what the replay gives (the tests check it at every commit), without its cost; it
         # shares the computed image's objects, which a fencing made ahead recognises
         image = replace(updated, revision=batch.revision, controller_epoch=batch.controller_epoch,
@@ -382,8 +382,10 @@ def _replay_texts(image: ClusterMetadata, texts: list[bytes], ahead: FenceAhead)
         if ahead.may_match(text):
             if builder is not None:
                 image, builder = builder.build(), None
-            made = ahead.image_after(image, text)
-            if made is not None and made.revision == revision:
+            made = ahead.image_after(image, text, revision)
+            if made is not None:
+                if VERIFY_REPLAY:  # the tests: the image made must be the replay's
+                    _verify(replay(image, decode_batch_text(text, revision)), made)
                 image = made
                 continue
         if builder is None:

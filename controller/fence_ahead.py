@@ -23,13 +23,15 @@ was prepared for: the image before and after, the records, and the records' line
   (``STRATA_VERIFY_METADATA_REPLAY``). Lines that differ (a controller with other plans, another
   unclean-election policy, a batch of something else) are replayed as always.
 
-Either side at worst does not use a step: they are caches that are never wrong. Memory: two
-batches' records and lines per broker (about 1.5 MB per broker at 10,000 partitions), and the
-images, which share every unchanged topic with the one they were made from.
+Either side at worst does not use a step: they are caches that are never wrong. Memory, at
+10,000 partitions on three brokers, per other broker: the two batches' lines (about 1.7 MB),
+on the controller their records too (about 4.5 MB), and the images, which share every
+unchanged topic with the one they were made from.
 
-Not thread-safe: one thread prepares and uses an instance (the controller's tick thread, or
-a broker's metadata poll thread); :meth:`image_after` and :meth:`prepare` may run on
-different threads only when the steps are replaced whole (they are: one assignment).
+Thread-safety: one thread prepares (the controller's tick thread, a broker's ahead thread);
+the steps are published whole, in one assignment, so the threads that use them (the
+controller's commits, from request threads too; a broker's refresh) see all of them or none.
+:attr:`FenceAhead.taken` is a counter for the logs and tests, not locked.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class Step:
     first: bool  # its first batch (new leaders, fenced); else the second (out of the ISRs)
     base: ClusterMetadata
     image: ClusterMetadata
-    records: list[dict[str, Any]]
+    records: list[dict[str, Any]]  # empty where not kept (a broker needs only their count)
+    count: int
     lines: bytes
 
 
@@ -103,11 +106,12 @@ class FenceAhead:
         return self.prepared_for is not None and not self._pending
 
     def prepare(self, md: ClusterMetadata, unclean: UncleanPolicy, plans: FencePlans | None = None, *,
-                skip: Iterable[int] = (), brokers_per_call: int | None = None) -> int:
+                skip: Iterable[int] = (), brokers_per_call: int | None = None, keep_records: bool = True) -> int:
         """Make the steps of ``md``, at most ``brokers_per_call`` brokers' in one call (the
         rest at the next calls with the same ``md``); returns the brokers done in this call.
-        ``skip``: brokers whose fencing this node never replays (itself). The steps of an
-        older image are dropped at the first call for a new one."""
+        ``skip``: brokers whose fencing this node never replays (itself). ``keep_records``:
+        the controller writes them; a broker only compares lines. The steps of an older image
+        are dropped at the first call for a new one."""
         if md is not self.prepared_for:
             self.prepared_for, self._made = md, []
             skipped = set(skip)
@@ -118,9 +122,9 @@ class FenceAhead:
             node_id = self._pending.pop(0)
             fenced = fence_broker(md, node_id, unclean, isr_places=False, plans=plans)
             dropped = drop_fenced_from_isrs(fenced, unclean, plans)
-            self._made.append(_step(node_id, True, md, fenced))
+            self._made.append(_step(node_id, True, md, fenced, keep_records))
             if dropped is not fenced:
-                self._made.append(_step(node_id, False, fenced, dropped))
+                self._made.append(_step(node_id, False, fenced, dropped, keep_records))
             done += 1
         if not self._pending:
             self._steps = tuple(self._made)
@@ -159,24 +163,28 @@ class FenceAhead:
         size = len(text) - text.find(b"\n") - 1
         return any(len(step.lines) == size for step in self._steps)
 
-    def image_after(self, base: ClusterMetadata, text: bytes) -> ClusterMetadata | None:
-        """The image after the batch ``text`` (its JSON Lines, header first) replayed onto
-        ``base``, when its record lines are a step's from ``base``; None otherwise."""
+    def image_after(self, base: ClusterMetadata, text: bytes, revision: int) -> ClusterMetadata | None:
+        """The image after the batch ``text`` (its JSON Lines, header first) of slot
+        ``revision`` replayed onto ``base``, when its record lines are a step's from ``base``;
+        None otherwise (and for a header that is not that slot's: the decode then says why)."""
         steps = self._steps
         if not steps:
             return None
         header, _, lines = text.partition(b"\n")
         for step in steps:
             if len(step.lines) == len(lines) and same_state(step.base, base) and step.lines == lines:
-                batch = orjson.loads(header)["batch"]
-                if batch["records"] != len(step.records):
+                try:
+                    batch = orjson.loads(header)["batch"]
+                    fields = (batch["revision"], batch["controller_id"], batch["controller_epoch"], batch["records"])
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    return None
+                if fields[0] != revision or fields[3] != step.count or not all(type(f) is int for f in fields):
                     return None
                 self._take(step)
                 _log.info("metadata revision %d is the %s batch of broker %d's fencing made ahead: "
-                          "taken as made, not replayed", batch["revision"], "first" if step.first else "second",
+                          "taken as made, not replayed", revision, "first" if step.first else "second",
                           step.node_id)
-                return replace(step.image, revision=batch["revision"], controller_id=batch["controller_id"],
-                               controller_epoch=batch["controller_epoch"])
+                return replace(step.image, revision=revision, controller_id=fields[1], controller_epoch=fields[2])
         return None
 
     def _take(self, step: Step) -> Step:
@@ -190,6 +198,6 @@ class FenceAhead:
         return None
 
 
-def _step(node_id: int, first: bool, base: ClusterMetadata, image: ClusterMetadata) -> Step:
+def _step(node_id: int, first: bool, base: ClusterMetadata, image: ClusterMetadata, keep_records: bool) -> Step:
     records = records_between(base, image)
-    return Step(node_id, first, base, image, records, record_lines(records))
+    return Step(node_id, first, base, image, records if keep_records else [], len(records), record_lines(records))

@@ -51,8 +51,17 @@ def records_between(base: ClusterMetadata, updated: ClusterMetadata) -> list[Rec
     for topic in base.topics.values():
         if updated.topic_by_id(topic.topic_id) is None:
             records.append({"type": "RemoveTopicRecord", "topic_id": str(topic.topic_id)})
+    changed = []
     for topic in updated.topics.values():
-        records.extend(_topic_records(base, updated, topic))
+        out = _topic_records(base, updated, topic)
+        if out:
+            changed.append((str(topic.topic_id), out))
+    # one order whatever the order of the images' topics (a node started from a snapshot has
+    # them by name, one that created or replayed them in creation order): two nodes that
+    # compute the same change write the same bytes (controller.fence_ahead)
+    changed.sort(key=lambda c: c[0])
+    for _, out in changed:
+        records.extend(out)
     records.extend(_broker_records(base, updated))
     if updated.next_producer_id != base.next_producer_id:
         records.append({"type": "ProducerIdsRecord", "next_producer_id": updated.next_producer_id})

@@ -146,8 +146,8 @@ class MetadataView:
             if previous is not None and snapshot.revision <= previous.revision:
                 return False
             with self._changed:
+                self._installed_at = self._monotonic()  # first: the ahead thread reads them in the other order
                 self._snapshot = snapshot
-                self._installed_at = self._monotonic()
                 self._changed.notify_all()
             for hear in list(self._snapshot_listeners):
                 try:
@@ -179,8 +179,16 @@ class MetadataView:
         if self._plans.prepared_at is not md or not self._plans.complete:  # the elections first
             self._plans.prepare(md)
             return True
-        self.ahead.prepare(md, _never_unclean, self._plans, skip=(node_id,), brokers_per_call=1)
+        self.ahead.prepare(md, _guess_unclean, self._plans, skip=(node_id,), brokers_per_call=1, keep_records=False)
         return not self.ahead.complete
+
+    def drop_ahead(self) -> None:
+        """Forget the fencings made ahead and their plans (this node's controller became the
+        active one: it hands this view its own images, nothing here is replayed). Call it on
+        the thread that prepares them."""
+        if self.ahead.prepared_for is not None:
+            self.ahead.clear()
+            self._plans = FencePlans()
 
     def wait_for_revision(self, revision: int, timeout_s: float) -> Snapshot | None:
         """Block until a snapshot of at least ``revision`` is installed (by another
@@ -217,8 +225,10 @@ class MetadataView:
         return ControllerInfo(md.controller_id, md.controller_epoch, endpoint)
 
 
-def _never_unclean(_topic: TopicInfo) -> bool:
-    """A broker's guess at the unclean-election policy of a fencing it makes ahead. Only an
-    election that finds no ISR member to lead asks it; where the controller's answer differs,
-    the batch it writes differs from the one made ahead, and is replayed as always."""
-    return False
+def _guess_unclean(topic: TopicInfo) -> bool:
+    """A broker's guess at the controller's unclean-election policy for a fencing it makes
+    ahead: a diskless topic's (always) and a topic's own override; the cluster's default is
+    taken as false. Only an election that finds no ISR member to lead asks it; where the
+    controller answers otherwise, the batch it writes differs from the one made ahead, and is
+    replayed as always."""
+    return topic.diskless or topic.configs.get("unclean.leader.election.enable") == "true"

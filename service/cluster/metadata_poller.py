@@ -52,8 +52,9 @@ FAST_FOR_S = 3.0
 #: the other brokers' fencings are made ahead once the newest image has been still this long
 #: (the controller's fencing plans wait as long) ...
 AHEAD_QUIET_S = 2.0
-#: ... looked at this often
+#: ... looked at this often, and made a step at a time this far apart
 AHEAD_CHECK_S = 0.1
+AHEAD_STEP_S = 0.02
 
 #: an apply slower than this is logged
 SLOW_APPLY_S = 0.25
@@ -130,9 +131,14 @@ class MetadataPoller:
         assert self._ahead_node_id is not None
         while not self._stop.wait(AHEAD_CHECK_S):
             try:
-                while (not self._stop.is_set() and time.monotonic() >= self._fast_until
-                       and self._may_prepare_ahead()
-                       and self._view.prepare_ahead(self._ahead_node_id, AHEAD_QUIET_S)):
+                if not self._may_prepare_ahead():
+                    self._view.drop_ahead()
+                    continue
+                # a step at a time (a chunk of elections, or one broker's batches), with a pause
+                # between: the loop thread keeps its share of the interpreter
+                while (time.monotonic() >= self._fast_until and self._may_prepare_ahead()
+                       and self._view.prepare_ahead(self._ahead_node_id, AHEAD_QUIET_S)
+                       and not self._stop.wait(AHEAD_STEP_S)):
                     pass
             except Exception:  # noqa: BLE001 - a cache: the batches are replayed as always
                 _log.exception("making the fencings ahead failed")

@@ -350,6 +350,9 @@ def test_a_death_in_a_quiet_cluster_writes_the_batches_made_ahead_and_brokers_ta
     assert a is controllers[0]
     for n in (1, 2, 3):
         join(a, n)
+    a._deactivate("stood down for a moment")  # what it makes from now on is what it writes
+    a.tick()
+    assert a.is_active
     a.create_topic("orders", 12, replication_factor=3)
     a.create_topic("events", 9, replication_factor=3)
     view = MetadataView(store)
