@@ -168,21 +168,12 @@ class MetadataCommitter:
         when the next slot is empty (one GET). A batch that is a fencing made ahead
         (:attr:`ahead`) from the image it follows is not decoded: the image made ahead is
         the one its replay would give."""
-        ahead = self.ahead
-        if ahead is None or not ahead.ready:
-            batches = self._log.read_after(base.revision)
-            started = self._monotonic()
-            if not batches:
-                self._tip = (base.revision, started)
-                return base
-            image = replay(base.metadata, *batches)
-        else:
-            texts = self._log.read_texts_after(base.revision)
-            started = self._monotonic()
-            if not texts:
-                self._tip = (base.revision, started)
-                return base
-            image = _replay_texts(base.metadata, texts, ahead)
+        texts = self._log.read_texts_after(base.revision)
+        started = self._monotonic()
+        if not texts:
+            self._tip = (base.revision, started)
+            return base
+        image = _replay_texts(base.metadata, texts, self.ahead)
         self._tip = (image.revision, started)
         return Snapshot(image, _log_version(image.revision))
 
@@ -374,12 +365,12 @@ def current_document(store: ObjectStore, key: str = "cluster/metadata.json") -> 
     return None if current is None else dict(json.loads(encode(current.metadata)))
 
 
-def _replay_texts(image: ClusterMetadata, texts: list[bytes], ahead: FenceAhead) -> ClusterMetadata:
+def _replay_texts(image: ClusterMetadata, texts: list[bytes], ahead: FenceAhead | None) -> ClusterMetadata:
     """``image`` with the batches of ``texts`` (from slot ``image.revision + 1`` on) applied:
     a fencing made ahead from the image it follows is taken as made, the rest replayed."""
     builder: ImageBuilder | None = None
     for revision, text in enumerate(texts, image.revision + 1):
-        if ahead.may_match(text):
+        if ahead is not None and ahead.may_match(text):
             if builder is not None:
                 image, builder = builder.build(), None
             made = ahead.image_after(image, text, revision)

@@ -15,7 +15,7 @@ was prepared for: the image before and after, the records, and the records' line
 * **The controller** takes a step when the image it fences from holds the step's base state
   (:func:`same_state`: its topics, registrations and brokers the very objects, as the image
   a commit installs shares them with the one it computed), and writes the step's lines instead of
-  computing and encoding them (:meth:`FenceAhead.step_from`, :meth:`FenceAhead.step_to`).
+  computing and encoding them (:meth:`FenceAhead.fence`, :meth:`FenceAhead.drop_from_isrs`, :meth:`FenceAhead.step_to`).
 * **A broker** replaying a batch onto such an image takes the step's image when the batch's
   record lines are, byte for byte, the step's (:meth:`FenceAhead.image_after`). The same lines
   replayed onto the same image give the same result, which is the step's: the test suite proves
@@ -137,16 +137,12 @@ class FenceAhead:
 
     def fence(self, md: ClusterMetadata, node_id: int) -> ClusterMetadata | None:
         """The image after ``node_id``'s first batch from ``md``, when made ahead."""
-        step = self._find(md, node_id, first=True)
-        return None if step is None else self._take(step).image
+        return self._image_from(md, first=True, node_id=node_id)
 
     def drop_from_isrs(self, md: ClusterMetadata) -> ClusterMetadata | None:
         """The image after a fencing's second batch from ``md`` (the first's image), when made
         ahead."""
-        for step in self._steps:
-            if not step.first and same_state(step.base, md):
-                return self._take(step).image
-        return None
+        return self._image_from(md, first=False)
 
     def step_to(self, base: ClusterMetadata, updated: ClusterMetadata) -> Step | None:
         """The step whose batch turns ``base`` into ``updated`` (that very image)."""
@@ -191,10 +187,10 @@ class FenceAhead:
         self.taken += 1
         return step
 
-    def _find(self, md: ClusterMetadata, node_id: int, *, first: bool) -> Step | None:
+    def _image_from(self, md: ClusterMetadata, *, first: bool, node_id: int | None = None) -> ClusterMetadata | None:
         for step in self._steps:
-            if step.node_id == node_id and step.first == first and same_state(step.base, md):
-                return step
+            if step.first == first and node_id in (None, step.node_id) and same_state(step.base, md):
+                return self._take(step).image
         return None
 
 
