@@ -32,8 +32,10 @@ partitions until the controller committed its fencing (every leadership it held 
 every new leadership was in effect on every live broker (the partition takes writes: the
 figure; since stop 53 a broker taking more than 100 partitions at once has them in effect from
 its apply on, each taken by the first request naming it if its slice of the loop has not come
-yet), and until every follower change was too, from the lines the brokers log at those
-moments (``--failover-runs`` times, the victim restarted and back in every ISR in between,
+yet; since stop 55 only the survivors that took a leadership count: one that took none has
+only followings to change, and its line's "leaderships" moment was when its apply's first slice
+ran; the old figure is kept as ``failover_any_survivor_s``), and until every follower change
+was too, from the lines the brokers log at those moments (``--failover-runs`` times, the victim restarted and back in every ISR in between,
 then ``--quiet-s`` of steady state: its return changed every registration, and the controller
 plans each broker's fencing only once the metadata is still; a death right after a large
 change is computed in its path, as before).
@@ -459,16 +461,18 @@ def fencing_committed_at(controller: Broker, offset: int, victim: int) -> tuple[
     return at, int(match.group(1))
 
 
-def fencing_applied_at(broker: Broker, offset: int, revision: int) -> tuple[float, float] | None:
+def fencing_applied_at(broker: Broker, offset: int, revision: int) -> tuple[float, float, int] | None:
     """When the leaderships ``broker`` took from the fencing (metadata ``revision``) were in
-    effect, and when its leader and follower changes all were (the broker applies the
-    leaderships first and logs both); None when it took none (it hosts none of what moved)."""
-    pattern = r"metadata revision (\d+) in effect after (\d+) ms(?: \(its leaderships after (\d+) ms\))?"
+    effect, when its leader and follower changes all were (the broker applies the leaderships
+    first and logs both), and how many leaderships it took; None when it took nothing (it
+    hosts none of what moved)."""
+    pattern = (r"metadata revision (\d+) in effect after (\d+) ms(?: \(its leaderships after (\d+) ms\))?"
+               r": leader of (\d+) more")
     for at, match in _logged(broker, offset, pattern):
         if int(match.group(1)) >= revision:
             total = int(match.group(2))
             leaders = total if match.group(3) is None else int(match.group(3))
-            return at - (total - leaders) / 1000, at
+            return at - (total - leaders) / 1000, at, int(match.group(4))
     return None
 
 
@@ -709,13 +713,19 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
                        if (at := fencing_applied_at(b, off, revision)) is not None]
             if not applied:
                 raise SystemExit(f"no survivor logged the fencing of broker {victim_id} in effect")
-            every_view = max(leaders for leaders, _ in applied) - killed_wall
-            every_change = max(done for _, done in applied) - killed_wall
+            # a survivor that took no leadership (it only follows the new leaders) has none to
+            # put in effect: its line's "leaderships" moment is when its apply's first slice ran
+            leading = [leaders for leaders, _, taken in applied if taken] or [a[0] for a in applied]
+            every_view = max(leading) - killed_wall
+            every_view_any = max(a[0] for a in applied) - killed_wall
+            every_change = max(done for _, done, _ in applied) - killed_wall
             in_controller_view = committed - killed_wall
             runs.append({"victim": victim_id, "led_by_victim": led[victim_id],
                          "failover_s": every_view, "failover_all_s": every_change,
+                         "failover_any_survivor_s": every_view_any,
                          "controller_view_s": in_controller_view,
-                         "applied_s": [[x - killed_wall for x in a] for a in applied], "polled_s": polled})
+                         "applied_s": [[a[0] - killed_wall, a[1] - killed_wall, a[2]] for a in applied],
+                         "polled_s": polled})
             log(f"  kill -9 of broker {victim_id} (leader of {led[victim_id]:,}; the controller is "
                 f"{controller}): fencing committed after {in_controller_view:.3f} s, every leadership in "
                 f"effect after {every_view:.3f} s, every follower too after {every_change:.3f} s (seen by "
@@ -725,6 +735,7 @@ def measure_cluster(partitions: int, work: Path, args: argparse.Namespace) -> di
         result["failover_s"] = statistics.median(r["failover_s"] for r in runs)
         result["failover_max_s"] = max(r["failover_s"] for r in runs)
         result["failover_all_s"] = statistics.median(r["failover_all_s"] for r in runs)
+        result["failover_any_survivor_s"] = statistics.median(r["failover_any_survivor_s"] for r in runs)
         result["failover_controller_view_s"] = statistics.median(r["controller_view_s"] for r in runs)
     return result
 

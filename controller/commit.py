@@ -42,7 +42,14 @@ from controller.document_codec import encode
 from controller.errors import ControllerFencedError
 from controller.fence_ahead import FenceAhead
 from controller.metadata_log import MetadataLog
-from controller.metadata_log_format import Batch, Head, batch_text, decode_batch_text
+from controller.metadata_log_format import (
+    Batch,
+    Head,
+    batch_object,
+    batch_text,
+    decode_batch_text,
+    stored_batch_text,
+)
 from controller.metadata_records import ImageBuilder, records_between, replay
 from controller.metadata_store import MetadataConflict, MetadataStore, ObjectStoreMetadataStore
 from controller.registrations import NO_LEADER
@@ -240,7 +247,8 @@ class MetadataCommitter:
                             "feature_level": 3})
         self._check_position(base, controller_epoch, controller_id)
         batch = Batch(base.revision + 1, writer, controller_epoch, str(uuid.uuid4()),
-                      self._clock(), records or [{"type": "NoOpRecord"}], lines=made_lines)
+                      self._clock(), records or [{"type": "NoOpRecord"}], lines=made_lines,
+                      deflated=made.deflated if made is not None and made_lines is not None else None)
         started = self._monotonic()
         size = self._log.append(batch)
         if size is None:
@@ -250,7 +258,10 @@ class MetadataCommitter:
         if self._monotonic() - started >= self._policy.retention_ms / 2000:
             self._check_still_in_log(batch.revision, controller_id)
         if VERIFY_REPLAY:  # the tests: the replay of the bytes written must give the image computed
-            _verify(replay(base.metadata, decode_batch_text(batch_text(batch), batch.revision)), updated)
+            text = batch_text(batch)
+            if stored_batch_text(batch_object(text, batch), batch.revision) != text:
+                raise AssertionError(f"metadata revision {batch.revision}: the object written does not inflate to its text")
+            _verify(replay(base.metadata, decode_batch_text(text, batch.revision)), updated)
         # what the replay gives (the tests check it at every commit), without its cost; it
         # shares the computed image's objects, which a fencing made ahead recognises
         image = replace(updated, revision=batch.revision, controller_epoch=batch.controller_epoch,

@@ -10,7 +10,8 @@ of which broker dies, and the image rarely changes.
 
 :class:`FenceAhead` keeps, for every active broker, both :class:`Step` s made from the image it
 was prepared for: the image before and after, the records, and the records' lines exactly as
-:func:`controller.metadata_log_format.batch_text` writes them.
+:func:`controller.metadata_log_format.batch_text` writes them; on the controller also those
+lines deflated, so that the batch's gzip costs only its header (``batch_object``).
 
 * **The controller** takes a step when the image it fences from holds the step's base state
   (:func:`same_state`: its topics, registrations and brokers the very objects, as the image
@@ -45,7 +46,7 @@ import orjson
 
 from controller.document import ClusterMetadata
 from controller.fence_plans import FencePlans
-from controller.metadata_log_format import record_lines
+from controller.metadata_log_format import deflate_lines, record_lines
 from controller.metadata_records import records_between
 from controller.replication_control import UncleanPolicy, drop_fenced_from_isrs, fence_broker
 
@@ -84,6 +85,7 @@ class Step:
     records: list[dict[str, Any]]  # empty where not kept (a broker needs only their count)
     count: int
     lines: bytes
+    deflated: bytes | None  # the lines deflated, where the records are kept (the controller writes them)
 
 
 class FenceAhead:
@@ -196,4 +198,6 @@ class FenceAhead:
 
 def _step(node_id: int, first: bool, base: ClusterMetadata, image: ClusterMetadata, keep_records: bool) -> Step:
     records = records_between(base, image)
-    return Step(node_id, first, base, image, records if keep_records else [], len(records), record_lines(records))
+    lines = record_lines(records)
+    return Step(node_id, first, base, image, records if keep_records else [], len(records), lines,
+                deflate_lines(lines) if keep_records else None)

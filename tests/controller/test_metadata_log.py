@@ -7,6 +7,7 @@ import json
 import random
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,11 +18,17 @@ from controller.commit import LogPolicy, MetadataCommitter, current_document
 from controller.document import ClusterMetadata
 from controller.document_codec import encode
 from controller.metadata_log_format import (
+    GZIP_FROM_BYTES,
     Batch,
     MetadataLogError,
+    batch_object,
+    batch_text,
     decode_batch,
+    deflate_lines,
     encode_batch,
     log_key,
+    record_lines,
+    stored_batch_text,
 )
 from controller.metadata_records import records_between, replay
 from controller.metadata_view import MetadataView
@@ -111,6 +118,28 @@ def test_records_round_trip_and_a_miscounted_or_unknown_batch_is_refused() -> No
     unknown = Batch(1, 1, 1, "b", 0, [{"type": "DelegationTokenRecord"}])
     with pytest.raises(MetadataLogError, match="does not know; upgrade Strata"):
         replay(ClusterMetadata("c"), unknown)
+
+
+def test_a_batch_whose_lines_were_deflated_ahead_is_one_gzip_member_of_the_same_text() -> None:
+    """A fencing made ahead hands the commit its lines deflated: the object is the header's
+    deflate, then those bytes, then the trailer; every reader inflates it to the very text."""
+    import gzip
+    import zlib
+
+    records = [{"type": "PartitionChangeRecord", "topic_id": str(uuid.UUID(int=i)), "partition_id": i % 100,
+                "leader": i % 3} for i in range(4000)]
+    lines = record_lines(records)
+    made = Batch(9, 1, 3, str(uuid.uuid4()), 12345, records, lines=lines, deflated=deflate_lines(lines))
+    text = batch_text(made)
+    data = encode_batch(made)
+    assert len(text) >= GZIP_FROM_BYTES and data != gzip.compress(text, 6, mtime=0)
+    assert gzip.decompress(data) == text == stored_batch_text(data, 9)
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # a single-member reader ends where it should
+    assert inflater.decompress(data) == text and inflater.eof and not inflater.unused_data
+    assert decode_batch(data, 9) == replace(made, lines=None, deflated=None)
+    assert len(data) < len(gzip.compress(text, 6, mtime=0)) * 1.01
+    with pytest.raises(ValueError, match="does not end with the batch's lines"):
+        batch_object(text[:-1], made)
 
 
 def test_snapshots_bound_the_replay_and_trimming_keeps_every_reader_whole(tmp_path: Path) -> None:
