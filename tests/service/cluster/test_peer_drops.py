@@ -1,6 +1,6 @@
 """A dropped connection to a peer, of any kind, has the controller role probe that peer.
 
-A killed broker's kernel closes its files newest descriptor first: its listener (moved to
+A killed broker's kernel closes its files highest descriptor first: its listener (moved to
 the top, ``service.network.server``), then the fetch connections its peers opened to it,
 then thousands of log files, then the connection it heartbeats on, opened at start: 11 ms
 later at 10,000 partitions. The first drop any kind of channel sees starts the probe.

@@ -1,7 +1,7 @@
 """A killed broker's listener refuses connections no later than its connections drop.
 
 The controller fences a broker whose connection dropped once a probe of its listener is
-refused (``controller.liveness``). A killed process's kernel closes its files newest
+refused (``controller.liveness``). A killed process's kernel closes its files highest
 descriptor first, so a listener opened at start, under thousands of log files, outlived the
 connections by the time those files took to release. :func:`service.network.server._closed_first`
 moves it above them. A real child process, a real kill -9: the connection's end is seen, and
