@@ -210,6 +210,11 @@ class ClusterController(MetadataWriter):
         return self._active and self._lease.holds()
 
     @property
+    def fence_ahead(self) -> FenceAhead:
+        """The fencings this controller made ahead (its own: read by its broker's apply plans)."""
+        return self._ahead
+
+    @property
     def epoch(self) -> int:
         """This node's controller epoch while active, else 0."""
         return self._epoch if self.is_active else 0

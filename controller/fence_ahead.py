@@ -104,6 +104,11 @@ class FenceAhead:
         return bool(self._steps)
 
     @property
+    def steps(self) -> tuple[Step, ...]:
+        """The steps made for :attr:`prepared_for` (none until every broker's are)."""
+        return self._steps
+
+    @property
     def complete(self) -> bool:
         return self.prepared_for is not None and not self._pending
 

@@ -75,11 +75,15 @@ class MetadataPoller:
         *,
         ahead_node_id: int | None = None,
         may_prepare_ahead: Callable[[], bool] = lambda: True,
+        plan_ahead: Callable[[], bool] = lambda: False,
     ) -> None:
         self._view = view
         #: this broker's id, to make the other brokers' fencings ahead (None: none made)
         self._ahead_node_id = ahead_node_id
         self._may_prepare_ahead = may_prepare_ahead
+        #: one more step of this broker's applies of those fencings (and of the local active
+        #: controller's) worked out ahead; True when more are to be made
+        self._plan_ahead = plan_ahead
         self._ahead_thread: threading.Thread | None = None
         self._interval_s = interval_ms / 1000
         self._apply = apply
@@ -127,17 +131,21 @@ class MetadataPoller:
         """The other brokers' fencings made ahead from the newest image once it has been
         still for :data:`AHEAD_QUIET_S` (``controller.fence_ahead``), a broker at a time, never
         while the poll runs fast (a peer was just lost) or the local controller is the
-        active one (it hands this view its own images: nothing here is replayed)."""
+        active one (it hands this view its own images: nothing here is replayed). Then this
+        broker's applies of those fencings, or of the local controller's, worked out ahead
+        (``service.replication.apply_plan``)."""
         assert self._ahead_node_id is not None
         while not self._stop.wait(AHEAD_CHECK_S):
             try:
                 if not self._may_prepare_ahead():
                     self._view.drop_ahead()
-                    continue
-                # a step at a time (a chunk of elections, or one broker's batches), with a pause
-                # between: the loop thread keeps its share of the interpreter
+                # a step at a time (a chunk of elections, one broker's batches, one batch's
+                # apply), with a pause between: the loop thread keeps its share of the interpreter
                 while (time.monotonic() >= self._fast_until and self._may_prepare_ahead()
                        and self._view.prepare_ahead(self._ahead_node_id, AHEAD_QUIET_S)
+                       and not self._stop.wait(AHEAD_STEP_S)):
+                    pass
+                while (time.monotonic() >= self._fast_until and self._plan_ahead()
                        and not self._stop.wait(AHEAD_STEP_S)):
                     pass
             except Exception:  # noqa: BLE001 - a cache: the batches are replayed as always

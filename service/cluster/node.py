@@ -49,6 +49,7 @@ from service.cluster.identity import NodeIdentity
 from service.cluster.lifecycle import BrokerLifecycle
 from service.cluster.metadata_poller import MetadataPoller
 from service.cluster.wire import raise_for
+from service.replication.apply_plan import ApplyPlans, fencing_pairs
 from service.security.setup import InterBrokerSecurity
 
 __all__ = ["ClusterNode", "answering_locally", "must_answer_locally"]
@@ -105,6 +106,8 @@ class ClusterNode:
         self.incarnation_id = uuid.uuid4()
         self.controller: ClusterController | None = None
         self.poller: MetadataPoller | None = None
+        #: this broker's applies of the fencings made ahead (the replica manager's; None: none made)
+        self.apply_plans: ApplyPlans | None = None
         self.lifecycle: BrokerLifecycle | None = None
         #: the metadata revision that registered this incarnation (None: not registered
         #: yet); partitions are led or followed only from metadata at least this new
@@ -195,10 +198,21 @@ class ClusterNode:
             name=f"strata-metadata-{self.node_id}",
             ahead_node_id=self.node_id,
             may_prepare_ahead=lambda: not controller.is_active,
+            plan_ahead=self._plan_ahead,
         )
         controller.start()
         self.poller.start()
         return controller
+
+    def _plan_ahead(self) -> bool:
+        """On the poller's ahead thread: one more of this broker's applies of the fencings
+        made ahead worked out (the local controller's while it is the active one: its broker
+        applies its images); True when more are to be."""
+        plans, controller = self.apply_plans, self.controller
+        if plans is None or controller is None:
+            return False
+        ahead = controller.fence_ahead if controller.is_active else self.view.ahead
+        return plans.make(fencing_pairs(step for step in ahead.steps if step.node_id != self.node_id))
 
     async def register(self, listeners: tuple[Endpoint, ...], timeout_s: float) -> bool:
         """Register, heartbeat until unfenced and this broker's view holds it; True when it

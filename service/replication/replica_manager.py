@@ -26,7 +26,9 @@ at the next turns' :meth:`apply`. Unchanged ones are skipped. An apply that chan
 than :data:`TAKE_ON_USE` (a takeover in bulk) takes none at once: until its slice comes,
 the first request naming a partition takes it (:meth:`ReplicaManager.get_partition`), so
 each new leadership serves from the apply on instead of answering NOT_LEADER_OR_FOLLOWER
-(and costing the client a metadata refresh and a retry backoff) until its slice.
+(and costing the client a metadata refresh and a retry backoff) until its slice. What an
+apply changes starts from a diff of the images (:func:`~service.replication.apply_plan.diff`);
+for a fencing made ahead, the diff was worked out ahead too (:mod:`~service.replication.apply_plan`).
 
 Each partition directory holds Kafka's ``partition.metadata`` file (the topic id),
 so a log left from a deleted topic is never taken for a new topic of the same name.
@@ -69,6 +71,8 @@ from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
+from service.replication.apply_plan import ApplyPlans, TopicPartition, diff, leaderships_first
+from service.replication.apply_plan import Wanted as _Wanted
 from service.replication.contracts import FollowerFetch, Followers, IsrChanges, LeadershipListener
 from service.replication.delayed_produce import ProduceWaiters
 from service.replication.isr_watch import IsrWatch
@@ -98,66 +102,12 @@ TAKE_ON_USE = 100
 NEXT_TURN_S = 0.001
 
 
-def _changed_topics(previous: ClusterMetadata | None, md: ClusterMetadata) -> set[str] | None:
-    """The topics whose registrations or configs differ from ``previous`` (an image replayed
-    from the metadata log keeps the objects of what did not change), created or deleted;
-    None (all of them) when a broker became active or moved its endpoints: a follower follows
-    only an active leader, and a leader asks to take a replica that is back into its ISR. A
-    broker fenced or shutting down changes the registrations of what it led, so only those
-    topics are looked at (at 10,000 partitions, every one of them cost a death's apply ~0.1 s)."""
-    if previous is None or _brokers_back(previous, md):
-        return None
-    changed = {name for name in previous.topics if name not in md.topics}
-    for name, info in md.topics.items():
-        if (previous.topics.get(name) is not info
-                or previous.partitions.get(info.topic_id) is not md.partitions[info.topic_id]):
-            changed.add(name)
-    return changed
-
-
-def _changed_partitions(previous: ClusterMetadata, md: ClusterMetadata,
-                        names: set[str]) -> tuple[set[str], dict[TopicPartition, _Wanted]]:
-    """Of the changed topics ``names``: those to look at whole (created, deleted, configs or
-    partition count changed), and the partitions whose registration changed in the others
-    (one ISR change in a topic of 10,000 partitions listed all of them: 17.5 ms of the loop
-    against 1.0 ms, ``bench/apply_cost.py``)."""
-    whole: set[str] = set()
-    moved: dict[TopicPartition, _Wanted] = {}
-    for name in names:
-        info = md.topics.get(name)
-        if info is None or previous.topics.get(name) is not info:
-            whole.add(name)
-            continue
-        if info.diskless:  # no local log: service/diskless
-            continue
-        old, new = previous.partitions.get(info.topic_id), md.partitions[info.topic_id]
-        if old is None or len(old) != len(new):
-            whole.add(name)
-            continue
-        tid = info.topic_id
-        moved.update(((name, i), (tid, b)) for i, (a, b) in enumerate(zip(old, new)) if a is not b)
-    return whole, moved
-
-
-def _brokers_back(previous: ClusterMetadata, md: ClusterMetadata) -> bool:
-    """Whether a broker of ``md`` is active and was not in ``previous``, or listens elsewhere."""
-    if previous.brokers is md.brokers:
-        return False
-    for node_id, broker in md.brokers.items():
-        was = previous.brokers.get(node_id)
-        if broker.is_active and (was is None or not was.is_active or was.endpoints != broker.endpoints):
-            return True
-    return False
-
-
 def _loop_running() -> bool:  # start-up and tests apply without a running loop: all at once
     with contextlib.suppress(RuntimeError):
         return asyncio.get_running_loop() is not None
     return False
 
 
-TopicPartition = tuple[str, int]
-_Wanted = tuple[uuid.UUID, PartitionRegistration]  # a hosted partition's topic id and registration
 
 
 @dataclass(slots=True)
@@ -172,27 +122,13 @@ class _Taking:
     #: taken by the first request naming it (a takeover in bulk)
     leaders_at: float | None = None
     on_use: int = 0  # how many a request took before their slice did
+    planned: bool = False  # the apply took a plan made ahead (service/replication/apply_plan.py)
 
     def count(self, transition: Transition) -> None:
         if transition is Transition.LEADER:
             self.leaders += 1
         elif transition is Transition.FOLLOWER:
             self.followers += 1
-
-
-def _hosted(md: ClusterMetadata, node_id: int, scope: set[str] | None) -> dict[TopicPartition, _Wanted]:
-    """The partitions of the ``scope`` topics (None: all) with a local log on ``node_id``,
-    in topic name order (one pass per topic: this runs over every partition of a broker's death)."""
-    wanted: dict[TopicPartition, _Wanted] = {}
-    for name in sorted(md.topics.keys() if scope is None else scope & md.topics.keys()):
-        topic = md.topics[name]
-        if topic.diskless:  # no local log: service/diskless
-            continue
-        tid = topic.topic_id
-        for index, reg in enumerate(md.partitions[tid]):
-            if node_id in reg.replicas:
-                wanted[(name, index)] = (tid, reg)
-    return wanted
 
 
 class ReplicaManager:
@@ -210,6 +146,8 @@ class ReplicaManager:
         self._config_for = config_for
         self._waiters = waiters
         self.partitions: dict[TopicPartition, Partition] = {}
+        #: the applies of the fencings made ahead, worked out ahead (:mod:`~service.replication.apply_plan`)
+        self.plans = ApplyPlans(node_id)
         self.metadata: ClusterMetadata | None = None
         self._listeners: list[LeadershipListener] = []
         self.followers: Followers | None = None
@@ -251,17 +189,17 @@ class ReplicaManager:
     def apply(self, md: ClusterMetadata) -> None:
         """Reconcile the hosted partitions with ``md`` (module docstring): the topics whose
         registrations changed since the last ``md``, or every topic when the brokers did."""
+        started = time.monotonic()
         previous, self.metadata = self.metadata, md
-        scope = _changed_topics(previous, md)
-        moved: dict[TopicPartition, _Wanted] = {}
-        if scope is not None and previous is not None:
-            whole = self._opening_topics | {key[0] for key in self.unopened}
-            scope, moved = _changed_partitions(previous, md, scope - whole)
-            scope |= whole
-        wanted = _hosted(md, self.node_id, scope)
-        wanted.update((key, w) for key, w in moved.items() if self.node_id in w[1].replicas)
+        whole = self._opening_topics | {key[0] for key in self.unopened}
+        plan = None if whole else self.plans.find(previous, md)  # a fencing made ahead
+        if plan is not None:
+            scope, moved, wanted = set(), plan.away, plan.pending  # moved away (the rest stay here)
+        else:
+            scope, moved, wanted = diff(previous, md, self.node_id, whole)  # type: ignore[assignment]
         if self._taking is None:
-            self._taking = _Taking(time.monotonic())
+            self._taking = _Taking(started)
+        self._taking.planned |= plan is not None
         self._taking.revision = md.revision
         self._delete_unwanted(md, wanted, scope, moved)
         if previous is not None:
@@ -270,17 +208,20 @@ class ReplicaManager:
                 if old is not None and old.topic_id == info.topic_id and old.configs != info.configs:
                     self._logs.update_config(name, self._config_for(name))
         self.unopened = {k: why for k, why in self.unopened.items() if k in wanted}
-        items = list(wanted.items())
-        if scope is not None:  # no broker is back: a partition whose registration is the same object needs nothing
-            hosted = self.partitions
-            items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
-        node = self.node_id  # leaderships first: a partition takes writes once its leader is in effect
-        items.sort(key=lambda x: x[1][1].leader != node)
-        self._pending, self._resume = dict(items), (md, scope is None)
-        if len(items) > TAKE_ON_USE and _loop_running():  # in bulk (a death): on use, and in slices
+        if plan is not None:  # every partition of it changed: none is filtered out
+            self._pending = dict(plan.pending)
+        else:
+            items = list(wanted.items())
+            if scope is not None:  # no broker is back: a partition whose registration is the same object needs nothing
+                hosted = self.partitions
+                items = [x for x in items if (p := hosted.get(x[0])) is None or p.registration is not x[1][1]]
+            # leaderships first: a partition takes writes once its leader is in effect
+            self._pending = dict(leaderships_first(items, self.node_id))
+        self._resume = (md, scope is None)
+        if len(self._pending) > TAKE_ON_USE and _loop_running():  # in bulk (a death): on use, and in slices
             if self._taking.leaders_at is None:  # a newer apply keeps them pending: still served
                 self._taking.leaders_at = time.monotonic()
-            self._opening_topics = {key[0] for key in self._pending}
+            self._opening_topics = set(plan.topics) if plan is not None else {key[0] for key in self._pending}
             self._open_more_soon()
             return
         self._reconcile(*self._resume)
@@ -395,10 +336,11 @@ class ReplicaManager:
         if taking is not None and (taking.leaders or taking.followers):
             now = time.monotonic()
             _log.info("metadata revision %d in effect after %.0f ms (its leaderships after %.0f ms): "
-                      "leader of %d more partition(s), follower of %d%s", taking.revision,
+                      "leader of %d more partition(s), follower of %d%s%s", taking.revision,
                       (now - taking.started) * 1000, ((taking.leaders_at or now) - taking.started) * 1000,
                       taking.leaders, taking.followers,
-                      f"; {taking.on_use} taken by the first request naming them" if taking.on_use else "")
+                      f"; {taking.on_use} taken by the first request naming them" if taking.on_use else "",
+                      "; its changes worked out ahead" if taking.planned else "")
 
     def _delete_unwanted(self, md: ClusterMetadata, wanted: Mapping[TopicPartition, _Wanted],
                          scope: set[str] | None, moved: Iterable[TopicPartition] = ()) -> None:

@@ -88,6 +88,7 @@ def wire_replication(broker: ReplicationHost, cluster: ClusterNode) -> None:
         request_timeout_ms=config.get_int("replica.socket.timeout.ms"),
     )
     replicas.may_lead = cluster.may_lead
+    cluster.apply_plans = replicas.plans  # a death's apply worked out ahead, on the poller's thread
     followers = replicas.followers = ReplicaFetcherManager(
         fetcher_config, cluster.replica_peers, broker.tiering.bootstrap_replica, replicas.after_follower_append
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from service.cluster import metadata_poller
@@ -163,6 +164,43 @@ def test_fencings_are_made_ahead_on_their_own_thread_never_while_the_poll_runs_f
             assert calls == []  # a peer was just lost
             await asyncio.sleep(0.4)
             assert calls[:3] == [(7, metadata_poller.AHEAD_QUIET_S)] * 3
+        finally:
+            poller.close()
+
+    asyncio.run(run())
+
+
+def test_the_applies_of_those_fencings_are_planned_on_that_thread_too_even_for_the_active_controller(
+    monkeypatch: Any,
+) -> None:
+    """After the fencings (or instead of them, on the active controller's broker: its own are
+    the ones it applies), the ahead thread asks for the applies to be planned until there is
+    nothing more, never while the poll runs fast."""
+    monkeypatch.setattr(metadata_poller, "AHEAD_CHECK_S", 0.01)
+    planned: list[float] = []
+    more = [2]
+
+    def plan_ahead() -> bool:
+        planned.append(time.monotonic())
+        more[0] -= 1
+        return more[0] > 0
+
+    class _ControllersView(_View):
+        def drop_ahead(self) -> None:
+            pass
+
+    async def run() -> None:
+        view = _ControllersView()
+        view.release.set()
+        poller = MetadataPoller(view, 60_000, lambda s: None, asyncio.get_running_loop(),  # type: ignore[arg-type]
+                                ahead_node_id=7, may_prepare_ahead=lambda: False, plan_ahead=plan_ahead)
+        poller.poll_fast(for_s=0.3)
+        poller.start()
+        try:
+            await asyncio.sleep(0.2)
+            assert planned == []  # a peer was just lost
+            await asyncio.sleep(0.4)
+            assert len(planned) >= 2 and more[0] <= 0  # the active controller's broker plans too
         finally:
             poller.close()
 

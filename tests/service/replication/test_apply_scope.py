@@ -17,7 +17,7 @@ from controller.records import TopicInfo
 from controller.registrations import BrokerRegistration, Endpoint, PartitionRegistration
 from fetch.waiter import AppendWaiters
 from local_tier.manager import LogManager
-from service.replication import replica_manager
+from service.replication import apply_plan, replica_manager
 from service.replication.partition import Partition
 from service.replication.replica_manager import ReplicaManager
 from tests.local_tier.batches import small_config
@@ -266,8 +266,8 @@ def test_a_changed_registration_moves_a_replica_away_or_here_without_a_walk_of_i
     manager.apply(first)
     assert ("moving", 9) not in manager.partitions and ("moving", 4) in manager.partitions
     scopes: list[set[str] | None] = []
-    real = replica_manager._hosted
-    monkeypatch.setattr(replica_manager, "_hosted",
+    real = apply_plan.hosted
+    monkeypatch.setattr(apply_plan, "hosted",
                         lambda md, node, scope: scopes.append(scope) or real(md, node, scope))
     regs[4] = PartitionRegistration((2, 3), (2, 3), 2, 1, 1)  # reassigned away
     regs[9] = PartitionRegistration((1, 2, 3), (2, 3), 2, 0, 1)  # reassigned here
