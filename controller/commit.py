@@ -175,7 +175,7 @@ class MetadataCommitter:
         when the next slot is empty (one GET). A batch that is a fencing made ahead
         (:attr:`ahead`) from the image it follows is not decoded: the image made ahead is
         the one its replay would give."""
-        texts = self._log.read_texts_after(base.revision)
+        texts = self._log.read_texts_after(base.revision, self.ahead.known_lines() if self.ahead is not None else ())
         started = self._monotonic()
         if not texts:
             self._tip = (base.revision, started)

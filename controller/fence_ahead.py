@@ -10,8 +10,9 @@ of which broker dies, and the image rarely changes.
 
 :class:`FenceAhead` keeps, for every active broker, both :class:`Step` s made from the image it
 was prepared for: the image before and after, the records, and the records' lines exactly as
-:func:`controller.metadata_log_format.batch_text` writes them; on the controller also those
-lines deflated, so that the batch's gzip costs only its header (``batch_object``).
+:func:`controller.metadata_log_format.batch_text` writes them, and those lines deflated: the
+controller's gzip of the batch then costs only its header (``batch_object``), and a broker
+reading it inflates only the header (``known_text``).
 
 * **The controller** takes a step when the image it fences from holds the step's base state
   (:func:`same_state`: its topics, registrations and brokers the very objects, as the image
@@ -46,7 +47,7 @@ import orjson
 
 from controller.document import ClusterMetadata
 from controller.fence_plans import FencePlans
-from controller.metadata_log_format import deflate_lines, record_lines
+from controller.metadata_log_format import GZIP_FROM_BYTES, KnownLines, deflate_lines, record_lines
 from controller.metadata_records import records_between
 from controller.replication_control import UncleanPolicy, drop_fenced_from_isrs, fence_broker
 
@@ -85,7 +86,9 @@ class Step:
     records: list[dict[str, Any]]  # empty where not kept (a broker needs only their count)
     count: int
     lines: bytes
-    deflated: bytes | None  # the lines deflated, where the records are kept (the controller writes them)
+    #: the lines deflated (None: too few to be gzipped): the controller writes them, a broker
+    #: recognises them in the object it reads without inflating them
+    deflated: bytes | None
 
 
 class FenceAhead:
@@ -160,6 +163,11 @@ class FenceAhead:
 
     # -- a broker ---------------------------------------------------------------------------
 
+    def known_lines(self) -> tuple[KnownLines, ...]:
+        """Each step's lines with their deflate stream: a batch object that ends with one is
+        not inflated whole (``controller.metadata_log_format.known_text``)."""
+        return tuple((step.deflated, step.lines) for step in self._steps if step.deflated is not None)
+
     def may_match(self, text: bytes) -> bool:
         """Whether the batch ``text`` has the length of a step's (cheap: before the image it
         would apply to is built)."""
@@ -205,4 +213,4 @@ def _step(node_id: int, first: bool, base: ClusterMetadata, image: ClusterMetada
     records = records_between(base, image)
     lines = record_lines(records)
     return Step(node_id, first, base, image, records if keep_records else [], len(records), lines,
-                deflate_lines(lines) if keep_records else None)
+                deflate_lines(lines) if len(lines) >= GZIP_FROM_BYTES // 2 else None)

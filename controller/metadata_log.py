@@ -11,8 +11,10 @@ Blocking object store I/O; thread-safe (no state besides the store, which is).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -22,6 +24,7 @@ from controller.metadata_log_format import (
     HEAD_FORMAT,
     Batch,
     Head,
+    KnownLines,
     MetadataLogError,
     batch_object,
     batch_text,
@@ -141,14 +144,15 @@ class MetadataLog:
         is nothing new (the idle probe), then windows of :data:`WINDOW` parallel GETs."""
         return read_forward(self.read_slot, revision + 1, _POOL, WINDOW)
 
-    def read_slot_text(self, revision: int) -> bytes | None:
-        """The JSON Lines of the batch in slot ``revision``, not decoded (None: no batch)."""
+    def read_slot_text(self, revision: int, known: Sequence[KnownLines] = ()) -> bytes | None:
+        """The JSON Lines of the batch in slot ``revision``, not decoded (None: no batch);
+        ``known``: record lines that need not be inflated (``stored_batch_text``)."""
         data = self._store.get_object(log_key(self._prefix, revision))
-        return None if data is None else stored_batch_text(data, revision)
+        return None if data is None else stored_batch_text(data, revision, known)
 
-    def read_texts_after(self, revision: int) -> list[bytes]:
+    def read_texts_after(self, revision: int, known: Sequence[KnownLines] = ()) -> list[bytes]:
         """:meth:`read_after`, each batch's text not decoded."""
-        return read_forward(self.read_slot_text, revision + 1, _POOL, WINDOW)
+        return read_forward(functools.partial(self.read_slot_text, known=known), revision + 1, _POOL, WINDOW)
 
     def delete_slots(self, first: int, last: int) -> None:
         """Delete slots ``first .. last`` (the log below a snapshot, after the head moved)."""

@@ -19,6 +19,7 @@ import gzip
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,9 +230,53 @@ def decode_batch(data: bytes, revision: int) -> Batch:
     return decode_batch_text(stored_batch_text(data, revision), revision)
 
 
-def stored_batch_text(data: bytes, revision: int) -> bytes:
-    """The JSON Lines of the batch stored in slot ``revision`` (inflated, checked UTF-8)."""
+#: a batch's record lines as a fencing made ahead holds them (``controller.fence_ahead``): their
+#: raw deflate stream (:func:`deflate_lines`, what :func:`batch_object` appends after the header)
+#: and the lines themselves
+KnownLines = tuple[bytes, bytes]
+#: the most a batch's header line may inflate to when its lines are known
+_MAX_HEADER_BYTES = 64 * 1024
+
+
+def stored_batch_text(data: bytes, revision: int, known: Sequence[KnownLines] = ()) -> bytes:
+    """The JSON Lines of the batch stored in slot ``revision`` (inflated, checked UTF-8). An
+    object that ends with one of the ``known`` lines' deflate stream has only its header
+    inflated (:func:`known_text`)."""
+    if known and data[:2] == _GZIP_MAGIC:
+        text = known_text(data, known)
+        if text is not None:
+            return text
     return _inflate(data, f"metadata log slot {revision}").encode()
+
+
+def known_text(data: bytes, known: Sequence[KnownLines]) -> bytes | None:
+    """The text of the gzip member ``data`` (:func:`batch_object`) when its lines are one of
+    the ``known`` ones, byte for byte in their deflate stream: only the header before them is
+    inflated, and the text's CRC-32 and length are checked as gzip would. None otherwise (the
+    caller inflates it all). Equal deflate bytes inflate to equal lines; a writer whose zlib
+    makes other bytes is simply not recognised. At 10,000 partitions a death's two batches
+    inflate to 1.4 MB, 2-6 ms of a survivor busy with the death."""
+    end = len(data) - 8
+    for deflated, lines in known:
+        start = end - len(deflated)
+        if start <= 10 or not data.startswith(deflated, start):
+            continue
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            header = inflater.decompress(data[:start], _MAX_HEADER_BYTES)
+        except zlib.error:
+            return None
+        if inflater.unconsumed_tail or inflater.eof or not header.endswith(b"\n"):
+            return None
+        text = header + lines
+        if struct.unpack("<II", data[end:]) != (zlib.crc32(text), len(text) & 0xFFFFFFFF):
+            return None
+        try:
+            header.decode()
+        except UnicodeDecodeError:
+            return None
+        return text
+    return None
 
 
 def decode_batch_text(text: bytes, revision: int) -> Batch:

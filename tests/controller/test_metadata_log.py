@@ -7,8 +7,10 @@ import json
 import random
 import time
 import uuid
+import zlib
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,6 +142,52 @@ def test_a_batch_whose_lines_were_deflated_ahead_is_one_gzip_member_of_the_same_
     assert len(data) < len(gzip.compress(text, 6, mtime=0)) * 1.01
     with pytest.raises(ValueError, match="does not end with the batch's lines"):
         batch_object(text[:-1], made)
+
+
+def test_a_reader_that_knows_a_batchs_lines_inflates_only_its_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker holding a fencing made ahead (its lines and their deflate) recognises them in
+    the object it reads and inflates only the header line before them; anything else (other
+    lines, a damaged header or trailer, other deflate bytes for the same lines) is inflated
+    whole, as always, and reads as the same text or fails as it did."""
+    from controller import metadata_log_format as fmt
+
+    records = [{"type": "PartitionChangeRecord", "topic_id": str(uuid.UUID(int=i)), "partition_id": i % 100,
+                "leader": i % 3} for i in range(4000)]
+    lines = record_lines(records)
+    deflated = deflate_lines(lines)
+    made = Batch(9, 1, 3, str(uuid.uuid4()), 12345, records, lines=lines, deflated=deflated)
+    text, data = batch_text(made), encode_batch(made)
+    other = record_lines(records[:-1])
+    assert fmt.known_text(data, [(deflate_lines(other), other), (deflated, lines)]) == text
+    assert fmt.known_text(data, [(deflate_lines(other), other)]) is None
+    assert fmt.known_text(data, [(deflated, other)]) is None  # the trailer's CRC catches it
+    relevel = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    assert fmt.known_text(data, [(relevel.compress(lines) + relevel.flush(), lines)]) is None
+    damaged = bytearray(data)
+    damaged[-3] ^= 0xFF  # the length in the trailer
+    assert fmt.known_text(bytes(damaged), [(deflated, lines)]) is None
+    with pytest.raises(MetadataLogError):
+        stored_batch_text(bytes(damaged), 9, [(deflated, lines)])
+    # recognised: the lines are never inflated
+    real = zlib.decompressobj
+    inflated: list[int] = []
+
+    class _Counting:
+        def __init__(self, *args: Any) -> None:
+            self._inner = real(*args)
+            self.unconsumed_tail, self.eof = b"", False
+
+        def decompress(self, chunk: bytes, max_length: int = 0) -> bytes:
+            out = self._inner.decompress(chunk, max_length)
+            inflated.append(len(out))
+            self.unconsumed_tail, self.eof = self._inner.unconsumed_tail, self._inner.eof
+            return out
+
+    monkeypatch.setattr(fmt.zlib, "decompressobj", _Counting)
+    assert stored_batch_text(data, 9, [(deflated, lines)]) == text
+    assert sum(inflated) == len(text) - len(lines)
+    inflated.clear()
+    assert stored_batch_text(data, 9) == text and sum(inflated) == len(text)
 
 
 def test_snapshots_bound_the_replay_and_trimming_keeps_every_reader_whole(tmp_path: Path) -> None:
