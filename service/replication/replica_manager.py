@@ -20,9 +20,9 @@ same snapshot twice, or skipping one, ends in the same state:
   group and transaction coordinators load and unload the state of their
   internal topics' partitions, tiering starts and stops uploading.
 
-New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each), changed ones
-for :data:`OPEN_SLICE_S` (a death changes every partition the broker hosted), the rest
-at the next turns' :meth:`apply`. Unchanged ones are skipped. An apply that changes more
+New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each, for at most
+:data:`OPEN_SLICE_S`), changed ones for :data:`TAKE_SLICE_S` (a death changes every
+partition the broker hosted), the rest at the next turns' :meth:`apply`. Unchanged ones are skipped. An apply that changes more
 than :data:`TAKE_ON_USE` (a takeover in bulk) takes none at once: until its slice comes,
 the first request naming a partition takes it (:meth:`ReplicaManager.get_partition`), so
 each new leadership serves from the apply on instead of answering NOT_LEADER_OR_FOLLOWER
@@ -95,6 +95,10 @@ OPEN_SLICE = 100
 #: ... and for at most this long: on a busy disk 100 took 200-500 ms, long enough for
 #: three brokers on two cores to miss one another's heartbeats during a large create
 OPEN_SLICE_S = 0.05
+#: a slice that opens no log (a death's takeover: changes of ~20-50 us each) holds the loop at
+#: most about this long: a request naming a partition the takeover has not reached takes it at
+#: once, but only between slices (50 ms slices held a first write after a failover that long)
+TAKE_SLICE_S = 0.005
 #: an apply changing more partitions than this (a death's takeover) takes none at once: a request
 #: takes the one it names on arrival (:meth:`ReplicaManager._take_now`), slices take the rest
 TAKE_ON_USE = 100
@@ -234,7 +238,8 @@ class ReplicaManager:
         pending = self._pending
         items = list(pending.items())
         opened, room = 0, OPEN_SLICE if _loop_running() else len(items)
-        slice_ends = time.monotonic() + OPEN_SLICE_S if _loop_running() else float("inf")
+        started = time.monotonic() if _loop_running() else float("inf")
+        slice_ends, changes_end = started + OPEN_SLICE_S, started + TAKE_SLICE_S
         skipped = False  # a new partition left for a later turn (OPEN_SLICE)
         taking = self._taking
         leaders_left = taking is not None and taking.leaders_at is None
@@ -251,8 +256,9 @@ class ReplicaManager:
                     self._maybe_expand_isr(found)  # a broker is back: an idle follower's fetch names nothing
                 continue
             if (found is None and opened) or n & 63 == 63:  # an open costs ~1 ms, a change ~20 us
-                if time.monotonic() > slice_ends:  # this turn is used up: the next one goes on
-                    break
+                now = time.monotonic()
+                if now > slice_ends or (not opened and now > changes_end):  # this turn is used up:
+                    break  # the next one goes on
             if found is None and opened >= room:
                 skipped = True
                 continue

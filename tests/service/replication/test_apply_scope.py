@@ -299,3 +299,33 @@ def test_a_topic_deleted_and_created_again_between_two_applies_gets_a_new_log(ma
     assert partition.topic_id == new.topic_id and partition.is_leader
     assert partition.log.log_end_offset == 0, "the new topic serves the deleted one's records"
     assert read_topic_id(partition.log.dir) == new.topic_id
+
+
+def test_a_takeover_that_opens_no_log_holds_the_loop_a_short_slice_at_a_time(
+    manager: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changes only (a death's takeover) go in slices of TAKE_SLICE_S, not the 50 ms of a slice
+    that opens logs: a request for a partition not reached yet waits only for the slice under
+    way. Here TAKE_SLICE_S is 0 and OPEN_SLICE_S an hour: a slice per 64 partitions."""
+    topics = {f"t{i}": TopicInfo(f"t{i}", uuid.uuid4(), PER_TOPIC) for i in range(4)}
+    followed = tuple(PartitionRegistration((2, 1), (2, 1), 2, 0, 0) for _ in range(PER_TOPIC))
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics,
+                                  partitions={t.topic_id: followed for t in topics.values()}))
+    led = tuple(PartitionRegistration((2, 1), (1,), 1, 1, 1) for _ in range(PER_TOPIC))
+    monkeypatch.setattr(replica_manager, "TAKE_SLICE_S", 0.0)
+    monkeypatch.setattr(replica_manager, "OPEN_SLICE_S", 3600.0)
+
+    async def run() -> list[int]:
+        seen = []
+        manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=True), topics=topics,
+                                      partitions={t.topic_id: led for t in topics.values()}))
+        while manager._resume is not None:
+            seen.append(sum(p.is_leader for p in manager.partitions.values()))
+            await asyncio.sleep(0)
+        return seen
+
+    seen = asyncio.run(run())
+    assert all(p.is_leader for p in manager.partitions.values())
+    taken = sorted(set(seen))
+    assert len(taken) >= 4 * PER_TOPIC // 64  # one slice per 64 changes, not one for all 200
+    assert all(b - a <= 64 for a, b in zip(taken, taken[1:], strict=False)), taken
