@@ -64,8 +64,9 @@ def same_state(a: ClusterMetadata, b: ClusterMetadata) -> bool:
     if a is b:
         return True
     return (a.cluster_id == b.cluster_id and a.next_producer_id == b.next_producer_id
+            and _same_values(a.brokers, b.brokers)  # first: the cheapest, and a fencing changes one
             and _same_values(a.topics, b.topics) and _same_values(a.partitions, b.partitions)
-            and _same_values(a.brokers, b.brokers) and a.sections == b.sections)
+            and a.sections == b.sections)
 
 
 def _same_values(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> bool:

@@ -22,10 +22,11 @@ same snapshot twice, or skipping one, ends in the same state:
 
 New partitions open :data:`OPEN_SLICE` per loop turn (about 1 ms each, for at most
 :data:`OPEN_SLICE_S`), changed ones for :data:`TAKE_SLICE_S` (a death changes every
-partition the broker hosted), the rest at the next turns' :meth:`apply`. Unchanged ones are skipped. An apply that changes more
-than :data:`TAKE_ON_USE` (a takeover in bulk) takes none at once: until its slice comes,
-the first request naming a partition takes it (:meth:`ReplicaManager.get_partition`), so
-each new leadership serves from the apply on instead of answering NOT_LEADER_OR_FOLLOWER
+partition the broker hosted), the rest at the next turns' :meth:`apply`. Unchanged ones are
+skipped. An apply that changes more than :data:`TAKE_ON_USE` (a takeover in bulk) takes none
+at once: until its slice comes, the first request naming a partition takes it
+(:meth:`ReplicaManager.get_partition`), so each new leadership serves from the apply on
+instead of answering NOT_LEADER_OR_FOLLOWER
 (and costing the client a metadata refresh and a retry backoff) until its slice. What an
 apply changes starts from a diff of the images (:func:`~service.replication.apply_plan.diff`);
 for a fencing made ahead, the diff was worked out ahead too (:mod:`~service.replication.apply_plan`).
@@ -110,8 +111,6 @@ def _loop_running() -> bool:  # start-up and tests apply without a running loop:
     with contextlib.suppress(RuntimeError):
         return asyncio.get_running_loop() is not None
     return False
-
-
 
 
 @dataclass(slots=True)

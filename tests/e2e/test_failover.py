@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Producer
@@ -86,6 +87,15 @@ class _Writers:
         self._mark = time.monotonic()
         return self._mark
 
+    def first_writes_after(self, fault: Callable[[], object]) -> dict[int, float]:
+        """Once every partition took a write: ``fault()``, then when each partition first took
+        a write sent after it (within TIMEOUT_S)."""
+        self.mark()
+        assert len(self.wait_all_written(TIMEOUT_S)) == self._partitions
+        fault()
+        self.mark()
+        return self.wait_all_written(TIMEOUT_S)
+
     def wait_all_written(self, timeout_s: float) -> dict[int, float]:
         deadline = time.monotonic() + timeout_s
         while len(self.first_after) < self._partitions and time.monotonic() < deadline:
@@ -133,11 +143,7 @@ def test_the_controller_killed_every_partition_takes_acks_all_writes_within_seco
     controller = cluster.controller_id()
     writers = _Writers(cluster.bootstrap, "avail", 3)
     try:
-        writers.mark()
-        assert len(writers.wait_all_written(TIMEOUT_S)) == 3
-        cluster.kill(controller)
-        writers.mark()
-        first = writers.wait_all_written(TIMEOUT_S)
+        first = writers.first_writes_after(lambda: cluster.kill(controller))
     finally:
         writers.stop()
     # the lease alone is 8.5 s: the survivors took it over once the listener refused
@@ -154,11 +160,7 @@ def test_a_controller_cut_off_from_its_peers_stands_down_and_the_others_keep_wri
     controller = cluster.controller_id()
     writers = _Writers(cluster.bootstrap, "cut", 3)
     try:
-        writers.mark()
-        assert len(writers.wait_all_written(TIMEOUT_S)) == 3
-        cluster.proxies[controller].partition()  # no broker reaches it any more
-        writers.mark()
-        first = writers.wait_all_written(TIMEOUT_S)
+        first = writers.first_writes_after(cluster.proxies[controller].partition)  # no broker reaches it any more
         successor = cluster.controller_id()
         time.sleep(2)
         cluster.proxies[controller].heal()
@@ -278,14 +280,14 @@ def test_a_brokers_death_in_a_still_cluster_is_applied_from_the_plans_made_ahead
     controller = cluster.controller_id()
     victim = next(n for n in sorted(cluster.brokers) if n != controller)
     writers = _Writers(cluster.bootstrap, "planned", 3)
-    try:
-        writers.mark()
-        assert len(writers.wait_all_written(TIMEOUT_S)) == 3
+    offsets = {n: len(b.log_text()) for n, b in cluster.brokers.items()}
+
+    def kill_when_still() -> None:
         time.sleep(4.0)  # still: the fencings (after 2 s) and their applies are made ahead
-        offsets = {n: len(b.log_text()) for n, b in cluster.brokers.items()}
         cluster.kill(victim)
-        writers.mark()
-        first = writers.wait_all_written(TIMEOUT_S)
+
+    try:
+        first = writers.first_writes_after(kill_when_still)
     finally:
         writers.stop()
     assert len(first) == 3 and max(first.values()) < 5.0, first
