@@ -95,15 +95,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def measured(system: System, run) -> dict:
     """Run ``run()`` (which returns records, bytes, seconds and the client's CPU) and add what
     the system's server processes spent on it."""
-    cpu0 = system.cpu_seconds()
+    cpu0, user0 = system.cpu_seconds(), system.user_cpu_seconds()
     name = f"{system.key}-{len(list(PROFILE_DIR.glob('*'))) if PROFILE_DIR else 0:03d}"
     with foundation.Profiler(system.proc.pid, PROFILE_DIR if system.key == "strata" else None, name):
         res = run()
-    cpu = system.cpu_seconds() - cpu0
+    cpu, user = system.cpu_seconds() - cpu0, system.user_cpu_seconds() - user0
     gb = res["bytes"] / 1e9
     res.update({"system": system.key, "records_per_s": res["records"] / res["seconds"],
                 "mb_per_s": res["bytes"] / res["seconds"] / 1e6, "server_cpu_seconds": cpu,
-                "server_cpu_s_per_gb": cpu / gb if gb else None, "rss_mib": system.rss_mib(),
+                "server_cpu_s_per_gb": cpu / gb if gb else None, "server_user_cpu_seconds": user,
+                "server_user_cpu_s_per_gb": user / gb if gb else None, "rss_mib": system.rss_mib(),
                 "peak_rss_mib": system.peak_rss_mib(), "loadavg_1m_after": os.getloadavg()[0]})
     log(f"      {system.name}: {res['records']:,} records in {res['seconds']:.2f} s = "
         f"{res['records_per_s']:,.0f}/s, {res['mb_per_s']:,.1f} MB/s; server CPU {cpu:.2f} s "

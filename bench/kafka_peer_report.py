@@ -54,6 +54,8 @@ def summarise(data: dict) -> None:
             row["ratio"] = _ratio(med["strata"]["records_per_s"], med["kafka"]["records_per_s"])
             row["cpu_per_gb_ratio"] = _ratio(med["strata"]["server_cpu_s_per_gb"],
                                              med["kafka"]["server_cpu_s_per_gb"])
+            row["user_cpu_per_gb_ratio"] = _ratio(med["strata"].get("server_user_cpu_s_per_gb"),
+                                                  med["kafka"].get("server_user_cpu_s_per_gb"))
             row["bound"] = {s: bound_by(med[s], data["machine"]["nproc"]) for s in SYSTEMS}
     data["notes"] = [n for n in data.get("notes", []) if n not in group_notes(data)] + group_notes(data)
 
@@ -89,13 +91,15 @@ def _compared(data: dict, *, latency: bool):
 
 def throughput_table(data: dict) -> list[str]:
     L = ["| workload | Strata rec/s | Kafka rec/s | **Strata / Kafka** | MB/s Strata / Kafka | "
-         "server CPU s per GB, Strata / Kafka (ratio) | RSS MiB after, Strata / Kafka | "
-         "server CPU busy, S / K | client CPU busy, S / K | limited by, S / K |",
-         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+         "server CPU s per GB, Strata / Kafka (ratio) | of which user space, S / K (ratio) | "
+         "RSS MiB after, Strata / Kafka | server CPU busy, S / K | client CPU busy, S / K | limited by, S / K |",
+         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for name, row, s, k in _compared(data, latency=False):
         L.append(f"| {name} | {_f(s['records_per_s'])} | {_f(k['records_per_s'])} | **{_f(row['ratio'], '.2f')}** | "
                  f"{s['mb_per_s']:,.1f} / {k['mb_per_s']:,.1f} | {_f(s['server_cpu_s_per_gb'], ',.1f')} / "
                  f"{_f(k['server_cpu_s_per_gb'], ',.1f')} ({_f(row['cpu_per_gb_ratio'], '.2f')}) | "
+                 f"{_f(s.get('server_user_cpu_s_per_gb'), ',.2f')} / {_f(k.get('server_user_cpu_s_per_gb'), ',.2f')} "
+                 f"({_f(row.get('user_cpu_per_gb_ratio'), '.2f')}) | "
                  f"{s['rss_mib']:,.0f} / {k['rss_mib']:,.0f} | {_busy(s, 'server')} / {_busy(k, 'server')} | "
                  f"{_busy(s, 'client')} / {_busy(k, 'client')} | {row['bound']['strata']} / {row['bound']['kafka']} |")
     return L
@@ -144,7 +148,9 @@ def _header(data: dict) -> list[str]:
         ("One benchmark process drives both systems, one after the other, each workload "
          f"{data['config']['repeats']} time(s) with the order alternating; the median run of each is shown. "
          "Server CPU is utime+stime from /proc/PID/stat of every server process (the JVM; the Python broker), "
-         "per GB of record payload; RSS is VmRSS of the server processes after the run (summed over three "
+         "per GB of record payload, and of it utime alone (user space: what the server ran itself; the rest is "
+         "the kernel's work for it, socket and page-cache copies and page faults, which both pay for the same "
+         "bytes); RSS is VmRSS of the server processes after the run (summed over three "
          "brokers for RF 3). Both run with their defaults (no fsync per record) plus 1 GiB segments and, for "
          "Kafka, `group.initial.rebalance.delay.ms=0`, and for Strata too (its default is 3 s). "
          "The history rows use 16 MiB segments on both; Strata's topic has `remote.storage.enable=true`, "

@@ -24,7 +24,7 @@ sys.path.insert(0, str(BENCH))
 
 from cluster import start_cluster  # noqa: E402
 from foundation import BrokerProcess, free_port, log  # noqa: E402
-from peers import proc_cpu  # noqa: E402  (utime + stime of every thread of a pid, from /proc)
+from peers import proc_cpu, proc_cpu_split  # noqa: E402  (utime, stime of every thread of a pid, from /proc)
 
 KAFKA_HOME = Path(os.environ.get("KAFKA_HOME", "/work/kafka-4.1.2"))
 RUN_SH = Path(os.environ.get("KAFKA_RUN_SH", "/work/shared/tools/kafka-broker/run.sh"))
@@ -146,6 +146,10 @@ class System:
 
     def cpu_seconds(self) -> float:
         return sum(proc_cpu(p) for p in self.pids)
+
+    def user_cpu_seconds(self) -> float:
+        """The servers' own work, without what the kernel did for them (:func:`proc_cpu_split`)."""
+        return sum(proc_cpu_split(p)[0] for p in self.pids)
 
     def rss_mib(self) -> float:
         return sum(proc_rss_mib(p) for p in self.pids)
