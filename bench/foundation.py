@@ -151,8 +151,9 @@ class BrokerProcess:
     def __init__(self, data_dir: Path, log_path: Path):
         self.data_dir = data_dir
         self.port = free_port()
+        self.http = f"127.0.0.1:{free_port()}"  # the console, /metrics and the admin API
         self.cmd = [sys.executable, "-m", "service", "up", "--data-dir", str(data_dir),
-                    "--listen", f"127.0.0.1:{self.port}", "--http", f"127.0.0.1:{free_port()}",
+                    "--listen", f"127.0.0.1:{self.port}", "--http", self.http,
                     "--set", f"log.segment.bytes={SEGMENT_BYTES}"]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None

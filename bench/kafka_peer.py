@@ -48,7 +48,7 @@ sys.path[:0] = [str(BENCH), str(REPO)]
 import foundation  # noqa: E402
 import kafka_peer_report  # noqa: E402
 from foundation import KCAT, log, machine_info, timed_child, xargs  # noqa: E402
-from kafka_peer_systems import KAFKA_CLIENT_CP, System, start_kafka, start_strata  # noqa: E402
+from kafka_peer_systems import KAFKA_CLIENT_CP, STRATA_SETS, System, start_kafka, start_strata  # noqa: E402
 
 CLIENTS = str(BENCH / "kafka_peer_clients.py")
 PEER_CLIENTS = str(BENCH / "peer_clients.py")
@@ -79,10 +79,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     ap.add_argument("--work-dir", default="/tmp", help="temporary data dirs and record files (a real disk)")
     ap.add_argument("--heap", default="1g", help="Kafka's -Xmx/-Xms (run.sh's HEAP)")
+    ap.add_argument("--strata-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra Strata broker config for experiments (recorded in the report's command)")
     ap.add_argument("--profile", type=Path, default=None,
                     help="py-spy record (raw) of Strata's broker during each of its runs, into DIR (skews CPU)")
     args = ap.parse_args(argv)
     args.only = [w for w in args.only.split(",") if w]
+    for item in args.strata_set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--strata-set wants KEY=VALUE, not {item!r}")
+        STRATA_SETS[key] = value
     unknown = set(args.only) - set(WORKLOADS)
     if unknown:
         ap.error(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
@@ -452,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "nice python bench/kafka_peer.py" + (" --quick" if args.quick else "")
     if args.only != list(WORKLOADS):
         command += f" --only {','.join(args.only)}"
+    command += "".join(f" --strata-set {item}" for item in args.strata_set)
     work = Path(tempfile.mkdtemp(prefix="strata-bench-kafka-peer-", dir=args.work_dir))
     data: dict = {"command": command, "mode": "quick" if args.quick else "full",
                   "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "machine": machine_info(work),

@@ -303,7 +303,7 @@ def main() -> int:
         fill = tiering.fill_topic(broker, records_file, TOPIC, cfg["records"], one_more)
         total = fill["records"]  # the records plus the one that sealed the last segment
         tiering.alter_topic(broker.bootstrap, TOPIC, **{"remote_storage_enable": "true"})
-        tid = tiering.topic_id(s3, TOPIC)
+        tid = tiering.topic_id(broker, TOPIC)
         log("  waiting for every sealed segment to be uploaded and the local copies to go")
         deadline = time.time() + 1800
         while True:

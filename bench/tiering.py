@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -211,9 +212,10 @@ def alter_topic(bootstrap: str, name: str, **configs: str) -> None:
         fut.result(timeout=30)
 
 
-def topic_id(s3, name: str) -> str:
-    meta = json.loads(s3.get_object(Bucket=BUCKET, Key=f"{PREFIX}/cluster/metadata.json")["Body"].read())
-    return next(t["topic_id"] for t in meta["topics"] if t["name"] == name)
+def topic_id(broker: BrokerProcess, name: str) -> str:
+    """The topic's id, which names its directory in the bucket, from the broker's admin API."""
+    with urllib.request.urlopen(f"http://{broker.http}/v1/topics/{name}", timeout=10) as answer:
+        return json.loads(answer.read())["topic_id"]
 
 
 def manifest(s3, tid: str) -> dict | None:
@@ -319,7 +321,7 @@ def broker_upload(s3, broker: BrokerProcess, moto: Moto, topic: str, records: in
     with Cpu(broker, moto) as cpu, Profiler(broker.proc.pid, profile, "tiering-upload"):
         t0 = time.time()
         alter_topic(broker.bootstrap, topic, remote_storage_enable="true")
-        tid = topic_id(s3, topic)
+        tid = topic_id(broker, topic)
         deadline = time.monotonic() + 600
         last = 0.0
         while True:

@@ -118,6 +118,8 @@ async def _serve(
                 max_inflight_per_connection=config.get_int("queued.max.requests"),
                 queued_max_request_bytes=config.get_int("queued.max.request.bytes"),
                 connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
+                send_buffer_bytes=config.get_int("socket.send.buffer.bytes"),
+                receive_buffer_bytes=config.get_int("socket.receive.buffer.bytes"),
                 request_min_rate_bytes=config.get_int("request.receive.min.rate.bytes"),
                 request_receive_grace_ms=config.get_int("request.receive.grace.ms"),
                 history=history,

@@ -330,6 +330,13 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "bytes/s, after request.receive.grace.ms is closed; 0: no minimum (Strata).", validator=at_least(0)),
     ConfigDef("request.receive.grace.ms", "long", "5000", "How long before request.receive.min.rate.bytes "
             "applies to a request (Strata).", validator=at_least(1)),
+    ConfigDef("socket.send.buffer.bytes", "int", "102400",
+            "SO_SNDBUF of client connections (as Kafka); -1: the OS default, which grows with the "
+            "traffic. A few hundred KiB in flight per connection cost the kernel less per byte sent "
+            "than megabytes: docs/benchmarks.md.", validator=at_least(-1)),
+    ConfigDef("socket.receive.buffer.bytes", "int", "-1",
+            "SO_RCVBUF of client connections; -1: the OS default (Kafka's default is 102400, which "
+            "made Strata's produce slower and dearer: docs/benchmarks.md).", validator=at_least(-1)),
     ConfigDef("connections.max.idle.ms", "long", "600000",
             "Close connections with no traffic and no request in progress for this long; "
             "-1: never.", validator=at_least(-1)),

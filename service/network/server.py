@@ -87,6 +87,8 @@ class KafkaServer:
         max_inflight_per_connection: int = 100,
         queued_max_request_bytes: int = -1,
         connections_max_idle_ms: int = -1,
+        send_buffer_bytes: int = -1,
+        receive_buffer_bytes: int = -1,
         request_min_rate_bytes: int = 16384,
         request_receive_grace_ms: int = 5000,
         history: HistorySender | None = None,
@@ -104,6 +106,9 @@ class KafkaServer:
         self._host = host
         self._port = port
         self._max_request_bytes = max_request_bytes
+        #: SO_SNDBUF and SO_RCVBUF of accepted connections, where set (> 0); else the OS's own
+        self._buffer_sizes = [(opt, n) for opt, n in ((socket.SO_SNDBUF, send_buffer_bytes),
+                                                      (socket.SO_RCVBUF, receive_buffer_bytes)) if n > 0]
         self._max_inflight = max_inflight_per_connection
         self.memory = RequestMemoryPool(queued_max_request_bytes)
         self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
@@ -184,6 +189,8 @@ class KafkaServer:
                     continue
                 client.setblocking(False)
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                for option, size in self._buffer_sizes:
+                    client.setsockopt(socket.SOL_SOCKET, option, size)
                 conn = Connection(self, client, f"{addr[0]}:{addr[1]}")
             except Exception:  # noqa: BLE001 - one connection must not stop the listener
                 log.exception("cannot set up connection %s:%s; closed", addr[0], addr[1])
