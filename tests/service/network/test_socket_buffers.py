@@ -81,8 +81,7 @@ def _send_buffers(port: int) -> list[int]:
 def test_a_broker_gives_client_connections_a_100_kib_send_buffer(start_broker: Any) -> None:
     for sets, expected in (({}, 2 * 102400), ({"socket.send.buffer.bytes": "-1"}, None)):
         broker = start_broker(sets=sets)
-        with socket.create_connection((broker.host, broker.port)) as client:
-            client.sendall(b"")
+        with socket.create_connection((broker.host, broker.port)):
             wait_until(lambda: _send_buffers(broker.port), timeout=10, what="the connection in ss")
             buffers = _send_buffers(broker.port)
             if expected is None:
