@@ -628,23 +628,26 @@ def write_section(md_path: Path, name: str, section: str) -> None:
 REPORT_TITLE = "# Strata benchmarks"
 #: the section bench/run_all.py writes; it stays at the top of the report
 SUMMARY = "summary"
+#: this benchmark's own section
+FOUNDATION = "foundation"
 
 
-def _kept_sections(md_path: Path) -> tuple[str, str]:
-    """Sections other benchmarks own (between ``<!-- NAME:start -->`` and
-    ``<!-- NAME:end -->`` markers) survive a rewrite of this report: returns
-    (the run_all summary, which goes above this benchmark's part; every other one)."""
-    if not md_path.exists():
-        return "", ""
-    old = md_path.read_text()
-    top, rest = "", ""
-    for m in re.finditer(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", old, flags=re.S):
-        block = "\n\n" + m.group(0).strip("\n") + "\n"
-        if m.group(1) == SUMMARY:
-            top += block
-        else:
-            rest += block
-    return top, rest
+def place_section(md_path: Path, name: str, section: str) -> None:
+    """Put this benchmark's ``section`` (markers included) in place of its old one; a report
+    without it gets it after the run_all summary, or under the title. Everything else in the
+    report, hand-written analysis included, stays as it is."""
+    old = md_path.read_text() if md_path.exists() else ""
+    if f"<!-- {name}:start -->" in old:
+        write_section(md_path, name, section)
+        return
+    end = f"<!-- {SUMMARY}:end -->"
+    if end in old:
+        i = old.index(end) + len(end)
+    elif old.startswith(REPORT_TITLE):
+        i = len(REPORT_TITLE)
+    else:
+        old, i = REPORT_TITLE + "\n" + old, len(REPORT_TITLE)
+    md_path.write_text(old[:i].rstrip("\n") + "\n\n" + section + "\n\n" + old[i:].lstrip("\n"))
 
 
 def write_reports(data: dict, md_path: Path) -> None:
@@ -803,9 +806,8 @@ def write_reports(data: dict, md_path: Path) -> None:
         for n in data["notes"]:
             L.append(f"- {n}")
         L.append("")
-    summary, others = _kept_sections(md_path)
-    head = REPORT_TITLE + "\n\n" + (summary.strip("\n") + "\n\n" if summary else "")
-    md_path.write_text(head + "\n".join(L) + others)
+    place_section(md_path, FOUNDATION, f"<!-- {FOUNDATION}:start -->\n" + "\n".join(L).strip("\n")
+                  + f"\n<!-- {FOUNDATION}:end -->")
     log(f"wrote {md_path} and {json_path}")
 
 
