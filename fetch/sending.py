@@ -155,7 +155,7 @@ def resident(region: FileRegion) -> bool:
     of them with ``RWF_NOWAIT`` does not wait for the disk. A region the probe cannot
     tell about (a file system without ``RWF_NOWAIT``, a file closed meanwhile) counts
     as resident: its send goes on as before."""
-    if region.length <= 0:
+    if region.length <= 0 or region.data is not None:  # held in memory: the send reads no file
         return True
     try:
         fd = region.file.fileno()

@@ -14,9 +14,9 @@ import os
 import struct
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -73,9 +73,14 @@ class FileRegion:
     #: one past the last offset of the region's batches (its record count is the
     #: difference for dense offsets); -1 when unknown
     next_offset: int = -1
+    #: the region's bytes when the read that found its batches already holds them (a
+    #: small region at the tail): sent from memory, not read from the file a second time
+    data: bytes | None = field(default=None, compare=False, repr=False)
 
     def read_bytes(self) -> bytes:
-        """The region's bytes, via ``os.pread`` (the file position is not used)."""
+        """The region's bytes: :attr:`data`, or via ``os.pread`` (the file position is not used)."""
+        if self.data is not None:
+            return self.data
         chunks: list[bytes] = []
         done = 0
         fd = os.dup(self.file.fileno())  # one descriptor for the whole read (see held_fd)
@@ -432,10 +437,11 @@ class LogSegment:
     # ------------------------------------------------------------------ reading
 
     def _scan(
-        self, position: int, end: int | None = None, file: LogFile | None = None
+        self, position: int, end: int | None = None, file: LogFile | None = None, keep: list[Any] | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the complete batches in ``[position, end)``: 16 KiB chunks, or single headers
-        for large batches. ``file``: the ``.log`` the caller already holds."""
+        for large batches. ``file``: the ``.log`` the caller already holds; ``keep``: set to
+        ``[start, bytes]`` of each chunk read, for a caller that sends what it found."""
         end = self._size if end is None else end
         file = self._handle() if file is None else file  # held while the generator lives
         fd = file.fileno()
@@ -447,6 +453,8 @@ class LogSegment:
             if rel + BATCH_OVERHEAD > len(chunk):
                 chunk = os.pread(fd, min(read_size, end - position), position)
                 chunk_start, rel = position, 0
+                if keep is not None:
+                    keep[:] = (chunk_start, chunk)
                 if len(chunk) < BATCH_OVERHEAD:
                     return
             header = peek_batch_header(chunk, rel)
@@ -458,7 +466,7 @@ class LogSegment:
             read_size = BATCH_OVERHEAD if header.size >= _SCAN_CHUNK // 2 else _SCAN_CHUNK
 
     def _scan_from_index(
-        self, offset: int, end: int, file: LogFile | None = None
+        self, offset: int, end: int, file: LogFile | None = None, keep: list[Any] | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:
         """Like :meth:`_scan` from the index entry for ``offset``, checking the entry first.
 
@@ -469,11 +477,11 @@ class LogSegment:
         """
         indexed_offset, position = self.offset_index.lookup(offset)
         if position == 0:
-            yield from self._scan(0, end, file)
+            yield from self._scan(0, end, file, keep)
             return
         if position >= end:
             return
-        batches = self._scan(position, end, file)
+        batches = self._scan(position, end, file, keep)
         try:
             found = next(batches, None)
         except KafkaError:  # not a batch header at all
@@ -491,7 +499,7 @@ class LogSegment:
                 indexed_offset,
                 position,
             )
-        yield from self._scan(0, end, file)
+        yield from self._scan(0, end, file, keep)
 
     def read(
         self,
@@ -516,10 +524,11 @@ class LogSegment:
         region_end = 0
         next_offset = -1
         known = self._read_ends.get(start_offset)
+        keep: list[Any] = []
         if known is not None and known <= end:
-            batches = self._scan(known, end, file)
+            batches = self._scan(known, end, file, keep)
         else:
-            batches = self._scan_from_index(start_offset, end, file)
+            batches = self._scan_from_index(start_offset, end, file, keep)
         for pos, header in batches:
             if first is None:
                 if header.last_offset < start_offset:
@@ -541,7 +550,13 @@ class LogSegment:
             self._note_read_end(start_offset, end)
             return None
         self._note_read_end(next_offset, region_end)
-        return FileRegion(file, first[0], region_end - first[0], first[1].base_offset, next_offset)
+        data = None
+        if keep:  # the last chunk read holds the whole region (a small read at the tail): keep its bytes
+            start, chunk = keep
+            if start <= first[0] and region_end <= start + len(chunk):
+                data = chunk if (start, len(chunk)) == (first[0], region_end - first[0]) else \
+                    chunk[first[0] - start:region_end - start]
+        return FileRegion(file, first[0], region_end - first[0], first[1].base_offset, next_offset, data)
 
     def _note_read_end(self, offset: int, position: int) -> None:
         """Every batch before ``position`` ends below ``offset``: true until the file is cut

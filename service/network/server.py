@@ -267,6 +267,7 @@ class Connection(RequestBodies):
         if self._closed:
             return
         self._closed = True
+        self.transport.release()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

@@ -1,7 +1,7 @@
 """How a connection's bytes reach the socket: the :class:`Transport` seam.
 
-:class:`PlainTransport` is the socket itself: received with ``sock_recv``, responses
-sent by :mod:`fetch.sending` (``sendfile`` from the page cache, history on
+:class:`PlainTransport` is the socket itself: received with ``recv`` as it comes
+(the socket stays watched for as long as a reader waits on it), responses sent by :mod:`fetch.sending` (``sendfile`` from the page cache, history on
 sender threads). :class:`service.security.tls_transport.TlsTransport` puts TLS
 under the same five calls. The connection loop (:mod:`service.network.server`) sees only
 this interface, so framing, ordering and memory bounds are the same for both.
@@ -46,9 +46,22 @@ class Transport(Protocol):
     def peer_certificate(self) -> dict[str, Any] | None:
         """The client's verified certificate (``SSLSocket.getpeercert()``), if any."""
 
+    def release(self) -> None:
+        """Stop watching the socket: called once, before the connection closes it."""
+
 
 class PlainTransport:
-    """The socket as it is: see the module docstring."""
+    """The socket as it is: see the module docstring.
+
+    A receive reads the socket at once and waits only when it is empty. The wait keeps the
+    socket in the event loop's watch list from one receive to the next: the loop's own
+    ``sock_recv`` adds and removes it around every call, eight system calls and two poll
+    handles per request that a connection at one request per round trip paid for nothing.
+    The socket leaves the list when it turns readable with nobody waiting (level-triggered
+    polling would call back on every turn until someone reads), and at :meth:`release`.
+    A call with nobody waiting and nothing to read (a readiness polled before the woken
+    receive read, which loops without uvloop deliver) leaves it watched.
+    """
 
     def __init__(
         self,
@@ -59,17 +72,66 @@ class PlainTransport:
     ) -> None:
         self._loop = loop
         self._sock = sock
+        self._fd = sock.fileno()
         self._history = history
         self._track = track
+        self._waiter: asyncio.Future[None] | None = None
+        self._watched = False
 
     async def handshake(self) -> None:
         return None
 
     async def recv(self, size: int) -> bytes:
-        return await self._loop.sock_recv(self._sock, size)
+        while True:
+            try:
+                return self._sock.recv(size)
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
 
     async def recv_into(self, view: memoryview) -> int:
-        return await self._loop.sock_recv_into(self._sock, view)
+        while True:
+            try:
+                return self._sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
+
+    def _readable(self) -> asyncio.Future[None]:
+        if self._fd < 0:
+            raise ConnectionError("the connection is closing")
+        waiter = self._waiter = self._loop.create_future()
+        if not self._watched:
+            self._loop.add_reader(self._fd, self._on_readable)
+            self._watched = True
+        return waiter
+
+    def _on_readable(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        elif self._unread():  # nobody reads now: unwatched until someone waits
+            self._unwatch()
+
+    def _unread(self) -> bool:
+        """Bytes (or the peer's close, or an error) the socket holds for a receive."""
+        try:
+            self._sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+        return True
+
+    def _unwatch(self) -> None:
+        if self._watched:
+            self._watched = False
+            self._loop.remove_reader(self._fd)
+
+    def release(self) -> None:
+        self._unwatch()
+        self._fd = -1
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.cancel()  # its reader is being cancelled by the close
 
     async def send(self, data: bytes | memoryview) -> None:
         await self._loop.sock_sendall(self._sock, data)

@@ -196,6 +196,9 @@ class TlsTransport:
     def peer_certificate(self) -> dict[str, Any] | None:
         return peer_certificate(self._conn)
 
+    def release(self) -> None:
+        return None  # its receives are the loop's own (sock_recv): nothing stays watched
+
     @property
     def buffer_bytes(self) -> int:
         """What the receive and ciphertext buffers hold now (OpenSSL's own not counted)."""

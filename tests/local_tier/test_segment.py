@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +188,21 @@ def test_a_read_after_the_log_was_cut_and_written_again_finds_the_new_batches(se
     for offset, batch in ((5, kept[2]), (10, kept[5])):  # batches 4..5 and 10..11
         region = segment.read(offset, max_bytes=1)
         assert region is not None and region.read_bytes() == batch
+
+
+def test_a_small_read_carries_the_bytes_it_scanned_and_a_large_one_the_file(segment: LogSegment) -> None:
+    """A region within the chunk its batches were found in holds those bytes (sent from memory,
+    not read from the file again); one larger than a chunk is read from the file when sent."""
+    with open(segment.log_path, "rb") as f:
+        whole = f.read()
+    for start, max_bytes in ((0, 100_000), (23, 200), (45, 100_000)):
+        region = segment.read(start, max_bytes=max_bytes)
+        assert region is not None and region.data is not None
+        assert region.data == whole[region.position:region.position + region.length]
+        assert region.read_bytes() == region.data
+    big = [_append(segment, 20, timestamp=30_000 + i, value_size=1_000) for i in range(2)]  # 20 KB each
+    region = segment.read(50, max_bytes=1_000_000)
+    assert region is not None and region.data is None and region.read_bytes() == b"".join(big)
+    small = segment.read(0, max_bytes=100)
+    assert small is not None and small.data is not None
+    assert dataclasses.replace(small, data=None) == small  # the bytes held are not part of equality
