@@ -6,6 +6,7 @@
   polling would otherwise call back on every turn), and the bytes wait for the next receive.
 * ``release`` unwatches the socket and cancels a receive that waits; later receives fail.
 * A peer that closes gives ``b""``, and a receive into a view gets what was sent.
+* A socket that never empties still lets the loop run other tasks between receives.
 """
 
 from __future__ import annotations
@@ -129,6 +130,36 @@ async def _test_a_closed_peer_gives_empty_and_recv_into_fills_a_view() -> None:
         ours.close()
 
 
+async def _test_a_socket_that_stays_full_still_gives_other_tasks_turns() -> None:
+    """A client that keeps its socket full (requests pipelined faster than they are handled)
+    must not hold the loop: the fetches its produces wake, on other connections, are answered
+    in the turns its receives give."""
+    loop = asyncio.get_running_loop()
+    ours, peer = _pair()
+    t = _transport(loop, ours)
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    try:
+        peer.send(b"x" * 1_000)
+        other_task = asyncio.ensure_future(other())
+        await asyncio.sleep(0)
+        start = turns
+        for _ in range(100):
+            assert await t.recv(1) == b"x"  # there at once, every time
+        assert turns - start >= 99
+        other_task.cancel()
+    finally:
+        t.release()
+        ours.close()
+        peer.close()
+
+
 def _run(kind: str, case: Any) -> None:
     loop = uvloop.new_event_loop() if kind == "uvloop" else asyncio.new_event_loop()
     try:
@@ -158,3 +189,8 @@ def test_release_cancels_a_waiting_receive_and_refuses_later_ones(kind: str, mon
 @LOOPS
 def test_a_closed_peer_gives_empty_and_recv_into_fills_a_view(kind: str) -> None:
     _run(kind, _test_a_closed_peer_gives_empty_and_recv_into_fills_a_view())
+
+
+@LOOPS
+def test_a_socket_that_stays_full_still_gives_other_tasks_turns(kind: str) -> None:
+    _run(kind, _test_a_socket_that_stays_full_still_gives_other_tasks_turns())
