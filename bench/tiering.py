@@ -58,11 +58,12 @@ CHUNK_BYTES = 1024 * 1024  # the broker's remote.fetch.chunk.bytes (its default)
 TASK_INTERVAL_MS = 200
 
 FULL = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 3,
-        "latency_seconds": 20.0, "latency_warmup_seconds": 1.0, "cache_bytes": None}
+        "latency_seconds": 20.0, "latency_warmup_seconds": 1.0, "cache_bytes": None, "isolation_rounds": 3}
 # --quick: history smaller than the broker's default 256 MiB chunk cache, so the
 # cache is shrunk to keep every re-read of the history coming from the bucket.
 QUICK = {"records": 60_000, "segment_bytes": 4 * 1024 * 1024, "repeats": 1,
-         "latency_seconds": 5.0, "latency_warmup_seconds": 1.0, "cache_bytes": 8 * 1024 * 1024}
+         "latency_seconds": 5.0, "latency_warmup_seconds": 1.0, "cache_bytes": 8 * 1024 * 1024,
+         "isolation_rounds": 1}
 
 TARGETS = {
     "catchup_vs_direct": ("Catch-up read from the bucket through the broker vs direct boto3 ranged GETs",
@@ -553,6 +554,15 @@ def _layout_text(layout: dict) -> str:
             f"cores (others at nice {layout.get('others_nice', 0)}).")
 
 
+def _rounds_sentence(rounds: list[dict]) -> str:
+    """The isolation rounds behind the rows above (their median round by p99 ratio)."""
+    if len(rounds) < 2:
+        return ""
+    each = "; ".join(f"{r['alone_p99_ms']:.2f} / {r['loaded_p99_ms']:.2f} ms, {r['p99_ratio']:.2f}" for r in rounds)
+    return (f" The alone and loaded rows are the median of {len(rounds)} rounds, each alone then with the "
+            f"readers in turn (p99 alone / with readers, ratio): {each}.")
+
+
 def write_report(data: dict, md_path: Path) -> None:
     json_path = md_path.with_name("benchmarks-tiering.json")
     json_path.write_text(json.dumps(data, indent=2) + "\n")
@@ -637,7 +647,8 @@ def write_report(data: dict, md_path: Path) -> None:
         (f"p99 ratio (with readers through the broker / alone): **{iso['p99_ratio']:.2f}**; p50 ratio "
          f"{iso['p50_ratio']:.2f}. The control row puts the same kind of S3 load on moto and the cores "
          f"without the broker (p99 ratio {iso['control_p99_ratio']:.2f}): the difference between the two "
-         "loaded rows is what serving history costs the broker's tail consumers."),
+         "loaded rows is what serving history costs the broker's tail consumers."
+         + _rounds_sentence(iso.get("rounds", []))),
         "",
         (f"**3. Upload.** The same topic is filled with tiered storage off, the sealed segment files are "
          "uploaded directly with boto3 `put_object` (`.log`, `.index`, `.timeindex` of each in turn, one "
@@ -807,15 +818,24 @@ def main() -> int:
         log(f"  catch-up ratio: {data['catchup']['ratio']:.0%}")
 
         log(f"== 2. isolation: tail consumer at {LATENCY_RATE:,} records/s, alone and with 2 history readers")
-        alone = run_latency(broker, moto_srv, work, cfg, "bench-tail-alone", None, "")
-        readers = HistoryReaders(broker, topic, total_records)
-        log(f"  starting 2 history readers: {shlex.join(readers.cmd)} (looped)")
-        with readers:
-            time.sleep(1.0)
-            loaded = run_latency(broker, moto_srv, work, cfg, "bench-tail-loaded", profile,
-                                 "tiering-isolation-loaded")
-        if readers.failures:
-            raise SystemExit(f"FAIL: a history reader failed: {readers.failures[0]}")
+        # rounds of (alone, with readers) in turn: one run of each swung the ratio from 1.2 to 2.0
+        rounds, passes = [], []
+        for rnd in range(cfg["isolation_rounds"]):
+            log(f"  round {rnd + 1}/{cfg['isolation_rounds']}")
+            alone = run_latency(broker, moto_srv, work, cfg, f"bench-tail-alone-r{rnd}", None, "")
+            readers = HistoryReaders(broker, topic, total_records)
+            log(f"  starting 2 history readers: {shlex.join(readers.cmd)} (looped)")
+            with readers:
+                time.sleep(1.0)
+                loaded = run_latency(broker, moto_srv, work, cfg, f"bench-tail-loaded-r{rnd}",
+                                     profile if rnd == 0 else None, "tiering-isolation-loaded")
+            if readers.failures:
+                raise SystemExit(f"FAIL: a history reader failed: {readers.failures[0]}")
+            passes += readers.passes
+            rounds.append({"alone": alone, "loaded": loaded, "p99_ratio": loaded["p99_ms"] / alone["p99_ms"]})
+            log(f"  round {rnd + 1}: p99 ratio {rounds[-1]['p99_ratio']:.2f}")
+        middle = sorted(rounds, key=lambda r: r["p99_ratio"])[len(rounds) // 2]
+        alone, loaded = middle["alone"], middle["loaded"]
         control = DirectReaders(moto_srv.endpoint, tid, man)
         log(f"  control: 2 direct boto3 readers of the same objects, no broker involved: {control.shown}")
         with control:
@@ -825,9 +845,10 @@ def main() -> int:
         ctl["reader_mb_per_s"] = (remote_bytes / statistics.median(control.passes) / 1e6
                                   if control.passes else None)
         ctl["reader_command"] = control.shown
-        passes = readers.passes
         data["isolation"] = {
             "alone": alone, "loaded": loaded, "reader_command": shlex.join(readers.cmd),
+            "rounds": [{"alone_p99_ms": r["alone"]["p99_ms"], "loaded_p99_ms": r["loaded"]["p99_ms"],
+                        "p99_ratio": r["p99_ratio"]} for r in rounds],
             "reader_passes": len(passes), "reader_pass_seconds": [p["seconds"] for p in passes],
             "reader_mb_per_s": (remote_bytes / statistics.median(p["seconds"] for p in passes) / 1e6
                                 if passes else None),
