@@ -18,7 +18,8 @@ broker (bench/foundation.py's BrokerProcess) with tiered storage on that bucket:
     boto3 (chunks of ``remote.fetch.chunk.bytes``, one thread), interleaved.
 (3) isolation: produce-to-consume latency of a tail consumer at 2,000 records/s
     (bench/latency.py), alone and while two ``kcat -C -e`` readers loop over the
-    whole history from the bucket.
+    whole history from the bucket; three rounds of the two in turn, the median
+    round reported (one round swings too far to judge by).
 
 Writes its section of docs/benchmarks.md between ``<!-- tiering:start -->`` and
 ``<!-- tiering:end -->`` and docs/benchmarks-tiering.json. Every figure comes from

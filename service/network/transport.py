@@ -1,10 +1,11 @@
 """How a connection's bytes reach the socket: the :class:`Transport` seam.
 
-:class:`PlainTransport` is the socket itself: received with ``recv`` as it comes
-(the socket stays watched for as long as a reader waits on it), responses sent by :mod:`fetch.sending` (``sendfile`` from the page cache, history on
-sender threads). :class:`service.security.tls_transport.TlsTransport` puts TLS
-under the same five calls. The connection loop (:mod:`service.network.server`) sees only
-this interface, so framing, ordering and memory bounds are the same for both.
+:class:`PlainTransport` is the socket itself: received with ``recv`` as it comes (the
+socket stays in the loop's watch list between receives), responses sent by
+:mod:`fetch.sending` (``sendfile`` from the page cache, history on sender threads).
+:class:`service.security.tls_transport.TlsTransport` puts TLS under the same calls.
+The connection loop (:mod:`service.network.server`) sees only this interface, so
+framing, ordering and memory bounds are the same for both.
 
 Not thread-safe: a transport lives on the event loop of its connection.
 """
