@@ -90,25 +90,18 @@ class PlainTransport:
         return None
 
     async def recv(self, size: int) -> bytes:
-        while True:
-            if self._owes_turn:
-                self._owes_turn = False
-                await asyncio.sleep(0)
-            try:
-                data = self._sock.recv(size)
-            except (BlockingIOError, InterruptedError):
-                await self._readable()
-                continue
-            self._owes_turn = True
-            return data
+        return await self._receive(self._sock.recv, size)
 
     async def recv_into(self, view: memoryview) -> int:
+        return await self._receive(self._sock.recv_into, view)
+
+    async def _receive(self, receive: Callable[[Any], Any], arg: Any) -> Any:
         while True:
             if self._owes_turn:
                 self._owes_turn = False
                 await asyncio.sleep(0)
             try:
-                got = self._sock.recv_into(view)
+                got = receive(arg)
             except (BlockingIOError, InterruptedError):
                 await self._readable()
                 continue
