@@ -10,12 +10,14 @@ segments) produced with kcat and uploaded. Then, interleaved, ``repeats`` times:
 * **broker**: a confluent-kafka consumer (a child process, ``consume(10000)`` batches)
   reads the whole history through the broker, which serves it from the bucket;
 * **raw GETs**: boto3 GETs of every segment object, one per object, on 2 threads (as
-  many as Spark's ``local[2]`` cores), bodies read and dropped;
+  many as Spark's ``local[2]`` cores), bodies read and dropped; three passes, the
+  median one kept;
 * **spark**: ``spark.read.format("strata")`` in a fresh ``local[2]`` session (a child
   process) with the Strata jar (``spark.jar``: Python planning, segments read in the
   JVM, one streamed GET per slice), the action ``count(*), min(offset), max(offset),
   sum(length(value))``, timed around the action only and checked against the topic;
-  warm: the median of the 5 full reads after the first;
+  warm: the median of 5 full reads after 4 others (the first, reported on its own,
+  and 3 more while the JVM's JIT still compiles Spark's query machinery);
 * **spark_python**: the same without the jar (the Python reader, 32 MiB GETs), and a
   Python data source that yields pre-built Arrow batches (that reader's ceiling).
 
@@ -53,7 +55,9 @@ from foundation import BrokerProcess, log, machine_info  # noqa: E402
 MARK = "spark"
 TOPIC = "bench-spark"
 VALUE_SIZE = 220
-FULL = {"records": 5_000_000, "segment_bytes": 64 * 1024 * 1024, "repeats": 2}
+FULL = {"records": 5_000_000, "segment_bytes": 64 * 1024 * 1024, "repeats": 3}
+#: raw GET passes per round (about a second each): one alone swung from 0.97 to 1.33 s
+RAW_RUNS = 3
 QUICK = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 1}
 TARGETS = {
     "spark_vs_broker": ("Spark from the bucket vs a confluent-kafka consumer through the broker", "×", 3.0),
@@ -162,6 +166,7 @@ spark.sparkContext.setLogLevel("ERROR")
 from spark import StrataDataSource
 spark.dataSource.register(StrataDataSource)
 WARM_READS = 5
+SETTLING_READS = 3  # full reads after the first and before the timed ones
 ACTION = ("count(*) AS n", "min(offset) AS lo", "max(offset) AS hi", "sum(length(value)) AS bytes")
 
 def strata(**options):
@@ -175,18 +180,38 @@ def strata(**options):
 strata(endingOffsets=json.dumps({topic: {"0": 1000}})).selectExpr(*ACTION).collect()
 df = strata()
 parts = df.rdd.getNumPartitions()
-# the first full read in a fresh JVM pays for JIT compilation of the read path (and of Spark's
-# own query machinery); a long-lived session (a notebook, a job that reads more than one topic)
-# has paid it already: the warm figure is the median of the next WARM_READS full reads
-t0 = time.perf_counter()
-row = df.selectExpr(*ACTION).collect()[0]
-cold = time.perf_counter() - t0
+# the JVM's JIT compiler threads: CPU seconds they used, read per full read
+JAVA = next((p for p in _tree(_os.getpid()) if _os.path.exists(f"/proc/{p}/comm")
+             and open(f"/proc/{p}/comm").read().strip() == "java"), None)
+def jit_cpu():
+    total = 0.0
+    for t in (_os.listdir(f"/proc/{JAVA}/task") if JAVA else ()):
+        try:
+            stat = open(f"/proc/{JAVA}/task/{t}/stat").read()
+        except OSError:
+            continue
+        if "CompilerThre" in stat[stat.index("(") + 1:stat.rindex(")")]:
+            f = stat.rsplit(")", 1)[1].split()
+            total += (int(f[11]) + int(f[12])) / _os.sysconf("SC_CLK_TCK")
+    return total
+# the first full read in a fresh JVM pays for JIT compilation of the read path, and the next
+# few for more of Spark's own query machinery, a little more of which gets hot at every query;
+# a long-lived session (a notebook, a job that reads more than one topic) has paid that
+# already: the warm figure is the median of WARM_READS full reads after SETTLING_READS more
+session = []  # (seconds, JIT CPU seconds) of every full read, in order
+def full_read(frame=None):
+    j0, c0, t0 = jit_cpu(), cpu_marks(), time.perf_counter()
+    out = (frame if frame is not None else strata()).selectExpr(*ACTION).collect()[0]
+    session.append((time.perf_counter() - t0, round(jit_cpu() - j0, 2)))
+    return out, cpu_since(c0)
+row, _ = full_read(df)
+cold = session[0][0]
+for _ in range(SETTLING_READS):
+    full_read()
 warm = []
 for _ in range(WARM_READS):
-    c0 = cpu_marks()
-    t0 = time.perf_counter()
-    row = strata().selectExpr(*ACTION).collect()[0]
-    warm.append((time.perf_counter() - t0, cpu_since(c0)))
+    row, used = full_read()
+    warm.append((session[-1][0], used))
 wall, cpu = sorted(warm, key=lambda w: w[0])[len(warm) // 2]
 
 # Spark's ceiling for a Python data source on this machine: the same schema, row count and
@@ -228,7 +253,7 @@ for _ in range(0 if jvm else 2):  # warm like the read above: the JVM has alread
 spark.stop()
 print(json.dumps({"seconds": wall, "cold_seconds": cold, "records": row.n, "first_offset": row.lo, "last_offset": row.hi,
                   "value_bytes": row.bytes, "input_partitions": parts,
-                  "warm_seconds": [w[0] for w in warm], "ceiling_seconds": ceiling_wall,
+                  "warm_seconds": [w[0] for w in warm], "session_reads": session, "ceiling_seconds": ceiling_wall,
                   "ceiling_records": ceiling and ceiling.n, "cpu": cpu,
                   "ceiling_cpu": ceiling_cpu}))
 """
@@ -236,6 +261,19 @@ print(json.dumps({"seconds": wall, "cold_seconds": cold, "records": row.n, "firs
 
 #: pids whose CPU the children report over their timed windows (set once moto and the broker run)
 PIDS: dict[str, int] = {}
+
+
+def _jit_sentence(runs: dict[str, list[dict]]) -> str:
+    """The JIT compilers' CPU per full read of the JVM reader's sessions, first / settling / timed."""
+    jit = [[j for _, j in r["session_reads"]] for r in runs.get("spark", []) if r.get("session_reads")]
+    if not jit:
+        return ""
+    first = statistics.median(j[0] for j in jit)
+    settling = statistics.median(x for j in jit for x in j[1:1 + 3])
+    timed = statistics.median(x for j in jit for x in j[4:])
+    return (f"(with the jar, the JIT compiler threads used {first:.2f} CPU-seconds in the first full read, "
+            f"{settling:.2f} per read in the next three and {timed:.2f} per timed read, medians over the "
+            "rounds; `session_reads` in the JSON has every read)")
 
 
 def child(code: str, *args: str) -> dict:
@@ -328,10 +366,14 @@ def main() -> int:
                 raise SystemExit(f"FAIL: the consumer read {res['records']} records")
             runs["broker"].append(res)
             log(f"    {res['records']:,} records in {res['seconds']:.2f} s")
-            log("  raw: boto3 GETs, one per segment object, 2 threads")
-            res = child(RAW_CODE, moto_srv.endpoint, tiering.BUCKET, str(whole), json.dumps(objects))
+            log(f"  raw: boto3 GETs, one per segment object, 2 threads ({RAW_RUNS} runs, the median one kept)")
+            raws = [child(RAW_CODE, moto_srv.endpoint, tiering.BUCKET, str(whole), json.dumps(objects))
+                    for _ in range(RAW_RUNS)]
+            res = sorted(raws, key=lambda r: r["seconds"])[RAW_RUNS // 2]
+            res["all_seconds"] = [r["seconds"] for r in raws]
             runs["raw"].append(res)
-            log(f"    {res['bytes'] / 1e9:.2f} GB in {res['seconds']:.2f} s")
+            log(f"    {res['bytes'] / 1e9:.2f} GB in {res['seconds']:.2f} s (runs: "
+                f"{', '.join(f'{x:.2f}' for x in res['all_seconds'])} s)")
             for name, reader in (("spark", "jvm"), ("spark_python", "python")):
                 log(f"  {name}: spark.read.format('strata') ... count/min/max/sum, local[2], "
                     + ("with the Strata jar (segments read in the JVM)" if reader == "jvm"
@@ -344,7 +386,8 @@ def main() -> int:
                 runs[name].append(res)
                 log(f"    {res['records']:,} records in {res['seconds']:.2f} s warm (median of "
                     f"{', '.join(f'{w:.2f}' for w in res['warm_seconds'])}), {res['cold_seconds']:.2f} s as "
-                    f"the first full read of a fresh JVM ({res['input_partitions']} tasks)"
+                    f"the first full read of a fresh JVM ({res['input_partitions']} tasks); every full read "
+                    f"in order (s, JIT CPU s): {', '.join(f'{w:.2f} ({j:.2f})' for w, j in res['session_reads'])}"
                     + (f"; ceiling (pre-built Arrow batches, same schema and rows): {res['ceiling_seconds']:.2f} s"
                        if res["ceiling_seconds"] is not None else ""))
         data["runs"] = runs
@@ -423,7 +466,7 @@ def write_report(data: dict, md_path: Path) -> None:
         "ceiling": ("the Python reader's ceiling: a Python data source that yields pre-built Arrow batches "
                     "of the same schema, rows and tasks, reading and decoding nothing"),
         "broker": "confluent-kafka consumer through the broker (tiered fetch)",
-        "raw": "raw boto3 GETs, one per segment object, 2 threads, bodies dropped",
+        "raw": "raw boto3 GETs, one per segment object, 2 threads, bodies dropped (the median of 3 passes per round)",
     }
     for k in ("spark", "spark_cold", "spark_python", "spark_python_cold", "ceiling", "broker", "raw"):
         recs = "—" if k == "raw" else f"{h['records'] / med[k]:,.0f}"
@@ -445,8 +488,10 @@ def write_report(data: dict, md_path: Path) -> None:
     L += ["", text, "",
           "Spark's time is the action alone (session start-up excluded). The headline figure is a warm "
           "session, as a long-lived one (a notebook, a job reading more than one topic) is: the median of "
-          "five full reads after the first, which pays for JIT compilation of the read path and of "
-          "Spark's own query machinery and is shown on its own line. Every result is checked: count, first "
+          "five full reads after four others. The first pays for JIT compilation of the read path and of "
+          "Spark's own query machinery and is shown on its own line; in the next ones the JVM still "
+          "compiles more of Spark's machinery, a little more of which gets hot at every query "
+          + _jit_sentence(data["runs"]) + ". Every result is checked: count, first "
           "and last offset. Commands: broker `" + data["broker_command"] + "`; the readers are the "
           "scripts in `bench/spark_backfill.py` (`CONSUMER_CODE`, `RAW_CODE`, `SPARK_CODE`).",
           f"<!-- {MARK}:end -->"]

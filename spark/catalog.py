@@ -361,7 +361,9 @@ def plan(catalog: Catalog, views: Iterable[PartitionView], starts: Mapping[tuple
     if catalog.opts.jvm:
         for s in out:
             if isinstance(s, SegmentSlice):
-                s.jvm = {"log": catalog.bucket.locate(s.seg.key),
-                         "index": catalog.bucket.locate(s.seg.sibling("index")),
+                # the offset index only for a slice that starts inside its segment unplaced
+                # (a URL is signed for each: a millisecond of the planner's time)
+                index = catalog.bucket.locate(s.seg.sibling("index")) if s.start_pos is None else ""
+                s.jvm = {"log": catalog.bucket.locate(s.seg.key), "index": index,
                          "chunk": catalog.opts.chunk_option or 0}
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 import uuid
 import zlib
@@ -207,6 +208,34 @@ def test_snapshots_bound_the_replay_and_trimming_keeps_every_reader_whole(tmp_pa
     fresh = MetadataCommitter(ObjectStoreMetadataStore(store)).read()
     assert fresh.metadata == ctl.metadata
     assert sorted(read_topics(open_bucket(bucket.as_uri()))) == sorted(t.name for t in ctl.topics())
+
+
+def test_spark_reads_every_slot_of_a_log_of_any_length_and_keeps_up_with_trims(tmp_path: Path) -> None:
+    # Spark's reader fetches the slots after the snapshot in growing windows (2, 4, 8, 16), and
+    # in a later read goes on from the last slot it replayed: a log ending at, inside or just
+    # past any window boundary is read to its end, and so is one trimmed past that slot, or a
+    # new cluster in the same bucket
+    bucket = tmp_path / "bucket"
+
+    def topics(ctl: Controller) -> dict[str, tuple[str, int]]:
+        return {t.name: (str(t.topic_id), t.partitions) for t in ctl.topics()}
+
+    ctl = _controller(FileSystemObjectStore(bucket), **{"metadata.log.retention.ms": "0"})
+    reader = open_bucket(bucket.as_uri())
+    for i in range(40):
+        ctl.create_topic(f"t{i}", 1 + i % 3)
+        assert read_topics(reader) == topics(ctl)
+    assert _snapshots(bucket) == [0] and len(_slots(bucket)) >= 40  # all replayed from slot 1
+    for round_ in range(2):  # trimmed past the slot the reader stopped at
+        ctl.create_topic(f"trimmed-{round_}", 1)
+        ctl._committer.take_snapshot(ctl.snapshot)
+    ctl.create_topic("after", 2)
+    assert _slots(bucket)[0] > 41
+    assert read_topics(reader) == topics(ctl)
+    shutil.rmtree(bucket)  # another cluster, same bucket
+    other = _controller(FileSystemObjectStore(bucket))
+    other.create_topic("other", 1)
+    assert read_topics(reader) == topics(other) and "other" in topics(other)
 
 
 def test_a_controller_snapshots_by_itself_after_enough_bytes_of_log(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import json
 import shutil
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from tests.s3_fixtures import TEST_ACCESS_KEY, TEST_SECRET_KEY, MotoServer
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PER_CODEC = 400  # records per codec per partition
+WIDE = 10_000  # records of the topic whose first segment spans several JVM column batches
 PARTITIONS = 2
 SEGMENT_BYTES = 16 * 1024
 ROLL_MS = 1000
@@ -89,12 +91,13 @@ def _rows(df: Any) -> list[tuple]:
     return sorted(out, key=lambda t: (t[0], t[1], t[2]))
 
 
-def _produce(bootstrap: str, topic: str, partition: int, records: list[tuple], **conf: Any) -> list[tuple]:
+def _produce(bootstrap: str, topic: str, partition: int, records: list[tuple], flush_every: int = 50,
+             **conf: Any) -> list[tuple]:
     """Produce (key, value, headers, timestamp) to one partition; returns them with their offsets."""
     p = helpers.producer(bootstrap, **{"linger.ms": 5, "batch.num.messages": 50, **conf})
     acked: list[Any] = []
     for i, (key, value, headers, ts) in enumerate(records):
-        if i % 50 == 0:
+        if i % flush_every == 0:
             p.flush(30)  # small produce requests: many small segments
         p.produce(topic, key=key, value=value, partition=partition, headers=headers, timestamp=ts or 0,
                   on_delivery=lambda err, msg, h=tuple(headers): acked.append((err, msg, h)))
@@ -214,6 +217,20 @@ def history(moto_server: MotoServer, module_start_broker: Any) -> Iterator[Histo
         h.ends[topic] = {0: 300}
         _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
 
+        # small records in one large segment: a slice of several column batches (4,096 rows
+        # each in the JVM reader), half of it in lz4 batches
+        topic = "wide"
+        helpers.create_topic(b.bootstrap, topic, partitions=1, config={"segment.bytes": str(1 << 20)})
+        rows = []
+        for half, codec in enumerate(("none", "lz4")):
+            rows += _produce(b.bootstrap, topic, 0, [
+                (None if n % 5 == 0 else b"k%d" % n, b"wide-%d-" % n + b"w" * (n % 37), [], base + n)
+                for n in range(half * WIDE // 2, (half + 1) * WIDE // 2)], flush_every=WIDE, **{
+                    "compression.type": codec, "batch.num.messages": 100})
+        h.expected[topic] = rows
+        h.ends[topic] = {0: WIDE}
+        _roll_and_wait(b, moto_server, bucket, PREFIX, topic, 1, h.ends[topic])
+
         # committed and aborted transactions across 1 KB segments, tiered and deleted locally:
         # written with the raw protocol ("txns") and by confluent-kafka's transactional
         # producers through the coordinator ("client-txns")
@@ -264,6 +281,32 @@ def test_batch_read_from_the_bucket_returns_exactly_the_produced_records(
     # LogAppendTime: the broker's time, type 1; CreateTime: the producer's, type 0
     assert {r[6] for r in got if r[0] == "appendtime"} == {1}
     assert {r[6] for r in got if r[0] == "codecs"} == {0}
+
+
+@pytest.mark.parametrize("chunk", ["1000", "65536"])
+def test_an_aggregate_over_keys_and_values_matches_the_produced_records(
+    spark: Any, history: History, source: str, chunk: str
+) -> None:
+    # an aggregate reads column batches in whole-stage code, which frees each batch it is done
+    # with: the JVM reader's key and value columns point into its read buffers and must outlive
+    # that, and the rows of every batch must still hold their own bytes (small GETs: many refills)
+    from pyspark.sql.functions import expr
+
+    h = history
+    first = _manifest(h, "wide", 0)["segments"][0]
+    assert first["last_offset"] - first["base_offset"] + 1 > 2 * 4096  # so a slice has 3 batches or more
+    ends = {t: {str(p): e for p, e in h.ends[t].items()} for t in ("codecs", "wide")}
+    df = _strata(spark, h.moto, h.store, source, subscribe="codecs,wide", **{"read.chunk.bytes": chunk},
+                 endingOffsets=json.dumps(ends))
+    got = sorted(tuple(r) for r in df.groupBy("topic", "partition").agg(*map(expr, (
+        "count(*)", "sum(length(key))", "sum(length(value))", "sum(crc32(value))", "sum(crc32(key))"))).collect())
+    want = []
+    for t, p in [("codecs", p) for p in range(PARTITIONS)] + [("wide", 0)]:
+        rows = [r for r in h.rows(t) if r[1] == p]
+        keys = [r[3] for r in rows if r[3] is not None]
+        want.append((t, p, len(rows), sum(len(k) for k in keys), sum(len(r[4]) for r in rows),
+                     sum(zlib.crc32(r[4]) for r in rows), sum(zlib.crc32(k) for k in keys)))
+    assert got == want
 
 
 @pytest.mark.parametrize("chunk", ["1000", "5000", "65536"])

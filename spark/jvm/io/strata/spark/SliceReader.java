@@ -7,6 +7,8 @@ import java.io.RandomAccessFile;
 import java.net.HttpURLConnection;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
 import java.util.zip.CRC32C;
 import java.util.zip.GZIPInputStream;
 
@@ -30,6 +32,11 @@ import org.xerial.snappy.Snappy;
  * (gzip, snappy, lz4, zstd) and decodes the records of {@code [lo, hi)} into Spark column
  * vectors of Kafka's schema, {@value #ROWS} rows per {@link ColumnarBatch}. Control batches are
  * skipped, and so (read_committed) are transactional batches of the slice's aborted transactions.
+ *
+ * <p>Keys and values are not copied while decoding: a {@link BytesColumn} row points into the
+ * array the record was read (or decompressed) into. While the column batch being filled holds
+ * rows of an array, the reader reads and decompresses into other arrays, and the held ones are
+ * reused once Spark has moved on to the next batch.
  */
 final class SliceReader implements PartitionReader<ColumnarBatch> {
   static final int ROWS = 4096;
@@ -42,6 +49,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private static final int PRODUCER_ID_AT = 43;
   private static final int LOG_APPEND_TIME = 0x08;
   private static final int RETRIES = 3;
+  /** Arrays kept for reuse once the batch that held them is released. */
+  private static final int SPARES = 4;
 
   private final StrataBatch.Slice slice;
   private final boolean headers;
@@ -66,9 +75,15 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private long batchMaxTs;
   private boolean logAppend;
   private byte[] inflated = new byte[1 << 16];
+  // whether rows of the column batch being filled point into buf / inflated
+  private boolean bufHeld;
+  private boolean inflatedHeld;
+  private final ArrayList<byte[]> held = new ArrayList<>(); // arrays left while rows pointed into them
+  private final ArrayDeque<byte[]> spares = new ArrayDeque<>();
+  private int rowsFilled; // rows of the last column batch
 
-  private final OnHeapColumnVector keyVec;
-  private final OnHeapColumnVector valueVec;
+  private final BytesColumn keyVec;
+  private final BytesColumn valueVec;
   private final OnHeapColumnVector offsetVec;
   private final OnHeapColumnVector timestampVec;
   private final OnHeapColumnVector typeVec;
@@ -79,8 +94,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     this.slice = slice;
     this.headers = schema.getFieldIndex("headers").isDefined();
     this.aborted = slice.aborted.length > 0 ? new AbortedRanges(slice.aborted) : null;
-    keyVec = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
-    valueVec = new OnHeapColumnVector(ROWS, DataTypes.BinaryType);
+    keyVec = new BytesColumn(ROWS);
+    valueVec = new BytesColumn(ROWS);
     ConstantColumnVector topicVec = new ConstantColumnVector(ROWS, DataTypes.StringType);
     topicVec.setUtf8String(UTF8String.fromString(slice.topic));
     ConstantColumnVector partitionVec = new ConstantColumnVector(ROWS, DataTypes.IntegerType);
@@ -106,8 +121,9 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public boolean next() throws IOException {
-    keyVec.reset();
-    valueVec.reset();
+    keyVec.reset(rowsFilled);
+    valueVec.reset(rowsFilled);
+    release();
     if (headerVec != null) {
       headerVec.reset();
     }
@@ -126,7 +142,31 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       }
     }
     batch.setNumRows(rows);
+    rowsFilled = rows;
     return rows > 0;
+  }
+
+  /** Spark is done with the last column batch: the arrays its rows pointed into may be reused. */
+  private void release() {
+    bufHeld = false;
+    inflatedHeld = false;
+    for (byte[] a : held) {
+      if (spares.size() < SPARES) {
+        spares.add(a);
+      }
+    }
+    held.clear();
+  }
+
+  /** An array of at least {@code size} bytes: a spare one, or a new one. */
+  private byte[] spare(int size) {
+    byte[] a;
+    while ((a = spares.poll()) != null) {
+      if (a.length >= size) {
+        return a;
+      }
+    }
+    return new byte[size];
   }
 
   @Override
@@ -211,7 +251,16 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
    * slice (after checking that what is left is not a cut batch).
    */
   private boolean fill(int need) throws IOException {
-    if (at > 0) { // only called between Kafka batches: nothing still points into buf
+    if (bufHeld) { // rows of the column batch point into buf: go on in another array
+      byte[] next = spare(Math.max(buf.length, need));
+      System.arraycopy(buf, at, next, 0, have - at);
+      held.add(buf);
+      buf = next;
+      bufHeld = false;
+      have -= at;
+      bufPos += at;
+      at = 0;
+    } else if (at > 0) { // only called between Kafka batches: the batch being decoded is done
       System.arraycopy(buf, at, buf, 0, have - at);
       have -= at;
       bufPos += at;
@@ -240,6 +289,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   /** Decompresses {@code buf[off, off + len)} into {@code inflated}; returns the length. */
   private int decompress(int codec, int off, int len, long base) throws IOException {
+    if (inflatedHeld) { // rows of the column batch point into it: decompress into another array
+      held.add(inflated);
+      inflated = spare(inflated.length);
+      inflatedHeld = false;
+    }
     try {
       switch (codec) {
         case 1:
@@ -314,6 +368,11 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
    */
   private int decode(int row) {
     byte[] b = recs;
+    if (b == buf) {
+      bufHeld = true;
+    } else {
+      inflatedHeld = true;
+    }
     while (recsLeft > 0 && row < ROWS && (row == 0 || batchBytes < BYTES)) {
       recsLeft--;
       int length = (int) varlong(b, recsEnd);
@@ -375,19 +434,36 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
     structs.addElementsAppended(Math.max(count, 0));
   }
 
-  /** A varint length, then that many bytes (a length of -1: null), into {@code vec} at {@code row}. */
-  private void bytesField(byte[] b, WritableColumnVector vec, int row, int next) {
-    int len = (int) varlong(b, next);
+  /** A varint length, then that many bytes (a length of -1: null): {@code vec}'s row points at them. */
+  private void bytesField(byte[] b, BytesColumn vec, int row, int next) {
+    int len = fieldLength(b, next);
     if (len < 0) {
       vec.putNull(row);
     } else {
-      if (len > next - recAt) {
-        throw malformed("a field runs past the end of its record");
-      }
+      vec.put(row, b, recAt, len);
+      recAt += len;
+    }
+  }
+
+  /** A varint length, then that many bytes (a length of -1: null), copied into {@code vec} at {@code row}. */
+  private void bytesField(byte[] b, WritableColumnVector vec, int row, int next) {
+    int len = fieldLength(b, next);
+    if (len < 0) {
+      vec.putNull(row);
+    } else {
       vec.putByteArray(row, b, recAt, len);
       recAt += len;
-      batchBytes += len;
     }
+  }
+
+  /** A field's varint length (-1: null), its bytes checked to end inside the record and counted. */
+  private int fieldLength(byte[] b, int next) {
+    int len = (int) varlong(b, next);
+    if (len > next - recAt) {
+      throw malformed("a field runs past the end of its record");
+    }
+    batchBytes += Math.max(len, 0);
+    return len;
   }
 
   /** A zig-zag varint (Kafka's record fields) at {@code recAt}, before {@code limit}. */

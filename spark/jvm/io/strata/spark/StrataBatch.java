@@ -120,7 +120,7 @@ final class StrataBatch implements Batch {
     final long start; // -1: seek with the offset index
     final long end;
     final String log; // where the JVM reads the .log: a presigned https URL or a file: URL
-    final String offsetIndex;
+    final String offsetIndex; // where the .index is; "" when start is known (no seek)
     final long chunkBytes; // GET size; 0: the whole range in one GET
     // read_committed: aborted transactions as (producer id, first offset, last offset) triples
     final long[] aborted;
