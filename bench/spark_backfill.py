@@ -56,8 +56,7 @@ MARK = "spark"
 TOPIC = "bench-spark"
 VALUE_SIZE = 220
 FULL = {"records": 5_000_000, "segment_bytes": 64 * 1024 * 1024, "repeats": 3}
-#: raw GET passes per round (about a second each): one alone swung from 0.97 to 1.33 s
-RAW_RUNS = 3
+RAW_RUNS = 3  #: raw GET passes per round (about a second each; one alone swung from 0.97 to 1.33 s)
 QUICK = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 1}
 TARGETS = {
     "spark_vs_broker": ("Spark from the bucket vs a confluent-kafka consumer through the broker", "×", 3.0),
@@ -268,9 +267,8 @@ def _jit_sentence(runs: dict[str, list[dict]]) -> str:
     jit = [[j for _, j in r["session_reads"]] for r in runs.get("spark", []) if r.get("session_reads")]
     if not jit:
         return ""
-    first = statistics.median(j[0] for j in jit)
-    settling = statistics.median(x for j in jit for x in j[1:1 + 3])
-    timed = statistics.median(x for j in jit for x in j[4:])
+    first, settling, timed = (statistics.median(x for j in jit for x in part(j)) for part in (
+        lambda j: j[:1], lambda j: j[1:4], lambda j: j[4:]))
     return (f"(with the jar, the JIT compiler threads used {first:.2f} CPU-seconds in the first full read, "
             f"{settling:.2f} per read in the next three and {timed:.2f} per timed read, medians over the "
             "rounds; `session_reads` in the JSON has every read)")
