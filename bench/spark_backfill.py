@@ -182,17 +182,14 @@ parts = df.rdd.getNumPartitions()
 # the JVM's JIT compiler threads: CPU seconds they used, read per full read
 JAVA = next((p for p in _tree(_os.getpid()) if _os.path.exists(f"/proc/{p}/comm")
              and open(f"/proc/{p}/comm").read().strip() == "java"), None)
+def _comm(task):
+    try:
+        return open(f"/proc/{task}/comm").read()
+    except OSError:
+        return ""
 def jit_cpu():
-    total = 0.0
-    for t in (_os.listdir(f"/proc/{JAVA}/task") if JAVA else ()):
-        try:
-            stat = open(f"/proc/{JAVA}/task/{t}/stat").read()
-        except OSError:
-            continue
-        if "CompilerThre" in stat[stat.index("(") + 1:stat.rindex(")")]:
-            f = stat.rsplit(")", 1)[1].split()
-            total += (int(f[11]) + int(f[12])) / _os.sysconf("SC_CLK_TCK")
-    return total
+    tasks = [f"{JAVA}/task/{t}" for t in (_os.listdir(f"/proc/{JAVA}/task") if JAVA else ())]
+    return sum(_proc_cpu(t) for t in tasks if "CompilerThre" in _comm(t))
 # the first full read in a fresh JVM pays for JIT compilation of the read path, and the next
 # few for more of Spark's own query machinery, a little more of which gets hot at every query;
 # a long-lived session (a notebook, a job that reads more than one topic) has paid that
@@ -264,13 +261,15 @@ PIDS: dict[str, int] = {}
 
 def _jit_sentence(runs: dict[str, list[dict]]) -> str:
     """The JIT compilers' CPU per full read of the JVM reader's sessions, first / settling / timed."""
-    jit = [[j for _, j in r["session_reads"]] for r in runs.get("spark", []) if r.get("session_reads")]
-    if not jit:
+    # each session: the first full read, the settling ones, then the timed (warm) ones
+    parts = [([j for _, j in r["session_reads"]], len(r["warm_seconds"])) for r in runs.get("spark", [])
+             if r.get("session_reads")]
+    if not parts:
         return ""
-    first, settling, timed = (statistics.median(x for j in jit for x in part(j)) for part in (
-        lambda j: j[:1], lambda j: j[1:4], lambda j: j[4:]))
+    first, settling, timed = (statistics.median(x for j, warm in parts for x in part(j, warm)) for part in (
+        lambda j, warm: j[:1], lambda j, warm: j[1:-warm], lambda j, warm: j[-warm:]))
     return (f"(with the jar, the JIT compiler threads used {first:.2f} CPU-seconds in the first full read, "
-            f"{settling:.2f} per read in the next three and {timed:.2f} per timed read, medians over the "
+            f"{settling:.2f} per read in the settling ones and {timed:.2f} per timed read, medians over the "
             "rounds; `session_reads` in the JSON has every read)")
 
 

@@ -82,7 +82,7 @@ def _replay_log(bucket: Bucket, head: dict[str, Any]) -> Topics:
             for batch in slots:
                 if batch is None:
                     with _REPLAYED_LOCK:
-                        _REPLAYED[bucket] = (cluster, revision, dict(by_id))
+                        _REPLAYED[bucket] = (cluster, revision, by_id)  # not changed after this
                     return {name: (tid, count) for tid, (name, count) in by_id.items()}
                 _apply(by_id, batch)
                 revision += 1

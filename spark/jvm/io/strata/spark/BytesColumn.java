@@ -31,9 +31,8 @@ final class BytesColumn extends ColumnVector {
     lengths = new int[capacity];
   }
 
-  /** Forgets every row (and its array): called before a batch is filled again. */
-  void reset(int rows) {
-    Arrays.fill(arrays, 0, Math.min(rows, arrays.length), null);
+  /** Called before a batch is filled again (rows past the new batch's count are never read). */
+  void reset() {
     nulls = 0;
   }
 

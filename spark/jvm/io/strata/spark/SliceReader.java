@@ -80,7 +80,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
   private boolean inflatedHeld;
   private final ArrayList<byte[]> held = new ArrayList<>(); // arrays left while rows pointed into them
   private final ArrayDeque<byte[]> spares = new ArrayDeque<>();
-  private int rowsFilled; // rows of the last column batch
 
   private final BytesColumn keyVec;
   private final BytesColumn valueVec;
@@ -121,8 +120,8 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
 
   @Override
   public boolean next() throws IOException {
-    keyVec.reset(rowsFilled);
-    valueVec.reset(rowsFilled);
+    keyVec.reset();
+    valueVec.reset();
     release();
     if (headerVec != null) {
       headerVec.reset();
@@ -142,7 +141,6 @@ final class SliceReader implements PartitionReader<ColumnarBatch> {
       }
     }
     batch.setNumRows(rows);
-    rowsFilled = rows;
     return rows > 0;
   }
 
