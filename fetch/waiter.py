@@ -26,6 +26,8 @@ class AppendWaiters:
     def __init__(self) -> None:
         self._waiters: dict[TopicPartition, set[asyncio.Future[bool]]] = {}
         self._watches: dict[TopicPartition, set[Watch]] = {}
+        #: parked fetches woken so far (a produce compares it around its appends)
+        self.woken = 0
 
     def notify(self, topic: str, partition: int) -> None:
         self.touch(topic, partition)
@@ -35,6 +37,7 @@ class AppendWaiters:
         for fut in futures:
             if not fut.done():
                 fut.set_result(True)
+                self.woken += 1
 
     def notify_all(self) -> None:
         for tp in list(self._waiters):

@@ -96,7 +96,13 @@ def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     if earlier is not None and earlier.done():
         earlier = None
     if earlier is None and not any(p.off_loop for p in parts):
-        return _append_and_answer(ctx, acks, parts, timeout_ms)
+        waiters = ctx.broker.waiters
+        woken = waiters.woken
+        answer = _append_and_answer(ctx, acks, parts, timeout_ms)
+        if waiters.woken != woken and conn is not None and isinstance(answer, bytes):
+            # the fetches it woke answer first: each needs a turn to read, one to send
+            conn.turns_before_answer = 2
+        return answer
     mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     if conn is not None:
         _pending[conn] = mine

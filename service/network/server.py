@@ -246,6 +246,9 @@ class Connection(RequestBodies):
         self.inflight = 0
         #: event-loop time until which no request is read (a client over its quota, KIP-219)
         self.muted_until = 0.0
+        #: turns of the loop the reader gives before sending the answer at hand, set by a
+        #: handler whose request woke others (a Produce's parked fetches answer first)
+        self.turns_before_answer = 0
         #: the history send in progress on a sender thread: the socket is closed
         #: only after it ends, so the thread never writes to a reused descriptor
         self._history_send: Future[tuple[int, int] | None] | None = None
@@ -363,8 +366,11 @@ class Connection(RequestBodies):
                         self._reserved = 0
                 frame = None  # its buffer may be recycled once the request is done with it
                 self.inflight += 1
+                turns, self.turns_before_answer = self.turns_before_answer, 0
                 if self._answered_now(fut):  # the common case: sent from here
                     response, fut = fut.result(), None
+                    for _ in range(turns):
+                        await asyncio.sleep(0)
                     await self._send_now(loop, response)
                     response = None
                     continue
