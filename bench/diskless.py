@@ -7,11 +7,11 @@
   brokers in racks r1-r3), three producers offer ``--rate`` records/s in all of 1 KiB
   (acks=all, idempotent, linger.ms 5) to a 6-partition diskless topic for ``--seconds``;
   produce latency (send to acknowledgement) p50/p99/max after a 3 s warm-up, and the
-  produce requests' round trip (librdkafka's ``rtt`` p99). Twice: writing to each
+  produce requests' round trip (librdkafka's ``rtt`` p99). Four times: writing to each
   partition's sequencer (what Metadata names); zone-local (each producer names one
   broker's rack in its client.id and writes every partition through it, so commits cross
-  to the other sequencers); to the sequencers with linger.ms = 0.4 × batch.ms; and to the
-  sequencers without idempotence, 64 requests in flight (librdkafka's idempotent producer
+  to the other sequencers); and to the sequencers without idempotence, librdkafka's
+  default, at linger.ms 5 and at a fifth of ``diskless.batch.ms`` (its idempotent producer
   keeps one request per partition in flight, so its records wait for the previous
   request's whole commit cycle before theirs starts: ADR 0027, "As built"). Targets
   (issue 35): p99 ≤ 400 ms at 250, ≤ 150 ms at 50. With ``--java-client DIR`` (the Apache
@@ -20,7 +20,9 @@
   five requests in flight per connection and several per partition, where librdkafka's
   idempotent producer keeps one per partition; then with ``batch.size`` 1 MiB, the one
   setting Redpanda's and WarpStream's guides change first (five requests of 16 KiB per
-  partition per commit cycle cap a partition at about 270 KB/s at 250 ms).
+  partition per commit cycle cap a partition at about 270 KB/s at 250 ms); then with
+  ``linger.ms`` a fifth of the window too, so that the five requests a connection may
+  have in flight are spread over the commit cycle instead of all sent at its start.
 * **throughput and request costs** (on the batch.ms 250 cluster): ``--records`` 1 KiB
   records through ``strata perf produce`` (three processes, acks=all) to a
   6-partition diskless topic, then to a classic 6-partition RF 3 topic with
@@ -146,8 +148,9 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger_ms: 
     def run(node: int, share: int) -> None:
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": linger_ms,
                       "enable.idempotence": idempotent,
-                      # an idempotent producer keeps at most 5 requests in flight per connection
-                      "max.in.flight.requests.per.connection": 5 if idempotent else 64,
+                      # an idempotent producer keeps at most 5 requests in flight per connection;
+                      # without idempotence, librdkafka's default (1,000,000)
+                      **({"max.in.flight.requests.per.connection": 5} if idempotent else {}),
                       "statistics.interval.ms": 5000, "stats_cb": stats,
                       # zone-local: every write of this producer goes through broker ``node``
                       "client.id": f"bench-strata_rack=r{node}" if zone_local else "bench"})
@@ -192,10 +195,10 @@ def latency(cluster: Cluster, topic: str, rate: int, seconds: float, linger_ms: 
 
 
 def java_latency(cluster: Cluster, topic: str, rate: int, seconds: float, classpath: str,
-                 batch_size: int | None = None) -> dict[str, Any]:
+                 batch_size: int | None = None, linger_ms: int = 5) -> dict[str, Any]:
     """Three Java producers with the client's defaults (``bench/java/ProduceLatency.java``),
-    or those and ``batch_size``."""
-    extra = [str(batch_size)] if batch_size is not None else []
+    or those and ``batch_size`` and ``linger_ms``."""
+    extra = [str(batch_size or 16384), str(linger_ms)] if batch_size is not None or linger_ms != 5 else []
     out = subprocess.run(["java", "-cp", classpath, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "ProduceLatency",
                           cluster.bootstrap, topic, str(rate), str(seconds), str(PARTITIONS), *extra],
                          capture_output=True, text=True, timeout=seconds + 120)
@@ -203,7 +206,7 @@ def java_latency(cluster: Cluster, topic: str, rate: int, seconds: float, classp
     if out.returncode != 0 or not found:
         raise SystemExit(f"the Java producers failed:\n{out.stdout}\n{out.stderr[-2000:]}")
     _, records, failures, p50, p99, top = found[-1]
-    return {"client": "java", "batch_size": batch_size or 16384, "linger_ms": 5, "zone_local": False,
+    return {"client": "java", "batch_size": batch_size or 16384, "linger_ms": linger_ms, "zone_local": False,
             "idempotent": True, "records": int(records),
             "failures": int(failures), "p50_ms": float(p50), "p99_ms": float(p99), "max_ms": float(top)}
 
@@ -276,16 +279,18 @@ def main() -> int:
                     create(cluster.bootstrap, "lat", {"diskless.enable": "true"})
                     # writes to each partition's sequencer (Metadata names it); zone-local writes
                     # (each producer names its broker's rack and writes through that broker); a
-                    # longer linger.ms (fewer, larger requests: an idempotent producer keeps 5 in
-                    # flight per connection); and a producer without that limit
+                    # producer without idempotence (librdkafka's default), at linger.ms 5 and at a
+                    # fifth of the window (fewer, larger requests)
                     runs = []
-                    for linger, zone_local, idempotent in ((5, False, True), (5, True, True),
-                                                           (max(5, batch_ms * 2 // 5), False, True),
-                                                           (5, False, False)):
+                    for linger, zone_local, idempotent in ((5, False, True), (5, True, True), (5, False, False),
+                                                           (batch_ms // 5, False, False)):
                         runs.append(latency(cluster, "lat", args.rate, args.seconds, linger, zone_local, idempotent))
                         log(f"batch.ms {batch_ms}: {runs[-1]}")
-                    for batch_size in (None, 1 << 20) if classpath is not None else ():
-                        runs.append(java_latency(cluster, "lat", args.rate, args.seconds, classpath, batch_size))
+                    # the Java client's defaults; batch.size 1 MiB; and linger.ms a fifth of the window
+                    # too, which spreads its five requests in flight over the commit cycle
+                    java_rows = ((None, 5), (1 << 20, 5), (1 << 20, batch_ms // 5)) if classpath is not None else ()
+                    for batch_size, linger in java_rows:
+                        runs.append(java_latency(cluster, "lat", args.rate, args.seconds, classpath, batch_size, linger))
                         log(f"batch.ms {batch_ms}, Java producers: {runs[-1]}")
                     result["latency"][str(batch_ms)] = runs
                     if batch_ms == 250:

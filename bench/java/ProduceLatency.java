@@ -2,7 +2,8 @@
 // client's defaults (idempotent, acks=all, 5 requests in flight per connection, linger.ms 5,
 // batch.size 16 KiB) offering <rate> records/s in all of 1 KiB to the topic's partitions in
 // turn for <seconds>; send-to-acknowledgement latency after a 3 s warm-up. A sixth argument
-// sets batch.size (the one setting changed from the defaults, for the tuned run).
+// sets batch.size and a seventh linger.ms (the settings changed from the defaults, for the
+// tuned runs).
 // Prints "RESULT <acknowledged> <failures> <p50 ms> <p99 ms> <max ms>".
 import java.util.ArrayList;
 import java.util.Collections;
@@ -19,7 +20,7 @@ public final class ProduceLatency {
         String bootstrap = args[0], topic = args[1];
         int rate = Integer.parseInt(args[2]), partitions = Integer.parseInt(args[4]);
         double seconds = Double.parseDouble(args[3]);
-        String batchSize = args.length > 5 ? args[5] : null;
+        String batchSize = args.length > 5 ? args[5] : null, linger = args.length > 6 ? args[6] : null;
         List<Double> samples = Collections.synchronizedList(new ArrayList<>());
         AtomicLong failures = new AtomicLong();
         long start = System.nanoTime(), warm = start + 3_000_000_000L;
@@ -28,7 +29,7 @@ public final class ProduceLatency {
         for (int n = 0; n < 3; n++) {
             int share = Math.max(1, rate / 3), first = n;
             threads.add(new Thread(() -> run(bootstrap, topic, partitions, share, first, warm, end, samples, failures,
-                                             batchSize)));
+                                             batchSize, linger)));
         }
         threads.forEach(Thread::start);
         for (Thread t : threads) {
@@ -45,13 +46,16 @@ public final class ProduceLatency {
     }
 
     private static void run(String bootstrap, String topic, int partitions, int share, int first, long warm, long end,
-                            List<Double> samples, AtomicLong failures, String batchSize) {
+                            List<Double> samples, AtomicLong failures, String batchSize, String linger) {
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
         if (batchSize != null) {
             props.put("batch.size", batchSize);
+        }
+        if (linger != null) {
+            props.put("linger.ms", linger);
         }
         byte[] value = new byte[1024];
         new Random(first).nextBytes(value);
