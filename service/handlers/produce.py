@@ -100,7 +100,8 @@ def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
         woken = waiters.woken
         answer = _append_and_answer(ctx, acks, parts, timeout_ms)
         if waiters.woken != woken and conn is not None and isinstance(answer, bytes):
-            # the fetches it woke answer first: each needs a turn to read, one to send
+            # the fetches it woke answer first: a woken fetch reads in the loop's next turn and
+            # is sent in the one after (service/network/server.py gives both before this answer)
             conn.turns_before_answer = 2
         return answer
     mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
