@@ -27,11 +27,12 @@ import json
 import os
 import socket
 import statistics
-import struct
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -40,115 +41,59 @@ sys.path.insert(0, str(BENCH.parent))
 from foundation import create_topic, log, machine_info  # noqa: E402
 from kafka_peer_systems import System, start_kafka, start_strata  # noqa: E402
 
-from common.record.batch import build_batch  # noqa: E402
+from tests.e2e import rawkafka  # noqa: E402  (hand-built Produce v3 / Fetch v4, stamped receives)
 
-#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS), which Python's socket module does not name
-SO_TIMESTAMPNS = 35
-CLIENT_ID = b"strata-wire-latency"
+VALUE = b"x" * 100
 
 
-def _string(value: bytes) -> bytes:
-    return struct.pack(">h", len(value)) + value
+def _connect(system: System) -> rawkafka.Connection:
+    conn = rawkafka.Connection.to(system.bootstrap.split(",")[0], timeout=30)
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.stamp_receives()
+    return conn
 
 
-def _request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    payload = struct.pack(">hhi", api_key, version, correlation_id) + _string(CLIENT_ID) + body
-    return struct.pack(">i", len(payload)) + payload
+def _send(conn: rawkafka.Connection, api_key: int, body: bytes) -> int:
+    """Send a Produce v3 or Fetch v4; when, in ns since the epoch."""
+    conn.correlation_id += 1
+    sent = time.time_ns()
+    conn.send_raw(rawkafka.request(api_key, 3 if api_key == rawkafka.API_PRODUCE else 4, conn.correlation_id, body))
+    return sent
 
 
-def _produce_v3(topic: bytes, records: bytes) -> bytes:
-    partition = struct.pack(">i", 1) + struct.pack(">i", 0) + struct.pack(">i", len(records)) + records
-    return struct.pack(">hhi", -1, 1, 10_000) + struct.pack(">i", 1) + _string(topic) + partition
+def _produce(conn: rawkafka.Connection, topic: str) -> int:
+    return _send(conn, rawkafka.API_PRODUCE, rawkafka.produce_v3_body(topic, 0, rawkafka.record_batch([VALUE]), acks=1))
 
 
-def _fetch_v4(topic: bytes, offset: int) -> bytes:
-    partition = struct.pack(">i", 1) + struct.pack(">iqi", 0, offset, 1 << 20)
-    return struct.pack(">iiiib", -1, 5_000, 1, 1 << 20, 0) + struct.pack(">i", 1) + _string(topic) + partition
+def _fetch(conn: rawkafka.Connection, topic: str, offset: int) -> int:
+    return _send(conn, rawkafka.API_FETCH, rawkafka.fetch_v4_body(topic, 0, offset, max_wait_ms=5_000, min_bytes=1))
 
 
-class _Conn:
-    def __init__(self, bootstrap: str) -> None:
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self.correlation_id = 0
-
-    def send(self, api_key: int, version: int, body: bytes) -> int:
-        self.correlation_id += 1
-        sent = time.time_ns()
-        self.sock.sendall(_request(api_key, version, self.correlation_id, body))
-        return sent
-
-    def answer(self) -> tuple[int, bytes]:
-        """(when its first bytes left the broker, ns; the answer after the correlation id)."""
-        sent_at, head = -1, b""
-        while len(head) < 4:
-            data, ancdata, _, _ = self.sock.recvmsg(4 - len(head), socket.CMSG_SPACE(16))
-            if not data:
-                raise ConnectionError("the broker closed the connection")
-            for level, kind, value in ancdata:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and sent_at < 0:
-                    seconds, nanos = struct.unpack("qq", value[:16])
-                    sent_at = seconds * 1_000_000_000 + nanos
-            head += data
-        (size,) = struct.unpack(">i", head)
-        if not 4 <= size <= 64 << 20:
-            raise ValueError(f"an answer of {size} bytes")
-        body = bytearray()
-        while len(body) < size:
-            chunk = self.sock.recv(size - len(body))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            body += chunk
-        (correlation_id,) = struct.unpack_from(">i", body)
-        if correlation_id != self.correlation_id:
-            raise ValueError(f"answer {correlation_id} to request {self.correlation_id}")
-        if sent_at < 0:
-            raise RuntimeError("no receive timestamp (SO_TIMESTAMPNS)")
-        return sent_at, bytes(body[4:])
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _produce_offset(answer: bytes) -> int:
-    """The base offset of a Produce v3 answer of one partition; raises on its error code."""
-    pos = 4  # topics array length
-    (name_len,) = struct.unpack_from(">h", answer, pos)
-    pos += 2 + name_len + 4 + 4  # name, partitions array length, partition index
-    error, base_offset = struct.unpack_from(">hq", answer, pos)
-    if error:
-        raise RuntimeError(f"produce error code {error}")
-    return base_offset
-
-
-def _fetch_error(answer: bytes) -> int:
-    """The partition error code of a Fetch v4 answer of one partition."""
-    pos = 4 + 4  # throttle time, topics array length
-    (name_len,) = struct.unpack_from(">h", answer, pos)
-    pos += 2 + name_len + 4 + 4  # name, partitions array length, partition index
-    (error,) = struct.unpack_from(">h", answer, pos)
-    return error
+def _answer(conn: rawkafka.Connection, parse: Callable[[bytes], tuple[int, list[Any]]]) -> tuple[int, Any]:
+    """(when the answer left the broker, ns; its one partition's result), its correlation id
+    and error code checked."""
+    stamp, payload = conn.read_stamped_frame()
+    correlation_id, (result,) = parse(payload)
+    if correlation_id != conn.correlation_id:
+        raise ValueError(f"answer {correlation_id} to request {conn.correlation_id}")
+    if result.error_code != rawkafka.NONE:
+        raise RuntimeError(f"error code {result.error_code}")
+    return stamp, result
 
 
 def measure(system: System, topic: str, count: int, warm: int = 200) -> dict[str, float]:
-    fetcher, producer = _Conn(system.bootstrap), _Conn(system.bootstrap)
-    name = topic.encode()
-    value = b"x" * 100
+    fetcher, producer = _connect(system), _connect(system)
     fetched_us: list[float] = []
     answered_us: list[float] = []
     try:
-        offset = _warm(producer, fetcher, name, value, warm)
+        offset = _warm(producer, fetcher, topic, warm)
         for _ in range(count):
-            fetcher.send(1, 4, _fetch_v4(name, offset))
+            _fetch(fetcher, topic, offset)
             time.sleep(0.002)  # the fetch parks
-            sent = producer.send(0, 3, _produce_v3(name, build_batch([(None, value, [], None)])))
-            produced_at, answer = producer.answer()
-            fetched_at, fetched = fetcher.answer()
-            offset = _produce_offset(answer) + 1
-            if error := _fetch_error(fetched):
-                raise RuntimeError(f"fetch error code {error}")
+            sent = _produce(producer, topic)
+            produced_at, produced = _answer(producer, rawkafka.parse_produce_v3)
+            fetched_at, _ = _answer(fetcher, rawkafka.parse_fetch_v4)
+            offset = produced.base_offset + 1
             fetched_us.append((fetched_at - sent) / 1000)
             answered_us.append((produced_at - sent) / 1000)
     finally:
@@ -157,25 +102,25 @@ def measure(system: System, topic: str, count: int, warm: int = 200) -> dict[str
     return {**_percentiles("fetch_us", fetched_us), **_percentiles("produce_us", answered_us)}
 
 
-def _warm(producer: _Conn, fetcher: _Conn, name: bytes, value: bytes, count: int) -> int:
+def _warm(producer: rawkafka.Connection, fetcher: rawkafka.Connection, topic: str, count: int) -> int:
     """Produce until the partition takes records (a new topic's leader may take a moment),
     then ``count`` more, each read back by a fetch (the JVM's JIT warms both paths); the
     next offset."""
     deadline = time.monotonic() + 60
     offset = -1
     while offset < 0:
-        producer.send(0, 3, _produce_v3(name, build_batch([(None, value, [], None)])))
+        _produce(producer, topic)
         try:
-            offset = _produce_offset(producer.answer()[1]) + 1
+            offset = _answer(producer, rawkafka.parse_produce_v3)[1].base_offset + 1
         except RuntimeError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
     for _ in range(count):
-        producer.send(0, 3, _produce_v3(name, build_batch([(None, value, [], None)])))
-        produced = _produce_offset(producer.answer()[1])
-        fetcher.send(1, 4, _fetch_v4(name, produced))
-        fetcher.answer()
+        _produce(producer, topic)
+        produced = _answer(producer, rawkafka.parse_produce_v3)[1].base_offset
+        _fetch(fetcher, topic, produced)
+        _answer(fetcher, rawkafka.parse_fetch_v4)
         offset = produced + 1
     return offset
 

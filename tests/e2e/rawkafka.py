@@ -30,6 +30,12 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 UNSUPPORTED_VERSION = 35
 
+#: Linux's SO_TIMESTAMPNS (= SCM_TIMESTAMPNS), which Python's socket module does not name: the
+#: kernel stamps each received segment, on loopback as the peer sends it
+SO_TIMESTAMPNS = 35
+#: the largest answer :meth:`Connection.read_stamped_frame` takes
+MAX_STAMPED_FRAME = 64 << 20
+
 
 # --------------------------------------------------------------------------- encoding
 
@@ -272,6 +278,33 @@ class Connection:
             return None
         (size,) = struct.unpack(">i", head)
         return self._read_exactly(size)
+
+    def stamp_receives(self) -> None:
+        """Have the kernel stamp what this socket receives (for :meth:`read_stamped_frame`)."""
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+    def read_stamped_frame(self) -> tuple[int, bytes]:
+        """(when the first bytes of the answer were received, ns since the epoch: on loopback,
+        when the broker sent them; the payload). Needs :meth:`stamp_receives`."""
+        stamp, head = -1, b""
+        while len(head) < 4:
+            data, ancdata, _, _ = self.sock.recvmsg(4 - len(head), socket.CMSG_SPACE(16))
+            if not data:
+                raise ConnectionError("broker closed the connection instead of answering")
+            for level, kind, value in ancdata:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and stamp < 0:
+                    seconds, nanos = struct.unpack("qq", value[:16])
+                    stamp = seconds * 1_000_000_000 + nanos
+            head += data
+        if stamp < 0:
+            raise RuntimeError("no receive timestamp (SO_TIMESTAMPNS)")
+        (size,) = struct.unpack(">i", head)
+        if not 4 <= size <= MAX_STAMPED_FRAME:
+            raise ValueError(f"an answer of {size} bytes")
+        payload = self._read_exactly(size)
+        if payload is None:
+            raise ConnectionError("broker closed the connection mid-answer")
+        return stamp, payload
 
     def closed_by_peer(self) -> bool:
         """True when the broker closes the connection (EOF or reset) within the timeout."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 from typing import Any
@@ -110,30 +108,6 @@ def test_idle_long_poll_does_not_burn_broker_cpu(module_broker: Any) -> None:
         f"broker used {cpu_used:.2f}s CPU during {wall:.1f}s of idle long polling")
 
 
-#: Linux's SO_TIMESTAMPNS (and SCM_TIMESTAMPNS), which Python's socket module does not name:
-#: each received segment carries the time the kernel took it in, on loopback the sender's send
-_SO_TIMESTAMPNS = 35
-
-
-def _answer_sent_at(conn: rawkafka.Connection) -> tuple[int, bytes]:
-    """(when the answer's first bytes were sent, in ns; the answer), the send time from the
-    receive timestamp of the segment that carried them."""
-    sent_at, head = -1, b""
-    while len(head) < 4:
-        data, ancdata, _, _ = conn.sock.recvmsg(4 - len(head), socket.CMSG_SPACE(16))
-        assert data, "broker closed the connection"
-        for level, kind, value in ancdata:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and sent_at < 0:
-                seconds, nanos = struct.unpack("qq", value[:16])
-                sent_at = seconds * 1_000_000_000 + nanos
-        head += data
-    assert sent_at >= 0, "no receive timestamp"
-    (size,) = struct.unpack(">i", head)
-    body = conn._read_exactly(size)
-    assert body is not None, "broker closed the connection"
-    return sent_at, body
-
-
 def test_a_produce_is_answered_after_the_fetches_it_wakes(module_broker: Any) -> None:
     """The broker runs one event loop: a produce that wakes a parked fetch sends that fetch's
     answer first and its own after, so a tailing consumer sees the records a few turns of the
@@ -144,7 +118,7 @@ def test_a_produce_is_answered_after_the_fetches_it_wakes(module_broker: Any) ->
     with rawkafka.Connection.to(module_broker.bootstrap, timeout=30) as fetcher, \
             rawkafka.Connection.to(module_broker.bootstrap, timeout=30) as producer:
         for conn in (fetcher, producer):
-            conn.sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            conn.stamp_receives()
         for offset in range(5):
             fetcher.correlation_id += 1
             fetcher.send_raw(rawkafka.request(
@@ -156,8 +130,8 @@ def test_a_produce_is_answered_after_the_fetches_it_wakes(module_broker: Any) ->
             producer.send_raw(rawkafka.request(
                 rawkafka.API_PRODUCE, 3, producer.correlation_id,
                 rawkafka.produce_v3_body(topic, 0, rawkafka.record_batch([value]), acks=1)))
-            produced_at, produced = _answer_sent_at(producer)
-            fetched_at, fetched = _answer_sent_at(fetcher)
+            produced_at, produced = producer.read_stamped_frame()
+            fetched_at, fetched = fetcher.read_stamped_frame()
             _, (result,) = rawkafka.parse_produce_v3(produced)
             assert (result.error_code, result.base_offset) == (rawkafka.NONE, offset)
             _, (data,) = rawkafka.parse_fetch_v4(fetched)
