@@ -102,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def measured(system: System, run) -> dict:
     """Run ``run()`` (which returns records, bytes, seconds and the client's CPU) and add what
     the system's server processes spent on it."""
+    os.sync()  # no run pays for writing back the pages of the one before
     cpu0, user0 = system.cpu_seconds(), system.user_cpu_seconds()
     name = f"{system.key}-{len(list(PROFILE_DIR.glob('*'))) if PROFILE_DIR else 0:03d}"
     with foundation.Profiler(system.proc.pid, PROFILE_DIR if system.key == "strata" else None, name):
@@ -201,7 +202,7 @@ def single(system: System, rep: int, ctx: dict) -> dict:
                 raise SystemExit(f"FAIL: {topic} does not end at {count:,} after the produce")
             out[f"{row}: produce"] = p
             out[f"{row}: consume"] = measured(system, lambda: {**consume(), "records": count, "bytes": count * size})
-            foundation.delete_topic(system.bootstrap, topic)
+            delete_topic(system, topic)
     return out
 
 
@@ -240,7 +241,7 @@ def partitions(system: System, rep: int, ctx: dict) -> dict:
                  "--size", str(size)]
         out[f"{row}: consume ({cfg['members']}-member group)"] = measured(
             system, lambda: {**python_client(CLIENTS, "group-consume", group), "client_processes": cfg["members"]})
-        foundation.delete_topic(system.bootstrap, topic)
+        delete_topic(system, topic)
     return out
 
 
@@ -253,6 +254,7 @@ def latency(system: System, rep: int, ctx: dict) -> dict:
     for linger in (0, 5):
         for rate in ctx["cfg"]["latency_rates"]:
             topic = f"peer-lat-{rate}-l{linger}-r{rep}"
+            os.sync()
             try:
                 res = foundation.run_latency(system, ctx["work"], cfg, None, linger, rate, topic, admin_create)
             except SystemExit as exc:  # e.g. the producer's local queue overflowed: past saturation
@@ -262,7 +264,7 @@ def latency(system: System, rep: int, ctx: dict) -> dict:
             res.update({"system": system.key, "rss_mib": system.rss_mib(), "loadavg_1m_after": os.getloadavg()[0],
                         "server_cpu_seconds": res.pop("broker_cpu_seconds")})
             out[f"latency {rate} rec/s, linger {linger} ms"] = res
-            foundation.delete_topic(system.bootstrap, topic)
+            delete_topic(system, topic)
             if res["p50_ms"] > SATURATED_P50_MS or res["rate_achieved"] < 0.9 * rate:
                 log(f"    {system.name} saturated at {rate:,} rec/s with linger {linger} ms: higher loads skipped")
                 break
@@ -292,7 +294,7 @@ def txn(system: System, rep: int, ctx: dict) -> dict:
         markers = count // 1000
         if end_offsets(system.bootstrap, topic, 1) != [count + markers]:
             raise SystemExit(f"FAIL: {topic} does not end at {count + markers:,} (records and commit markers)")
-        foundation.delete_topic(system.bootstrap, topic)
+        delete_topic(system, topic)
     return out
 
 
@@ -310,7 +312,7 @@ def rf3(system: System, rep: int, ctx: dict) -> dict:
         if end_offsets(system.bootstrap, topic, 1) != [count]:
             raise SystemExit(f"FAIL: {topic} does not end at {count:,}")
         out[f"{row}: consume"] = measured(system, lambda: {**kcat(cons, count), "records": count, "bytes": count * size})
-        foundation.delete_topic(system.bootstrap, topic)
+        delete_topic(system, topic)
     return out
 
 
@@ -327,7 +329,7 @@ def tls(system: System, rep: int, ctx: dict) -> dict:
     row = f"TLS, 1 partition, {foundation.human_size(size)}, kcat"
     out = {f"{row}: produce": measured(system, lambda: {**kcat(prod), "records": count, "bytes": count * size})}
     out[f"{row}: consume"] = measured(system, lambda: {**kcat(cons, count), "records": count, "bytes": count * size})
-    foundation.delete_topic(system.bootstrap, topic)
+    delete_topic(system, topic)
     return out
 
 
@@ -350,16 +352,26 @@ def history(system: System, rep: int, ctx: dict) -> dict:
     where = "Strata from its bucket, Kafka from its local log"
     res = measured(system, lambda: {**kcat(cons, count), "records": count, "bytes": count * size,
                                     "share_read_locally": local})
-    foundation.delete_topic(system.bootstrap, topic)
+    delete_topic(system, topic)
     return {f"catch-up read of {count * size / 1e6:,.0f} MB history, 1 KiB, kcat ({where})": res}
 
 
+def delete_topic(system: System, topic: str) -> None:
+    """Delete ``topic`` and wait until its files are gone from every server's disk, so that the
+    next run is not charged for removing them (both systems unlink a deleted topic's files on a
+    thread of their own, Kafka ``log.segment.delete.delay.ms`` later: 1 s in this bench)."""
+    foundation.delete_topic(system.bootstrap, topic)
+    took = system.wait_deleted(topic)
+    log(f"    {topic}: its files gone from {system.name}'s disks {took:.1f} s after the delete")
+
+
 def wait_tiered(logdir: Path, total: int, timeout: float = 300) -> float:
-    """Wait until only the active segment is left in ``logdir``; the share of bytes still local."""
+    """Wait until only the active segment is left in ``logdir``, and the uploaded ones are
+    unlinked (``log.segment.delete.delay.ms`` after their upload); the share of bytes still local."""
     deadline = time.monotonic() + timeout
     while True:
         logs = sorted(logdir.glob("*.log"))
-        if len(logs) == 1:
+        if len(logs) == 1 and not any(logdir.glob("*.deleted")):
             share = logs[0].stat().st_size / total
             log(f"    history: only the active segment is local ({share:.1%} of the bytes); the rest is in the bucket")
             return share
@@ -384,7 +396,7 @@ def warm_up(systems: list[System], ctx: dict) -> None:
         if "latency" in ctx["names"]:  # one request per record: a path the batches above leave cold
             lat_cfg = {"latency_warmup_seconds": 1.0, "latency_seconds": 4.0}
             foundation.run_latency(system, ctx["work"], lat_cfg, None, 0, 5000, "peer-lat-warm", admin_create)
-            foundation.delete_topic(system.bootstrap, "peer-lat-warm")
+            delete_topic(system, "peer-lat-warm")
 
 
 def run_phase(systems: list[System], names: list[str], ctx: dict, data: dict) -> None:
@@ -478,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
                                        pki=ctx.get("pki") if phase == "one-broker" else None))
             for s in systems:
                 data["servers"][f"{s.key}-{phase}"] = s.commands()
+                data.setdefault("cpu_sources", {})[f"{s.key}-{phase}"] = s.cpu_source
                 data.setdefault("idle_rss_mib", {})[f"{s.key}-{phase}"] = s.rss_mib()
             run_phase(systems, names, ctx, data)
         finally:

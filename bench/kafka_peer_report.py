@@ -147,10 +147,11 @@ def _header(data: dict) -> list[str]:
         "",
         ("One benchmark process drives both systems, one after the other, each workload "
          f"{data['config']['repeats']} time(s) with the order alternating; the median run of each is shown. "
-         "Server CPU is utime+stime from /proc/PID/stat of every server process (the JVM; the Python broker), "
-         "per GB of record payload, and of it utime alone (user space: what the server ran itself; the rest is "
-         "the kernel's work for it, socket and page-cache copies and page faults, which both pay for the same "
-         "bytes); RSS is VmRSS of the server processes after the run (summed over three "
+         + _cpu_text(data) +
+         "per GB of record payload, and of it user time alone (user space: what the server ran itself; the rest "
+         "is the kernel's work for it, socket and page-cache copies and page faults, which both pay for the same "
+         "bytes). Every measured run starts after a `sync`, so none is charged for writing back what the one "
+         "before it wrote; RSS is VmRSS of the server processes after the run (summed over three "
          "brokers for RF 3). Both run with their defaults (no fsync per record) plus 1 GiB segments and, for "
          "Kafka, `group.initial.rebalance.delay.ms=0`, and for Strata too (its default is 3 s). "
          "The history rows use 16 MiB segments on both; Strata's topic has `remote.storage.enable=true`, "
@@ -208,3 +209,12 @@ def write_report(data: dict, md_path: Path) -> None:
     json_path.write_text(json.dumps(data, indent=2) + "\n")
     write_section(md_path, MARK, render(data))
     log(f"wrote {md_path} ({MARK} section) and {json_path}")
+
+
+def _cpu_text(data: dict) -> str:
+    sources = sorted(set(data.get("cpu_sources", {}).values()))
+    if sources and all(src.startswith("cgroup") for src in sources):
+        return ("Server CPU is the CPU time of a cgroup (cpuacct) holding each system's server processes (the JVM; "
+                "the Python broker; every thread, in nanoseconds, its user/system split sampled at the kernel's "
+                "timer tick), ")
+    return "Server CPU is utime+stime from /proc/PID/stat of every server process (the JVM; the Python broker), "

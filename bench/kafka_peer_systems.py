@@ -5,12 +5,15 @@ combined broker+controller nodes started by ``shared/tools/kafka-broker/run.sh``
 execs the JVM, so the pid we hold is the broker's).
 
 A System answers the questions every workload asks: where to connect, and how much CPU
-and memory its server processes have used (from /proc, summed over the processes).
+and memory its server processes have used: CPU from a cgroup of the system's own
+(bench/cpu_groups.py: nanoseconds, every thread) where one can be made, else from /proc
+(clock ticks), memory from /proc, summed over the processes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -23,15 +26,18 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from cluster import start_cluster  # noqa: E402
+from cpu_groups import CpuGroup  # noqa: E402
 from foundation import BrokerProcess, free_port, log  # noqa: E402
 from peers import proc_cpu, proc_cpu_split  # noqa: E402  (utime, stime of every thread of a pid, from /proc)
 
 KAFKA_HOME = Path(os.environ.get("KAFKA_HOME", "/work/kafka-4.1.2"))
 RUN_SH = Path(os.environ.get("KAFKA_RUN_SH", "/work/shared/tools/kafka-broker/run.sh"))
 KAFKA_CLIENT_CP = f"{KAFKA_HOME}/libs/kafka-clients-4.1.2.jar:{KAFKA_HOME}/deplibs/*"
-#: settings both systems get alike: 1 GiB segments (as BrokerProcess), no group join delay
-STRATA_SETS = {"group.initial.rebalance.delay.ms": "0"}
-KAFKA_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "log.segment.bytes": "1073741824"}
+#: settings both systems get alike: 1 GiB segments (as BrokerProcess), no group join delay, files
+#: of deleted segments and topics unlinked 1 s after (so that the bench can wait for it between runs)
+STRATA_SETS = {"group.initial.rebalance.delay.ms": "0", "log.segment.delete.delay.ms": "1000"}
+KAFKA_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "log.segment.bytes": "1073741824",
+                   "log.segment.delete.delay.ms": "1000"}
 
 
 def proc_rss_mib(pid: int, field: str = "VmRSS:") -> float:
@@ -130,6 +136,19 @@ class System:
 
     def __init__(self, key: str, name: str, servers: list, tls_bootstrap: str | None = None) -> None:
         self.key, self.name, self.servers, self.tls_bootstrap = key, name, servers, tls_bootstrap
+        self.cpu_group = CpuGroup.create(f"strata-bench-{key}")
+        if self.cpu_group is not None:
+            try:
+                for pid in self.pids:
+                    self.cpu_group.add(pid)
+            except OSError as exc:  # e.g. a cgroup v2 tree that does not let us move processes
+                log(f"CPU from /proc, not {self.cpu_group.source}: {exc}")
+                self.cpu_group.remove(timeout=0)
+                self.cpu_group = None
+
+    @property
+    def cpu_source(self) -> str:
+        return self.cpu_group.source if self.cpu_group is not None else "/proc/PID/stat (clock ticks)"
 
     @property
     def bootstrap(self) -> str:
@@ -145,14 +164,34 @@ class System:
         return [s.proc.pid for s in self.servers]
 
     def cpu_seconds(self) -> float:
+        if self.cpu_group is not None:
+            return self.cpu_group.usage()[0]
         return sum(proc_cpu(p) for p in self.pids)
 
     def user_cpu_seconds(self) -> float:
         """The servers' own work, without what the kernel did for them (:func:`proc_cpu_split`)."""
+        if self.cpu_group is not None:
+            return self.cpu_group.usage()[1]
         return sum(proc_cpu_split(p)[0] for p in self.pids)
 
     def rss_mib(self) -> float:
         return sum(proc_rss_mib(p) for p in self.pids)
+
+    def log_dirs(self) -> list[Path]:
+        return [s.data_dir / ("data" if isinstance(s, KafkaNode) else "logs") for s in self.servers]
+
+    def wait_deleted(self, topic: str, timeout: float = 120) -> float:
+        """Seconds until no server's log dir holds a directory of ``topic``: its partitions, or
+        them renamed for deletion (``<topic>-<p>.<id>-delete`` on both); SystemExit after ``timeout``."""
+        pattern = re.compile(rf"{re.escape(topic)}-\d+($|\.)")
+        started = time.monotonic()
+        while True:
+            left = [d for root in self.log_dirs() if root.is_dir() for d in os.listdir(root) if pattern.match(d)]
+            if not left:
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout:
+                raise SystemExit(f"{self.name}: {left[:3]} still on disk {timeout:.0f} s after deleting {topic}")
+            time.sleep(0.1)
 
     def peak_rss_mib(self) -> float:
         return sum(proc_rss_mib(p, "VmHWM:") for p in self.pids)
@@ -164,7 +203,10 @@ class System:
         """SIGTERM to every server at once (a Kafka node stopped after its peers waits for a quorum
         that is gone), then their exit codes."""
         with ThreadPoolExecutor(len(self.servers)) as pool:
-            return list(pool.map(lambda s: s.stop(), self.servers))
+            codes = list(pool.map(lambda s: s.stop(), self.servers))
+        if self.cpu_group is not None:
+            self.cpu_group.remove()
+        return codes
 
 
 def start_strata(work: Path, size: int, *, pki=None, tiered: dict | None = None) -> System:
