@@ -565,6 +565,8 @@ def run_latency(b: BrokerProcess, work_dir: Path, cfg: dict, profile: Path | Non
     with Profiler(b.proc.pid, profile, prof_name):
         prod = subprocess.Popen(pcmd, stdout=subprocess.PIPE, text=True)
         pres = drain_json(prod)
+        if prod.returncode != 0 or not pres:  # the consumer would wait out its timeout for records never sent
+            cons.terminate()
         cres = drain_json(cons)
     broker_cpu = b.cpu_seconds() - cpu0
     if prod.returncode != 0 or not pres or pres["undelivered"] or pres["failure_count"]:
