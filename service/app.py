@@ -120,6 +120,7 @@ async def _serve(
                 connections_max_idle_ms=config.get_int("connections.max.idle.ms"),
                 send_buffer_bytes=config.get_int("socket.send.buffer.bytes"),
                 receive_buffer_bytes=config.get_int("socket.receive.buffer.bytes"),
+                receive_backlog_buffer_bytes=config.get_int("socket.receive.backlog.buffer.bytes"),
                 request_min_rate_bytes=config.get_int("request.receive.min.rate.bytes"),
                 request_receive_grace_ms=config.get_int("request.receive.grace.ms"),
                 history=history,

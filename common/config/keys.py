@@ -337,6 +337,11 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("socket.receive.buffer.bytes", "int", "-1",
             "SO_RCVBUF of client connections; -1: the OS default (Kafka's default is 102400, which "
             "made Strata's produce slower and dearer: docs/benchmarks.md).", validator=at_least(-1)),
+    ConfigDef("socket.receive.backlog.buffer.bytes", "int", "102400",
+            "With socket.receive.buffer.bytes -1: the SO_RCVBUF a connection gets once its small requests "
+            "back up in the kernel (a client sending a request per record faster than the broker answers), "
+            "so that the client gathers records into fewer requests; 0: never (Strata).",
+            validator=at_least(0)),
     ConfigDef("connections.max.idle.ms", "long", "600000",
             "Close connections with no traffic and no request in progress for this long; "
             "-1: never.", validator=at_least(-1)),

@@ -365,6 +365,13 @@ class BrokerCollector(Collector):
         for listener, seconds in sorted(limits.accept_throttle_s.items()):
             throttled.add_metric([listener], seconds)
         yield throttled
+        backlogs = CounterMetricFamily("strata_connection_receive_backlogs",
+                                       "Connections whose small requests backed up in the kernel and were given "
+                                       "socket.receive.backlog.buffer.bytes as their receive buffer, by listener.",
+                                       labels=["listener"])
+        for listener, n in sorted(limits.receive_backlogs.items()):
+            backlogs.add_metric([listener], n)
+        yield backlogs
 
 
 def _loop_lag(probe: LoopLagProbe) -> Iterator[Any]:

@@ -50,6 +50,7 @@ from typing import Any
 from common.protocol.codec import FrameError
 from fetch.sending import HistorySender
 from local_tier.segment import FileRegion
+from service.network.backlog import ReceiveBacklog
 from service.network.body import SMALL_REQUEST_BYTES, RequestBodies
 from service.network.eager import cancel_and_wait, start_eagerly
 from service.network.request_memory import RequestMemoryPool
@@ -85,6 +86,7 @@ class KafkaServer:
         *,
         max_request_bytes: int = 100 * 1024 * 1024,
         max_inflight_per_connection: int = 100,
+        receive_backlog_buffer_bytes: int = 0,
         queued_max_request_bytes: int = -1,
         connections_max_idle_ms: int = -1,
         send_buffer_bytes: int = -1,
@@ -110,6 +112,9 @@ class KafkaServer:
         self._buffer_sizes = [(opt, n) for opt, n in ((socket.SO_SNDBUF, send_buffer_bytes),
                                                       (socket.SO_RCVBUF, receive_buffer_bytes)) if n > 0]
         self._max_inflight = max_inflight_per_connection
+        #: SO_RCVBUF for a connection whose small requests back up (service.network.backlog); none
+        #: when socket.receive.buffer.bytes already fixes every connection's
+        self._backlog_buffer = receive_backlog_buffer_bytes if receive_buffer_bytes <= 0 else 0
         self.memory = RequestMemoryPool(queued_max_request_bytes)
         self._max_idle_s = connections_max_idle_ms / 1000 if connections_max_idle_ms > 0 else None
         self._min_rate = request_min_rate_bytes
@@ -127,6 +132,12 @@ class KafkaServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def backlog_clamped(self, peer: str) -> None:
+        log.info("connection %s: its small requests back up in the kernel; receive buffer set to %d bytes "
+                 "so that the client gathers records into fewer requests", peer, self._backlog_buffer)
+        if self._limits is not None:
+            self._limits.receive_backlogs[self.listener] += 1
 
     async def start(self, *, serve: bool = True) -> None:
         """Bind and listen; with ``serve`` False, connections wait in the backlog until
@@ -238,6 +249,7 @@ class Connection(RequestBodies):
         self._queue: asyncio.Queue[asyncio.Future[Response] | None] = asyncio.Queue(
             server._max_inflight
         )
+        self._backlog = ReceiveBacklog(sock, server._backlog_buffer)
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         #: event-loop time of the last bytes in or out (idle-connection timeout)
@@ -351,6 +363,8 @@ class Connection(RequestBodies):
                         log.info("connection %s closed mid-frame", self.peer)
                         await self._finish_reading()
                         return
+                    if self._backlog.read(size):
+                        server.backlog_clamped(self.peer)
                     if server._prepare is not None and (ready := server._prepare(frame)) is not None:
                         await ready
                     fut = start_eagerly(loop, server._dispatcher.dispatch(frame, self))

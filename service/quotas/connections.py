@@ -146,6 +146,8 @@ class ConnectionQuotas:
         #: refused connections by (listener, reason); seconds listeners waited on creation rates
         self.refused: Counter[tuple[str, str]] = Counter()
         self.accept_throttle_s: Counter[str] = Counter()
+        #: connections given a small receive buffer for a backlog of small requests (service.network.backlog)
+        self.receive_backlogs: Counter[str] = Counter()
         self._fd_short = False
         self._evictors: dict[str, Callable[[], bool]] = {}
         self._logged: dict[str, float] = {}
