@@ -102,3 +102,13 @@ def test_the_section_goes_between_its_markers_and_leaves_the_rest(tmp_path: Path
     assert "| 5000 rec/s, linger 0 ms |" in text and "**0.50**" in text
     assert "$WORK/s" in text and "/tmp/strata-bench-kafka-peer-x" not in text
     assert (tmp_path / "benchmarks-kafka-peer.json").exists()
+
+
+def test_a_consume_row_of_several_passes_sums_their_time_and_records() -> None:
+    reads = iter([{"seconds": 0.2, "client_cpu_seconds": 0.1, "command": "kcat -C"},
+                  {"seconds": 0.3, "client_cpu_seconds": 0.2, "command": "kcat -C"},
+                  {"seconds": 0.25, "client_cpu_seconds": 0.15, "command": "kcat -C"}])
+    row = kafka_peer.read_passes(lambda: next(reads), 1000, 100, 3)
+    assert row["records"] == 3000 and row["bytes"] == 300_000 and row["passes"] == 3
+    assert row["seconds"] == pytest.approx(0.75) and row["client_cpu_seconds"] == pytest.approx(0.45)
+    assert row["pass_seconds"] == [0.2, 0.3, 0.25] and row["command"] == "kcat -C"
