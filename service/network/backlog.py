@@ -37,8 +37,8 @@ __all__ = ["BACKLOG_BYTES", "CHECK_EVERY", "SMALL_REQUEST_BYTES", "ReceiveBacklo
 SMALL_REQUEST_BYTES = 16 * 1024
 #: small requests in a row between two looks at the kernel's queue
 CHECK_EVERY = 64
-#: bytes waiting in the kernel that make a backlog: at about 150 bytes a request, over a thousand
-#: requests, a tenth of a second or more of the event loop's work
+#: bytes waiting in the kernel that make a backlog: at about 150 bytes a request, over 400 requests,
+#: some 40 ms or more of the event loop's work (a client the broker keeps up with has none waiting)
 BACKLOG_BYTES = 64 * 1024
 
 _INT = struct.Struct("i")
