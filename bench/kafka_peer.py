@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def measured(system: System, run) -> dict:
     """Run ``run()`` (which returns records, bytes, seconds and the client's CPU) and add what
     the system's server processes spent on it."""
-    os.sync()  # no run pays for writing back the pages of the one before
+    foundation.sync_disks()  # no run pays for writing back the pages of the one before
     cpu0, user0 = system.cpu_seconds(), system.user_cpu_seconds()
     name = f"{system.key}-{len(list(PROFILE_DIR.glob('*'))) if PROFILE_DIR else 0:03d}"
     with foundation.Profiler(system.proc.pid, PROFILE_DIR if system.key == "strata" else None, name):
@@ -264,7 +264,7 @@ def latency(system: System, rep: int, ctx: dict) -> dict:
     for linger in (0, 5):
         for rate in ctx["cfg"]["latency_rates"]:
             topic = f"peer-lat-{rate}-l{linger}-r{rep}"
-            os.sync()
+            foundation.sync_disks()
             try:
                 res = foundation.run_latency(system, ctx["work"], cfg, None, linger, rate, topic, admin_create)
             except SystemExit as exc:  # e.g. the producer's local queue overflowed: past saturation
@@ -309,7 +309,7 @@ def txn(system: System, rep: int, ctx: dict) -> dict:
 
 
 def rf3(system: System, rep: int, ctx: dict) -> dict:
-    out = {}
+    out, passes = {}, ctx["cfg"]["consume_passes"]
     for size, count in ctx["cfg"]["rf3"]:
         topic = f"peer-rf3-{size}-r{rep}"
         admin_create(system.bootstrap, topic, 1, 3, {"min.insync.replicas": "2"})
@@ -321,8 +321,7 @@ def rf3(system: System, rep: int, ctx: dict) -> dict:
         out[f"{row}: produce"] = measured(system, lambda: {**kcat(prod), "records": count, "bytes": count * size})
         if end_offsets(system.bootstrap, topic, 1) != [count]:
             raise SystemExit(f"FAIL: {topic} does not end at {count:,}")
-        out[f"{row}: consume"] = measured(
-            system, lambda: read_passes(lambda: kcat(cons, count), count, size, ctx["cfg"]["consume_passes"]))
+        out[f"{row}: consume"] = measured(system, lambda: read_passes(lambda: kcat(cons, count), count, size, passes))
         delete_topic(system, topic)
     return out
 
@@ -339,8 +338,8 @@ def tls(system: System, rep: int, ctx: dict) -> dict:
             *xargs({**foundation.CONSUME_X, **tls_x})]
     row = f"TLS, 1 partition, {foundation.human_size(size)}, kcat"
     out = {f"{row}: produce": measured(system, lambda: {**kcat(prod), "records": count, "bytes": count * size})}
-    out[f"{row}: consume"] = measured(
-        system, lambda: read_passes(lambda: kcat(cons, count), count, size, ctx["cfg"]["consume_passes"]))
+    passes = ctx["cfg"]["consume_passes"]
+    out[f"{row}: consume"] = measured(system, lambda: read_passes(lambda: kcat(cons, count), count, size, passes))
     delete_topic(system, topic)
     return out
 

@@ -31,10 +31,11 @@ import socket
 import struct
 import termios
 
-__all__ = ["BACKLOG_BYTES", "CHECK_EVERY", "SMALL_REQUEST_BYTES", "ReceiveBacklog"]
+__all__ = ["BACKLOG_BYTES", "BACKLOG_REQUEST_BYTES", "CHECK_EVERY", "ReceiveBacklog"]
 
-#: a request up to this size counts as small (a one-record produce is about 150 bytes)
-SMALL_REQUEST_BYTES = 16 * 1024
+#: a request up to this size counts toward a backlog (a one-record produce is about 150 bytes;
+#: not service.network.body's SMALL_REQUEST_BYTES, which is about memory)
+BACKLOG_REQUEST_BYTES = 16 * 1024
 #: small requests in a row between two looks at the kernel's queue
 CHECK_EVERY = 64
 #: bytes waiting in the kernel that make a backlog: at about 150 bytes a request, over 400 requests,
@@ -58,7 +59,7 @@ class ReceiveBacklog:
         """A request of ``size`` bytes was read; True when this call set the small buffer."""
         if self.clamped:
             return False
-        if size > SMALL_REQUEST_BYTES:
+        if size > BACKLOG_REQUEST_BYTES:
             self._small = 0
             return False
         self._small += 1

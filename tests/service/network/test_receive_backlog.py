@@ -18,7 +18,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.network.backlog import BACKLOG_BYTES, CHECK_EVERY, SMALL_REQUEST_BYTES, ReceiveBacklog
+from service.network.backlog import (
+    BACKLOG_BYTES,
+    BACKLOG_REQUEST_BYTES,
+    CHECK_EVERY,
+    ReceiveBacklog,
+)
 from tests.e2e import helpers, rawkafka
 from tests.e2e.helpers import wait_until
 
@@ -73,7 +78,7 @@ def test_no_backlog_a_large_request_or_a_size_of_zero_leaves_the_buffer_alone() 
         large = ReceiveBacklog(server, 100 * KIB)
         for _ in range(4):  # a large request in every CHECK_EVERY: a client sending big batches
             assert not any(large.read(150) for _ in range(CHECK_EVERY - 1))
-            assert not large.read(SMALL_REQUEST_BYTES + 1)
+            assert not large.read(BACKLOG_REQUEST_BYTES + 1)
         never = ReceiveBacklog(server, 0)
         assert never.clamped and not any(never.read(150) for _ in range(4 * CHECK_EVERY))
         assert server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == before
@@ -96,7 +101,7 @@ def test_a_broker_outrun_by_one_record_requests_answers_each_in_order_and_says_s
     requests = b"".join(
         rawkafka.request(0, 3, i, rawkafka.produce_v3_body(topic, 0, rawkafka.record_batch([b"v%05d" % i]), acks=1))
         for i in range(count))
-    assert len(requests) / count < SMALL_REQUEST_BYTES
+    assert len(requests) / count < BACKLOG_REQUEST_BYTES
     assert _backlogs(broker) == 0
     with rawkafka.Connection.to(broker.bootstrap, timeout=60) as conn:
         # all at once, from a thread (answers are read meanwhile): far more than the broker answers
