@@ -31,6 +31,16 @@ _MAX_SPARE_BYTES = 8 * _BODY_STEP
 SMALL_REQUEST_BYTES = 64 * 1024
 
 
+def _first_step(size: int, have: int) -> int:
+    """How large a new body buffer is made: a body up to ``_BODY_STEP`` whole, rounded up
+    to a power of two so that the next requests of about its size (a producer's ~1 MB
+    batches, each a little different) fit in it when it is recycled; a larger body only
+    its first step (it grows as its bytes arrive)."""
+    if size > _BODY_STEP:
+        return max(_BODY_STEP, have)
+    return max(SMALL_REQUEST_BYTES, 1 << (size - 1).bit_length())
+
+
 class RequestBodies:
     """The request-body half of a connection: ``transport`` and ``last_active`` are the
     connection's."""
@@ -78,7 +88,7 @@ class RequestBodies:
         # a buffer an earlier request is done with, else the first step at once (zero-filled
         # once: growing by += copies what arrived)
         have = len(buf) - 4
-        body = self._spare_body(size) or bytearray(min(size, max(_BODY_STEP, have)))
+        body = self._spare_body(size) or bytearray(_first_step(size, have))
         body[:have] = memoryview(buf)[4:]
         buf.clear()
         self._receiving(loop)
@@ -135,7 +145,7 @@ class RequestBodies:
         zero-filled and page-faulted in for every produce request otherwise)."""
         body = frame.obj
         frame.release()
-        if isinstance(body, bytearray) and _BODY_STEP <= len(body) <= _MAX_SPARE_BYTES:
+        if isinstance(body, bytearray) and SMALL_REQUEST_BYTES <= len(body) <= _MAX_SPARE_BYTES:
             self._spare.append(body)
             del self._spare[:-_MAX_SPARES]
 

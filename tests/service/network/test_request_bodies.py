@@ -1,0 +1,89 @@
+"""A connection's request bodies: received into buffers it keeps and reuses (service.network.body).
+
+A producer's requests are each a little under its batch size (about 1 MB for librdkafka's
+1 MiB ``batch.size``) and no two the same: every one of them used to get a fresh,
+zero-filled buffer of its exact size, which the connection then would not keep (only
+buffers of 1 MiB and more were kept)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+from service.network.body import SMALL_REQUEST_BYTES, RequestBodies
+from service.network.request_memory import RequestMemoryPool
+
+
+class _Feed:
+    """A transport that hands out the given bytes, at most ``step`` per receive."""
+
+    def __init__(self, data: bytes, step: int = 64 * 1024) -> None:
+        self.data, self.pos, self.step = data, 0, step
+
+    async def recv_into(self, view: memoryview) -> int:
+        n = min(len(view), self.step, len(self.data) - self.pos)
+        view[:n] = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+
+def _receive(bodies: RequestBodies, payload: bytes, first: int) -> memoryview:
+    """Receive one frame whose size prefix and first ``first`` body bytes are already read
+    (what the connection's reader holds when it sees a frame larger than what it read)."""
+    frame = struct.pack(">i", len(payload)) + payload
+    buf = bytearray(frame[: 4 + first])
+    bodies.transport = _Feed(frame[4 + first :])  # type: ignore[assignment]
+
+    async def run() -> memoryview:
+        bodies._reserved = 0
+        got = await bodies._read_frame(asyncio.get_running_loop(), buf, len(payload))
+        assert got is not None
+        return got
+
+    return asyncio.run(run())
+
+
+def test_bodies_of_about_a_megabyte_reuse_one_buffer() -> None:
+    bodies = RequestBodies(RequestMemoryPool(0))
+    bodies.last_active = 0.0
+    sizes = [1_000_123, 998_001, 1_040_000, 700_000, 1_048_576]
+    buffers = []
+    for i, size in enumerate(sizes):
+        payload = bytes([i + 1]) * size
+        frame = _receive(bodies, payload, first=1000)
+        assert bytes(frame) == payload  # every byte where it belongs, nothing past the frame
+        buffers.append(frame.obj)
+        bodies._request_done(0, frame)
+    assert all(b is buffers[0] for b in buffers)  # one zero-filled allocation for all five
+    assert len(buffers[0]) == 1024 * 1024
+
+
+def test_a_body_is_never_received_past_its_frame() -> None:
+    """A recycled buffer larger than the next frame takes only that frame's bytes: what follows
+    on the socket is the next request's."""
+    bodies = RequestBodies(RequestMemoryPool(0))
+    bodies.last_active = 0.0
+    first = _receive(bodies, b"a" * 900_000, first=10)
+    kept = first.obj
+    bodies._request_done(0, first)
+    payload = b"b" * 200_000
+    frame = struct.pack(">i", len(payload)) + payload
+    bodies.transport = feed = _Feed(frame[14:] + b"NEXT REQUEST")  # type: ignore[assignment]
+    buf = bytearray(frame[:14])
+
+    async def run() -> memoryview | None:
+        bodies._reserved = 0
+        return await bodies._read_frame(asyncio.get_running_loop(), buf, len(payload))
+
+    got = asyncio.run(run())
+    assert got is not None and bytes(got) == payload and got.obj is kept
+    assert feed.data[feed.pos :] == b"NEXT REQUEST"
+
+
+def test_small_and_very_large_bodies_are_not_kept() -> None:
+    bodies = RequestBodies(RequestMemoryPool(0))
+    bodies._recycle(memoryview(bytearray(SMALL_REQUEST_BYTES - 1)))
+    bodies._recycle(memoryview(bytearray(64 * 1024 * 1024)))
+    assert bodies._spare == []
+    bodies._recycle(memoryview(bytearray(SMALL_REQUEST_BYTES)))
+    assert len(bodies._spare) == 1
