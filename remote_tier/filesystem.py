@@ -14,7 +14,10 @@ Invariants:
 * Writes are atomic: the bytes go to a temp file in the destination directory,
   are fsynced, and replace the object with ``os.replace`` (then the directory
   is fsynced). A reader sees the old object or the new one, never a mix.
-* The etag is the hex MD5 of the content, like S3 for single-part uploads.
+* The etag is the hex MD5 of the content (like S3's for single-part uploads) for an
+  object of up to 8 MiB, which conditional writes compare; a larger one's (a segment's
+  ``.log``) is made of its file, not read to be hashed, and a file is stored with
+  ``copy_file_range`` (:mod:`remote_tier.filesystem_files`).
 * A full disk: ``<root>/.strata-reserve`` is a file of ``reserve_bytes``
   (default 1 MiB) allocated up front. When a small write (at most
   ``reserve_bytes`` minus 64 KiB: the cluster metadata, a manifest) fails with
@@ -47,6 +50,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from remote_tier.filesystem_files import (
+    CONTENT_ETAG_MAX_BYTES,
+    HASH_CHUNK,
+    TMP_PREFIX,
+    allocate,
+    etag_of,
+    file_etag,
+    write_temp,
+)
 from remote_tier.store import (
     ObjectInfo,
     ObjectNotFound,
@@ -61,7 +73,6 @@ __all__ = ["FileSystemObjectStore", "ObjectFile"]
 _INTERNAL = ".strata"
 _LOCK_NAME = ".strata.lock"
 _RESERVE_NAME = ".strata-reserve"
-_TMP_PREFIX = ".strata-tmp-"
 #: Space kept free for small writes on a full disk (see the module docstring).
 DEFAULT_RESERVE_BYTES = 1 << 20
 # A write may use the reserve when it is this much smaller than it: file system
@@ -71,7 +82,6 @@ _RESERVE_SLACK = 64 * 1024
 # reserve: no more, or what is freed beyond it would go to the logs' appends
 _BLOCK = 4096
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-_HASH_CHUNK = 1 << 20
 # An etag is cached only for files unmodified for this long, so a later file that
 # reuses the inode number, size and (coarse) mtime can never hit a stale entry.
 _SETTLED_NS = 2_000_000_000
@@ -140,9 +150,19 @@ class FileSystemObjectStore:
         return ObjectFile(fd)
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
-        """The whole object and the MD5 of exactly the bytes read (see ``store.get_with_etag``)."""
-        data = self.get(key)
-        return data, hashlib.md5(data, usedforsecurity=False).hexdigest()
+        """The whole object and the etag of exactly the bytes read (see ``store.get_with_etag``):
+        the MD5 of them, or (a large object) made of the file that was read."""
+        path = self._path(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read()
+                etag = etag_of(data, st, f.fileno())
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(key) from None
+        except OSError as err:
+            raise self._unavailable("read", key, err) from err
+        return data, etag
 
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
@@ -179,7 +199,7 @@ class FileSystemObjectStore:
         return self._write(key, data, None)
 
     def put_file(self, key: str, path: Path) -> str:
-        """Copies ``path`` in chunks to a temp file (hashing as it goes), then replaces."""
+        """Copies ``path`` to a temp file (in the kernel where it can), then replaces."""
         return self._write(key, Path(path), None)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
@@ -232,12 +252,12 @@ class FileSystemObjectStore:
             pass
         except OSError:
             return False
-        tmp = self._root / f"{_TMP_PREFIX}reserve.{uuid.uuid4().hex}"
+        tmp = self._root / f"{TMP_PREFIX}reserve.{uuid.uuid4().hex}"
         try:
             with self._locked():
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
                 try:
-                    _allocate(fd, self._reserve_bytes)
+                    allocate(fd, self._reserve_bytes)
                 finally:
                     os.close(fd)
                 os.replace(tmp, self._reserve_path)
@@ -255,7 +275,7 @@ class FileSystemObjectStore:
             try:
                 size = os.fstat(fd).st_size
                 try:
-                    _allocate(fd, self._reserve_bytes)
+                    allocate(fd, self._reserve_bytes)
                     return True
                 except OSError:
                     stats = os.statvfs(self._root)
@@ -263,7 +283,7 @@ class FileSystemObjectStore:
                     grow = min(self._reserve_bytes, size + free - free % _BLOCK)
                     if grow > size:
                         try:
-                            _allocate(fd, grow)
+                            allocate(fd, grow)
                         except OSError:
                             pass
                     return False
@@ -286,7 +306,7 @@ class FileSystemObjectStore:
                     self._reserve_path.unlink()
             except FileNotFoundError:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)) from None
-            return _write_temp(path, data)
+            return write_temp(path, data)
 
     # -- helpers ----------------------------------------------------------------
 
@@ -300,7 +320,7 @@ class FileSystemObjectStore:
             raise self._unavailable("write", key, err) from err
         try:
             try:
-                tmp, etag = _write_temp(path, source)
+                tmp, etag = write_temp(path, source)
             except OSError as err:
                 if isinstance(source, Path) or not (
                     err.errno in _DISK_FULL and self._may_use_reserve(source)
@@ -350,6 +370,8 @@ class FileSystemObjectStore:
     def _size_etag_mtime(self, path: Path) -> tuple[int, str, int]:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
+            if st.st_size > CONTENT_ETAG_MAX_BYTES:
+                return st.st_size, file_etag(st, f.fileno()), st.st_mtime_ns
             stat_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
             settled = st.st_mtime_ns < time.time_ns() - _SETTLED_NS
             if settled:
@@ -358,7 +380,7 @@ class FileSystemObjectStore:
                 if cached is not None:
                     return st.st_size, cached, st.st_mtime_ns
             digest = hashlib.md5(usedforsecurity=False)
-            while chunk := f.read(_HASH_CHUNK):
+            while chunk := f.read(HASH_CHUNK):
                 digest.update(chunk)
         etag = digest.hexdigest()
         if settled:
@@ -418,47 +440,6 @@ def _may_hold(dir_prefix: str, prefix: str) -> bool:
     if dir_prefix[:-1].rsplit("/", 1)[-1].startswith(_INTERNAL):
         return False
     return dir_prefix.startswith(prefix) or prefix.startswith(dir_prefix)
-
-
-def _write_temp(path: Path, source: bytes | Path) -> tuple[Path, str]:
-    """Writes ``source`` (bytes, or a file copied in chunks) to a new fsynced temp
-    file beside ``path``; returns it and the content's MD5."""
-    digest = hashlib.md5(usedforsecurity=False)
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        if isinstance(source, Path):
-            with open(source, "rb") as src:
-                while chunk := src.read(_HASH_CHUNK):
-                    digest.update(chunk)
-                    _write_all(fd, chunk)
-        else:
-            digest.update(source)
-            _write_all(fd, source)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    return tmp, digest.hexdigest()
-
-
-def _allocate(fd: int, size: int) -> None:
-    """Make ``size`` bytes of the file take real space (not a sparse hole)."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as err:
-        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-            raise
-        _write_all(fd, bytes(size))  # a file system without fallocate
-        os.fsync(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -43,7 +43,8 @@ from remote_tier.store import ObjectStore
 __all__ = ["RemoteStorageManager", "SegmentSummary", "summarize_segment"]
 
 _log = logging.getLogger("strata.remote_tier")
-_SCAN_CHUNK = 1 << 20
+#: what summarize_segment reads at a time: many small batches, or the header of a large one
+_SCAN_CHUNK = 64 * 1024
 TopicId = str | uuid.UUID
 
 
@@ -61,7 +62,7 @@ class SegmentSummary:
 
 
 def summarize_segment(log_path: Path) -> SegmentSummary | None:
-    """Walk the batch headers of ``log_path``, reading it in 1 MiB windows.
+    """Walk the batch headers of ``log_path``, reading it in 64 KiB windows.
 
     Stops at the first incomplete batch; ``size_bytes`` is where it stopped, so
     a torn tail is never counted. None when the file holds no complete batch.
@@ -71,13 +72,20 @@ def summarize_segment(log_path: Path) -> SegmentSummary | None:
     with open(log_path, "rb") as f:
         file_size = os.fstat(f.fileno()).st_size
         while file_size - position >= BATCH_OVERHEAD:
-            window = os.pread(f.fileno(), _SCAN_CHUNK, position)
-            batches = list(iter_batches(window))
-            if batches:
-                headers.extend(header for _, header in batches)
-                position += batches[-1][0] + batches[-1][1].size
-                continue
-            header = read_batch_header(window)  # one batch larger than the window
+            window = memoryview(os.pread(f.fileno(), _SCAN_CHUNK, position))
+            used = 0
+            for at, header in iter_batches(window):  # the batches whole in the window
+                headers.append(header)
+                used = at + header.size
+            position += used
+            tail = window[used:]
+            if len(tail) < BATCH_OVERHEAD:
+                if used:
+                    continue  # the next header starts past the window
+                break  # the file shrank under us
+            # a batch that ends past the window: its body is skipped, not read (a producer's
+            # 1 MB batches made this walk read the whole segment, as much as its upload copies)
+            header = read_batch_header(tail)
             if position + header.size > file_size:
                 break
             headers.append(header)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from remote_tier import FileSystemObjectStore, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.filesystem import CONTENT_ETAG_MAX_BYTES
 
 
 @pytest.fixture
@@ -97,3 +100,69 @@ def test_put_if_match_loses_no_update_across_processes(store: FileSystemObjectSt
     ]
     assert [w.wait(timeout=120) for w in workers] == [0] * processes
     assert int(store.get("counter")) == processes * increments
+
+
+def _big(tmp_path: Path, size: int = CONTENT_ETAG_MAX_BYTES + 12_345) -> Path:
+    src = tmp_path / "segment.log"
+    src.write_bytes(os.urandom(size))
+    return src
+
+
+def test_a_large_file_is_copied_whole_and_its_etag_names_its_version(
+    store: FileSystemObjectStore, tmp_path: Path
+) -> None:
+    """A segment's upload: the bytes arrive whole (copy_file_range), and its etag is the same
+    from put_file, head, list and get_with_etag, and a new one when the object is replaced."""
+    src = _big(tmp_path)
+    etag = store.put_file("t/0/seg.log", src)
+    assert (store.root / "t" / "0" / "seg.log").read_bytes() == src.read_bytes()
+    assert store.head("t/0/seg.log").etag == etag
+    assert [i.etag for i in store.list("t/")] == [etag]
+    data, read_etag = store.get_with_etag("t/0/seg.log")
+    assert data == src.read_bytes() and read_etag == etag
+    assert etag != hashlib.md5(data).hexdigest()  # not read to be hashed
+    again = store.put_file("t/0/seg.log", src)  # the same bytes, a new version
+    assert again != etag and store.head("t/0/seg.log").etag == again
+    with pytest.raises(PreconditionFailed):
+        store.put_if_match("t/0/seg.log", b"x", etag)
+
+
+def test_a_large_file_is_copied_through_the_process_where_the_kernel_cannot(
+    store: FileSystemObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """copy_file_range refused (another file system, an old kernel) after a first part: the
+    copy goes on from there with reads and writes."""
+    src = _big(tmp_path)
+    real = os.copy_file_range
+    calls = []
+
+    def partial_then_exdev(fd_in: int, fd_out: int, count: int, *args: object) -> int:
+        calls.append(count)
+        if len(calls) == 1:
+            return real(fd_in, fd_out, 1_000_000)
+        raise OSError(errno.EXDEV, "cross-device")
+
+    monkeypatch.setattr(os, "copy_file_range", partial_then_exdev)
+    store.put_file("t/0/seg.log", src)
+    assert len(calls) == 2
+    assert (store.root / "t" / "0" / "seg.log").read_bytes() == src.read_bytes()
+
+
+def test_listing_large_objects_does_not_read_them(
+    store: FileSystemObjectStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """list (a partition's objects at a broker's start, a deleted topic's) stats files and
+    reads none of a large one: it read and hashed the whole bucket before."""
+    store.put_file("t/0/seg.log", _big(tmp_path))
+    store.put("t/0/seg.index", b"small")
+    hashed: list[int] = []
+    real_md5 = hashlib.md5
+
+    def counting_md5(*args: object, **kwargs: object) -> object:
+        hashed.append(1)
+        return real_md5(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hashlib, "md5", counting_md5)
+    sizes = {i.key: i.size for i in store.list("t/")}
+    assert sizes == {"t/0/seg.index": 5, "t/0/seg.log": CONTENT_ETAG_MAX_BYTES + 12_345}
+    assert len(hashed) == 1  # the small one alone
