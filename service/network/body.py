@@ -26,6 +26,9 @@ _ZEROS = memoryview(bytes(_BODY_STEP))
 #: request buffers a connection keeps for its next requests, and the largest it keeps
 _MAX_SPARES = 2
 _MAX_SPARE_BYTES = 8 * _BODY_STEP
+#: what all the connections of a server keep at most, together: thousands of producers
+#: must not hold two buffers each between their requests
+MAX_KEPT_BYTES = 64 * _BODY_STEP
 #: requests up to this size are counted in the memory pool but never wait for it (what
 #: large requests wait for must not stop ApiVersions, Metadata, Fetch, small Produce)
 SMALL_REQUEST_BYTES = 64 * 1024
@@ -145,9 +148,18 @@ class RequestBodies:
         zero-filled and page-faulted in for every produce request otherwise)."""
         body = frame.obj
         frame.release()
-        if isinstance(body, bytearray) and SMALL_REQUEST_BYTES <= len(body) <= _MAX_SPARE_BYTES:
+        if not isinstance(body, bytearray) or not SMALL_REQUEST_BYTES <= len(body) <= _MAX_SPARE_BYTES:
+            return
+        if len(self._spare) == _MAX_SPARES:  # the oldest goes
+            self._memory.kept -= len(self._spare.pop(0))
+        if self._memory.kept + len(body) <= MAX_KEPT_BYTES:
             self._spare.append(body)
-            del self._spare[:-_MAX_SPARES]
+            self._memory.kept += len(body)
+
+    def drop_spares(self) -> None:
+        """The connection is closing: the buffers it kept no longer count."""
+        self._memory.kept -= sum(len(body) for body in self._spare)
+        self._spare.clear()
 
     def _spare_body(self, size: int) -> bytearray | None:
         """A recycled buffer of at least ``size`` bytes that nothing views any more."""
@@ -160,5 +172,6 @@ class RequestBodies:
                 continue
             del body[-1]
             del self._spare[i]
+            self._memory.kept -= len(body)
             return body
         return None

@@ -33,6 +33,9 @@ class RequestMemoryPool:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.used = 0
+        #: bytes of finished request buffers that connections keep for their next requests
+        #: (:mod:`service.network.body`), outside ``used``; bounded there, server-wide
+        self.kept = 0
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     @property

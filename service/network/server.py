@@ -69,10 +69,8 @@ LISTENER_FD_CEILING = 16384
 log = logging.getLogger("strata.server")
 
 _I32 = struct.Struct(">i")
-#: what the reader takes from the socket when it has no frame's body to receive into: a
-#: request's size and header, or many small requests at once. What it holds of a large
-#: request's body is then copied twice (into the reader's buffer, into the body), so it
-#: stays small: 256 KiB was half of a 1 MB produce copied for nothing
+#: what the reader takes before it knows a request's size: what it holds of a large body is
+#: copied twice (its buffer, the body), so it stays small (256 KiB was half of a 1 MB produce)
 _READ_CHUNK = 64 * 1024
 
 #: What a handler gives the connection: a whole frame, parts to send, or nothing (acks=0).
@@ -287,6 +285,7 @@ class Connection(RequestBodies):
             return
         self._closed = True
         self.transport.release()
+        self.drop_spares()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

@@ -236,8 +236,11 @@ def test_a_request_buffer_is_reused_only_once_nothing_views_it() -> None:
     a view of one lives on (a Produce's records are views of its frame)."""
     from service.network.server import Connection
 
+    from service.network.request_memory import RequestMemoryPool
+
     conn = object.__new__(Connection)
     conn._spare = []
+    conn._memory = RequestMemoryPool(0)
     big = bytearray(2 * 1024 * 1024)
     frame = memoryview(big)[: 1024 * 1024 + 5]
     records = frame[100:200]  # still held by someone

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from service.network.body import SMALL_REQUEST_BYTES, RequestBodies
+from service.network.body import MAX_KEPT_BYTES, SMALL_REQUEST_BYTES, RequestBodies
 from service.network.request_memory import RequestMemoryPool
 
 
@@ -87,3 +87,24 @@ def test_small_and_very_large_bodies_are_not_kept() -> None:
     assert bodies._spare == []
     bodies._recycle(memoryview(bytearray(SMALL_REQUEST_BYTES)))
     assert len(bodies._spare) == 1
+
+
+def test_what_the_connections_keep_is_bounded_server_wide() -> None:
+    """Every connection keeps at most two buffers, and all of a server's connections together
+    at most MAX_KEPT_BYTES: thousands of producers do not each hold two between requests."""
+    pool = RequestMemoryPool(0)
+    conns = [RequestBodies(pool) for _ in range(MAX_KEPT_BYTES // (1024 * 1024) + 5)]
+    for conn in conns:
+        conn._recycle(memoryview(bytearray(1024 * 1024)))
+    assert pool.kept == MAX_KEPT_BYTES
+    assert sum(len(c._spare) for c in conns) == MAX_KEPT_BYTES // (1024 * 1024)
+    first = conns[0]
+    first._recycle(memoryview(bytearray(1024 * 1024)))  # over the budget: not kept
+    assert len(first._spare) == 1 and pool.kept == MAX_KEPT_BYTES
+    assert first._spare_body(1000) is not None and pool.kept == MAX_KEPT_BYTES - 1024 * 1024
+    for _ in range(3):  # two at most per connection: the oldest goes
+        conns[-1]._recycle(memoryview(bytearray(128 * 1024)))
+    assert len(conns[-1]._spare) == 2
+    conns[1].drop_spares()  # a closed connection's buffers no longer count
+    assert conns[1]._spare == []
+    assert pool.kept == sum(len(b) for c in conns for b in c._spare)
