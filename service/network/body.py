@@ -35,13 +35,16 @@ SMALL_REQUEST_BYTES = 64 * 1024
 
 
 def _first_step(size: int, have: int) -> int:
-    """How large a new body buffer is made: a body up to ``_BODY_STEP`` whole, rounded up
-    to a power of two so that the next requests of about its size (a producer's ~1 MB
-    batches, each a little different) fit in it when it is recycled; a larger body only
-    its first step (it grows as its bytes arrive)."""
+    """How large a new body buffer is made: a body up to ``_BODY_STEP`` whole, rounded up to
+    a sixteenth of the next power of two (less than 1/8 more than it needs), so that the next
+    requests of about its size (a producer's ~1 MB batches, each a little different) fit in
+    it when it is recycled; a larger body only its first step (it grows as bytes arrive)."""
     if size > _BODY_STEP:
         return max(_BODY_STEP, have)
-    return max(SMALL_REQUEST_BYTES, 1 << (size - 1).bit_length())
+    if size <= SMALL_REQUEST_BYTES:
+        return SMALL_REQUEST_BYTES
+    step = (1 << (size - 1).bit_length()) // 16
+    return -(-size // step) * step
 
 
 class RequestBodies:

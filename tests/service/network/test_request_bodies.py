@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
+import pytest
+
 from service.network.body import MAX_KEPT_BYTES, SMALL_REQUEST_BYTES, RequestBodies
 from service.network.request_memory import RequestMemoryPool
 
@@ -108,3 +110,12 @@ def test_what_the_connections_keep_is_bounded_server_wide() -> None:
     conns[1].drop_spares()  # a closed connection's buffers no longer count
     assert conns[1]._spare == []
     assert pool.kept == sum(len(b) for c in conns for b in c._spare)
+
+
+@pytest.mark.parametrize("size", [65_537, 100_000, 520_000, 700_000, 917_505, 1_000_123, 1_048_576])
+def test_a_new_body_is_at_most_an_eighth_larger_than_its_frame(size: int) -> None:
+    """What the memory pool counts is the frame: the buffer around it may not be much more."""
+    bodies = RequestBodies(RequestMemoryPool(0))
+    bodies.last_active = 0.0
+    frame = _receive(bodies, b"z" * size, first=100)
+    assert size <= len(frame.obj) <= size * 9 // 8 + 1
