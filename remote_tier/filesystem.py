@@ -49,14 +49,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from remote_tier.filesystem_files import (
-    CONTENT_ETAG_MAX_BYTES,
     HASH_CHUNK,
     TMP_PREFIX,
     allocate,
-    etag_of,
-    file_etag,
+    etag,
     write_temp,
 )
 from remote_tier.store import (
@@ -157,12 +156,12 @@ class FileSystemObjectStore:
             with open(path, "rb") as f:
                 st = os.fstat(f.fileno())
                 data = f.read()
-                etag = etag_of(data, st, f.fileno())
+                tag = etag(st, f.fileno(), lambda: hashlib.md5(data, usedforsecurity=False).hexdigest())
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(key) from None
         except OSError as err:
             raise self._unavailable("read", key, err) from err
-        return data, etag
+        return data, tag
 
     def head(self, key: str) -> ObjectInfo:
         path = self._path(key)
@@ -370,25 +369,28 @@ class FileSystemObjectStore:
     def _size_etag_mtime(self, path: Path) -> tuple[int, str, int]:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            if st.st_size > CONTENT_ETAG_MAX_BYTES:
-                return st.st_size, file_etag(st, f.fileno()), st.st_mtime_ns
-            stat_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-            settled = st.st_mtime_ns < time.time_ns() - _SETTLED_NS
-            if settled:
-                with self._etags_lock:
-                    cached = self._etags.get(stat_key)
-                if cached is not None:
-                    return st.st_size, cached, st.st_mtime_ns
-            digest = hashlib.md5(usedforsecurity=False)
-            while chunk := f.read(HASH_CHUNK):
-                digest.update(chunk)
-        etag = digest.hexdigest()
+            tag = etag(st, f.fileno(), lambda: self._content_md5(f, st))
+        return st.st_size, tag, st.st_mtime_ns
+
+    def _content_md5(self, f: BinaryIO, st: os.stat_result) -> str:
+        """The hex MD5 of the open file ``f`` (``st``), cached once it has settled."""
+        stat_key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        settled = st.st_mtime_ns < time.time_ns() - _SETTLED_NS
+        if settled:
+            with self._etags_lock:
+                cached = self._etags.get(stat_key)
+            if cached is not None:
+                return cached
+        digest = hashlib.md5(usedforsecurity=False)
+        while chunk := f.read(HASH_CHUNK):
+            digest.update(chunk)
+        tag = digest.hexdigest()
         if settled:
             with self._etags_lock:
                 if len(self._etags) >= _MAX_CACHED_ETAGS:
                     self._etags.clear()
-                self._etags[stat_key] = etag
-        return st.st_size, etag, st.st_mtime_ns
+                self._etags[stat_key] = tag
+        return tag
 
     def _path(self, key: str) -> Path:
         segments = key.split("/")

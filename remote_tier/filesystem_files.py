@@ -5,7 +5,7 @@ into place (:func:`write_temp`). A file being stored (a segment's upload) is cop
 ``copy_file_range``: in the kernel, a reflink where the file system shares blocks, never
 through this process unless the kernel cannot (:func:`copy_file`).
 
-The etag (:func:`etag_of`, :func:`file_etag`): for an object of up to
+The etag (:func:`etag`, :func:`file_etag`): for an object of up to
 :data:`CONTENT_ETAG_MAX_BYTES` the MD5 of its content, as S3's for single-part uploads,
 which the store's conditional writes compare; for a larger one (a segment's ``.log``,
 written once under a key of its own) its file's inode number, size and modification time,
@@ -22,10 +22,11 @@ import hashlib
 import os
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["CONTENT_ETAG_MAX_BYTES", "HASH_CHUNK", "TMP_PREFIX", "allocate", "copy_file", "etag_of",
-           "file_etag", "write_all", "write_temp"]
+__all__ = ["CONTENT_ETAG_MAX_BYTES", "HASH_CHUNK", "TMP_PREFIX", "allocate", "copy_file", "etag",
+           "file_etag", "named_by_file", "write_all", "write_temp"]
 
 TMP_PREFIX = ".strata-tmp-"
 HASH_CHUNK = 1 << 20
@@ -48,7 +49,7 @@ def write_temp(path: Path, source: bytes | Path) -> tuple[Path, str]:
         if isinstance(source, Path):
             src = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
             try:
-                if os.fstat(src).st_size > CONTENT_ETAG_MAX_BYTES:
+                if named_by_file(os.fstat(src).st_size):
                     copy_file(src, fd)
                 else:
                     while chunk := os.read(src, HASH_CHUNK):
@@ -57,18 +58,18 @@ def write_temp(path: Path, source: bytes | Path) -> tuple[Path, str]:
             finally:
                 os.close(src)
         else:
-            if len(source) <= CONTENT_ETAG_MAX_BYTES:
+            if not named_by_file(len(source)):
                 digest.update(source)
             write_all(fd, source)
         os.fsync(fd)
         st = os.fstat(fd)  # what the object's file will be: a rename keeps inode and mtime
-        etag = digest.hexdigest() if st.st_size <= CONTENT_ETAG_MAX_BYTES else file_etag(st, fd)
+        tag = etag(st, fd, digest.hexdigest)
     except BaseException:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         raise
     os.close(fd)
-    return tmp, etag
+    return tmp, tag
 
 
 def copy_file(src: int, dst: int) -> None:
@@ -101,11 +102,15 @@ def _generation(fd: int) -> int:
         return 0
 
 
-def etag_of(data: bytes, st: os.stat_result, fd: int) -> str:
-    """The etag of an object whose file (``st``, open as ``fd``) holds exactly ``data``."""
-    if len(data) <= CONTENT_ETAG_MAX_BYTES:
-        return hashlib.md5(data, usedforsecurity=False).hexdigest()
-    return file_etag(st, fd)
+def named_by_file(size: int) -> bool:
+    """Whether an object of ``size`` bytes has an etag made of its file, not of its content."""
+    return size > CONTENT_ETAG_MAX_BYTES
+
+
+def etag(st: os.stat_result, fd: int, content_md5: Callable[[], str]) -> str:
+    """The etag of the object whose file is ``st`` (open as ``fd``): ``content_md5()`` (the hex
+    MD5 of its bytes, asked for only when it is needed) or, for a large one, :func:`file_etag`."""
+    return file_etag(st, fd) if named_by_file(st.st_size) else content_md5()
 
 
 def allocate(fd: int, size: int) -> None:

@@ -159,7 +159,7 @@ class RequestBodies:
             self._spare.append(body)
             self._memory.kept += len(body)
 
-    def drop_spares(self) -> None:
+    def _drop_spares(self) -> None:
         """The connection is closing: the buffers it kept no longer count."""
         self._memory.kept -= sum(len(body) for body in self._spare)
         self._spare.clear()

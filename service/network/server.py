@@ -285,7 +285,7 @@ class Connection(RequestBodies):
             return
         self._closed = True
         self.transport.release()
-        self.drop_spares()
+        self._drop_spares()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:

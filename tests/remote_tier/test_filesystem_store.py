@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from remote_tier import FileSystemObjectStore, ObjectStoreUnavailable, PreconditionFailed
-from remote_tier.filesystem import CONTENT_ETAG_MAX_BYTES
+from remote_tier.filesystem_files import CONTENT_ETAG_MAX_BYTES
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ def test_what_the_connections_keep_is_bounded_server_wide() -> None:
     for _ in range(3):  # two at most per connection: the oldest goes
         conns[-1]._recycle(memoryview(bytearray(128 * 1024)))
     assert len(conns[-1]._spare) == 2
-    conns[1].drop_spares()  # a closed connection's buffers no longer count
+    conns[1]._drop_spares()  # a closed connection's buffers no longer count
     assert conns[1]._spare == []
     assert pool.kept == sum(len(b) for c in conns for b in c._spare)
 
