@@ -22,7 +22,11 @@ class LeaderEpochCache:
     Invariants: epochs and start offsets strictly increase. After :meth:`assign`
     the file holds memory's entries (atomic temp + fsync + rename; nothing is written
     when it holds them already); if the write fails (a full disk) it raises OSError
-    and neither changes. A file that still holds entries beyond the log end or below
+    and neither changes. A :class:`~local_tier.log.Log`'s cache, once loaded, hands its
+    writes to the log instead (:meth:`write_later`), which writes and fsyncs them on its
+    flush thread, in order, and counts no offset of a newer epoch durable before that
+    (ADR 0030); the broker's event loop then does no file work for an epoch.
+    A file that still holds entries beyond the log end or below
     the log start is safe, because every load truncates the cache to the log again:
     so :meth:`truncate_from_end` changes memory only (the next :meth:`assign` writes
     the file), and :meth:`truncate_from_start` writes when it can and otherwise only
@@ -36,6 +40,7 @@ class LeaderEpochCache:
     def __init__(self, path: Path, log_end_offset: Callable[[], int]) -> None:
         self.path = path
         self._log_end_offset = log_end_offset
+        self._write_later: Callable[[list[tuple[int, int]]], None] | None = None
         self._entries: list[tuple[int, int]] = [
             (int(epoch), int(start)) for epoch, start in read_checkpoint(path)
         ]
@@ -50,6 +55,11 @@ class LeaderEpochCache:
         """The newest epoch, -1 when none was assigned."""
         return self._entries[-1][0] if self._entries else -1
 
+    def write_later(self, writer: Callable[[list[tuple[int, int]]], None]) -> None:
+        """From now on hand each write's entries to ``writer`` (which must write them, in
+        order) instead of writing them here: the file may lag memory until it has."""
+        self._write_later = writer
+
     @property
     def needs_persist(self) -> bool:
         """Whether memory holds entries the file does not (an epoch assigned without
@@ -59,7 +69,7 @@ class LeaderEpochCache:
     def persist(self) -> None:
         """Write memory's entries to the file now; OSError (a full disk) leaves the file as it was."""
         if self._entries != self._on_disk:
-            write_checkpoint(self.path, self._entries)
+            self._write(self._entries)
             self._on_disk = list(self._entries)
 
     def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> None:
@@ -85,7 +95,7 @@ class LeaderEpochCache:
         kept = [e for e in self._entries if e[1] < start_offset]
         entries = [*kept, (epoch, start_offset)]
         if persist and entries != self._on_disk:
-            write_checkpoint(self.path, entries)
+            self._write(entries)
             self._on_disk = entries
         self._entries = entries
 
@@ -121,9 +131,15 @@ class LeaderEpochCache:
         self._entries = [(below[-1][0], start_offset), *self._entries[len(below) :]]
         self._try_persist()
 
+    def _write(self, entries: list[tuple[int, int]]) -> None:
+        if self._write_later is None:
+            write_checkpoint(self.path, entries)
+        else:
+            self._write_later(list(entries))
+
     def _try_persist(self) -> None:
         try:
-            write_checkpoint(self.path, self._entries)
+            self._write(self._entries)
             self._on_disk = list(self._entries)
         except OSError as exc:
             _log.warning("%s: cannot write %s (%s); it is rewritten at the next change",

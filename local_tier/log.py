@@ -35,7 +35,7 @@ from common.record.batch import (
     stamp_batch,
     validate_batches,
 )
-from local_tier.checkpoint import fsync_dir
+from local_tier.checkpoint import fsync_dir, write_checkpoint
 from local_tier.cleaning.cleaner import LastRecord
 from local_tier.cleaning.keys import require_keys
 from local_tier.cleaning.swap import CLEANED_SUFFIX, SWAP_SUFFIX, recover_swaps
@@ -125,8 +125,9 @@ class Log(Owned):
     Invariants: segments are sorted by base offset and contiguous (each one's
     ``next_offset`` is the next one's ``base_offset``); the last is the active
     segment, the only one appended to; ``log_start_offset ≤ high_watermark ≤
-    log_end_offset``; every offset below ``recovery_point`` is fsynced;
-    ``leader-epoch-checkpoint`` holds no epoch starting beyond the log end.
+    log_end_offset``; every offset below ``recovery_point`` is fsynced, and so is
+    the ``leader-epoch-checkpoint`` entry of every epoch starting below it (ADR 0030);
+    the checkpoint holds no epoch starting beyond the log end.
 
     A failed fsync, or a failed write other than a full disk, takes the log
     directory offline (``failure``, shared by every log of the directory; see
@@ -137,7 +138,8 @@ class Log(Owned):
     thread. The exceptions are the jobs it hands to ``scheduler`` (the LogManager's
     single flush thread): the fsyncs that follow a roll, :meth:`schedule_flush` or
     ``flush.messages``, which then advance ``recovery_point`` under a small lock,
-    and the closing and unlinking of segments the log no longer holds. The thread
+    the writes of the leader-epoch checkpoint, and the closing and unlinking of
+    segments the log no longer holds. The thread
     runs jobs in order, so a segment is closed only after the fsyncs queued before.
     The event loop never waits for that thread. Without a scheduler those jobs run
     inline.
@@ -177,6 +179,12 @@ class Log(Owned):
         self._scheduler = scheduler
         self._lock = threading.Lock()  # guards _recovery_point and _truncations against the flush thread
         self._truncations = 0  # a flush queued before a truncation must not raise the recovery point
+        #: the start of the oldest leader epoch not yet in the fsynced checkpoint: no flush
+        #: raises the recovery point past it (ADR 0030); the checkpoint writes queued so far;
+        #: whether the last one failed on a full disk (the next append queues it again)
+        self._epoch_floor: int | None = None
+        self._epoch_writes = 0
+        self._epoch_retry = False
         self._pending_flushes: list[Future[object]] = []
         self._last_flush: tuple[int, Future[bool]] | None = None  # (up to offset, its job)
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -188,7 +196,7 @@ class Log(Owned):
         self._first_recovered_base: int | None = None
         self._write_failing = False  # the last write failed: warn once, note the recovery
         dir.mkdir(parents=True, exist_ok=True)
-        self._load(recovery_point, needs_recovery)
+        recovered_epochs = self._load(recovery_point, needs_recovery)
         leo = self.log_end_offset
         self._log_start_offset = min(max(log_start_offset or 0, self._bases[0]), leo)
         # the checkpointed high watermark (None: none kept, the log end); a leader whose
@@ -200,13 +208,17 @@ class Log(Owned):
         )
         self._leader_epoch_cache.truncate_from_end(leo)
         self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
+        self._rebuild_epochs(recovered_epochs)
+        self._leader_epoch_cache.write_later(self._write_epochs)
         self._producer_state = ProducerStateManager(dir, self.name)
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._load_producer_state(producer_id_expiration_ms)
 
     # ------------------------------------------------------------------ loading
 
-    def _load(self, recovery_point: int, needs_recovery: bool) -> None:
+    def _load(self, recovery_point: int, needs_recovery: bool) -> list[tuple[int, int]]:
+        """Open the segments, recovering those from ``recovery_point`` on after an unclean
+        stop; returns the leader epochs the recovered batches start (``(epoch, offset)``)."""
         # one listing of the directory serves every check below (a start opens 10,000 logs)
         names = os.listdir(self.dir)
         if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names):
@@ -253,6 +265,66 @@ class Log(Owned):
                 if needs_recovery
                 else max(self._bases[0], min(recovery_point, self.log_end_offset))
             )
+        kept = [segment for segment in recovered if segment in self._segments]
+        return [epoch for segment in kept for epoch in segment.recovered_epochs]
+
+    def _rebuild_epochs(self, recovered: list[tuple[int, int]]) -> None:
+        """Epochs the recovered batches start that the checkpoint lacks (it is written after
+        the appends that start them, ADR 0030), written and fsynced now. If that fails, the
+        recovery point goes back to the first of them: the next start recovers them again."""
+        cache, added = self._leader_epoch_cache, None
+        for epoch, start in recovered:
+            if epoch > cache.latest_epoch and start < self.log_end_offset:
+                cache.assign(epoch, start, persist=False)
+                added = start if added is None else added
+        if added is None:
+            return
+        try:
+            cache.persist()
+        except OSError as exc:
+            _log.warning("%s: cannot write the leader epochs recovered from offset %d (%s)",
+                         self.name, added, exc)
+            with self._lock:
+                self._recovery_point = min(self._recovery_point, added)
+
+    def _write_epochs(self, entries: list[tuple[int, int]]) -> None:
+        """Write (and fsync) the leader-epoch checkpoint on the flush thread, after the jobs
+        queued before: the event loop does no file work for an epoch. Until it is done no
+        flush counts the newest entry's offsets durable, so a crash before recovers those
+        batches and rebuilds their epochs from them (:meth:`_rebuild_epochs`)."""
+        with self._lock:
+            if entries:
+                floor, start = self._epoch_floor, entries[-1][1]
+                self._epoch_floor = start if floor is None else min(floor, start)
+            self._epoch_writes += 1
+            written = self._epoch_writes
+        path, failure, name = self.dir / LEADER_EPOCH_CHECKPOINT, self._failure, self.name
+
+        def job() -> None:
+            if failure.offline:
+                return
+            try:
+                write_checkpoint(path, entries)
+            except FileNotFoundError:  # the log was deleted meanwhile
+                return
+            except OSError as exc:
+                if not is_disk_full(exc):
+                    failure.fail(f"write of the leader-epoch checkpoint of {name}", exc)
+                    return
+                _log.warning("%s: cannot write its leader-epoch checkpoint (%s); again at the next "
+                             "append", name, exc)
+                self._epoch_retry = True
+                return
+            with self._lock:
+                if self._epoch_writes == written:  # else a later write's job clears it
+                    self._epoch_floor = None
+
+        self._submit(job)
+
+    def _retry_epochs(self) -> None:
+        """The last checkpoint write found the disk full: queue it again (appends only)."""
+        self._epoch_retry = False
+        self._write_epochs(self._leader_epoch_cache.entries)
 
     def _load_producer_state(self, expiration_ms: int) -> None:
         """Latest snapshot, then replay of the batches after it (ADR 0011).
@@ -498,6 +570,8 @@ class Log(Owned):
             )
         elif self._leader_epoch_cache.needs_persist:  # the epoch its leadership assigned in memory
             self._guarded(f"record leader epoch {leader_epoch} for", self._leader_epoch_cache.persist)
+        elif self._epoch_retry:
+            self._retry_epochs()
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),
@@ -641,7 +715,9 @@ class Log(Owned):
         """Everything written to the log is durable (a ``syncfs`` of its filesystem after
         :meth:`wait_for_flushes`, at shutdown): the recovery point moves to the log end."""
         with self._lock:
-            self._recovery_point = max(self._recovery_point, self.log_end_offset)
+            floor, leo = self._epoch_floor, self.log_end_offset
+            durable = leo if floor is None else min(leo, floor)
+            self._recovery_point = max(self._recovery_point, durable)
         self._unflushed_messages = 0
 
     @owner_only
@@ -756,7 +832,9 @@ class Log(Owned):
                 return False
             with self._lock:
                 if self._truncations == truncations:  # else the offsets it covered may be gone
-                    self._recovery_point = max(self._recovery_point, offset)
+                    floor = self._epoch_floor
+                    durable = offset if floor is None else min(offset, floor)
+                    self._recovery_point = max(self._recovery_point, durable)
             return True
 
         future = self._submit(job) if background else _run_now(job)
@@ -907,6 +985,8 @@ class Log(Owned):
                     f"record leader epoch {epoch} for",
                     lambda e=epoch, o=header.base_offset: self._leader_epoch_cache.assign(e, o),
                 )
+        if self._epoch_retry:
+            self._retry_epochs()
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, view, now_ms=now),

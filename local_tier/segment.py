@@ -164,6 +164,7 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._created_ms: int | None = None
         self.recovery_error: str | None = None
+        self.recovered_epochs: list[tuple[int, int]] = []  # by :meth:`recover`
         """Why the last :meth:`recover` stopped early (None when nothing was cut)."""
         self.write_error: str | None = None
         """Set when a failed append could not be undone: the segment takes no more appends."""
@@ -668,7 +669,10 @@ class LogSegment:
         """Validate every batch from position 0, rebuild both indexes, cut the log at the first bad batch.
 
         Returns the number of bytes truncated; :attr:`recovery_error` says why.
+        :attr:`recovered_epochs` lists ``(leader epoch, base offset)`` of each batch whose
+        epoch is newer than the batch's before it (the log rebuilds its epoch cache from them).
         """
+        self.recovered_epochs = []
         self._read_ends.clear()
         self.offset_index.reset()
         self.time_index.reset()
@@ -694,6 +698,9 @@ class LogSegment:
                     self._created_ms = header.max_timestamp if header.max_timestamp > 0 else None
                 self._note_timestamp(header)
                 self._index_batch(position, header)
+                epochs = self.recovered_epochs
+                if not epochs or header.partition_leader_epoch > epochs[-1][0]:
+                    epochs.append((header.partition_leader_epoch, header.base_offset))
                 next_offset = header.next_offset
                 good_end = position + header.size
         except KafkaError as exc:

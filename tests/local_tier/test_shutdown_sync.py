@@ -25,6 +25,7 @@ def _populated(tmp_path: Path) -> LogManager:
         log = manager.get_or_create_log("t", partition, small_config())
         for _ in range(3):
             log.append_as_leader(make_batch(), 0)
+        log.wait_for_flushes()  # the epoch checkpoint's fsync, queued by the first append (ADR 0030)
     return manager
 
 
