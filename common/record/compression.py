@@ -7,8 +7,9 @@
   xerial framing with 32 KiB blocks, as the Java client does (librdkafka and
   kafka-python read it).
 * lz4: the LZ4 *frame* format (``lz4.frame``), as Kafka ≥ 0.10 uses it.
-* zstd: ``zstandard``; decoding uses a streaming decompressor because producers
-  (librdkafka, Java) write frames without a content size.
+* zstd: ``zstandard``; producers (librdkafka, Java) write frames without a content
+  size, so a bounded decoding gives the decoder a buffer of the bound, and goes stepwise
+  through a streaming decompressor where that does not fit (several frames, an error).
 
 Any failure of a third-party decoder is translated here, once, into
 :class:`~common.errors.CorruptRecordError`.
@@ -20,6 +21,7 @@ N bytes of work (a 1 MiB gzip payload can inflate to a gigabyte).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import struct
 import threading
@@ -64,6 +66,8 @@ _DECODE_ERRORS = (
     cramjam.DecompressionError,
 )
 _ZSTD_MIN_SLICE = 1024  # input bytes per step at least (at most 32 MiB of output)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_WALK_BLOCKS = 64  # blocks of up to 128 KiB each: 8 MiB of records in the usual frame
 _LZ4_STEP = 2 * 1024 * 1024  # python-lz4 allocates each step up front (64 MiB steps cost 5x)
 #: zstandard's (de)compressor objects must not be shared between threads (a shared
 #: one crashed the process when Produce validation ran on two threads): one per thread
@@ -202,10 +206,48 @@ def _inflate_lz4(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
 def _inflate_zstd(data: bytes | bytearray | memoryview, max_size: int) -> bytes:
     """Every frame decoded to its end (its checksum, if any, verified); a truncated frame is an error.
 
-    A zstd block inflates to at most 128 KiB from 4 bytes (32 KiB per input byte), so
-    input is fed in slices that can overshoot ``max_size`` by a bounded amount.
+    One frame that spans the data (what every producer writes) is decoded in one call into
+    a buffer of ``max_size`` (or of the size its header declares, when that is no more).
+    Anything else (several frames, an error) goes the stepwise way: a zstd block inflates to
+    at most 128 KiB from 4 bytes (32 KiB per input byte), so input is fed in slices that can
+    overshoot ``max_size`` by a bounded amount, and an error says what it is.
     """
     view = memoryview(data)
+    with contextlib.suppress(zstandard.ZstdError):  # a header it cannot read: stepwise
+        if view[:4] == _ZSTD_MAGIC and (declared := zstandard.frame_content_size(view)) > max_size:
+            raise InflateLimitExceeded(f"zstd records inflate to more than {max_size} bytes "
+                                       f"(their frame declares {declared})")
+    if _zstd_frame_end(view) == len(view):
+        with contextlib.suppress(zstandard.ZstdError):  # too large for the buffer, or corrupt:
+            return bytes(_zstd_decompressor().decompress(view, max_output_size=max_size))
+    return _inflate_zstd_stepwise(view, max_size)  # (which says which)
+
+
+def _zstd_frame_end(view: memoryview) -> int | None:
+    """Where the zstd frame at the start of ``view`` ends, from its header and block headers
+    (no decoding); None for anything but a whole zstd frame (a skippable frame, a cut one)
+    and for one of more than :data:`_ZSTD_WALK_BLOCKS` blocks (a walk in Python is short)."""
+    if len(view) < 6 or view[:4] != _ZSTD_MAGIC:
+        return None
+    try:
+        pos = zstandard.frame_header_size(view)
+    except zstandard.ZstdError:
+        return None
+    end = len(view)
+    for _ in range(_ZSTD_WALK_BLOCKS):
+        if pos + 3 > end:
+            return None
+        header = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+        kind = (header >> 1) & 3
+        if kind == 3:  # reserved
+            return None
+        pos += 3 + (1 if kind == 1 else header >> 3)  # an RLE block holds one byte
+        if header & 1:  # the last block
+            return pos + (4 if view[4] & 0x04 else 0)  # and the content checksum
+    return None
+
+
+def _inflate_zstd_stepwise(view: memoryview, max_size: int) -> bytes:
     parts: list[bytes] = []
     size = 0
     pos = 0
