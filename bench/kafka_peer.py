@@ -46,6 +46,7 @@ REPO = BENCH.parent
 sys.path[:0] = [str(BENCH), str(REPO)]
 
 import foundation  # noqa: E402
+import guest_memory  # noqa: E402
 import kafka_peer_report  # noqa: E402
 from foundation import KCAT, log, machine_info, timed_child, xargs  # noqa: E402
 from kafka_peer_systems import KAFKA_CLIENT_CP, STRATA_SETS, System, start_kafka, start_strata  # noqa: E402
@@ -64,11 +65,11 @@ PROFILE_DIR: Path | None = None
 FULL = {"single": [(100, 1_000_000), (1024, 300_000)], "partitions": 2_000_000, "partition_count": 100,
         "producers": 20, "members": 10, "latency_rates": [1000, 5000, 20000, 100000], "latency_seconds": 10.0,
         "txn_records": 200_000, "rf3": [(100, 1_000_000), (1024, 300_000)], "repeats": 3, "history": 500_000,
-        "warmup": [(100, 1_000_000), (1024, 300_000)], "consume_passes": 3}
+        "warmup": [(100, 1_000_000), (1024, 300_000)], "consume_passes": 3, "prewarm_gib": 8}
 QUICK = {"single": [(100, 100_000), (1024, 30_000)], "partitions": 200_000, "partition_count": 100,
          "producers": 20, "members": 10, "latency_rates": [1000, 20000], "latency_seconds": 2.0,
          "txn_records": 20_000, "rf3": [(100, 100_000)], "repeats": 1, "history": 60_000,
-         "warmup": [(100, 100_000)], "consume_passes": 1}
+         "warmup": [(100, 100_000)], "consume_passes": 1, "prewarm_gib": 1}
 KEYED_VALUE = 100  # bytes of value per keyed record; the key is 6 more
 
 
@@ -488,6 +489,24 @@ def main(argv: list[str] | None = None) -> int:
                   "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "machine": machine_info(work),
                   "config": cfg, "work_dir": str(work), "rows": {}, "servers": {}, "exit_codes": {}, "notes": [], "failures": []}
     ctx = prepare(work, cfg, args.only)
+    with guest_memory.freed_pages_kept() as kept:
+        data["memory"] = {"freed_pages": kept, "prewarm": foundation.prewarm_memory(work, cfg["prewarm_gib"])}
+        log(f"freed memory: {kept}")
+        run_phases(args, work, ctx, data)
+    data["failures"] += [f"latency stopped early (the run failed): {f}" for f in ctx.get("latency_failures", [])]
+    kafka_peer_report.summarise(data)
+    out = Path(args.out)
+    kafka_peer_report.write_report(data, out)
+    if all(rc == 0 for rcs in data["exit_codes"].values() for rc in rcs):
+        subprocess.run(["rm", "-rf", str(work)], check=False)
+    else:
+        log(f"WARNING: a server exited with {data['exit_codes']}; kept {work}")
+    return 0
+
+
+def run_phases(args: argparse.Namespace, work: Path, ctx: dict, data: dict) -> None:
+    """Each phase's servers (one broker each, the history pair, three brokers each) started,
+    its workloads run on both (:func:`run_phase`), the servers stopped."""
     started = time.monotonic()
     for phase, size, names in PHASES:
         names = [w for w in names if w in args.only]
@@ -507,16 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for s in systems:
                 data["exit_codes"][f"{s.key}-{phase}"] = s.stop()
-    data["failures"] += [f"latency stopped early (the run failed): {f}" for f in ctx.get("latency_failures", [])]
     data["total_seconds"] = time.monotonic() - started
-    kafka_peer_report.summarise(data)
-    out = Path(args.out)
-    kafka_peer_report.write_report(data, out)
-    if all(rc == 0 for rcs in data["exit_codes"].values() for rc in rcs):
-        subprocess.run(["rm", "-rf", str(work)], check=False)
-    else:
-        log(f"WARNING: a server exited with {data['exit_codes']}; kept {work}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -112,3 +112,23 @@ def test_a_consume_row_of_several_passes_sums_their_time_and_records() -> None:
     assert row["records"] == 3000 and row["bytes"] == 300_000 and row["passes"] == 3
     assert row["seconds"] == pytest.approx(0.75) and row["client_cpu_seconds"] == pytest.approx(0.45)
     assert row["pass_seconds"] == [0.2, 0.3, 0.25] and row["command"] == "kcat -C"
+
+
+def test_freed_pages_are_held_for_the_run_and_the_setting_put_back(tmp_path: Path) -> None:
+    import guest_memory
+
+    parameter = tmp_path / "min_free_ms"
+    parameter.write_text("0\n")
+    with guest_memory.freed_pages_kept(60_000, parameter) as kept:
+        assert parameter.read_text() == "60000"
+        assert kept == {"parameter": str(parameter), "was": "0", "held_ms": 60_000}
+    assert parameter.read_text() == "0"
+    with pytest.raises(RuntimeError), guest_memory.freed_pages_kept(60_000, parameter):
+        raise RuntimeError("a run that fails")
+    assert parameter.read_text() == "0"
+    with guest_memory.freed_pages_kept(60_000, tmp_path / "absent") as kept:
+        assert "no free page reporting setting here" in kept["unchanged"]
+    data = {**_data(), "memory": {"freed_pages": {"parameter": str(parameter), "was": "0", "held_ms": 60_000},
+                                  "prewarm": {"gib": 8}}}
+    header = " ".join(kafka_peer_report._header(data))
+    assert "freed pages stayed in the guest for 60 s" in header and "8 GiB were written and deleted" in header
