@@ -301,7 +301,9 @@ class Log(Owned):
         path, failure, name = self.dir / LEADER_EPOCH_CHECKPOINT, self._failure, self.name
 
         def job() -> None:
-            if failure.offline:
+            # a closed log was deleted or moved away: a topic made again under its name may
+            # have a new directory at ``path`` by now (a shutdown waits for this job first)
+            if failure.offline or self._closed:
                 return
             try:
                 write_checkpoint(path, entries)

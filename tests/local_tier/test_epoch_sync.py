@@ -217,3 +217,14 @@ def test_the_leaders_epoch_from_its_election_reaches_the_file_with_the_first_app
         ("fsync", LEADER_EPOCH_CHECKPOINT + ".tmp"), ("replace", LEADER_EPOCH_CHECKPOINT), ("fsync", "t-0")]
     assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n9 0\n"
     _close(log, held)
+
+
+def test_a_closed_logs_queued_checkpoint_is_not_written(tmp_path: Path) -> None:
+    """A deleted topic made again under its name has a new directory at the same path: the
+    old log's queued write must not land in it."""
+    held = HeldScheduler()
+    log = _log(tmp_path / "t-0", held)
+    log.append_as_leader(make_batch(), 8)
+    log.close()
+    held.run()
+    assert not (log.dir / LEADER_EPOCH_CHECKPOINT).exists()
