@@ -23,7 +23,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["HOLD_PARAMETER", "freed_pages_kept"]
+__all__ = ["HOLD_PARAMETER", "describe", "freed_pages_kept"]
 
 HOLD_PARAMETER = Path("/sys/module/page_reporting/parameters/min_free_ms")
 #: the longest hold this kernel takes (60,000 ms accepted, 600,000 refused)
@@ -50,3 +50,18 @@ def freed_pages_kept(ms: int = HOLD_MS, parameter: Path | None = None) -> Iterat
         yield {"parameter": str(path), "was": was, "held_ms": ms}
     finally:
         path.write_text(was)
+
+
+def describe(memory: dict | None) -> str:
+    """A report's sentence on ``{"freed_pages": what freed_pages_kept yielded, "prewarm":
+    foundation.prewarm_memory's result}`` ("" when the run recorded neither)."""
+    memory = memory or {}
+    kept, warm = memory.get("freed_pages") or {}, memory.get("prewarm") or {}
+    if "held_ms" not in kept:
+        return f" Freed memory: left as it was ({kept.get('unchanged', 'not recorded')})." if kept else ""
+    return (" Memory: this VM hands pages its guest frees back to the host (free page reporting), and a page "
+            "handed back costs about 3 s of system time per GB to touch again, charged to whichever process "
+            f"touches it. For the run, freed pages stayed in the guest for {kept['held_ms'] / 1000:g} s "
+            f"(`{kept['parameter']}`, {kept['was']} before and after) and {warm.get('gib', 0):g} GiB were "
+            "written and deleted through the page cache first, as on a server without a balloon "
+            "(`bench/guest_memory.py`).")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import guest_memory
+
 MARK = "kafka-peer"
 SYSTEMS = ("strata", "kafka")
 
@@ -129,20 +131,6 @@ def _load(data: dict) -> str:
             f"{loads[-1]:.1f} (median {loads[len(loads) // 2]:.1f}) on {data['machine']['nproc']} cores.")
 
 
-def _memory(data: dict) -> str:
-    """How the run kept this VM's freed memory from going back to its host (bench/guest_memory.py)."""
-    memory = data.get("memory") or {}
-    kept, warm = memory.get("freed_pages") or {}, memory.get("prewarm") or {}
-    if "held_ms" not in kept:
-        return f" Freed memory: left as it was ({kept.get('unchanged', 'not recorded')})." if kept else ""
-    return (" Memory: this VM hands pages its guest frees back to the host (free page reporting), and a page "
-            "handed back costs about 3 s of system time per GB to touch again, charged to whichever server "
-            f"touches it. For the run, freed pages stayed in the guest for {kept['held_ms'] / 1000:g} s "
-            f"(`{kept['parameter']}`, {kept['was']} before and after) and {warm.get('gib', 0):g} GiB were "
-            "written and deleted through the page cache first, as on a server without a balloon "
-            "(`bench/guest_memory.py`).")
-
-
 def _header(data: dict) -> list[str]:
     m = data["machine"]
     ck = m.get("confluent_kafka", {})
@@ -157,7 +145,7 @@ def _header(data: dict) -> list[str]:
          f"(librdkafka {m['kcat_librdkafka']}); Kafka 4.1.2 built from source "
          "(`shared/tools/kafka-broker/`), JVM heap 1 GiB, G1 (run.sh's flags), and its Java client "
          f"4.1.2. Data dirs on the same disk ({fs}); servers and clients share the same {m['nproc']} cores. "
-         "Raw figures: `docs/benchmarks-kafka-peer.json`." + _load(data) + _memory(data)),
+         "Raw figures: `docs/benchmarks-kafka-peer.json`." + _load(data) + guest_memory.describe(data.get("memory"))),
         "",
         ("One benchmark process drives both systems, one after the other, each workload "
          f"{data['config']['repeats']} time(s) with the order alternating; the median run of each is shown. "

@@ -29,6 +29,7 @@ this run. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -49,6 +50,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import foundation  # noqa: E402
+import guest_memory  # noqa: E402
 from foundation import KCAT, BrokerProcess, Profiler, log, machine_info, timed_child, xargs  # noqa: E402
 
 MARK_START, MARK_END = "<!-- tiering:start -->", "<!-- tiering:end -->"
@@ -59,12 +61,13 @@ CHUNK_BYTES = 1024 * 1024  # the broker's remote.fetch.chunk.bytes (its default)
 TASK_INTERVAL_MS = 200
 
 FULL = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 3,
-        "latency_seconds": 20.0, "latency_warmup_seconds": 1.0, "cache_bytes": None, "isolation_rounds": 3}
+        "latency_seconds": 20.0, "latency_warmup_seconds": 1.0, "cache_bytes": None, "isolation_rounds": 3,
+        "prewarm_gib": 6}
 # --quick: history smaller than the broker's default 256 MiB chunk cache, so the
 # cache is shrunk to keep every re-read of the history coming from the bucket.
 QUICK = {"records": 60_000, "segment_bytes": 4 * 1024 * 1024, "repeats": 1,
          "latency_seconds": 5.0, "latency_warmup_seconds": 1.0, "cache_bytes": 8 * 1024 * 1024,
-         "isolation_rounds": 1}
+         "isolation_rounds": 1, "prewarm_gib": 1}
 
 TARGETS = {
     "catchup_vs_direct": ("Catch-up read from the bucket through the broker vs direct boto3 ranged GETs",
@@ -575,7 +578,7 @@ def write_report(data: dict, md_path: Path) -> None:
         (f"Command: `{data['command']}` — {data['date']}; {m['nproc']} CPUs {m['cpu_model']}, "
          f"{m['memory_gib']} GiB, Linux {m['kernel']}, Python {m['python']}, kcat {m['kcat']} (librdkafka "
          f"{m['kcat_librdkafka']}), boto3 {data['versions']['boto3']}, moto {data['versions']['moto']}. "
-         "Raw figures: `docs/benchmarks-tiering.json`."),
+         "Raw figures: `docs/benchmarks-tiering.json`." + guest_memory.describe(data.get("memory"))),
         "",
         (f"**S3 endpoint: moto's server** (`moto.server.ThreadedMotoServer`, one thread per request, in "
          f"its own process on 127.0.0.1, objects held in memory), not AWS or MinIO. Broker: `{data['broker']['command']}`. "
@@ -789,7 +792,10 @@ def main() -> int:
     topic = "bench-history"
     rc = None
     started = time.monotonic()
+    memory = contextlib.ExitStack()  # this VM's freed pages kept in the guest for the run
     try:
+        kept = memory.enter_context(guest_memory.freed_pages_kept())
+        data["memory"] = {"freed_pages": kept, "prewarm": foundation.prewarm_memory(work, cfg["prewarm_gib"])}
         broker.start()
         log("== fill: 1 KiB records with tiered storage off on the topic")
         data["fill"] = fill_topic(broker, records, topic, cfg["records"], one_more)
@@ -864,6 +870,7 @@ def main() -> int:
         rc = broker.stop()
         data.setdefault("broker", {})["exit_code"] = rc
         moto_srv.stop()
+        memory.close()
         if rc not in (0, None):
             log(f"WARNING: broker exited with {rc}; log at {broker.log_path}")
         if not args.keep and rc == 0:
