@@ -22,7 +22,8 @@ class LeaderEpochCache:
     Invariants: epochs and start offsets strictly increase. After :meth:`assign`
     the file holds memory's entries (atomic temp + fsync + rename; nothing is written
     when it holds them already); if the write fails (a full disk) it raises OSError
-    and neither changes. A :class:`~local_tier.log.Log`'s cache, once loaded, hands its
+    and neither changes (unless the cache hands its writes on). A
+    :class:`~local_tier.log.Log`'s cache, once loaded, hands its
     writes to the log instead (:meth:`write_later`), which writes and fsyncs them on its
     flush thread, in order, and counts no offset of a newer epoch durable before that
     (ADR 0030); the broker's event loop then does no file work for an epoch.
@@ -40,7 +41,7 @@ class LeaderEpochCache:
     def __init__(self, path: Path, log_end_offset: Callable[[], int]) -> None:
         self.path = path
         self._log_end_offset = log_end_offset
-        self._write_later: Callable[[list[tuple[int, int]]], None] | None = None
+        self._write_later: Callable[[list[tuple[int, int]], int | None], None] | None = None
         self._entries: list[tuple[int, int]] = [
             (int(epoch), int(start)) for epoch, start in read_checkpoint(path)
         ]
@@ -55,9 +56,11 @@ class LeaderEpochCache:
         """The newest epoch, -1 when none was assigned."""
         return self._entries[-1][0] if self._entries else -1
 
-    def write_later(self, writer: Callable[[list[tuple[int, int]]], None]) -> None:
+    def write_later(self, writer: Callable[[list[tuple[int, int]], int | None], None]) -> None:
         """From now on hand each write's entries to ``writer`` (which must write them, in
-        order) instead of writing them here: the file may lag memory until it has."""
+        order) instead of writing them here: the file may lag memory until it has. Its second
+        argument is the first offset whose epoch the file does not hold yet (None: the write
+        only moves the log start), which the owner must not count durable before the write."""
         self._write_later = writer
 
     @property
@@ -69,7 +72,7 @@ class LeaderEpochCache:
     def persist(self) -> None:
         """Write memory's entries to the file now; OSError (a full disk) leaves the file as it was."""
         if self._entries != self._on_disk:
-            self._write(self._entries)
+            self._write(self._entries, _first_difference(self._entries, self._on_disk))
             self._on_disk = list(self._entries)
 
     def assign(self, epoch: int, start_offset: int, *, persist: bool = True) -> None:
@@ -95,7 +98,7 @@ class LeaderEpochCache:
         kept = [e for e in self._entries if e[1] < start_offset]
         entries = [*kept, (epoch, start_offset)]
         if persist and entries != self._on_disk:
-            self._write(entries)
+            self._write(entries, start_offset)
             self._on_disk = entries
         self._entries = entries
 
@@ -131,16 +134,27 @@ class LeaderEpochCache:
         self._entries = [(below[-1][0], start_offset), *self._entries[len(below) :]]
         self._try_persist()
 
-    def _write(self, entries: list[tuple[int, int]]) -> None:
+    def _write(self, entries: list[tuple[int, int]], adds_from: int | None) -> None:
         if self._write_later is None:
             write_checkpoint(self.path, entries)
         else:
-            self._write_later(list(entries))
+            self._write_later(list(entries), adds_from)
 
     def _try_persist(self) -> None:
+        """Write after :meth:`truncate_from_start`: no epoch is added (a file that still has
+        the older entries is cut to the log start at the next load)."""
         try:
-            self._write(self._entries)
+            self._write(self._entries, None)
             self._on_disk = list(self._entries)
         except OSError as exc:
             _log.warning("%s: cannot write %s (%s); it is rewritten at the next change",
                          self.path.parent.name, self.path.name, exc)
+
+
+def _first_difference(entries: list[tuple[int, int]], on_disk: list[tuple[int, int]]) -> int | None:
+    """The start offset of the first entry of ``entries`` the file does not hold as it is
+    (None: ``entries`` only lacks some of the file's, which the next load cuts anyway)."""
+    for index, entry in enumerate(entries):
+        if index >= len(on_disk) or on_disk[index] != entry:
+            return entry[1]
+    return None

@@ -207,8 +207,10 @@ class Log(Owned):
             dir / LEADER_EPOCH_CHECKPOINT, lambda: self.log_end_offset
         )
         self._leader_epoch_cache.truncate_from_end(leo)
+        rebuilt = self._rebuild_epochs(recovered_epochs)
         self._leader_epoch_cache.truncate_from_start(self._log_start_offset)
-        self._rebuild_epochs(recovered_epochs)
+        if rebuilt is not None:
+            self._persist_rebuilt(rebuilt)
         self._leader_epoch_cache.write_later(self._write_epochs)
         self._producer_state = ProducerStateManager(dir, self.name)
         self._producer_id_expiration_ms = producer_id_expiration_ms
@@ -268,34 +270,48 @@ class Log(Owned):
         kept = [segment for segment in recovered if segment in self._segments]
         return [epoch for segment in kept for epoch in segment.recovered_epochs]
 
-    def _rebuild_epochs(self, recovered: list[tuple[int, int]]) -> None:
-        """Epochs the recovered batches start that the checkpoint lacks (it is written after
-        the appends that start them, ADR 0030), written and fsynced now. If that fails, the
-        recovery point goes back to the first of them: the next start recovers them again."""
-        cache, added = self._leader_epoch_cache, None
+    def _rebuild_epochs(self, recovered: list[tuple[int, int]]) -> int | None:
+        """After an unclean stop the recovered batches say which epochs start where from the
+        first recovered segment on: the checkpoint is written after the appends that start
+        an epoch (ADR 0030), and may lack one, or still hold one a truncation cut from
+        memory only. The cache is cut there and given the batches' epochs; returns the
+        offset from which it changed (None: the file already said so)."""
+        if self._first_recovered_base is None:
+            return None
+        cache = self._leader_epoch_cache
+        before = cache.entries
+        cache.truncate_from_end(self._first_recovered_base)
         for epoch, start in recovered:
-            if epoch > cache.latest_epoch and start < self.log_end_offset:
+            if epoch >= 0 and epoch > cache.latest_epoch and start < self.log_end_offset:
                 cache.assign(epoch, start, persist=False)
-                added = start if added is None else added
-        if added is None:
-            return
+        if cache.entries == before:
+            return None
+        changed = [entry for entry in cache.entries if entry not in before]
+        return changed[0][1] if changed else self._first_recovered_base
+
+    def _persist_rebuilt(self, added: int) -> None:
+        """Write and fsync the rebuilt epochs before the log serves. If that fails, no flush
+        counts offset ``added`` or later durable until a later write succeeds, and the next
+        start recovers them again."""
         try:
-            cache.persist()
+            self._leader_epoch_cache.persist()
         except OSError as exc:
             _log.warning("%s: cannot write the leader epochs recovered from offset %d (%s)",
                          self.name, added, exc)
             with self._lock:
                 self._recovery_point = min(self._recovery_point, added)
+                self._epoch_floor = added
 
-    def _write_epochs(self, entries: list[tuple[int, int]]) -> None:
+    def _write_epochs(self, entries: list[tuple[int, int]], adds_from: int | None) -> None:
         """Write (and fsync) the leader-epoch checkpoint on the flush thread, after the jobs
         queued before: the event loop does no file work for an epoch. Until it is done no
-        flush counts the newest entry's offsets durable, so a crash before recovers those
-        batches and rebuilds their epochs from them (:meth:`_rebuild_epochs`)."""
+        flush counts offsets from ``adds_from`` on durable (the epoch it adds), so a crash
+        before recovers those batches and rebuilds their epochs from them
+        (:meth:`_rebuild_epochs`)."""
         with self._lock:
-            if entries:
-                floor, start = self._epoch_floor, entries[-1][1]
-                self._epoch_floor = start if floor is None else min(floor, start)
+            if adds_from is not None:
+                floor = self._epoch_floor
+                self._epoch_floor = adds_from if floor is None else min(floor, adds_from)
             self._epoch_writes += 1
             written = self._epoch_writes
         path, failure, name = self.dir / LEADER_EPOCH_CHECKPOINT, self._failure, self.name
@@ -326,7 +342,28 @@ class Log(Owned):
     def _retry_epochs(self) -> None:
         """The last checkpoint write found the disk full: queue it again (appends only)."""
         self._epoch_retry = False
-        self._write_epochs(self._leader_epoch_cache.entries)
+        self._write_epochs(self._leader_epoch_cache.entries, None)  # (the floor is still set)
+
+    @owner_only
+    def settle_epochs(self) -> bool:
+        """At shutdown, after :meth:`wait_for_flushes` (nothing is served any more): a
+        checkpoint write that did not complete (a full disk) is made now, on this thread.
+        False when it fails again: then no clean-shutdown marker may be written, and the
+        next start recovers the batches and their epochs."""
+        with self._lock:
+            pending = self._epoch_floor is not None
+        if not pending:
+            return True
+        try:
+            write_checkpoint(self.dir / LEADER_EPOCH_CHECKPOINT, self._leader_epoch_cache.entries)
+        except OSError as exc:
+            _log.warning("%s: cannot write its leader-epoch checkpoint at shutdown (%s)",
+                         self.name, exc)
+            return False
+        with self._lock:
+            self._epoch_floor = None
+        self._epoch_retry = False
+        return True
 
     def _load_producer_state(self, expiration_ms: int) -> None:
         """Latest snapshot, then replay of the batches after it (ADR 0011).
@@ -572,7 +609,7 @@ class Log(Owned):
             )
         elif self._leader_epoch_cache.needs_persist:  # the epoch its leadership assigned in memory
             self._guarded(f"record leader epoch {leader_epoch} for", self._leader_epoch_cache.persist)
-        elif self._epoch_retry:
+        if self._epoch_retry:
             self._retry_epochs()
         self._guarded(
             "append to",
@@ -987,6 +1024,8 @@ class Log(Owned):
                     f"record leader epoch {epoch} for",
                     lambda e=epoch, o=header.base_offset: self._leader_epoch_cache.assign(e, o),
                 )
+        if self._leader_epoch_cache.needs_persist:  # a rebuild's write that failed at load
+            self._guarded("record the leader epochs of", self._leader_epoch_cache.persist)
         if self._epoch_retry:
             self._retry_epochs()
         self._guarded(

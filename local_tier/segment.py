@@ -164,8 +164,9 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._created_ms: int | None = None
         self.recovery_error: str | None = None
-        self.recovered_epochs: list[tuple[int, int]] = []  # by :meth:`recover`
         """Why the last :meth:`recover` stopped early (None when nothing was cut)."""
+        self.recovered_epochs: list[tuple[int, int]] = []
+        """Where the batches :meth:`recover` walked start a newer leader epoch."""
         self.write_error: str | None = None
         """Set when a failed append could not be undone: the segment takes no more appends."""
         self._index_mismatch_logged = False

@@ -64,6 +64,7 @@ def flush_and_close(logs: list[Log], log_dir: Path, offline: bool) -> bool:
     it; True when all of it is durable (see the module docstring)."""
     for log in logs:
         log.wait_for_flushes()
+    settled = all([log.settle_epochs() for log in logs])  # each one, even after a failure
     if not offline and _SYNCFS is not None and _one_filesystem(log_dir, logs):
         try:
             for log in logs:
@@ -77,8 +78,8 @@ def flush_and_close(logs: list[Log], log_dir: Path, offline: bool) -> bool:
         for log in logs:
             log.note_synced()
             log.close()
-        return True
-    flushed = True
+        return settled
+    flushed = settled
     for log in logs:
         flushed = log.flush() and flushed
         if not offline:

@@ -21,8 +21,15 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from tests.conftest import BrokerProcess, free_port
-from tests.e2e.helpers import CLIENT_TIMEOUT_S, admin, consume, wait_for_topic
-from tests.e2e.test_loop_lag import PROBE, STARVED_LIMIT_S, Starvation, _lag, _settled, _stalls_logged
+from tests.e2e.helpers import CLIENT_TIMEOUT_S, admin, consume, wait_for_topic, wait_until
+from tests.e2e.test_loop_lag import (
+    PROBE,
+    STARVED_LIMIT_S,
+    Starvation,
+    _lag,
+    _settled,
+    _stalls_logged,
+)
 
 PARTITIONS = 600
 
@@ -71,5 +78,10 @@ def _first_produce(broker: BrokerProcess) -> None:
     got = {m.partition(): m.value() for m in consume(broker.bootstrap, "wide", range(PARTITIONS), PARTITIONS)}
     assert got == {p: b"v%d" % p for p in range(PARTITIONS)}
     logs = broker.data_dir / "logs"
-    epochs = {(logs / f"wide-{p}" / "leader-epoch-checkpoint").read_text() for p in range(PARTITIONS)}
-    assert len(epochs) == 1 and epochs.pop().endswith("\n1\n0 0\n")  # version 0, one entry: epoch 0 at 0
+
+    def checkpoints() -> set[str]:  # written by the flush thread, maybe still at it
+        files = [logs / f"wide-{p}" / "leader-epoch-checkpoint" for p in range(PARTITIONS)]
+        return {f.read_text() if f.exists() else "" for f in files}
+
+    wait_until(lambda: checkpoints() == {"0\n1\n0 0\n"},  # version 0, one entry: epoch 0 at 0
+               "every partition's leader-epoch checkpoint says epoch 0 from offset 0", timeout=60)

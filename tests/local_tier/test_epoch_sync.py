@@ -26,7 +26,7 @@ import pytest
 from local_tier.dir_failure import LogDirFailure
 from local_tier.epoch import LEADER_EPOCH_CHECKPOINT
 from local_tier.log import Log
-from local_tier.manager import LogManager
+from local_tier.manager import CLEAN_SHUTDOWN_FILE, LogManager
 from tests.local_tier.batches import make_batch, small_config
 
 _real_fsync = os.fsync
@@ -88,7 +88,8 @@ def test_a_new_epoch_is_written_and_fsynced_on_the_flush_thread(
         log.append_as_leader(make_batch(), 7)
         log.wait_for_flushes()
         assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n7 0\n"
-        epoch_work = [(thread, call) for thread, call, name in work if name in (LEADER_EPOCH_CHECKPOINT, "t-0")]
+        ours = (LEADER_EPOCH_CHECKPOINT, LEADER_EPOCH_CHECKPOINT + ".tmp", "t-0")
+        epoch_work = [(thread, call) for thread, call, name in work if name in ours]
         assert {call for _, call in epoch_work} == {"fsync", "replace"}  # the file, its rename, the directory
         assert [thread for thread, _ in epoch_work if thread == caller] == []
         log.append_as_leader(make_batch(), 7)  # the same epoch: nothing written again
@@ -125,7 +126,7 @@ def test_a_crash_before_the_checkpoint_recovers_the_epoch_from_the_batches(tmp_p
     log.flush()
     recovery_point = log.recovery_point
     assert recovery_point == 3
-    _close(log, HeldScheduler())  # the crash: the queued checkpoint write dies with the process
+    _close(log, held)  # the crash: a closed log's queued checkpoint write is dropped
     assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n0 0\n"
     restarted = Log(log.dir, "t", 0, small_config(), needs_recovery=True,
                     recovery_point=recovery_point)
@@ -228,3 +229,95 @@ def test_a_closed_logs_queued_checkpoint_is_not_written(tmp_path: Path) -> None:
     log.close()
     held.run()
     assert not (log.dir / LEADER_EPOCH_CHECKPOINT).exists()
+
+
+def _enospc(_fd: int) -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("space_again", [True, False])
+def test_a_clean_shutdown_writes_a_checkpoint_the_full_disk_held_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, space_again: bool
+) -> None:
+    """The write failed on a full disk and the partition got no append since: the shutdown
+    writes it (then the marker), or, if it fails again, leaves no clean-shutdown marker, so
+    the next start recovers the batches and their epoch."""
+    manager = LogManager(tmp_path / "logs")
+    manager.load(lambda _topic: small_config())
+    log = manager.get_or_create_log("t", 0, small_config())
+    log.append_as_leader(make_batch(), 0)
+    log.wait_for_flushes()
+    monkeypatch.setattr(os, "fsync", _enospc)
+    log.append_as_leader(make_batch(), 1)  # epoch 1 from offset 3
+    log.wait_for_flushes()
+    assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n1\n0 0\n"
+    if space_again:
+        monkeypatch.setattr(os, "fsync", _real_fsync)
+    manager.shutdown()
+    monkeypatch.setattr(os, "fsync", _real_fsync)
+    marker = (tmp_path / "logs" / CLEAN_SHUTDOWN_FILE).exists()
+    if space_again:
+        assert marker and (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n0 0\n1 3\n"
+        return
+    assert not marker
+    again = LogManager(tmp_path / "logs")
+    again.load(lambda _topic: small_config())
+    try:
+        assert again.get_log("t", 0).leader_epoch_cache.entries == [(0, 0), (1, 3)]
+    finally:
+        again.shutdown()
+
+
+def test_a_rebuild_that_cannot_be_written_keeps_the_recovery_point_below_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = HeldScheduler()
+    log = _log(tmp_path / "t-0", held)
+    log.append_as_leader(make_batch(), 0)
+    held.run()
+    log.append_as_leader(make_batch(), 4)  # epoch 4 from 3; its write is dropped below
+    log.flush()
+    _close(log, held)
+    import local_tier.epoch as epoch_module
+
+    def full(*_args: Any, **_kw: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(epoch_module, "write_checkpoint", full)
+        restarted = Log(log.dir, "t", 0, small_config(), needs_recovery=True, recovery_point=3, scheduler=held)
+    assert restarted.leader_epoch_cache.entries == [(0, 0), (4, 3)]  # in memory
+    assert restarted.recovery_point <= 3
+    assert restarted.flush() and restarted.recovery_point == 3  # not past the unwritten epoch
+    restarted.append_as_follower(make_batch(base_offset=6))  # a follower's append writes it
+    held.run()
+    assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n0 0\n4 3\n"
+    assert restarted.flush() and restarted.recovery_point == restarted.log_end_offset
+    _close(restarted, held)
+
+
+def test_the_batches_overrule_a_stale_newer_epoch_in_the_file(tmp_path: Path) -> None:
+    """A follower's file said epoch 5 from 3; a truncation cut it from memory only, the
+    leader's records at epoch 4 followed, and the process died before their checkpoint was
+    written. The recovery believes the batches."""
+    held = HeldScheduler()
+    log = _log(tmp_path / "t-0", held)
+    log.append_as_leader(make_batch(), 3)  # 0-2 at epoch 3
+    held.run()
+    assert log.flush()
+    _close(log, held)
+    (log.dir / LEADER_EPOCH_CHECKPOINT).write_text("0\n2\n3 0\n5 3\n")  # the stale entry
+    held = HeldScheduler()
+    log = _log(tmp_path / "t-0", held)
+    log.leader_epoch_cache.truncate_from_end(3)
+    log.append_as_leader(make_batch(), 4)  # 3-5 at epoch 4; its write never runs
+    log.append_as_leader(make_batch(), 4)
+    _close(log, held)
+    restarted = Log(log.dir, "t", 0, small_config(), needs_recovery=True, recovery_point=3)
+    try:
+        assert restarted.leader_epoch_cache.entries == [(3, 0), (4, 3)]
+        assert restarted.leader_epoch_cache.end_offset_for(4) == (4, 9)
+        assert restarted.leader_epoch_cache.end_offset_for(3) == (3, 3)
+        assert (log.dir / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n3 0\n4 3\n"
+    finally:
+        restarted.close()
