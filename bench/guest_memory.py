@@ -26,7 +26,8 @@ from pathlib import Path
 __all__ = ["HOLD_PARAMETER", "describe", "freed_pages_kept"]
 
 HOLD_PARAMETER = Path("/sys/module/page_reporting/parameters/min_free_ms")
-#: the longest hold this kernel takes (60,000 ms accepted, 600,000 refused)
+#: a minute: longer than a benchmark's topic lives before the next one reuses its pages
+#: (this kernel takes up to 300,000 ms at least, and refuses 600,000)
 HOLD_MS = 60_000
 
 
