@@ -339,10 +339,22 @@ class Log(Owned):
 
         self._submit(job)
 
-    def _retry_epochs(self) -> None:
-        """The last checkpoint write found the disk full: queue it again (appends only)."""
-        self._epoch_retry = False
-        self._write_epochs(self._leader_epoch_cache.entries, None)  # (the floor is still set)
+    def _catch_up_epochs(self, what: str) -> None:
+        """An append takes along what the checkpoint still lacks: entries the cache holds in
+        memory only (a leadership's epoch, a rebuild that could not be written) and a write
+        a full disk refused (queued again; its floor is still set)."""
+        if self._leader_epoch_cache.needs_persist:
+            self._guarded(what, self._leader_epoch_cache.persist)
+        if self._epoch_retry:
+            self._epoch_retry = False
+            self._write_epochs(self._leader_epoch_cache.entries, None)
+
+    def _raise_recovery_point(self, offset: int) -> None:
+        """Move the recovery point up to ``offset``, not past the start of an epoch whose
+        checkpoint is not written yet (ADR 0030). The caller holds ``_lock``."""
+        floor = self._epoch_floor
+        durable = offset if floor is None else min(offset, floor)
+        self._recovery_point = max(self._recovery_point, durable)
 
     @owner_only
     def settle_epochs(self) -> bool:
@@ -607,10 +619,7 @@ class Log(Owned):
                 f"record leader epoch {leader_epoch} for",
                 lambda: self._leader_epoch_cache.assign(leader_epoch, first_offset),
             )
-        elif self._leader_epoch_cache.needs_persist:  # the epoch its leadership assigned in memory
-            self._guarded(f"record leader epoch {leader_epoch} for", self._leader_epoch_cache.persist)
-        if self._epoch_retry:
-            self._retry_epochs()
+        self._catch_up_epochs(f"record leader epoch {leader_epoch} for")
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, buf, now_ms=now),
@@ -754,9 +763,7 @@ class Log(Owned):
         """Everything written to the log is durable (a ``syncfs`` of its filesystem after
         :meth:`wait_for_flushes`, at shutdown): the recovery point moves to the log end."""
         with self._lock:
-            floor, leo = self._epoch_floor, self.log_end_offset
-            durable = leo if floor is None else min(leo, floor)
-            self._recovery_point = max(self._recovery_point, durable)
+            self._raise_recovery_point(self.log_end_offset)
         self._unflushed_messages = 0
 
     @owner_only
@@ -871,9 +878,7 @@ class Log(Owned):
                 return False
             with self._lock:
                 if self._truncations == truncations:  # else the offsets it covered may be gone
-                    floor = self._epoch_floor
-                    durable = offset if floor is None else min(offset, floor)
-                    self._recovery_point = max(self._recovery_point, durable)
+                    self._raise_recovery_point(offset)
             return True
 
         future = self._submit(job) if background else _run_now(job)
@@ -1024,10 +1029,7 @@ class Log(Owned):
                     f"record leader epoch {epoch} for",
                     lambda e=epoch, o=header.base_offset: self._leader_epoch_cache.assign(e, o),
                 )
-        if self._leader_epoch_cache.needs_persist:  # a rebuild's write that failed at load
-            self._guarded("record the leader epochs of", self._leader_epoch_cache.persist)
-        if self._epoch_retry:
-            self._retry_epochs()
+        self._catch_up_epochs("record the leader epochs of")
         self._guarded(
             "append to",
             lambda: segment.append(last_offset, max_timestamp, offset_of_max, view, now_ms=now),
