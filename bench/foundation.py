@@ -79,7 +79,7 @@ TARGETS = {
     "produce_100": ("Produce 100 B records", "records/s", 800_000),
     "produce_1024_vs_dd": ("Produce 1 KiB records vs dd to the page cache", "ratio", 0.60),
     "consume_100": ("Consume 100 B records from the page cache", "records/s", 800_000),
-    "consume_16384_vs_sendfile": ("Consume 16 KiB records vs plain sendfile", "ratio", 0.50),
+    "consume_16384_vs_sendfile": ("Consume 16 KiB records vs plain sendfile", "ratio", 0.80),  # 0.50 before issue 34
     "latency_p99_ms": ("Produce-to-consume p99 at 5,000 records/s (producer linger.ms=1)", "ms (at most)", 5.0),
     "latency_p99_ms_linger0": ("Produce-to-consume p99 at 5,000 records/s (producer linger.ms=0)",
                                "ms (at most)", 5.0),

@@ -49,7 +49,14 @@ import foundation  # noqa: E402
 import guest_memory  # noqa: E402
 import kafka_peer_report  # noqa: E402
 from foundation import KCAT, log, machine_info, timed_child, xargs  # noqa: E402
-from kafka_peer_systems import KAFKA_CLIENT_CP, STRATA_SETS, System, start_kafka, start_strata  # noqa: E402
+from kafka_peer_systems import (  # noqa: E402
+    KAFKA_CLIENT_CP,
+    STRATA_SETS,
+    System,
+    kafka_missing,
+    start_kafka,
+    start_strata,
+)
 
 CLIENTS = str(BENCH / "kafka_peer_clients.py")
 PEER_CLIENTS = str(BENCH / "peer_clients.py")
@@ -475,6 +482,9 @@ def _interrupt(_sig, _frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     global PROFILE_DIR
     args = parse_args(argv)
+    if (missing := kafka_missing()) is not None:
+        log(f"ERROR: {missing}")
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     cfg = QUICK if args.quick else FULL
     if args.profile:

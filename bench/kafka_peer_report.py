@@ -62,6 +62,55 @@ def summarise(data: dict) -> None:
     data["notes"] = [n for n in data.get("notes", []) if n not in group_notes(data)] + group_notes(data)
 
 
+#: issue 34's targets, judged on the summarised rows: (name, unit, required, kind); the worst row decides
+TARGETS = {
+    "throughput": ("Throughput vs Kafka on every workload no client process limits (lowest row)", "×", 1.0, "min"),
+    "cpu_per_gb": ("Server CPU per GB of payload vs Kafka's, every workload (highest row)", "ratio (at most)",
+                   0.5, "max"),
+    "p99": ("Produce-to-consume p99 vs Kafka's at every offered load both sustain (highest row)",
+            "ratio (at most)", 1.0, "max"),
+}
+
+
+def targets(data: dict) -> list[dict]:
+    """Each of :data:`TARGETS` judged on the rows :func:`summarise` compared: its ``measured`` is
+    the worst row's ratio (``worst``), with how many rows meet it. Throughput counts only rows
+    where neither system's pace was a single client's (``bound_by``): there, the client says how
+    fast both could go. A target no row measures is left out."""
+    ratios: dict[str, list[tuple[str, float]]] = {key: [] for key in TARGETS}
+    for name, row in data["rows"].items():
+        if "median" not in row:
+            continue
+        if row["workload"] == "latency":
+            if row.get("p99_ratio") is not None:
+                ratios["p99"].append((name, row["p99_ratio"]))
+            continue
+        if row.get("cpu_per_gb_ratio") is not None:
+            ratios["cpu_per_gb"].append((name, row["cpu_per_gb_ratio"]))
+        if row.get("ratio") is not None and "client" not in row["bound"].values():
+            ratios["throughput"].append((name, row["ratio"]))
+    out = []
+    for key, (name, unit, required, kind) in TARGETS.items():
+        rows = ratios[key]
+        if not rows:
+            continue
+        worst = (min if kind == "min" else max)(rows, key=lambda r: r[1])
+        meets = [r for r in rows if (r[1] >= required if kind == "min" else r[1] <= required)]
+        out.append({"id": key, "name": name, "unit": unit, "required": required, "kind": kind,
+                    "measured": worst[1], "worst": worst[0], "rows": len(rows), "rows_met": len(meets),
+                    "met": len(meets) == len(rows)})
+    return out
+
+
+def targets_table(data: dict) -> list[str]:
+    L = ["| target | required | worst row | rows meeting it | met |", "| --- | --- | --- | ---: | --- |"]
+    for t in targets(data):
+        need = f"≥ {t['required']:g}×" if t["kind"] == "min" else f"≤ {t['required']:g}×"
+        L.append(f"| {t['name']} | {need} | {t['measured']:.2f}×: {t['worst']} | {t['rows_met']} of {t['rows']} | "
+                 f"{'**yes**' if t['met'] else '**NO**'} |")
+    return L
+
+
 def bound_by(r: dict, cores: int) -> str:
     """What most likely set the pace of a run, from CPU time over wall time: a client process
     busy on a whole core, all cores busy, the server, or none of them (waiting)."""
@@ -169,6 +218,8 @@ def _header(data: dict) -> list[str]:
 
 def render(data: dict) -> str:
     L = _header(data)
+    if targets(data):
+        L += ["### Targets", ""] + targets_table(data) + [""]
     if any(r["workload"] != "latency" for r in data["rows"].values()):
         L += ["### Throughput and cost", ""] + throughput_table(data) + [""]
     if any(r["workload"] == "latency" for r in data["rows"].values()):

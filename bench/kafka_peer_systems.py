@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,20 @@ KAFKA_CLIENT_CP = f"{KAFKA_HOME}/libs/kafka-clients-4.1.2.jar:{KAFKA_HOME}/depli
 STRATA_SETS = {"group.initial.rebalance.delay.ms": "0", "log.segment.delete.delay.ms": "1000"}
 KAFKA_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "log.segment.bytes": "1073741824",
                    "log.segment.delete.delay.ms": "1000"}
+
+
+def kafka_missing() -> str | None:
+    """Why Kafka 4.1.2 cannot be started here (what to do about it), or None when it can."""
+    jar = KAFKA_HOME / "libs" / "kafka-clients-4.1.2.jar"
+    if not jar.is_file():
+        return (f"Apache Kafka 4.1.2 is not built at KAFKA_HOME={KAFKA_HOME} (no {jar.name} in its libs/): build it "
+                "with shared/tools/kafka-broker/build.sh (its README.txt; about 20 minutes) and set KAFKA_HOME "
+                "to the directory it made")
+    if not RUN_SH.is_file():
+        return f"Kafka's start script is not at {RUN_SH}: set KAFKA_RUN_SH to shared/tools/kafka-broker/run.sh"
+    if shutil.which("java") is None:
+        return "no java on PATH: Kafka 4.1.2 and its Java client need a JDK (17 or later)"
+    return None
 
 
 def proc_rss_mib(pid: int, field: str = "VmRSS:") -> float:

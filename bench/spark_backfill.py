@@ -60,7 +60,7 @@ RAW_RUNS = 3  #: raw GET passes per round (about a second each; one alone swung 
 QUICK = {"records": 500_000, "segment_bytes": 16 * 1024 * 1024, "repeats": 1}
 TARGETS = {
     "spark_vs_broker": ("Spark from the bucket vs a confluent-kafka consumer through the broker", "×", 3.0),
-    "spark_vs_raw": ("Spark from the bucket vs raw ranged GETs of the same objects", "ratio", 0.60),
+    "spark_vs_raw": ("Spark from the bucket vs raw ranged GETs of the same objects", "ratio", 0.85),  # 0.60 before issue 34
 }
 
 #: prepended to every child: CPU seconds of the child's process tree (Spark: the driver,

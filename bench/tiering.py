@@ -73,7 +73,7 @@ TARGETS = {
     "catchup_vs_direct": ("Catch-up read from the bucket through the broker vs direct boto3 ranged GETs",
                           "ratio", 0.80, "min"),
     "isolation_p99_ratio": ("Tail consumer p99 at 2,000 records/s: with two history readers / alone",
-                            "ratio (at most)", 1.5, "max"),
+                            "ratio (at most)", 1.2, "max"),  # 1.5 before issue 34
 }
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",

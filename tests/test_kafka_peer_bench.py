@@ -132,3 +132,62 @@ def test_freed_pages_are_held_for_the_run_and_the_setting_put_back(tmp_path: Pat
                                   "prewarm": {"gib": 8}}}
     header = " ".join(kafka_peer_report._header(data))
     assert "freed pages stayed in the guest for 60 s" in header and "8 GiB were written and deleted" in header
+
+
+def _more_rows(data: dict) -> dict:
+    """A client-bound row Strata loses (left out of the throughput target) and a load whose p99 misses."""
+    data["rows"]["1 partition, 100 B, confluent-kafka: produce"] = {"workload": "single", "runs": {
+        "strata": [_run("strata", 700_000, 0.2, client_cpu=0.95)] * 3,
+        "kafka": [_run("kafka", 800_000, 0.2, client_cpu=0.95)] * 3}}
+    data["rows"]["1 partition, 1 KiB, kcat: consume"] = {"workload": "single", "runs": {
+        "strata": [_run("strata", 950_000, 0.1)] * 3, "kafka": [_run("kafka", 1_000_000, 0.1)] * 3}}
+    data["rows"]["latency 1000 rec/s, linger 0 ms"] = {"workload": "latency", "runs": {
+        "strata": [_latency("strata", 1.2)] * 3, "kafka": [_latency("kafka", 1.0)] * 3}}
+    return data
+
+
+def test_each_target_is_judged_by_its_worst_row() -> None:
+    data = _more_rows(_data())
+    kafka_peer_report.summarise(data)
+    got = {t["id"]: t for t in kafka_peer_report.targets(data)}
+    # the confluent-kafka produce is a client's pace on both sides: not a throughput row
+    assert got["throughput"]["rows"] == 2 and got["throughput"]["rows_met"] == 1
+    assert got["throughput"]["worst"] == "1 partition, 1 KiB, kcat: consume" and not got["throughput"]["met"]
+    assert got["throughput"]["measured"] == pytest.approx(0.95)
+    # CPU per GB counts every row: 0.2 s for 0.07 GB against 0.2 s for 0.08 GB is the worst
+    assert got["cpu_per_gb"]["rows"] == 3 and got["cpu_per_gb"]["measured"] == pytest.approx(0.08 / 0.07)
+    assert got["cpu_per_gb"]["worst"] == "1 partition, 100 B, confluent-kafka: produce"
+    assert got["p99"]["measured"] == pytest.approx(1.2) and got["p99"]["rows_met"] == 1
+    assert got["p99"]["worst"] == "latency 1000 rec/s, linger 0 ms" and not got["p99"]["met"]
+    text = kafka_peer_report.render(data)
+    assert "| 1.20×: latency 1000 rec/s, linger 0 ms | 1 of 2 | **NO** |" in text
+
+
+def test_the_suite_summary_carries_the_kafka_targets(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import kafka_peer_systems
+    import run_all
+
+    data = _more_rows(_data())
+    kafka_peer_report.summarise(data)
+    rows = run_all.kafka_peer_rows(data)
+    assert [r["id"] for r in rows] == ["throughput", "cpu_per_gb", "p99"]
+    assert rows[0]["required_text"] == "≥ 1× Kafka's" and rows[0]["ratio_text"] == "0.95×" and not rows[0]["met"]
+    assert "1 of 2 rows meet it" in rows[0]["measured_text"]
+    # with no Kafka build, the suite says what to do before it runs anything
+    monkeypatch.setattr(kafka_peer_systems, "KAFKA_HOME", tmp_path / "no-kafka")
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--out", str(tmp_path / "b.md"), "--skip", "foundation"])
+    assert run_all.main() == 2
+    assert not (tmp_path / "b.md").exists()
+
+
+def test_a_reused_run_is_judged_against_the_goal_of_today() -> None:
+    import foundation
+    import run_all
+
+    old = {"id": "consume_16384_vs_sendfile", "name": "Consume 16 KiB records vs plain sendfile", "unit": "ratio",
+           "required": 0.50, "measured": 0.60, "met": True}
+    now = run_all._judged(old, foundation.TARGETS)
+    assert now["required"] == foundation.TARGETS["consume_16384_vs_sendfile"][2] == 0.80 and not now["met"]
+    assert run_all._judged({**old, "measured": 1.23}, foundation.TARGETS)["met"]
+    lat = {"id": "latency_p99_ms", "unit": "ms (at most)", "required": 5.0, "measured": 3.3, "met": True}
+    assert run_all._judged(lat, foundation.TARGETS)["met"]
