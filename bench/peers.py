@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import importlib.metadata
+import importlib.util
 import json
 import os
 import shlex
@@ -109,6 +110,15 @@ class NatsServer:
         if rc == 1 and "Server Exiting.." in self.log_path.read_text():
             rc = 0
         return rc
+
+
+def nats_missing() -> str | None:
+    """Why the JetStream peer cannot run here (what to install), or None when it can."""
+    if not Path(NATS_SERVER).exists():
+        return "nats-server not found: apt-get install nats-server"
+    if importlib.util.find_spec("nats") is None:
+        return "nats-py (JetStream's Python client) is not installed: python3 -m pip install -e '.[bench]'"
+    return None
 
 
 def nats_versions() -> dict:
@@ -283,8 +293,8 @@ def main() -> int:
                     help="GiB written and deleted through the page cache first (default 2, --quick 0.5)")
     args = ap.parse_args()
     cfg = QUICK if args.quick else FULL
-    if not Path(NATS_SERVER).exists():
-        raise SystemExit("nats-server not found: apt-get install nats-server")
+    if (missing := nats_missing()) is not None:
+        raise SystemExit(missing)
     command = "python bench/peers.py" + (" --quick" if args.quick else "")
     if Path(args.out).resolve() != (REPO / "docs" / "benchmarks.md"):
         command += f" --out {args.out}"

@@ -332,6 +332,25 @@ def summary_markdown(s: dict) -> str:
     return "\n".join(L)
 
 
+def peers_missing(parts: set[str]) -> str | None:
+    """What a peer part of ``parts`` needs and this machine lacks, said before a run of half an
+    hour fails at its end: the JetStream server and client (``peers``), a Kafka 4.1.2 build
+    (``kafka-peer``)."""
+    checks = []
+    if "peers" in parts:
+        from peers import nats_missing
+
+        checks.append(("peers", nats_missing))
+    if "kafka-peer" in parts:
+        from kafka_peer_systems import kafka_missing
+
+        checks.append(("kafka-peer", kafka_missing))
+    for name, check in checks:
+        if (why := check()) is not None:
+            return f"{why}; or leave that part out with --skip {name}"
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="pass --quick to every part: a smoke test")
@@ -358,12 +377,9 @@ def main() -> int:
         command += " --reuse"
 
     todo = [p for p in PARTS if p[0] not in skip]
-    if any(p[0] == "kafka-peer" for p in todo):
-        from kafka_peer_systems import kafka_missing
-
-        if (missing := kafka_missing()) is not None:
-            log(f"ERROR: {missing}; or leave that part out with --skip kafka-peer")
-            return 2
+    if (missing := peers_missing({p[0] for p in todo})) is not None:
+        log(f"ERROR: {missing}")
+        return 2
     expected = sum(p[4][1 if args.quick else 0] for p in todo)
     start = _dt.datetime.now(_dt.UTC)
     t0 = time.monotonic()

@@ -163,7 +163,7 @@ def test_each_target_is_judged_by_its_worst_row() -> None:
     assert "| 1.20×: latency 1000 rec/s, linger 0 ms | 1 of 2 | **NO** |" in text
 
 
-def test_the_suite_summary_carries_the_kafka_targets(monkeypatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_suite_summary_carries_the_kafka_targets(monkeypatch, capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import kafka_peer_systems
     import run_all
 
@@ -175,9 +175,18 @@ def test_the_suite_summary_carries_the_kafka_targets(monkeypatch, tmp_path: Path
     assert "1 of 2 rows meet it" in rows[0]["measured_text"]
     # with no Kafka build, the suite says what to do before it runs anything
     monkeypatch.setattr(kafka_peer_systems, "KAFKA_HOME", tmp_path / "no-kafka")
-    monkeypatch.setattr(sys, "argv", ["run_all.py", "--out", str(tmp_path / "b.md"), "--skip", "foundation"])
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--out", str(tmp_path / "b.md"), "--skip", "peers"])
     assert run_all.main() == 2
     assert not (tmp_path / "b.md").exists()
+    said = capsys.readouterr().out
+    assert f"KAFKA_HOME={tmp_path / 'no-kafka'}" in said and "--skip kafka-peer" in said
+    # and the JetStream peer's server, checked as early
+    import peers
+
+    monkeypatch.setattr(peers, "NATS_SERVER", str(tmp_path / "no-nats-server"))
+    assert run_all.peers_missing({"foundation", "peers"}) == (
+        "nats-server not found: apt-get install nats-server; or leave that part out with --skip peers")
+    assert run_all.peers_missing({"foundation"}) is None
 
 
 def test_a_reused_run_is_judged_against_the_goal_of_today() -> None:
