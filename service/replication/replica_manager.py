@@ -452,16 +452,18 @@ class ReplicaManager:
             self.followers.remove([key])
         for listener in self._listeners:
             listener.on_resign(key[0], key[1], deleted)
-        self._delete_log(key, partition.topic_id, deleted, was_leader=partition.is_leader)
+        self._delete_log(key, partition.topic_id, deleted)
         self._waiters.notify(*key)
         self.produce_waiters.fail(key, f"{partition.name} is no longer hosted here ({reason})")
 
-    def _delete_log(
-        self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool, was_leader: bool = False
-    ) -> None:
+    def _delete_log(self, key: TopicPartition, topic_id: uuid.UUID | None, deleted: bool) -> None:
+        """The local log goes; a deleted topic's data in the bucket too, from every replica
+        that held it (the deletes are idempotent). Only its leader deleting it left the
+        bucket's copy for good when the topic was deleted while it had no leader: a
+        leader fenced for a moment, or down."""
         self._logs.delete_log(*key, defer=True)  # the caller finishes the deletes once
         if self.on_log_deleted is not None and topic_id is not None:
-            self.on_log_deleted(key[0], key[1], topic_id, deleted and was_leader)
+            self.on_log_deleted(key[0], key[1], topic_id, deleted)
 
     def shutdown(self) -> None:
         if self.followers is not None:

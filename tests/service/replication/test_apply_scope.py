@@ -329,3 +329,22 @@ def test_a_takeover_that_opens_no_log_holds_the_loop_a_short_slice_at_a_time(
     taken = sorted(set(seen))
     assert len(taken) >= 4 * PER_TOPIC // 64  # one slice per 64 changes, not one for all 200
     assert all(b - a <= 64 for a, b in zip(taken, taken[1:], strict=False)), taken
+
+
+def test_every_replica_of_a_deleted_topic_deletes_its_data_in_the_bucket(manager: ReplicaManager) -> None:
+    """Not only its leader: a topic deleted while its leader was fenced for a moment (or down)
+    kept its manifest and segments in the bucket for good (CI, a diskless topic). A partition
+    reassigned away keeps them: its topic lives on elsewhere."""
+    deleted: list[tuple[str, int, bool]] = []
+    manager.on_log_deleted = lambda topic, index, _id, remote: deleted.append((topic, index, remote))
+    led_elsewhere, leaderless, moved = (TopicInfo(n, uuid.uuid4(), 1) for n in ("elsewhere", "leaderless", "moved"))
+    regs = {led_elsewhere.topic_id: (PartitionRegistration((2, 1), (2, 1), 2, 3, 3),),
+            leaderless.topic_id: (PartitionRegistration((2, 1), (1,), -1, 4, 4),),
+            moved.topic_id: (PartitionRegistration((1, 2), (1, 2), 2, 1, 1),)}
+    topics = {t.name: t for t in (led_elsewhere, leaderless, moved)}
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics=topics, partitions=regs))
+    assert {k[0] for k in manager.partitions} == {"elsewhere", "leaderless", "moved"}
+    assert not any(p.is_leader for p in manager.partitions.values())
+    manager.apply(ClusterMetadata("c", brokers=_brokers(fenced_two=False), topics={"moved": moved},
+                                  partitions={moved.topic_id: (PartitionRegistration((2,), (2,), 2, 2, 2),)}))
+    assert sorted(deleted) == [("elsewhere", 0, True), ("leaderless", 0, True), ("moved", 0, False)]
