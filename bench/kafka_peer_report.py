@@ -102,11 +102,15 @@ def targets(data: dict) -> list[dict]:
     return out
 
 
+def required_text(t: dict) -> str:
+    """A target of :func:`targets` as its bound: ``≥ 1×``, ``≤ 0.5×``."""
+    return f"{'≥' if t['kind'] == 'min' else '≤'} {t['required']:g}×"
+
+
 def targets_table(data: dict) -> list[str]:
     L = ["| target | required | worst row | rows meeting it | met |", "| --- | --- | --- | ---: | --- |"]
     for t in targets(data):
-        need = f"≥ {t['required']:g}×" if t["kind"] == "min" else f"≤ {t['required']:g}×"
-        L.append(f"| {t['name']} | {need} | {t['measured']:.2f}×: {t['worst']} | {t['rows_met']} of {t['rows']} | "
+        L.append(f"| {t['name']} | {required_text(t)} | {t['measured']:.2f}×: {t['worst']} | {t['rows_met']} of {t['rows']} | "
                  f"{'**yes**' if t['met'] else '**NO**'} |")
     return L
 

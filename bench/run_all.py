@@ -208,10 +208,10 @@ def kafka_peer_rows(d: dict) -> list[dict]:
 
     rows = []
     for t in kafka_peer_report.targets(d):
-        sign = "≥" if t["kind"] == "min" else "≤"
         rows.append(_target_row("kafka-peer", t, f"worst row: {t['worst']}; {t['rows_met']} of {t['rows']} rows "
                                 f"meet it", "Apache Kafka 4.1.2, the same workload in the same run", t["measured"],
-                                ratio_text=f"{t['measured']:.2f}×", required=f"{sign} {t['required']:g}× Kafka's"))
+                                ratio_text=f"{t['measured']:.2f}×",
+                                required=f"{kafka_peer_report.required_text(t)} Kafka's"))
     return rows
 
 
