@@ -100,24 +100,73 @@ def held_fd(region: FileRegion) -> int:
 
 
 async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region: FileRegion) -> None:
-    """Zero-copy send of a file region (page cache → socket), waiting when the socket is full."""
+    """Zero-copy send of a file region (page cache → socket), waiting when the socket is full.
+
+    A ``sendfile`` that sends less than it was asked stopped because the socket's buffer
+    is full, so the next one waits for room instead of failing with ``EAGAIN`` first; and
+    the socket stays registered for writability from the first wait to the end of the
+    region, not added and removed at each wait. A 16 MiB response goes out in about 80
+    waits (``socket.send.buffer.bytes`` of 100 KiB), each of them was two system calls
+    and an exception more."""
     fd_out = sock.fileno()
     fd_in = held_fd(region)
     offset = region.position
     remaining = region.length
+    room: _Room | None = None
     try:
         while remaining > 0:
             try:
                 sent = os.sendfile(fd_out, fd_in, offset, remaining)
             except BlockingIOError:
-                await _writable(loop, fd_out)
-                continue
+                sent = -1
             if sent == 0:  # the file is shorter than the region: never send a short frame
                 raise ConnectionError(f"file region ended early ({remaining} bytes missing)")
-            offset += sent
-            remaining -= sent
+            if sent > 0:
+                offset += sent
+                remaining -= sent
+                if remaining == 0:
+                    break
+            if room is None:
+                room = _Room(loop, fd_out)
+            await room.wait()
     finally:
         os.close(fd_in)
+        if room is not None:
+            room.close()
+
+
+class _Room:
+    """Waits for room in a socket's send buffer, the socket registered with the loop once
+    for all the waits (``add_writer`` and ``remove_writer`` are one ``epoll_ctl`` each)."""
+
+    __slots__ = ("_loop", "_fd", "_waiter", "_registered")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
+        self._loop = loop
+        self._fd = fd
+        self._waiter: asyncio.Future[None] | None = None
+        self._registered = False
+
+    def _ready(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future that is done once the socket has room (a plain one to await: no
+        coroutine frame per wait)."""
+        self._waiter = waiter = self._loop.create_future()
+        if not self._registered:
+            self._loop.add_writer(self._fd, self._ready)
+            self._registered = True
+        return waiter
+
+    def close(self) -> None:
+        if self._registered:
+            self._registered = False
+            self._loop.remove_writer(self._fd)
 
 
 def _writable(loop: asyncio.AbstractEventLoop, fd: int) -> asyncio.Future[None]:
@@ -282,14 +331,16 @@ class HistorySender:
                         try:
                             sent = os.sendfile(fd, fd_in, part.position + done, part.length - done)
                         except BlockingIOError:
-                            if not writable():
-                                return index, done
-                            continue
+                            sent = -1
                         if sent == 0:  # never send a short frame
                             raise ConnectionError(
                                 f"file region ended early ({part.length - done} bytes missing)"
                             )
-                        done += sent
+                        if sent > 0:
+                            done += sent
+                        # a short send stopped on a full socket, as _sendfile knows
+                        if done < part.length and not writable():
+                            return index, done
                 finally:
                     os.close(fd_in)
             else:
@@ -298,7 +349,8 @@ class HistorySender:
                     try:
                         done += sock.send(view[done:])
                     except BlockingIOError:
-                        if not writable():
-                            return index, done
+                        pass
+                    if done < view.nbytes and not writable():
+                        return index, done
             index, done = index + 1, 0
         return None

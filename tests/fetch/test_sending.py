@@ -6,6 +6,8 @@
   kernel takes every slice at once.
 * Over a real socket, a response mixing small and large parts arrives whole and
   in order.
+* A large file region waits for room in a full socket without a failing ``sendfile``
+  first, its socket registered with the loop once for the whole region.
 * :class:`HistorySender` (responses with records from the bucket, sent off the
   event loop): a response of buffers and file regions arrives whole and in order
   through a reader slower than the socket buffer; a reader that stops reading
@@ -17,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import mmap
 import os
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from fetch import sending as server
 from fetch.sending import SEND_SLICE_BYTES, HistorySender
@@ -234,9 +238,8 @@ def test_history_threads_run_on_the_cpus_given() -> None:
 def test_a_request_buffer_is_reused_only_once_nothing_views_it() -> None:
     """Large request bodies are recycled for the connection's next requests, but never while
     a view of one lives on (a Produce's records are views of its frame)."""
-    from service.network.server import Connection
-
     from service.network.request_memory import RequestMemoryPool
+    from service.network.server import Connection
 
     conn = object.__new__(Connection)
     conn._spare = []
@@ -328,3 +331,105 @@ def test_local_records_not_in_the_page_cache_go_to_the_history_threads(tmp_path:
         asyncio.run(server.warm_cold_regions([b"header", region]))  # the TLS path's way
         assert server.resident(region)
         assert not _carries_history([b"header", region])
+
+
+def _counting(base: type[asyncio.AbstractEventLoop]) -> Any:
+    """``base``, counting its writer registrations."""
+
+    class Counting(base):  # type: ignore[valid-type, misc]
+        added = removed = 0
+
+        def add_writer(self, fd: Any, callback: Any, *args: Any) -> None:
+            type(self).added += 1
+            super().add_writer(fd, callback, *args)
+
+        def remove_writer(self, fd: Any) -> Any:
+            type(self).removed += 1
+            return super().remove_writer(fd)
+
+    return Counting
+
+
+_CountingUvloop = _counting(uvloop.Loop)  # the broker's loop
+_CountingAsyncioLoop = _counting(asyncio.SelectorEventLoop)  # the standard one
+
+
+@pytest.mark.parametrize("loop_class", [_CountingUvloop, _CountingAsyncioLoop], ids=["uvloop", "asyncio"])
+def test_a_large_region_waits_for_room_without_failing_sends_and_registers_its_socket_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, loop_class: Any
+) -> None:
+    """A ``sendfile`` that sent less than asked stopped on a full socket: the next one waits
+    for room rather than failing with ``EAGAIN`` first, and the socket is registered for
+    writability once for the whole region (each wait was an ``epoll_ctl`` add and delete
+    and a failed ``sendfile`` more). The reader gets every byte, and the registration is
+    gone after the send, whether it ends whole or with the reader gone. On the standard
+    loop (not the broker's), a wake-up for room already taken makes a ``sendfile`` fail
+    now and then, which waits again."""
+    size = 4 * 1024 * 1024
+    data = os.urandom(size)
+    (tmp_path / "00.log").write_bytes(data)
+    failed = [0]
+    real_sendfile = os.sendfile
+
+    def counting_sendfile(*args: Any) -> int:
+        try:
+            return real_sendfile(*args)
+        except BlockingIOError:
+            failed[0] += 1
+            raise
+
+    monkeypatch.setattr(server.os, "sendfile", counting_sendfile)
+
+    def slow_reader(sock: socket.socket, into: bytearray, stop_after: int) -> None:
+        with sock:
+            while len(into) < stop_after:
+                chunk = sock.recv(96 * 1024)
+                if not chunk:
+                    return
+                into += chunk
+                time.sleep(0.0005)
+
+    async def send(stop_after: int) -> tuple[bytes, BaseException | None]:
+        loop = asyncio.get_running_loop()
+        ours, theirs = _tcp_pair()
+        ours.setblocking(False)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        received = bytearray()
+        reader = threading.Thread(target=slow_reader, args=(theirs, received, stop_after))
+        reader.start()
+        error: BaseException | None = None
+        with ours, open(tmp_path / "00.log", "rb", buffering=0) as segment:
+            try:
+                await _send_parts(loop, ours, [FileRegion(segment, 0, size, 0)])
+            except OSError as exc:  # ConnectionError among them
+                error = exc
+            with contextlib.suppress(OSError):  # gone already when the reader went away
+                ours.shutdown(socket.SHUT_WR)
+            await asyncio.to_thread(reader.join)
+        return bytes(received), error
+
+    def run(stop_after: int) -> tuple[bytes, BaseException | None]:
+        loop_class.added = loop_class.removed = 0
+        failed[0] = 0
+        loop = loop_class()
+        try:
+            return loop.run_until_complete(send(stop_after))
+        finally:
+            loop.close()
+
+    received, error = run(size)
+    assert error is None and received == data
+    assert loop_class.added == loop_class.removed == 1
+    if loop_class is _CountingUvloop:
+        assert failed[0] == 0
+
+    received, error = run(size // 4)  # the reader goes away a quarter of the way in
+    assert isinstance(error, OSError) and len(received) < size and received == data[: len(received)]
+    assert loop_class.added == loop_class.removed == 1
+
+def _tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """A connected pair over TCP on the loopback, as a client's connection is."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        theirs = socket.create_connection(listener.getsockname())
+        ours, _ = listener.accept()
+    return ours, theirs
