@@ -105,24 +105,16 @@ async def _sendfile(loop: asyncio.AbstractEventLoop, sock: socket.socket, region
     What the first ``sendfile`` leaves is sent by :class:`_RegionSend` from the loop's
     writability callback, a ``sendfile`` per wake-up, and this coroutine resumes once,
     when the region is out (or the send failed)."""
-    fd_out = sock.fileno()
     fd_in = held_fd(region)
     try:
-        try:
-            sent = os.sendfile(fd_out, fd_in, region.position, region.length)
-        except BlockingIOError:
-            sent = -1
-        if sent == 0 and region.length > 0:  # the file is shorter than the region: never send a short frame
-            raise ConnectionError(f"file region ended early ({region.length} bytes missing)")
-        sent = max(sent, 0)
-        if sent < region.length:
-            await _RegionSend(loop, fd_out, fd_in, region.position + sent, region.length - sent).done
+        await _RegionSend(loop, sock.fileno(), fd_in, region.position, region.length).done
     finally:
         os.close(fd_in)
 
 
 class _RegionSend:
-    """The rest of a file region, sent from the loop's writability callback.
+    """A file region sent with ``sendfile``: once at once, then from the loop's
+    writability callback until it is out.
 
     A ``sendfile`` that sends less than it was asked stopped because the socket's buffer is
     full, so the next one waits for room instead of failing with ``EAGAIN`` first. The
@@ -142,18 +134,23 @@ class _RegionSend:
         self._offset = offset
         self._remaining = remaining
         self.done: asyncio.Future[None] = loop.create_future()
-        loop.add_writer(fd_out, self._writable)
-        self.done.add_done_callback(self._unregister)
+        if remaining <= 0:
+            self.done.set_result(None)
+            return
+        self._send()
+        if not self.done.done():  # the socket is full: the rest as it drains
+            loop.add_writer(fd_out, self._send)
+            self.done.add_done_callback(self._unregister)
 
     def _unregister(self, _: asyncio.Future[None]) -> None:
         self._loop.remove_writer(self._fd_out)
 
-    def _writable(self) -> None:
+    def _send(self) -> None:
         if self.done.done():  # cancelled: its callback unregisters the socket
             return
         try:
             sent = os.sendfile(self._fd_out, self._fd_in, self._offset, self._remaining)
-        except BlockingIOError:  # woken for room another send took (the standard loop)
+        except BlockingIOError:  # a full socket; or woken for room another send took (the standard loop)
             return
         except Exception as exc:  # an OSError: the client went away
             self.done.set_exception(exc)
