@@ -22,10 +22,11 @@ Idle cost: one timer callback per interval, no per-partition work. The default i
 event-loop time (py-spy, 10,000 partitions), each wakeup a turn of the loop.
 
 A stall is also told in the log, with where the loop thread was: :class:`StallWatch`, a
-daemon thread, looks at the probe every quarter of ``event.loop.stall.log.ms`` and, when the
-probe is late by more than that, takes the loop thread's stack; once the loop runs again
-it logs the stall's length and that stack. Full garbage collections longer than the same
-bound are logged too (they hold every thread; the watch cannot see them from inside).
+daemon thread, looks at the probe when it would be late by ``event.loop.stall.log.ms`` and,
+when it is, takes the loop thread's stack; it then looks every quarter of that bound until
+the loop runs again, and logs the stall's length and that stack. Full garbage collections
+longer than the same bound are logged too (they hold every thread; the watch cannot see
+them from inside).
 
 Not thread-safe: observed and read on the event loop thread (the watch only reads the
 probe's due time, one float).
@@ -132,12 +133,15 @@ class LoopLagProbe:
 class StallWatch:
     """Logs each stall of the loop longer than ``threshold_s`` with the loop thread's stack
     taken during it, and each full garbage collection longer than that (module docstring).
-    Its thread wakes four times per ``threshold_s``; nothing else runs while the loop is fine."""
+    Its thread wakes when the pending probe would be late by ``threshold_s`` (at the default
+    100 ms probe and 200 ms threshold, three to five times a second), and four times per
+    ``threshold_s`` while a stall goes on; nothing else runs while the loop is fine."""
 
     def __init__(self, probe: LoopLagProbe, threshold_s: float) -> None:
         self.threshold_s = threshold_s
         self.stalls = 0
         self.gc_pauses = 0
+        self.looks = 0  # wake-ups of the watch's thread
         self._probe = probe
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -158,9 +162,13 @@ class StallWatch:
 
     def _run(self) -> None:
         seen_due, stack, worst = -1.0, "", 0.0
-        while not self._stop.wait(max(self.threshold_s / 4, 0.005)):
+        during = max(self.threshold_s / 4, 0.005)  # the wait while a stall goes on
+        wait = during
+        while not self._stop.wait(wait):
+            self.looks += 1
             due = self._probe.due
-            late = time.monotonic() - due
+            now = time.monotonic()
+            late = now - due
             if seen_due >= 0 and due != seen_due:  # the loop ran again: tell the stall, once
                 self.stalls += 1
                 log.warning("the event loop stalled for at least %.0f ms; its thread was running:\n%s",
@@ -172,6 +180,11 @@ class StallWatch:
                 frame = sys._current_frames().get(self._loop_thread)
                 stack = "".join(traceback.format_stack(frame, limit=25)) if frame is not None else "(unknown)\n"
                 seen_due, worst = due, late
+            # A stall shows first when the pending probe is late by more than the threshold:
+            # until then there is nothing to look at (a fixed quarter-threshold wait woke an
+            # idle broker twenty times a second, each wake-up taking the interpreter's lock
+            # from the loop thread)
+            wait = during if seen_due >= 0 else max(due + self.threshold_s * 1.05 - now, 0.005)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":

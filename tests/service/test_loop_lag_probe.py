@@ -84,3 +84,22 @@ def test_a_long_garbage_collection_is_logged(caplog: object) -> None:
     assert probe.watch is not None and probe.watch.gc_pauses >= 1
     assert any("garbage collection of generation 2" in r.getMessage() for r in caplog.records)  # type: ignore[attr-defined]
     assert probe.watch._on_gc not in gc.callbacks  # stop() took the callback away
+
+
+def test_the_stall_watch_of_a_free_loop_wakes_once_per_threshold_not_four_times() -> None:
+    """Each wake-up of the watch's thread takes the interpreter's lock from the loop thread: on a
+    loop that never stalls it looks when the pending probe could first be a stall, about once per
+    threshold (it looked four times per threshold, twenty times a second on an idle broker)."""
+
+    async def body() -> LoopLagProbe:
+        probe = LoopLagProbe(0.02, stall_log_s=0.1)
+        probe.start()
+        await asyncio.sleep(1.0)
+        probe.stop()
+        return probe
+
+    probe = asyncio.run(body())
+    assert probe.watch is not None and probe.watch.stalls == 0
+    # a look about every 0.1 s (the threshold, plus up to the probe's interval): 8 to 10 in the
+    # second, more when a busy machine runs the probe late; four per threshold made 39-40
+    assert 3 <= probe.watch.looks <= 20
