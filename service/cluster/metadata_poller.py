@@ -52,9 +52,12 @@ FAST_FOR_S = 3.0
 #: the other brokers' fencings are made ahead once the newest image has been still this long
 #: (the controller's fencing plans wait as long) ...
 AHEAD_QUIET_S = 2.0
-#: ... looked at this often, and made a step at a time this far apart
+#: ... looked at this often, and made a step at a time this far apart; a look that finds
+#: nothing to do doubles the wait up to AHEAD_IDLE_S, and a newly installed image brings the
+#: next look at once (an idle broker's ahead thread woke ten times a second)
 AHEAD_CHECK_S = 0.1
 AHEAD_STEP_S = 0.02
+AHEAD_IDLE_S = 0.5
 
 #: an apply slower than this is logged
 SLOW_APPLY_S = 0.25
@@ -91,6 +94,7 @@ class MetadataPoller:
         self._name = name
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._ahead_wake = threading.Event()  # a new image, or closing: the ahead thread looks
         self._fast_until = float("-inf")  # time.monotonic() until which the poll runs fast
         self._thread: threading.Thread | None = None
         self._scheduled = False
@@ -135,7 +139,13 @@ class MetadataPoller:
         broker's applies of those fencings, or of the local controller's, worked out ahead
         (``service.replication.apply_plan``)."""
         assert self._ahead_node_id is not None
-        while not self._stop.wait(AHEAD_CHECK_S):
+        wait = AHEAD_CHECK_S
+        while True:
+            woken = self._ahead_wake.wait(wait)
+            self._ahead_wake.clear()
+            if self._stop.is_set():
+                return
+            steps = 0
             try:
                 if not self._may_prepare_ahead():
                     self._view.drop_ahead()
@@ -144,12 +154,16 @@ class MetadataPoller:
                 while (time.monotonic() >= self._fast_until and self._may_prepare_ahead()
                        and self._view.prepare_ahead(self._ahead_node_id, AHEAD_QUIET_S)
                        and not self._stop.wait(AHEAD_STEP_S)):
-                    pass
+                    steps += 1
                 while (time.monotonic() >= self._fast_until and self._plan_ahead()
                        and not self._stop.wait(AHEAD_STEP_S)):
-                    pass
+                    steps += 1
             except Exception:  # noqa: BLE001 - a cache: the batches are replayed as always
                 _log.exception("making the fencings ahead failed")
+            wait = AHEAD_CHECK_S if woken or steps else min(wait * 2, AHEAD_IDLE_S)
+            fast_left = self._fast_until - time.monotonic()
+            if fast_left > 0:  # look again when the poll stops running fast
+                wait = min(wait, fast_left + AHEAD_CHECK_S)
 
     def poll_now(self) -> None:
         """Refresh at once instead of at the next interval."""
@@ -202,6 +216,7 @@ class MetadataPoller:
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._ahead_wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
@@ -222,6 +237,7 @@ class MetadataPoller:
 
     def _installed(self, snapshot: Snapshot) -> None:
         """On the installing thread (poll, or the controller's commit)."""
+        self._ahead_wake.set()
         with self._lock:
             if self._scheduled:
                 return

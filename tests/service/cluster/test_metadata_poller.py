@@ -207,3 +207,46 @@ def test_the_applies_of_those_fencings_are_planned_on_that_thread_too_even_for_t
             poller.close()
 
     asyncio.run(run())
+
+
+def test_an_idle_ahead_thread_looks_less_and_less_often_and_at_once_when_an_image_comes() -> None:
+    """Each look of the ahead thread takes the interpreter's lock from the loop thread. With
+    nothing to make, it doubles its wait from AHEAD_CHECK_S to AHEAD_IDLE_S (it looked every
+    AHEAD_CHECK_S: ten times a second on an idle broker); a newly installed image brings a
+    look at once, and the quick looks again."""
+    looks: list[float] = []
+
+    def plan_ahead() -> bool:
+        looks.append(time.monotonic())
+        return False
+
+    class _QuietView(_View):
+        def drop_ahead(self) -> None:
+            pass
+
+        def prepare_ahead(self, node_id: int, quiet_s: float) -> bool:
+            return False
+
+    async def run() -> tuple[int, float]:
+        view = _QuietView()
+        view.release.set()
+        # a 60 s poll: the first read installs revision 1, then nothing comes from the poll
+        poller = MetadataPoller(view, 60_000, lambda s: None, asyncio.get_running_loop(),  # type: ignore[arg-type]
+                                ahead_node_id=7, plan_ahead=plan_ahead)
+        poller.start()
+        try:
+            await asyncio.sleep(2.6)
+            idle = len(looks)
+            sent = time.monotonic()
+            await asyncio.get_running_loop().run_in_executor(None, view.refresh)  # a new image
+            await asyncio.sleep(0.3)
+            first_after = min((t for t in looks if t >= sent), default=float("inf"))
+            return idle, first_after - sent
+        finally:
+            poller.close()
+
+    idle, delay = asyncio.run(run())
+    # waits of 0.1, 0.2, 0.4, 0.5, 0.5, ...: 7 looks in 2.6 s (26 at a fixed AHEAD_CHECK_S); the
+    # first read's image at the start brings one more
+    assert 4 <= idle <= 12, idle
+    assert delay < 0.1, delay  # at once, not after the 0.5 s wait it was in
