@@ -33,8 +33,8 @@ sys.path.insert(0, str(BENCH.parent))
 from bench.jepsen_suite.nemesis import NEMESES  # noqa: E402
 from bench.jepsen_suite.runner import RoundConfig, run_round  # noqa: E402
 
-COLUMNS = ("nemesis", "rounds", "faults", "acked", "lost", "duplicated", "conflicts", "aborted-read",
-           "partial-txn", "offset-regressions", "max unavailability s", "recovery median / max s")
+COLUMNS = ("nemesis", "rounds", "faults", "acked", "lost", "duplicated", "rewritten by new epoch", "conflicts",
+           "aborted-read", "partial-txn", "offset-regressions", "max unavailability s", "recovery median / max s")
 
 
 def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -46,8 +46,8 @@ def summarize(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         recov = [f["recovery_s"] for r in mine for f in r.get("faults", []) if "recovery_s" in f]
         row: dict[str, Any] = {"nemesis": name, "rounds": len(mine),
                                "faults": sum(len(r.get("faults", [])) for r in mine)}
-        for key in ("acked", "lost", "duplicated", "conflicts", "aborted_read", "partial_txn",
-                    "offset_regressions"):
+        for key in ("acked", "lost", "duplicated", "rewritten_by_new_epoch", "conflicts", "aborted_read",
+                    "partial_txn", "offset_regressions"):
             row[key] = sum(r.get(key, 0) for r in mine)
         row["failed"] = [r["error"] for r in mine if "error" in r]
         row["max_unavailability_s"] = max((r.get("max_unavailability_s", 0) for r in mine), default=0)
@@ -63,7 +63,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         recovery = ("-" if r["recovery_median_s"] is None
                     else f"{r['recovery_median_s']:.1f} / {r['recovery_max_s']:.1f}")
         name = r["nemesis"] + (f" (failed: {r['failed'][0][:60]})" if r["failed"] else "")
-        cells = [name, r["rounds"], r["faults"], r["acked"], r["lost"], r["duplicated"], r["conflicts"],
+        cells = [name, r["rounds"], r["faults"], r["acked"], r["lost"], r["duplicated"],
+                 r["rewritten_by_new_epoch"], r["conflicts"],
                  r["aborted_read"], r["partial_txn"], r["offset_regressions"],
                  f"{r['max_unavailability_s']:.1f}", recovery]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                 result = {"nemesis": name, "error": f"{type(exc).__name__}: {exc}"}
             rounds.append(result)
             print(f"  -> acked {result.get('acked')}, lost {result.get('lost')}, duplicated "
-                  f"{result.get('duplicated')}, conflicts {result.get('conflicts')}, max unavailability "
+                  f"{result.get('duplicated')} (+{result.get('rewritten_by_new_epoch')} rewritten by a new epoch), "
+                  f"conflicts {result.get('conflicts')}, max unavailability "
                   f"{result.get('max_unavailability_s')} s{'; ' + result['error'] if 'error' in result else ''}",
                   flush=True)
     rows = summarize(rounds)

@@ -6,7 +6,13 @@ transaction topic ``read_committed``), the faults (start and heal times) and the
 the nemesis ran in. Definitions:
 
 * **lost**: an acknowledged value that the final log does not hold;
-* **duplicated**: each extra copy of a value in a final log (both topics);
+* **duplicated**: each extra copy of a value in a final log (both topics) that the broker
+  should have known for a retry: two copies written by the same producer id and epoch, or
+  copies whose writer could not be read (:mod:`.identity`);
+* **rewritten-by-new-epoch**: each extra copy of a value written under another producer id
+  or epoch than the other copies: the client renumbered a record it held unacknowledged
+  after bumping its epoch, which no broker can tell from a new record (reported, not an
+  anomaly of the broker's);
 * **conflicts**: an acknowledged value found at another offset than the one acknowledged
   (acknowledgements that carry no offset, as librdkafka reports a retried batch the broker
   had already written, are checked for presence only),
@@ -29,16 +35,43 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from .identity import Identity
 from .workload import History
 
-__all__ = ["check"]
+__all__ = ["check", "duplicate_offsets"]
 
 
 def _examples(items: list[Any], n: int = 5) -> list[Any]:
     return items[:n]
 
 
-def _data_checks(h: History, final: dict[int, list[tuple[int, str]]]) -> dict[str, Any]:
+def duplicate_offsets(final: dict[int, list[tuple[int, str]]]) -> dict[int, set[int]]:
+    """``{partition: offsets}`` of every copy of a value found more than once."""
+    where: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for p, records in final.items():
+        for o, v in records:
+            where[v].append((p, o))
+    out: dict[int, set[int]] = defaultdict(set)
+    for locs in where.values():
+        if len(locs) > 1:
+            for p, o in locs:
+                out[p].add(o)
+    return dict(out)
+
+
+def _one_writer(idents: list[Identity | None]) -> bool:
+    """Whether two of these copies could be one send the broker should have known for a
+    retry: the same producer id and epoch, or a writer not known."""
+    seen: set[tuple[int, int]] = set()
+    for ident in idents:
+        if ident is None or ident[:2] in seen:
+            return True
+        seen.add(ident[:2])
+    return False
+
+
+def _data_checks(h: History, final: dict[int, list[tuple[int, str]]],
+                 identities: dict[tuple[int, int], Identity] | None = None) -> dict[str, Any]:
     where: dict[str, list[tuple[int, int]]] = defaultdict(list)
     at: dict[tuple[int, int], str] = {}
     for p, records in final.items():
@@ -46,7 +79,12 @@ def _data_checks(h: History, final: dict[int, list[tuple[int, str]]]) -> dict[st
             where[v].append((p, o))
             at[(p, o)] = v
     lost = [v for _, _, v, _ in h.acks if v not in where]
-    dups = [(v, locs) for v, locs in where.items() if len(locs) > 1]
+    known = identities or {}
+    dups, rewritten = [], []
+    for v, locs in where.items():
+        if len(locs) > 1:
+            idents = [known.get(loc) for loc in locs]
+            (dups if _one_writer(idents) else rewritten).append((v, list(zip(locs, idents))))
     conflicts: list[str] = []
     acked_at: dict[tuple[int, int], str] = {}
     for p, o, v, _ in h.acks:
@@ -63,8 +101,10 @@ def _data_checks(h: History, final: dict[int, list[tuple[int, str]]]) -> dict[st
         if at.get((p, o)) != v:
             conflicts.append(f"a member read {v} at {p}/{o}, which holds {at.get((p, o))} in the end")
     return {"lost": len(lost), "duplicated": sum(len(locs) - 1 for _, locs in dups),
+            "rewritten_by_new_epoch": sum(len(locs) - 1 for _, locs in rewritten),
             "conflicts": len(conflicts),
             "examples": {"lost": _examples(lost), "duplicated": _examples(dups),
+                         "rewritten_by_new_epoch": _examples(rewritten),
                          "conflicts": _examples(conflicts)}}
 
 
@@ -139,14 +179,19 @@ def _availability(h: History, partitions: int, window: tuple[float, float],
 
 
 def check(h: History, final: dict[int, list[tuple[int, str]]], final_txn: dict[int, list[tuple[int, str]]],
-          partitions: int, window: tuple[float, float], faults: list[dict[str, Any]]) -> dict[str, Any]:
+          partitions: int, window: tuple[float, float], faults: list[dict[str, Any]],
+          identities: dict[tuple[int, int], Identity] | None = None) -> dict[str, Any]:
+    """``identities``: the writer of each copy of a duplicated value in ``final``
+    (:func:`duplicate_offsets`, :func:`.identity.producer_identities`); without them every
+    extra copy counts as duplicated."""
     with h.lock:
-        data, txn, offs = _data_checks(h, final), _txn_checks(h, final_txn), _offset_checks(h)
+        data, txn, offs = _data_checks(h, final, identities), _txn_checks(h, final_txn), _offset_checks(h)
         avail = _availability(h, partitions, window, faults)
         result: dict[str, Any] = {
             "acked": len(h.acks), "send_errors": len(h.errors),
             "acked_without_offset": sum(1 for _, o, _, _ in h.acks if o is None or o < 0), "lost": data["lost"],
-            "duplicated": data["duplicated"] + txn["txn_duplicated"], "conflicts": data["conflicts"],
+            "duplicated": data["duplicated"] + txn["txn_duplicated"],
+            "rewritten_by_new_epoch": data["rewritten_by_new_epoch"], "conflicts": data["conflicts"],
             "aborted_read": txn["aborted_read"], "partial_txn": txn["partial_txn"],
             "offset_regressions": offs["offset_regressions"], **avail,
             "txn_outcomes": txn["txn_outcomes"], "commits": len(h.commits),

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checker import check
+from .checker import check, duplicate_offsets
 from .cluster import FAST, JepsenCluster
+from .identity import producer_identities
 from .nemesis import Nemesis, fault_record
 from .net import NetnsNetwork, Network, ProxyNetwork, netns_available
 from .workload import Workload, read_all
@@ -166,7 +167,9 @@ def run_round(cfg: RoundConfig) -> dict[str, Any]:
         final_txn, unread_txn = read_all(cluster.bootstrap, txn_topic, TXN_PARTITIONS, "read_committed",
                                          logger=wl.logger)
         wl.close()
-        result.update(check(wl.history, final, final_txn, cfg.partitions, window, faults))
+        dup_offsets = duplicate_offsets(final)
+        identities = producer_identities(cluster.bootstrap.split(","), topic, dup_offsets) if dup_offsets else None
+        result.update(check(wl.history, final, final_txn, cfg.partitions, window, faults, identities))
         result.update({
             "faults": [{**f, "t0": round(f["t0"] - window[0], 3), "t_made": round(f["t_made"] - window[0], 3),
                         "t_heal": round(f["t_heal"] - window[0], 3)} for f in faults],

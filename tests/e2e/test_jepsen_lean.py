@@ -5,7 +5,9 @@ make them, else on loopback behind per-broker proxies), FAST timings, idempotent
 producers, a consumer group and transactional producers, and three faults in turn: kill -9
 of the controller, a non-controller broker isolated from its peers, SIGSTOP of a broker.
 Asserted: no acknowledged record lost, duplicated or given a conflicting offset, no
-aborted record read, no transaction half visible, no committed offset going backwards.
+aborted record read, no transaction half visible, no committed offset going backwards. A
+copy the client wrote again under a new producer epoch (``rewritten_by_new_epoch``: no
+broker can tell it from a new record) is reported, not asserted.
 Availability is measured by the bench (``python bench/jepsen.py``), never asserted here.
 """
 
@@ -16,10 +18,13 @@ import re
 import threading
 from pathlib import Path
 
-from bench.jepsen_suite.checker import check
+from bench.jepsen_suite.checker import check, duplicate_offsets
+from bench.jepsen_suite.identity import producer_identities
 from bench.jepsen_suite.runner import RoundConfig, run_round
-from bench.jepsen_suite.workload import History
-from tests.conftest import free_port
+from bench.jepsen_suite.workload import History, read_all
+from tests.conftest import BrokerFactory, free_port
+from tests.e2e import helpers, rawtxn
+from tests.e2e.rawkafka import NONE, Connection
 
 
 def test_no_acknowledged_record_is_lost_duplicated_or_moved_under_kill_isolate_and_pause(tmp_path: Path) -> None:
@@ -78,3 +83,38 @@ def test_the_checker_finds_each_anomaly_in_a_made_up_history() -> None:
     assert r["partial_txn"] == 1
     assert r["offset_regressions"] == 1
     assert r["max_unavailability_s"] == 3.8  # the last ack before the window (1.2) to the next (5.0)
+
+
+def test_the_checker_tells_a_copy_renumbered_under_a_new_epoch_from_a_copy_the_broker_should_have_known(
+    start_broker: BrokerFactory,
+) -> None:
+    """Both copies read back from a real broker with their writers: the second written under
+    the producer's next epoch, as librdkafka renumbers what it holds unacknowledged after an
+    epoch bump, is reported apart; the same two copies with one writer are duplicates."""
+    broker = start_broker()
+    topic = helpers.topic_name("jepsen-identity")
+    helpers.create_topic(broker.bootstrap, topic)
+    with Connection.to(broker.bootstrap) as conn:
+        _, pid, _ = rawtxn.init_producer_id(conn)
+        first = rawtxn.producer_batch([b"r-0", b"r-1"], producer_id=pid, epoch=0, sequence=0)
+        assert rawtxn.produce(conn, topic, 0, first) == (NONE, 0)
+        assert rawtxn.init_producer_id(conn, pid, 0) == (NONE, pid, 1)
+        again = rawtxn.producer_batch([b"r-1", b"r-2"], producer_id=pid, epoch=1, sequence=0)
+        assert rawtxn.produce(conn, topic, 0, again) == (NONE, 2)
+    final, unread = read_all(broker.bootstrap, topic, 1)
+    assert unread == [] and final == {0: [(0, "r-0"), (1, "r-1"), (2, "r-1"), (3, "r-2")]}
+    wanted = duplicate_offsets(final)
+    assert wanted == {0: {1, 2}}
+    # a broker that cannot be reached first, as a dead one in a cluster's bootstrap list
+    idents = producer_identities([f"127.0.0.1:{free_port()}", broker.bootstrap], topic, wanted)
+    assert idents == {(0, 1): (pid, 0, 1), (0, 2): (pid, 1, 0)}
+
+    h = History(lock=threading.Lock())
+    h.acks = [(0, 0, "r-0", 1.0), (0, 1, "r-1", 1.1), (0, 3, "r-2", 1.2)]
+    r = check(h, final, {}, 1, (0.0, 2.0), [], idents)
+    assert (r["duplicated"], r["rewritten_by_new_epoch"], r["lost"], r["conflicts"]) == (0, 1, 0, 0)
+    one_writer = {**idents, (0, 2): (pid, 0, 1)}
+    r = check(h, final, {}, 1, (0.0, 2.0), [], one_writer)
+    assert (r["duplicated"], r["rewritten_by_new_epoch"]) == (1, 0)
+    r = check(h, final, {}, 1, (0.0, 2.0), [], {(0, 1): idents[(0, 1)]})  # a writer not read: counted
+    assert (r["duplicated"], r["rewritten_by_new_epoch"]) == (1, 0)
