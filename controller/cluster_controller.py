@@ -100,6 +100,8 @@ PLANS_QUIET_MS = 2_000
 PLANS_LATEST_MS = 10_000
 #: the tick's pace while a prepare goes on, a bounded number of elections at a time
 PLANS_STEP_MS = 50.0
+#: the renewal thread's pace while the tick thread is stuck and the lease is left to lapse
+STUCK_LOOK_MS = 20.0
 
 
 def _now_ms() -> int:
@@ -498,17 +500,22 @@ class ClusterController(MetadataWriter):
         writes (fencing 30,000 partitions took 0.9 s) or a wait for the commit lock behind a
         large create must not let it run out. A lost lease wakes the tick thread, which
         stops acting."""
+        told = False  # the current stuck spell has been logged
         while not self._stop.is_set():
             # a tick thread stuck for a whole session (a store call that never returns) fences
             # nobody: the lease lapses then, and a broker that can act takes it
             stuck = self._monotonic() - self._last_tick_ms > self._sessions.session_timeout_ms
-            if stuck and self._lease.holds():
+            if stuck and not told and self._lease.holds():
                 _log.warning("node %d's controller thread has not finished a step for %d ms; "
                              "its lease is left to lapse", self.node_id, self._sessions.session_timeout_ms)
+            told = stuck and (told or self._lease.holds())
             with self._lease_lock:
                 held = self._lease.holds()
                 event = self._lease.step() if held and not stuck else LeaseEvent.NONE
-                due_ms = self._lease.next_step_in_ms() if held else None
+                # stuck, the renewal it skips is overdue: look again shortly (the tick thread may
+                # come back before the lease runs out), not at once in a loop
+                due_ms = (min(STUCK_LOOK_MS, self._lease.remaining_ms()) if stuck
+                          else self._lease.next_step_in_ms()) if held else None
             if event is LeaseEvent.LOST:
                 self._wake.set()
             wait_ms = self._lease.timings.renew_ms if due_ms is None else max(due_ms, 1.0)

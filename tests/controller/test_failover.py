@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from common.config.broker import BrokerConfig
 from controller import ClusterController
 from controller.lease import LEASE_KEY, ControllerLease, LeaseEvent
@@ -267,11 +269,17 @@ def test_a_new_controller_drops_the_isr_places_its_predecessor_left(
     assert all(3 not in p.isr and 1 not in p.isr for _, _, p in b.metadata.iter_partitions())
 
 
-def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(make_store: MakeStore) -> None:
+def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(
+    make_store: MakeStore, caplog: pytest.LogCaptureFixture
+) -> None:
     """The renewal thread must not keep a controller whose tick thread never returns (a store
-    call hung): it would hold the lease and fence nobody. Past a session it lets it lapse."""
+    call hung): it would hold the lease and fence nobody. Past a session it lets it lapse,
+    saying so once: it used to look (and log) every millisecond until the lease ran out."""
+    import logging
     import threading
     import time
+
+    caplog.set_level(logging.WARNING, logger="controller.cluster_controller")
 
     a = ClusterController(make_store(), BrokerConfig({
         "node.id": "1", "controller.lease.ms": "600", "controller.lease.renew.ms": "100",
@@ -289,6 +297,9 @@ def test_a_tick_thread_stuck_for_a_session_lets_the_lease_lapse(make_store: Make
         while a.lease_remaining_ms() > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert a.lease_remaining_ms() == 0  # stuck past a session: lapsed
+        time.sleep(0.2)
+        said = [r for r in caplog.records if "has not finished a step" in r.getMessage()]
+        assert len(said) == 1, f"{len(said)} warnings for one stuck spell"
     finally:
         release.set()
         a.close()
