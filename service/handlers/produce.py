@@ -13,7 +13,9 @@ on the ``_VALIDATORS`` threads (zlib, lz4, zstd, snappy and the record walk
 release the GIL). Appends keep the order of requests on a connection: a request
 that arrives while an earlier one of the same connection is being validated
 off the loop waits for that one's appends, so a producer's batches land in the
-order it sent them.
+order it sent them. A request for more than ``PARTITIONS_PER_TURN`` partitions is
+validated and appended that many partitions per turn of the loop (the first produce to
+600 new partitions took 115–275 ms of the loop in one go), in the same order.
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ from service.handlers.produce_codec import (
 )
 from service.security.acls import AclOperation, ResourceType
 
-__all__ = ["INLINE_INFLATE_BYTES", "handle_produce"]
+__all__ = ["INLINE_INFLATE_BYTES", "PARTITIONS_PER_TURN", "handle_produce"]
 
 #: compressed batches inflating past this are validated off the event loop
 INLINE_INFLATE_BYTES = 256 * 1024
+#: a request for more partitions than this gives the loop a turn after each this many
+PARTITIONS_PER_TURN = 32
 
 _VALIDATORS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="strata-produce-validate")
 
@@ -86,16 +90,20 @@ class _Partition:
 def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     acks = request.acks
     timeout_ms = request.timeout_ms
-    parts = [
-        _check(ctx, request, acks, pos, topic.name, pdata)
-        for pos, topic in enumerate(request.topic_data)
-        for pdata in topic.partition_data
-    ]
     conn = ctx.connection
     earlier = _pending.get(conn) if conn is not None else None
     if earlier is not None and earlier.done():
         earlier = None
-    if earlier is None and not any(p.off_loop for p in parts):
+    wide = sum(len(topic.partition_data) for topic in request.topic_data) > PARTITIONS_PER_TURN
+    if wide:
+        parts: list[_Partition] = []
+    else:
+        parts = [
+            _check(ctx, request, acks, pos, topic.name, pdata)
+            for pos, topic in enumerate(request.topic_data)
+            for pdata in topic.partition_data
+        ]
+    if earlier is None and not wide and not any(p.off_loop for p in parts):
         waiters = ctx.broker.waiters
         woken = waiters.woken
         answer = _append_and_answer(ctx, acks, parts, timeout_ms)
@@ -107,15 +115,30 @@ def handle_produce(ctx: RequestContext, request: ProduceRequestData) -> Any:
     mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     if conn is not None:
         _pending[conn] = mine
-    return _produce_later(ctx, acks, parts, earlier, mine, timeout_ms)
+    return _produce_later(ctx, acks, request if wide else None, parts, earlier, mine, timeout_ms)
+
+
+async def _checked_in_turns(ctx: RequestContext, request: ProduceRequestData, acks: int) -> list[_Partition]:
+    """:func:`_check` of every partition, :data:`PARTITIONS_PER_TURN` per turn of the loop."""
+    parts: list[_Partition] = []
+    for pos, topic in enumerate(request.topic_data):
+        for pdata in topic.partition_data:
+            if parts and len(parts) % PARTITIONS_PER_TURN == 0:
+                await asyncio.sleep(0)
+            parts.append(_check(ctx, request, acks, pos, topic.name, pdata))
+    return parts
 
 
 async def _produce_later(
-    ctx: RequestContext, acks: int, parts: list[_Partition],
+    ctx: RequestContext, acks: int, wide: ProduceRequestData | None, parts: list[_Partition],
     earlier: asyncio.Future[None] | None, mine: asyncio.Future[None], timeout_ms: int,
 ) -> bytes | None:
+    """The appends of a request that waits: for an earlier one of its connection, for the
+    validation threads, or (``wide``) for turns of the loop between its partitions."""
     try:
         loop = asyncio.get_running_loop()
+        if wide is not None:
+            parts = await _checked_in_turns(ctx, wide, acks)
         for p in parts:
             if p.off_loop:
                 validate = partial(validate_batches, p.records, max_message_bytes=p.max_message_bytes)
@@ -125,7 +148,13 @@ async def _produce_later(
                     p.error = exc
         if earlier is not None:
             await asyncio.shield(earlier)
-        answer = _append_and_answer(ctx, acks, parts, timeout_ms)
+        appends = _Appends()
+        for start in range(0, len(parts), PARTITIONS_PER_TURN):
+            if start:
+                await asyncio.sleep(0)
+            for p in parts[start:start + PARTITIONS_PER_TURN]:
+                appends.append(ctx, acks, p)
+        answer = appends.answer(ctx, acks, timeout_ms)
     finally:
         mine.set_result(None)  # appended: the connection's next Produce may append (acks=all waits apart)
     return await answer if inspect.isawaitable(answer) else answer
@@ -174,11 +203,24 @@ def _refuse_control_batches(validated: ValidatedRecords) -> None:
 def _append_and_answer(
     ctx: RequestContext, acks: int, parts: list[_Partition], timeout_ms: int
 ) -> bytes | None | Awaitable[bytes]:
-    broker = ctx.broker
-    topics: dict[int, tuple[str, list[PartitionResult]]] = {}
-    waiting: list[_Waiting] = []  # acks=all, not on the ISR yet; or flush.messages, not fsynced yet
-    written: list[_Written] = []  # diskless: in the bucket and committed once these resolve
+    appends = _Appends()
     for p in parts:
+        appends.append(ctx, acks, p)
+    return appends.answer(ctx, acks, timeout_ms)
+
+
+class _Appends:
+    """One request's partitions appended in turn, and its answer once they all are."""
+
+    __slots__ = ("topics", "waiting", "written")
+
+    def __init__(self) -> None:
+        self.topics: dict[int, tuple[str, list[PartitionResult]]] = {}
+        self.waiting: list[_Waiting] = []  # acks=all, not on the ISR yet; or flush.messages, not fsynced yet
+        self.written: list[_Written] = []  # diskless: in the bucket and committed once these resolve
+
+    def append(self, ctx: RequestContext, acks: int, p: _Partition) -> None:
+        broker, topics = ctx.broker, self.topics
         try:
             if p.error is not None:
                 raise p.error
@@ -187,11 +229,11 @@ def _append_and_answer(
             if p.diskless is not None:
                 entry = broker.diskless.produce(p.diskless, p.index, p.records, p.validated, p.log_append_time)
                 held = topics.setdefault(p.topic_pos, (p.topic, []))[1]
-                written.append((p.topic, held, len(held), entry, p.log_append_time))
+                self.written.append((p.topic, held, len(held), entry, p.log_append_time))
                 held.append(PartitionResult(p.index, ErrorCode.none, -1, -1, -1))
                 broker.bytes_in[p.topic] += len(p.records)
                 broker.records_in[p.topic] += p.validated.record_count
-                continue
+                return
             info = broker.append(p.topic, p.index, p.records, validated=p.validated, required_acks=acks)
             result = PartitionResult(p.index, ErrorCode.none, info.first_offset, info.log_append_time_ms,
                                      info.log_start_offset)
@@ -199,20 +241,23 @@ def _append_and_answer(
             flush = broker.pending_flush(p.topic, p.index, end) if acks != 0 else None
             if flush is not None or (acks == -1 and not broker.replicated(p.topic, p.index, end)):
                 held = topics.setdefault(p.topic_pos, (p.topic, []))[1]
-                waiting.append((p.topic, held, len(held), end if acks == -1 else -1, flush))
+                self.waiting.append((p.topic, held, len(held), end if acks == -1 else -1, flush))
         except KafkaError as exc:
             broker.metrics_error("Produce", exc.code)
             record_errors = exc.record_errors if isinstance(exc, InvalidRecordError) else ()
             result = PartitionResult(p.index, int(exc.code), error_message=exc.message,
                                      record_errors=record_errors)
         topics.setdefault(p.topic_pos, (p.topic, []))[1].append(result)
-    if acks == 0:
-        for *_, entry, _ in written:
-            asyncio.ensure_future(entry).add_done_callback(_retrieved)
-        return None
-    if waiting or written:
-        return _after_replication(ctx, list(topics.values()), waiting, timeout_ms, written)
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, list(topics.values()), _throttle(ctx))
+
+    def answer(self, ctx: RequestContext, acks: int, timeout_ms: int) -> bytes | None | Awaitable[bytes]:
+        if acks == 0:
+            for *_, entry, _ in self.written:
+                asyncio.ensure_future(entry).add_done_callback(_retrieved)
+            return None
+        if self.waiting or self.written:
+            return _after_replication(ctx, list(self.topics.values()), self.waiting, timeout_ms, self.written)
+        return encode_produce_response(ctx.version, ctx.header.correlation_id, list(self.topics.values()),
+                                       _throttle(ctx))
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -7,7 +7,8 @@ topic is such a first append on every partition, and so is the first produce aft
 election. kafka-python (as the Java client, aiokafka and franz-go) puts every partition a
 broker leads into one Produce request, so the loop ran all those fsyncs back to back: for
 300 partitions on this machine's disk, about a second in which no other client was served.
-Now the fsyncs run on the flush thread.
+Now the fsyncs run on the flush thread, and the request's partitions are appended a few
+dozen per turn of the loop (``service.handlers.produce.PARTITIONS_PER_TURN``).
 
 The broker's own loop-lag histogram says how late its 5 ms probe ran (as
 ``test_loop_lag.py`` reads it). The data directory is on the real disk, not in memory:
@@ -32,6 +33,10 @@ from tests.e2e.test_loop_lag import (
 )
 
 PARTITIONS = 600
+#: how late a probe may run on a machine that is not starved: the produce's partitions are
+#: appended PARTITIONS_PER_TURN per turn of the loop (about 20 ms each here; all 600 in one
+#: turn took 115 ms on a quiet machine and 275 ms under CI's load)
+TURN_LIMIT_S = 0.1
 
 
 def test_the_first_produce_to_600_new_partitions_does_not_stall_the_loop(tmp_path: Path) -> None:
@@ -69,11 +74,12 @@ def _first_produce(broker: BrokerProcess) -> None:
     assert offsets == [0] * PARTITIONS
     after = _lag(broker)
     delta = {bound: after[bound] - before[bound] for bound in after}
-    too_late = delta[float("inf")] - delta[STARVED_LIMIT_S]
+    limit = STARVED_LIMIT_S if machine.starved else TURN_LIMIT_S
+    too_late = delta[float("inf")] - delta[limit]
     stalls = _stalls_logged(broker, log_from)
     print(f"loop lag over the produce: {delta}; {machine}; stalls the broker logged:\n{stalls}")
     assert delta[float("inf")] > 0, "the probe did not run"
-    assert too_late == 0, f"{too_late} probes ran over {STARVED_LIMIT_S * 1000:g} ms late ({machine}):\n{stalls}"
+    assert too_late == 0, f"{too_late} probes ran over {limit * 1000:g} ms late ({machine}):\n{stalls}"
     # every record is there, each at offset 0 of its partition, and each checkpoint names its epoch
     got = {m.partition(): m.value() for m in consume(broker.bootstrap, "wide", range(PARTITIONS), PARTITIONS)}
     assert got == {p: b"v%d" % p for p in range(PARTITIONS)}
