@@ -3,9 +3,10 @@
 DeleteRecords moves a partition's log start offset (``kafka-delete-records.sh``,
 the Java AdminClient's ``deleteRecords``); the broker does the work
 (:func:`service.records_deletion.delete_records`, which also moves the remote tier's
-start). DescribeLogDirs reports this broker's log directory: its partitions with
-their local size (for a tiered partition, only what is on disk) and offset lag
-(0 on the leader, as in Kafka), and the file system's total and usable bytes.
+start, and checkpoints the new starts once for the whole request). DescribeLogDirs
+reports this broker's log directory: its partitions with their local size (for a
+tiered partition, only what is on disk) and offset lag (0 on the leader, as in
+Kafka), and the file system's total and usable bytes.
 """
 
 from __future__ import annotations
@@ -29,25 +30,34 @@ _INT64_MAX = 2**63 - 1
 async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     broker = ctx.broker
     mod = response_module(21, ctx.version)
-    topics = []
+    answers: list[list[tuple[int, KafkaError | None]]] = []  # per topic: (partition, refused with)
+    wanted: list[tuple[str, int, int]] = []
     for topic in request.topics:
-        partitions = []
+        answers.append([])
         for p in topic.partitions:
-            fields: dict[str, Any]
+            refused: KafkaError | None = None
             try:
                 require_topic(ctx, AclOperation.DELETE, topic.name)
-                offset = int(p.offset)
-                if offset < -1:
-                    raise OffsetOutOfRangeError(f"cannot delete records before offset {offset}")
-                low = await delete_records(broker, topic.name, int(p.partition_index), offset)
-                fields = {"error_code": ErrorCode.none, "low_watermark": low}
+                if int(p.offset) < -1:
+                    raise OffsetOutOfRangeError(f"cannot delete records before offset {p.offset}")
+                wanted.append((topic.name, int(p.partition_index), int(p.offset)))
             except KafkaError as exc:
-                broker.metrics_error("DeleteRecords", exc.code)
-                fields = {"error_code": exc.code, "low_watermark": -1}
-            partitions.append(
-                build(mod.DeleteRecordsPartitionResult, partition_index=p.partition_index, **fields)
-            )
-        topics.append(build(mod.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(partitions)))
+                refused = exc
+            answers[-1].append((int(p.partition_index), refused))
+    results = iter(await delete_records(broker, wanted))  # in the order of ``wanted``
+    topics = []
+    for topic, partitions in zip(request.topics, answers):
+        built = []
+        for index, refused in partitions:
+            result = refused if refused is not None else next(results)
+            fields: dict[str, Any]
+            if isinstance(result, KafkaError):
+                broker.metrics_error("DeleteRecords", result.code)
+                fields = {"error_code": result.code, "low_watermark": -1}
+            else:
+                fields = {"error_code": ErrorCode.none, "low_watermark": result}
+            built.append(build(mod.DeleteRecordsPartitionResult, partition_index=index, **fields))
+        topics.append(build(mod.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(built)))
     return build(mod.DeleteRecordsResponse, throttle_time=0, topics=tuple(topics))
 
 
