@@ -42,10 +42,6 @@ class _Connection:
     takes attributes)."""
 
 
-async def _answer(answer: Any) -> Any:
-    return await answer if inspect.isawaitable(answer) else answer
-
-
 def test_a_wide_produce_gives_the_loop_a_turn_every_few_partitions_and_appends_them_all_in_order(
     tmp_path: Path,
 ) -> None:
@@ -78,7 +74,7 @@ def test_a_wide_produce_gives_the_loop_a_turn_every_few_partitions_and_appends_t
             first = handle_produce(ctx, _request("wide", range(WIDE), b"a"))
             second = handle_produce(ctx, _request("wide", range(PARTITIONS_PER_TURN), b"b"))  # same connection
             assert inspect.isawaitable(first) and inspect.isawaitable(second)
-            await asyncio.gather(_answer(first), _answer(second))
+            await asyncio.gather(first, second)
             during = turns - before
             stop.set()
             await tick
