@@ -79,6 +79,7 @@ from service.replication.delayed_produce import ProduceWaiters
 from service.replication.isr_watch import IsrWatch
 from service.replication.partition import Partition, Transition, monotonic_ms
 from service.replication.partition_metadata import PARTITION_METADATA, read_topic_id, write_topic_id
+from service.replication.stops import Stop, Stops
 
 __all__ = [
     "PARTITION_METADATA",
@@ -177,6 +178,8 @@ class ReplicaManager:
         self.isr_shrinks = 0
         self.isr_expands = 0
         self._stray_topic_ids: dict[TopicPartition, tuple[Log, uuid.UUID | None]] = {}
+        #: the partitions that left the table and are not stopped yet (:mod:`~service.replication.stops`)
+        self._stops = Stops(self._stop, self._retire_deleted_logs)
         #: the led partitions the ISR check (:meth:`shrink_isrs`) looks at
         self.isr_watch = IsrWatch()
         #: when each follower broker's latest Fetch reached this leader (monotonic ms)
@@ -351,24 +354,28 @@ class ReplicaManager:
                          scope: set[str] | None, moved: Iterable[TopicPartition] = ()) -> None:
         """Stop and delete the partitions of the ``scope`` topics (None: all, and stray logs),
         and the ``moved`` ones, that ``md`` no longer places here, or places under a new topic
-        id; the checkpoints are written once for all of them (per partition, a 1,000-partition
-        topic delete wrote and fsynced them 1,000 times on the event loop), one log line per
-        topic."""
+        id. They leave the table now, and stop a slice of the loop at a time
+        (:mod:`~service.replication.stops`); the checkpoints are written once for all of them
+        (per partition, a 1,000-partition topic delete wrote and fsynced them 1,000 times on
+        the event loop), one log line per topic."""
         stopped: Counter[str] = Counter()
         gone = [] if scope is not None and not scope else [
             k for k, p in self.partitions.items() if (scope is None or k[0] in scope)
             and (k not in wanted or wanted[k][0] != p.topic_id)]  # a name deleted and created again
-        for key in gone + [k for k in moved if k in self.partitions and k not in wanted]:
-            partition = self.partitions[key]
+        leaving = gone + [k for k in moved if k in self.partitions and k not in wanted]
+        for key in leaving:
+            partition = self.partitions.pop(key)
             info = md.topics.get(key[0])
             deleted = info is None or info.topic_id != partition.topic_id
             reason = "topic deleted" if deleted else "reassigned away"
-            self._stop(key, deleted=deleted, reason=reason)
+            self._stops.add(Stop(key, partition, deleted, reason))
             stopped[f"{key[0]} ({reason})"] += 1
+        if leaving and self.followers is not None:
+            self.followers.remove(leaving)  # one pass over the fetchers for all of them
         for what, count in sorted(stopped.items()):
             _log.info("%d partition(s) of %s stopped; local logs deleted", count, what)
         for key, log in self._logs.all_logs().items() if scope is None else ():  # never made partitions
-            if key in self.partitions:
+            if key in self.partitions or key in self._stops:
                 continue
             topic_id = self._topic_id_of(key, log)
             info = md.topics.get(key[0])
@@ -378,7 +385,7 @@ class ReplicaManager:
                 _log.warning("deleting local log %s: %s", log.name,
                              "its topic no longer exists" if deleted else "not a replica here")
                 self._delete_log(key, topic_id, deleted)
-        self._retire_deleted_logs()
+        self._stops.run()  # and then the deleted logs are retired
 
     def _topic_id_of(self, key: TopicPartition, log: Log) -> uuid.UUID | None:
         """The topic id in ``log``'s ``partition.metadata``, read once per log: a start opens partitions
@@ -408,6 +415,7 @@ class ReplicaManager:
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition | None:
         """The partition, its log opened (created); None when the disk refuses: offline here
         until :meth:`retry_offline` opens it (Kafka serves its other log directories' partitions)."""
+        self._stops.settle(key)  # a predecessor of the same name stops first
         try:
             log = self._logs.get_or_create_log(key[0], key[1], self._config_for(key[0]))
             write_topic_id(log.dir, topic_id)
@@ -445,11 +453,10 @@ class ReplicaManager:
         if self.unopened and self.metadata is not None:
             self.apply(self.metadata)
 
-    def _stop(self, key: TopicPartition, *, deleted: bool, reason: str) -> None:
-        partition = self.partitions.pop(key)
+    def _stop(self, stop: Stop) -> None:
+        """One partition that left the table (:meth:`_delete_unwanted`) stops here."""
+        key, partition, deleted, reason = stop
         _log.debug("%s: stops (%s); deleting its local log", partition.name, reason)
-        if self.followers is not None:
-            self.followers.remove([key])
         for listener in self._listeners:
             listener.on_resign(key[0], key[1], deleted)
         self._delete_log(key, partition.topic_id, deleted)
@@ -466,6 +473,7 @@ class ReplicaManager:
             self.on_log_deleted(key[0], key[1], topic_id, deleted)
 
     def shutdown(self) -> None:
+        self._stops.finish()
         if self.followers is not None:
             self.followers.remove(list(self.partitions))
 
