@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from common.errors import KafkaStorageError
 from controller.commit import MetadataCommitter, Snapshot
 from controller.events import MetadataListener, diff_metadata
 from controller.fence_ahead import FenceAhead
@@ -201,10 +202,15 @@ class MetadataView:
     def poll_for_revision(
         self, revision: int, timeout_s: float, interval_s: float = 0.1
     ) -> Snapshot | None:
-        """Refresh every ``interval_s`` until a snapshot of at least ``revision`` is here."""
+        """Refresh every ``interval_s`` until a snapshot of at least ``revision`` is here (None:
+        not within ``timeout_s``). A read the store fails is tried again at the next interval:
+        a restart's registration once died of one read timing out on a loaded moto (stop 68)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            self.refresh()
+            try:
+                self.refresh()
+            except KafkaStorageError as err:
+                _log.warning("cannot read the cluster metadata yet (%s); trying again", err)
             current = self._snapshot
             if current is not None and current.revision >= revision:
                 return current

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config.broker import BrokerConfig
-from common.errors import KafkaError
+from common.errors import KafkaError, KafkaStorageError
 from controller.cluster_controller import ClusterController
 from controller.commit import Snapshot
 from controller.errors import NotControllerError
@@ -251,7 +251,11 @@ class ClusterNode:
         self.lifecycle.poke()
         if not await self.lifecycle.wait_unfenced(max(0.1, deadline - loop.time())):
             return False
-        await asyncio.to_thread(self.view.refresh)
+        try:
+            await asyncio.to_thread(self.view.refresh)
+        except KafkaStorageError as exc:  # the poll reads it again: not a reason to fail the start
+            _log.warning("broker %d: cannot read the newest cluster metadata now (%s); it starts from "
+                         "revision %d and the metadata poll goes on", self.node_id, exc, self.view.revision)
         assert self.poller is not None
         self.poller.apply_latest()
         return True

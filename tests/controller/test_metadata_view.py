@@ -21,6 +21,7 @@ from tests.controller.cluster_helpers import (
     tick_until_active,
 )
 from tests.controller.conftest import MakeStore
+from tests.remote_tier.flaky import FlakyObjectStore
 
 
 def test_a_view_polls_the_bucket_and_names_the_controller_and_its_endpoint(
@@ -84,3 +85,18 @@ def test_a_local_controller_offers_its_commits_and_a_view_never_goes_back(
     assert isinstance(changed, PartitionChanged)
     assert (changed.previous.leader, changed.registration.leader) == (2, 1)
     assert not any(isinstance(e, TopicCreated) for e in events)
+
+
+def test_waiting_for_a_revision_reads_again_after_the_bucket_fails_a_read(
+    make_fs_store: MakeStore, clock: FakeClock
+) -> None:
+    """A registration waits for its revision with this: one failed read must not end the
+    wait, or the start (stop 68: moto timed out one read of a restarting broker's)."""
+    ctl = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
+    join(ctl, 1)
+    store = FlakyObjectStore(make_fs_store(), fail_key=lambda _op, key: "metadata" in key and store.failures < 3)
+    view = MetadataView(store)
+    ctl.create_topic("t", 1)
+    arrived = view.poll_for_revision(ctl.snapshot.revision, 10.0, 0.01)
+    assert store.failures == 3
+    assert arrived is not None and "t" in arrived.metadata.topics
