@@ -65,6 +65,9 @@ __all__ = ["BrokerLifecycle", "ControllerSide", "duplicate_node_message"]
 _log = logging.getLogger("strata.cluster.lifecycle")
 _API_REGISTRATION = 62
 _API_HEARTBEAT = 63
+#: a blind broker says so once, then at most this often while it stays blind (it heartbeats
+#: every ~100 ms then, and said so at each: 60 lines in a 6 s bucket outage)
+BLIND_LOG_EVERY_S = 5.0
 
 
 async def _nobody_listening() -> bool:
@@ -147,6 +150,8 @@ class BrokerLifecycle:
         self._unfenced = asyncio.Event()
         self._shutting_down = False
         self._heartbeat_now = asyncio.Event()
+        #: when this broker last said it is blind (monotonic s); None: it reads the metadata
+        self._blind_said: float | None = None
 
     # -- registration ---------------------------------------------------------------------
 
@@ -231,6 +236,17 @@ class BrokerLifecycle:
         """Stop leading now (any thread): this broker's authority may be gone."""
         self._lead_until = 0.0
 
+    def _say_blind(self, blind: bool, want_fence: bool) -> None:
+        """Log a blind spell's start, every :data:`BLIND_LOG_EVERY_S` of it, and its end."""
+        now = time.monotonic()
+        if blind and want_fence and (self._blind_said is None or now - self._blind_said >= BLIND_LOG_EVERY_S):
+            _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
+                         "leading and asks to be fenced", self.node_id, self._metadata_age_s())
+            self._blind_said = now
+        elif not blind and self._blind_said is not None:
+            _log.info("broker %d reads the cluster metadata again", self.node_id)
+            self._blind_said = None
+
     async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
         """One heartbeat; updates :attr:`fenced`, :attr:`caught_up` and how long this
         broker may lead."""
@@ -241,9 +257,7 @@ class BrokerLifecycle:
         want_fence = (blind or offline) and not want_shut_down and not self._alone()
         if want_fence:
             self.stop_leading()
-            if blind:
-                _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
-                             "leading and asks to be fenced", self.node_id, self._metadata_age_s())
+        self._say_blind(blind, want_fence)
         fields = {
             "broker_id": self.node_id,
             "broker_epoch": epoch,
