@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -19,10 +20,15 @@ __all__ = [
     "RemotePlanner",
     "RemoteRead",
     "read_partitions",
+    "read_partitions_in_turns",
 ]
 
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+#: partitions read per turn of the event loop by :func:`read_partitions_in_turns`: the first
+#: Fetch of 600 partitions, each read's first look scanning its segment from the index,
+#: held the loop 43 ms in one go (about 70 us a partition)
+PARTITIONS_PER_TURN = 64
 
 
 class LogSource(Protocol):
@@ -170,4 +176,31 @@ def read_partitions(
         data.size = info.size
         data.records = sum(r.next_offset - r.first_offset for r in info.regions if r.next_offset >= 0)
         total += info.size
+    return out, total
+
+
+async def read_partitions_in_turns(
+    source: LogSource,
+    requests: Sequence[PartitionFetch],
+    *,
+    max_bytes: int,
+    isolation_level: int = READ_UNCOMMITTED,
+    remote: RemotePlanner | None = None,
+    already: int = 0,
+) -> tuple[list[PartitionData], int]:
+    """:func:`read_partitions`, :data:`PARTITIONS_PER_TURN` partitions per turn of the loop
+    (one budget for all: each slice goes on from the bytes the ones before took). A
+    partition changed between slices is read as it is then, as one appended to while
+    the slices before it were read."""
+    if len(requests) <= PARTITIONS_PER_TURN:
+        return read_partitions(source, requests, max_bytes=max_bytes, isolation_level=isolation_level,
+                               remote=remote, already=already)
+    out: list[PartitionData] = []
+    total = already
+    for start in range(0, len(requests), PARTITIONS_PER_TURN):
+        if start:
+            await asyncio.sleep(0)
+        data, total = read_partitions(source, requests[start:start + PARTITIONS_PER_TURN], max_bytes=max_bytes,
+                                      isolation_level=isolation_level, remote=remote, already=total)
+        out += data
     return out, total

@@ -14,7 +14,7 @@ from typing import Any
 
 from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import timedelta_to_ms
-from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions
+from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions_in_turns
 from fetch.response import encode_fetch_response, frame_size
 from fetch.sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from service.diskless.fetching import read_diskless
@@ -133,8 +133,8 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         if broker.config.get("replica.selector.class") == RACK_AWARE_SELECTOR:
             rack = str(getattr(request, "rack_id", "") or "")
 
-    def read() -> tuple[list[Any], int, bool]:
-        data, total = read_partitions(
+    async def read() -> tuple[list[Any], int, bool]:
+        data, total = await read_partitions_in_turns(
             source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering, already=already
         )
         if rack:
@@ -150,7 +150,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         )
         return data, total, errors
 
-    data, total, errors = read()
+    data, total, errors = await read()
     if any(d.remote is not None for d in data):
         remote_quota = ctx.quotas.remote_fetch if ctx.quotas is not None else None
         if remote_quota is not None and remote_quota.exceeded():  # KIP-956: answered empty, read later
@@ -173,7 +173,7 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
                     min_bytes = 0
             else:
                 await broker.waiters.wait(keys, deadline - loop.time())
-            data, total, errors = read()
+            data, total, errors = await read()
             if errors or total >= min_bytes or loop.time() >= deadline:
                 break
     if from_bucket:

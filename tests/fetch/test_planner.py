@@ -9,7 +9,7 @@ import pytest
 
 from common.errors import ErrorCode, UnknownTopicOrPartitionError
 from common.record.batch import build_batch, decode_all
-from fetch.planner import PartitionFetch, read_partitions
+from fetch.planner import PartitionFetch, read_partitions, read_partitions_in_turns
 from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.log import Log
@@ -126,3 +126,38 @@ def test_unrelated_append_does_not_wake() -> None:
 @pytest.mark.parametrize("bad", [-1, 0])
 def test_zero_or_negative_wait_returns_at_once(bad: int) -> None:
     assert asyncio.run(AppendWaiters().wait([("t", 0)], bad)) is False
+
+
+def test_a_wide_fetch_is_read_in_turns_of_the_loop_with_one_budget(logs: _Logs) -> None:
+    """200 partitions are read 64 per turn of the loop (a 600-partition first Fetch held the
+    loop 43 ms in one go), and give exactly what one pass gives: the response's budget runs
+    across the slices and only the first partition with data may exceed it (KIP-74)."""
+    for p in range(200):
+        logs.add("w", p, batches=2, records_per_batch=5, value_size=100 if p != 70 else 3000)
+    reqs = [PartitionFetch("w", p, 0, 1 << 20) for p in range(200)]
+    budget = 150_000  # runs out in the second slice
+    whole, whole_total = read_partitions(logs, reqs, max_bytes=budget)
+
+    async def in_turns() -> tuple[list, int, int]:  # type: ignore[type-arg]
+        turns = 0
+        stop = False
+
+        async def count() -> None:
+            nonlocal turns
+            while not stop:
+                turns += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.ensure_future(count())
+        await asyncio.sleep(0)
+        data, total = await read_partitions_in_turns(logs, reqs, max_bytes=budget)
+        stop = True
+        await counter
+        return data, total, turns
+
+    data, total, turns = asyncio.run(in_turns())
+    assert turns >= 4  # the other task ran between the four slices
+    assert total == whole_total and whole_total <= budget
+    assert [(d.partition, d.size, d.error_code) for d in data] == [(d.partition, d.size, d.error_code) for d in whole]
+    first_left_out = next(n for n, d in enumerate(data) if d.size == 0)
+    assert 64 < first_left_out < 192  # the budget ran out after the first slice: it ran across them
