@@ -96,8 +96,9 @@ RETIRE_SLICE = 50
 #: new partitions opened per turn of the event loop (module docstring)
 OPEN_SLICE = 100
 #: ... and for at most this long: on a busy disk 100 took 200-500 ms, long enough for
-#: three brokers on two cores to miss one another's heartbeats during a large create
-OPEN_SLICE_S = 0.05
+#: three brokers on two cores to miss one another's heartbeats during a large create; 50 ms
+#: slices held the loop 42-51 ms nine times in a 600-partition create (bench/wide_requests.py)
+OPEN_SLICE_S = 0.02
 #: a slice that opens no log (a death's takeover: changes of ~20-50 us each) holds the loop at
 #: most about this long: a request naming a partition the takeover has not reached takes it at
 #: once, but only between slices (50 ms slices held a first write after a failover that long)

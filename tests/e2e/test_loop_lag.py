@@ -194,7 +194,7 @@ def _delete_1000_partitions(broker: BrokerProcess) -> None:
     created["wide"].result(timeout=95)
     wait_for_topic(broker.bootstrap, "wide", 1000, timeout=90)
     logs = broker.data_dir / "logs"
-    # the logs open in slices of at most 50 ms of the loop each, after the metadata names them
+    # the logs open in slices of about 20 ms of the loop each, after the metadata names them
     deadline = time.monotonic() + 60
     while sum(1 for p in logs.iterdir() if p.name.startswith("wide-")) < 1000 and time.monotonic() < deadline:
         time.sleep(0.2)
