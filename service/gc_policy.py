@@ -10,11 +10,6 @@ later passes walk only what was made since. Objects frozen that become cyclic ga
 later are not reclaimed (reference counting still frees the rest); a broker's long-lived
 objects (logs, partitions, their indexes) are not cyclic garbage in normal running.
 
-A slow full collection is paid once before its freeze: after a create of 600 partitions one
-held every thread 71 ms and collected nothing. So where the broker knows it has just made
-many long-lived objects (an apply that opened many logs), it freezes them at once
-(:func:`freeze_long_lived`); a freeze moves lists, it walks no object.
-
 Thread-safe: the callback runs on whichever thread the collection ran on, with the GIL.
 """
 
@@ -23,7 +18,7 @@ from __future__ import annotations
 import gc
 import time
 
-__all__ = ["SLOW_S", "SurvivorFreezer", "freeze_long_lived"]
+__all__ = ["SLOW_S", "SurvivorFreezer"]
 
 #: a full collection slower than this freezes its survivors
 SLOW_S = 0.02
@@ -53,10 +48,3 @@ class SurvivorFreezer:
     def remove(self) -> None:
         if self in gc.callbacks:
             gc.callbacks.remove(self)
-
-
-def freeze_long_lived() -> None:
-    """Leave every object the collector tracks now out of the next full collections (module
-    docstring): what was made since the last freeze is mostly what the caller just made to
-    keep; cyclic garbage among it is never reclaimed."""
-    gc.freeze()

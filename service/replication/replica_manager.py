@@ -72,7 +72,6 @@ from fetch.waiter import AppendWaiters
 from local_tier.config import LogConfig
 from local_tier.log import Log
 from local_tier.manager import LogManager
-from service.gc_policy import freeze_long_lived
 from service.replication.apply_plan import ApplyPlans, TopicPartition, diff, leaderships_first
 from service.replication.apply_plan import Wanted as _Wanted
 from service.replication.contracts import FollowerFetch, Followers, IsrChanges, LeadershipListener
@@ -106,9 +105,6 @@ TAKE_SLICE_S = 0.005
 #: an apply changing more partitions than this (a death's takeover) takes none at once: a request
 #: takes the one it names on arrival (:meth:`ReplicaManager._take_now`), slices take the rest
 TAKE_ON_USE = 100
-#: an apply that opened this many logs leaves what is alive then out of the full garbage
-#: collections (:func:`service.gc_policy.freeze_long_lived`)
-FREEZE_AFTER_OPENING = 200
 #: the next slice waits this long: a timer, so I/O and timers run in between (uvloop may run call_soon's back to back)
 NEXT_TURN_S = 0.001
 
@@ -131,7 +127,6 @@ class _Taking:
     #: taken by the first request naming it (a takeover in bulk)
     leaders_at: float | None = None
     on_use: int = 0  # how many a request took before their slice did
-    opened: int = 0  # logs opened (new partitions here)
     planned: bool = False  # the apply took a plan made ahead (service/replication/apply_plan.py)
 
     def count(self, transition: Transition) -> None:
@@ -272,8 +267,6 @@ class ReplicaManager:
                 continue
             if found is None:
                 opened += 1
-                if self._taking is not None:
-                    self._taking.opened += 1
             pending.pop(key, None)
             follower = self._take_wanted(key, wanted, found)
             if follower is not None:
@@ -349,8 +342,6 @@ class ReplicaManager:
         """Every leadership of the applied metadata is in effect here: say so when some moved
         (a death's new leaders; bench/metadata_scale.py times a failover by this line)."""
         taking, self._taking = self._taking, None
-        if taking is not None and taking.opened >= FREEZE_AFTER_OPENING:
-            freeze_long_lived()
         if taking is not None and (taking.leaders or taking.followers):
             now = time.monotonic()
             _log.info("metadata revision %d in effect after %.0f ms (its leaderships after %.0f ms): "

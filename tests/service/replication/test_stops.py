@@ -18,7 +18,7 @@ from controller.records import TopicInfo
 from controller.registrations import BrokerRegistration, Endpoint, PartitionRegistration
 from fetch.waiter import AppendWaiters
 from local_tier.manager import LogManager
-from service.replication import replica_manager, stops
+from service.replication import stops
 from service.replication.partition import Partition
 from service.replication.replica_manager import ReplicaManager
 from tests.local_tier.batches import make_batch, small_config
@@ -126,20 +126,3 @@ async def _created_again(logs: LogManager, monkeypatch: pytest.MonkeyPatch) -> N
     for p in range(PARTITIONS):  # each heard its predecessor resign before it led
         mine = [kind for kind, t, i in heard.events if (t, i) == ("t", p)]
         assert mine == ["resign", "leader"], (p, mine)
-
-
-def test_an_apply_that_opens_many_logs_freezes_them_out_of_the_full_collections(logs: LogManager) -> None:
-    """After a create of 600 partitions the next full collection held every thread 71 ms and
-    collected nothing (stop 68): an apply that opened 200 logs or more freezes at its end."""
-    import gc
-
-    async def opened(partitions: int) -> int:
-        before = gc.get_freeze_count()
-        await _opened(logs, TopicInfo(f"t{partitions}", uuid.uuid4(), partitions))
-        return gc.get_freeze_count() - before
-
-    try:
-        assert asyncio.run(opened(20)) == 0  # a small create leaves the collector be
-        assert asyncio.run(opened(replica_manager.FREEZE_AFTER_OPENING)) > 0
-    finally:
-        gc.unfreeze()
