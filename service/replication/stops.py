@@ -67,21 +67,22 @@ class Stops:
         loop = _running_loop()
         ends = time.monotonic() + SLICE_S if loop is not None else float("inf")
         pending = self._pending
-        while pending:
-            self._stop_one(pending.pop(next(iter(pending))))
-            if pending and time.monotonic() > ends:
-                break
+        try:
+            while pending:
+                self._stop_one(pending.pop(next(iter(pending))))
+                if pending and time.monotonic() > ends:
+                    break
+        finally:  # a stop that raised leaves the rest to the next turn, not to the next apply
+            if pending and loop is not None and not self._scheduled:
+                self._scheduled = True
+                loop.call_later(NEXT_TURN_S, self._next)
         if not pending:
             self._drained()
-        elif not self._scheduled:
-            assert loop is not None
-            self._scheduled = True
-            loop.call_later(NEXT_TURN_S, self._next)
 
     def _next(self) -> None:
+        """The next slice; or, when :meth:`settle` took the last ones meanwhile, the drain."""
         self._scheduled = False
-        if self._pending:
-            self.run()
+        self.run()
 
     def settle(self, key: TopicPartition) -> None:
         """``key`` is about to be opened again: stop its predecessor now."""
