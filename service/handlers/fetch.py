@@ -14,7 +14,13 @@ from typing import Any
 
 from common.errors import ErrorCode, KafkaError
 from common.protocol.codec import timedelta_to_ms
-from fetch.planner import READ_COMMITTED, PartitionData, PartitionFetch, read_partitions_in_turns
+from fetch.planner import (
+    PARTITIONS_PER_TURN,
+    READ_COMMITTED,
+    PartitionData,
+    PartitionFetch,
+    read_partitions_in_turns,
+)
 from fetch.response import encode_fetch_response, frame_size
 from fetch.sessions import FINAL_EPOCH, INITIAL_EPOCH, INVALID_SESSION_ID, FetchContext
 from service.diskless.fetching import read_diskless
@@ -133,10 +139,23 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         if broker.config.get("replica.selector.class") == RACK_AWARE_SELECTOR:
             rack = str(getattr(request, "rack_id", "") or "")
 
+    changed = False  # an append to a partition already read, while the later ones were
+
     async def read() -> tuple[list[Any], int, bool]:
-        data, total = await read_partitions_in_turns(
-            source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering, already=already
-        )
+        # a read in turns of the loop (more than PARTITIONS_PER_TURN) watches its partitions:
+        # the parked wait registers only after it, so an append in between would wake nobody
+        nonlocal changed
+        watch = broker.waiters.watch() if len(wanted) > PARTITIONS_PER_TURN else None
+        if watch is not None:
+            watch.add((w.topic, w.partition) for w in wanted)
+        try:
+            data, total = await read_partitions_in_turns(
+                source, wanted, max_bytes=max_bytes, isolation_level=isolation, remote=tiering, already=already
+            )
+        finally:
+            if watch is not None:
+                changed = bool(watch.take())
+                watch.close()
         if rack:
             select_read_replicas(broker.replicas, wanted, data, rack, _rack_of(broker))
         if len(wanted) != len(order):  # topics this principal may not READ answer so, in request order
@@ -165,7 +184,9 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         deadline = loop.time() + max_wait_ms / 1000
         keys = [(w.topic, w.partition) for w in wanted]
         while True:
-            if wants:  # the diskless partitions long-poll beside the local ones, read again each time
+            if changed:  # read again at once
+                pass
+            elif wants:  # the diskless partitions long-poll beside the local ones, read again each time
                 from_bucket = await _wait_local_or_bucket(broker, keys, deadline - loop.time(), wants, max_bytes,
                                                           max(1, min_bytes - (total - already)))
                 already = sum(d.size for d in from_bucket)
