@@ -192,9 +192,6 @@ async def read_partitions_in_turns(
     (one budget for all: each slice goes on from the bytes the ones before took). A
     partition changed between slices is read as it is then, as one appended to while
     the slices before it were read."""
-    if len(requests) <= PARTITIONS_PER_TURN:
-        return read_partitions(source, requests, max_bytes=max_bytes, isolation_level=isolation_level,
-                               remote=remote, already=already)
     out: list[PartitionData] = []
     total = already
     for start in range(0, len(requests), PARTITIONS_PER_TURN):

@@ -184,15 +184,13 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> list[Any]:
         deadline = loop.time() + max_wait_ms / 1000
         keys = [(w.topic, w.partition) for w in wanted]
         while True:
-            if changed:  # read again at once
-                pass
-            elif wants:  # the diskless partitions long-poll beside the local ones, read again each time
+            if wants and not changed:  # the diskless partitions long-poll beside the local ones, read again each time
                 from_bucket = await _wait_local_or_bucket(broker, keys, deadline - loop.time(), wants, max_bytes,
                                                           max(1, min_bytes - (total - already)))
                 already = sum(d.size for d in from_bucket)
                 if any(d.error_code != ErrorCode.none for d in from_bucket):
                     min_bytes = 0
-            else:
+            elif not changed:  # (changed: read again at once)
                 await broker.waiters.wait(keys, deadline - loop.time())
             data, total, errors = await read()
             if errors or total >= min_bytes or loop.time() >= deadline:

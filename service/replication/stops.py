@@ -55,9 +55,6 @@ class Stops:
     def __contains__(self, key: object) -> bool:
         return key in self._pending
 
-    def __len__(self) -> int:
-        return len(self._pending)
-
     def add(self, stop: Stop) -> None:
         self._pending[stop.key] = stop
 
@@ -93,7 +90,7 @@ class Stops:
     def finish(self) -> None:
         """Stop every one left now (the broker shuts down)."""
         while self._pending:
-            self._stop_one(self._pending.pop(next(iter(self._pending))))
+            self.settle(next(iter(self._pending)))
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
