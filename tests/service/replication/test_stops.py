@@ -6,6 +6,7 @@ its predecessor's slices are done opens on a new log, after its predecessor resi
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,8 @@ from service.replication.replica_manager import ReplicaManager
 from tests.local_tier.batches import make_batch, small_config
 
 PARTITIONS = 60
+#: the longest a test waits for the stops (a slice per turn, each after a 1 ms timer)
+WAIT_S = 30.0
 
 
 class _Heard:
@@ -87,7 +90,8 @@ async def _deleted(logs: LogManager, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UnknownTopicOrPartitionError):
         manager.get_partition("wide", PARTITIONS - 1)
     turns = 0
-    while heard.resigned() < PARTITIONS and turns < 100 * PARTITIONS:
+    deadline = time.monotonic() + WAIT_S  # bounded by time: each slice waits for a 1 ms timer
+    while heard.resigned() < PARTITIONS and time.monotonic() < deadline:
         await asyncio.sleep(0)
         turns += 1
     assert turns >= PARTITIONS - 1  # a turn of the loop for each (SLICE_S 0)
@@ -118,9 +122,8 @@ async def _created_again(logs: LogManager, monkeypatch: pytest.MonkeyPatch) -> N
     manager.apply(_image(new))  # ... when it is created again (no turn of the loop between)
     while len(manager.partitions) < PARTITIONS or manager.unopened:
         await asyncio.sleep(0.005)
-    for _ in range(100 * PARTITIONS):
-        if heard.resigned() == PARTITIONS:
-            break
+    deadline = time.monotonic() + WAIT_S
+    while heard.resigned() < PARTITIONS and time.monotonic() < deadline:
         await asyncio.sleep(0)
     log = manager.leader_log("t", last)
     assert log.log_end_offset == 0  # not the predecessor's five records
