@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from remote_tier.filesystem import FileSystemObjectStore
-from remote_tier.s3 import DEFAULT_MULTIPART_THRESHOLD, S3ObjectStore
 from remote_tier.store import ObjectStore
 
 __all__ = ["open_object_store"]
@@ -30,7 +29,7 @@ def open_object_store(
     s3_secret_key: str | None = None,
     s3_path_style: bool = True,
     s3_ca_bundle: str | None = None,
-    multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+    multipart_threshold: int | None = None,
     s3_control_timeout_s: float | None = None,
     check: bool = True,
 ) -> ObjectStore:
@@ -54,6 +53,9 @@ def open_object_store(
     if parts.scheme == "s3":
         if not parts.netloc:
             raise ValueError(f"object store URL {url!r} names no bucket: use s3://BUCKET/PREFIX")
+        # Here, not at the top: boto3 takes 0.2 s to import, which a file:// bucket never needs.
+        from remote_tier.s3 import DEFAULT_MULTIPART_THRESHOLD, S3ObjectStore
+
         store = S3ObjectStore(
             parts.netloc,
             unquote(parts.path).strip("/"),
@@ -62,7 +64,8 @@ def open_object_store(
             access_key=s3_access_key,
             secret_key=s3_secret_key,
             path_style=s3_path_style,
-            multipart_threshold=multipart_threshold,
+            multipart_threshold=DEFAULT_MULTIPART_THRESHOLD if multipart_threshold is None
+            else multipart_threshold,
             ca_bundle=s3_ca_bundle,
             control_timeout_s=s3_control_timeout_s,
         )
