@@ -56,6 +56,9 @@ class ControllerInfo:
 
 #: a refresh slower than this is logged
 SLOW_REFRESH_S = 0.25
+#: while reads of the metadata keep failing, :meth:`MetadataView.poll_for_revision` warns at
+#: the first and then once per this many seconds, not at every try
+FAILED_READ_LOG_EVERY_S = 5.0
 
 
 class MetadataView:
@@ -206,11 +209,20 @@ class MetadataView:
         not within ``timeout_s``). A read the store fails is tried again at the next interval:
         a restart's registration once died of one read timing out on a loaded moto (stop 68)."""
         deadline = time.monotonic() + timeout_s
+        failed, warn_at = 0, 0.0
         while True:
             try:
                 self.refresh()
             except KafkaStorageError as err:
-                _log.warning("cannot read the cluster metadata yet (%s); trying again", err)
+                failed += 1
+                if (now := time.monotonic()) >= warn_at:
+                    warn_at = now + FAILED_READ_LOG_EVERY_S
+                    _log.warning("cannot read the cluster metadata yet (%s); %d read(s) failed so far, "
+                                 "trying again every %.0f ms", err, failed, interval_s * 1000)
+            else:
+                if failed:
+                    _log.info("read the cluster metadata after %d failed read(s)", failed)
+                    failed = 0
             current = self._snapshot
             if current is not None and current.revision >= revision:
                 return current

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import pytest
 
 from controller import (
     BrokerChanged,
@@ -100,3 +103,21 @@ def test_waiting_for_a_revision_reads_again_after_the_bucket_fails_a_read(
     arrived = view.poll_for_revision(ctl.snapshot.revision, 10.0, 0.01)
     assert store.failures == 3
     assert arrived is not None and "t" in arrived.metadata.topics
+
+
+def test_a_wait_through_many_failed_reads_warns_once_not_at_every_read(
+    make_fs_store: MakeStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reads tried every 10 ms against a failing bucket: one warning for the first, not one
+    per try (it was twenty a second at the default 50 ms), and a line when a read succeeds."""
+    ctl = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
+    join(ctl, 1)
+    store = FlakyObjectStore(make_fs_store(), fail_key=lambda _op, key: "metadata" in key and store.failures < 40)
+    view = MetadataView(store)
+    ctl.create_topic("t", 1)
+    with caplog.at_level(logging.INFO, logger="controller.metadata_view"):
+        arrived = view.poll_for_revision(ctl.snapshot.revision, 10.0, 0.01)
+    assert arrived is not None and store.failures == 40
+    said = [r.getMessage() for r in caplog.records if r.name == "controller.metadata_view"]
+    assert len([m for m in said if m.startswith("cannot read the cluster metadata yet")]) == 1, said
+    assert "read the cluster metadata after 40 failed read(s)" in said
