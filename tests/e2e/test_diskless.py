@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster_fixtures import Cluster
@@ -75,6 +75,21 @@ def _create(cluster: Cluster, name: str, partitions: int = 1, **config: str) -> 
         future.result(timeout=CLIENT_TIMEOUT_S + 5)
     for node in (1, 2, 3):  # every broker knows it (a raw request goes to one broker, with no retry)
         helpers.wait_for_topic(cluster.brokers[node].bootstrap, name, partitions)
+    # and each partition's sequencer has read the bucket and taken it: until then it answers
+    # NOT_LEADER_OR_FOLLOWER, which clients retry, but not librdkafka's watermark query
+    for p in range(partitions):
+        helpers.wait_until(lambda p=p: _answers_list_offsets(cluster.brokers[1].bootstrap, name, p),
+                           f"partition {p} of {name} sequenced")
+
+
+def _answers_list_offsets(bootstrap: str, topic: str, partition: int) -> bool:
+    try:
+        helpers.watermarks(bootstrap, topic, partition)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+            raise
+        return False
+    return True
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0, **conf: Any) -> dict[bytes, int]:
