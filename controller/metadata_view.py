@@ -222,7 +222,7 @@ class MetadataView:
             else:
                 if failed:
                     _log.info("read the cluster metadata after %d failed read(s)", failed)
-                    failed = 0
+                    failed, warn_at = 0, 0.0  # a later spell of failures warns at its first
             current = self._snapshot
             if current is not None and current.revision >= revision:
                 return current

@@ -15,6 +15,7 @@ from controller import (
     MetadataView,
     PartitionChanged,
     TopicCreated,
+    metadata_view,
 )
 from tests.controller.cluster_helpers import (
     FakeClock,
@@ -106,10 +107,12 @@ def test_waiting_for_a_revision_reads_again_after_the_bucket_fails_a_read(
 
 
 def test_a_wait_through_many_failed_reads_warns_once_not_at_every_read(
-    make_fs_store: MakeStore, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    make_fs_store: MakeStore, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Reads tried every 10 ms against a failing bucket: one warning for the first, not one
     per try (it was twenty a second at the default 50 ms), and a line when a read succeeds."""
+    monkeypatch.setattr(metadata_view, "FAILED_READ_LOG_EVERY_S", 60.0)  # however loaded the machine
     ctl = tick_until_active(clock, [make_cluster_controller(make_fs_store(), clock, 1)])
     join(ctl, 1)
     store = FlakyObjectStore(make_fs_store(), fail_key=lambda _op, key: "metadata" in key and store.failures < 40)
