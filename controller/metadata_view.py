@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from common.errors import KafkaStorageError
+from common.spell_log import SpellLog
 from controller.commit import MetadataCommitter, Snapshot
 from controller.events import MetadataListener, diff_metadata
 from controller.fence_ahead import FenceAhead
@@ -209,20 +210,17 @@ class MetadataView:
         not within ``timeout_s``). A read the store fails is tried again at the next interval:
         a restart's registration once died of one read timing out on a loaded moto (stop 68)."""
         deadline = time.monotonic() + timeout_s
-        failed, warn_at = 0, 0.0
+        failures = SpellLog(FAILED_READ_LOG_EVERY_S)
         while True:
             try:
                 self.refresh()
             except KafkaStorageError as err:
-                failed += 1
-                if (now := time.monotonic()) >= warn_at:
-                    warn_at = now + FAILED_READ_LOG_EVERY_S
+                if failures.failed():
                     _log.warning("cannot read the cluster metadata yet (%s); %d read(s) failed so far, "
-                                 "trying again every %.0f ms", err, failed, interval_s * 1000)
+                                 "trying again every %.0f ms", err, failures.count, interval_s * 1000)
             else:
-                if failed:
+                if failed := failures.ended():
                     _log.info("read the cluster metadata after %d failed read(s)", failed)
-                    failed, warn_at = 0, 0.0  # a later spell of failures warns at its first
             current = self._snapshot
             if current is not None and current.revision >= revision:
                 return current

@@ -24,13 +24,6 @@ os.environ.setdefault("STRATA_CHECK_LOG_OWNER", "1")
 # Every metadata commit, here and in every broker started, checks that replaying its batch of
 # records gives exactly the image the controller computed (controller/commit.py).
 os.environ.setdefault("STRATA_VERIFY_METADATA_REPLAY", "1")
-# The suite starts hundreds of Python processes (brokers, CLI runs, Spark's Python workers,
-# client scripts). Where PYTHONDONTWRITEBYTECODE is set, each compiled the whole tree again:
-# 0.8 s of every broker's 2.8 s start. They keep their bytecode in the tree's build/ (ignored
-# by git), not in a shared /tmp where another user could leave bytecode for them to run.
-if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build", "pycache"))
 import shutil
 import signal
 import socket
@@ -44,6 +37,12 @@ from typing import IO, Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# The suite starts hundreds of Python processes (brokers, CLI runs, Spark's Python workers,
+# client scripts). Where PYTHONDONTWRITEBYTECODE is set, each compiled the whole tree again:
+# 0.8 s of every broker's 2.8 s start. They keep their bytecode in the tree's build/ (ignored
+# by git), not in a shared /tmp where another user could leave bytecode for them to run.
+if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(REPO_ROOT / "build" / "pycache"))
 BROKER_START_TIMEOUT_S = 30.0
 READY_WAIT_S = 5.0  # at most this long for /v1/ready once the Kafka port is bound
 BROKER_STOP_TIMEOUT_S = 20.0

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.errors import KafkaError
+from common.spell_log import SpellLog
 from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpochError
 from controller.lease_record import monotonic_ms
 from controller.membership import HeartbeatReply, RegistrationRequest
@@ -150,8 +151,7 @@ class BrokerLifecycle:
         self._unfenced = asyncio.Event()
         self._shutting_down = False
         self._heartbeat_now = asyncio.Event()
-        #: when this broker last said it is blind (monotonic s); None: it reads the metadata
-        self._blind_said: float | None = None
+        self._blind = SpellLog(BLIND_LOG_EVERY_S)  # a blind spell, logged (_say_blind)
 
     # -- registration ---------------------------------------------------------------------
 
@@ -238,14 +238,12 @@ class BrokerLifecycle:
 
     def _say_blind(self, blind: bool, want_fence: bool) -> None:
         """Log a blind spell's start, every :data:`BLIND_LOG_EVERY_S` of it, and its end."""
-        now = time.monotonic()
-        if blind and want_fence and (self._blind_said is None or now - self._blind_said >= BLIND_LOG_EVERY_S):
-            _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
-                         "leading and asks to be fenced", self.node_id, self._metadata_age_s())
-            self._blind_said = now
-        elif not blind and self._blind_said is not None:
+        if blind and want_fence:
+            if self._blind.failed():
+                _log.warning("broker %d has not read the cluster metadata for %.1f s: it stops "
+                             "leading and asks to be fenced", self.node_id, self._metadata_age_s())
+        elif not blind and self._blind.ended():
             _log.info("broker %d reads the cluster metadata again", self.node_id)
-            self._blind_said = None
 
     async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
         """One heartbeat; updates :attr:`fenced`, :attr:`caught_up` and how long this
