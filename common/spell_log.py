@@ -5,6 +5,7 @@ a starting broker reads the metadata twenty times a second)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 __all__ = ["SpellLog"]
 
@@ -12,8 +13,9 @@ __all__ = ["SpellLog"]
 class SpellLog:
     """One kind of failure's spells. Not thread-safe: one caller's loop uses it."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float, clock: Callable[[], float] | None = None) -> None:
         self.every_s = every_s
+        self._clock = clock  # None: time.monotonic, looked up at each failure
         self.count = 0  # failures in the spell so far
         self._said: float | None = None  # when the spell was last logged
 
@@ -21,7 +23,7 @@ class SpellLog:
         """One more failure: True when it is to be logged now (the spell's first, or
         ``every_s`` after the last one logged)."""
         self.count += 1
-        now = time.monotonic()
+        now = time.monotonic() if self._clock is None else self._clock()
         if self._said is None or now - self._said >= self.every_s:
             self._said = now
             return True

@@ -7,7 +7,8 @@ above the :class:`~remote_tier.store.ObjectStore` seam only sees this tree::
     ObjectStoreError             base of what an ObjectStore raises
     ├── ObjectNotFound           the key does not exist
     ├── PreconditionFailed       a conditional put lost: exists / etag differs / gone
-    └── ObjectStoreUnavailable   the store cannot be reached or used; says what to check
+    └── ObjectStoreUnavailable   the store cannot be used; says what to check
+        └── ObjectStoreUnreachable   no answer, or a server error (5xx): may pass by itself
     RemoteStorageError           base of what manifests and the uploader raise
     ├── FencedError              a writer with a higher leader epoch owns the manifest
     ├── ManifestConflictError    the compare-and-set kept losing; retriable
@@ -24,9 +25,11 @@ __all__ = [
     "ObjectNotFound",
     "ObjectStoreError",
     "ObjectStoreUnavailable",
+    "ObjectStoreUnreachable",
     "PreconditionFailed",
     "RemoteStorageError",
     "SegmentOverlapError",
+    "unreachable_store",
 ]
 
 
@@ -44,6 +47,23 @@ class PreconditionFailed(ObjectStoreError):
 
 class ObjectStoreUnavailable(ObjectStoreError):
     """The store cannot be used right now; the message tells the user what to check."""
+
+
+class ObjectStoreUnreachable(ObjectStoreUnavailable):
+    """The store did not answer (no connection, a timeout) or answered with a server error
+    (5xx, SlowDown): what a store restarting or overloaded does, and may pass by itself. A
+    missing bucket or refused credentials are plain :class:`ObjectStoreUnavailable`."""
+
+
+def unreachable_store(exc: BaseException) -> ObjectStoreUnreachable | None:
+    """The :class:`ObjectStoreUnreachable` that ``exc`` is or was raised from (its chain of
+    causes), if any: layers above the store wrap its errors in their own."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ObjectStoreUnreachable):
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 class RemoteStorageError(Exception):

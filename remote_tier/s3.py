@@ -62,9 +62,14 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.httpsession import DEFAULT_CA_BUNDLE
 
-from remote_tier.errors import ObjectNotFound, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.errors import (
+    ObjectNotFound,
+    ObjectStoreUnavailable,
+    ObjectStoreUnreachable,
+    PreconditionFailed,
+)
 from remote_tier.s3_control import control_call
-from remote_tier.s3_get import S3GetError, S3Getter, frozen_credentials
+from remote_tier.s3_get import RETRY_CODES, RETRY_STATUS, S3GetError, S3Getter, frozen_credentials
 from remote_tier.store import ObjectInfo, clamp_range
 
 __all__ = ["DEFAULT_MULTIPART_THRESHOLD", "S3ObjectStore"]
@@ -246,7 +251,7 @@ class S3ObjectStore:
                 "get", key, err.code, err.message, bucket_level=False
             ) from err
         except (OSError, http.client.HTTPException) as err:
-            raise ObjectStoreUnavailable(
+            raise ObjectStoreUnreachable(
                 f"{self}: cannot get {key!r}: {err}. Check that the endpoint URL "
                 f"{self.endpoint} is right and reachable from this host."
             ) from err
@@ -361,7 +366,7 @@ class S3ObjectStore:
                 "and secret key in the object store configuration."
             ) from err
         except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError) as err:
-            raise ObjectStoreUnavailable(
+            raise ObjectStoreUnreachable(
                 f"{self}: cannot {op} {key!r}: {err}. Check that the endpoint URL "
                 f"{self.endpoint} is right and reachable from this host."
             ) from err
@@ -393,6 +398,8 @@ class S3ObjectStore:
                 "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the configured keys) and "
                 f"that they may read and write bucket {self._bucket!r}."
             )
+        if code in RETRY_CODES or (code.isdigit() and int(code) in RETRY_STATUS):
+            return ObjectStoreUnreachable(f"{self}: cannot {op} {key!r}: the store answered {code}: {message}")
         return ObjectStoreUnavailable(
             f"{self}: cannot {op} {key!r}: {code}: {message}. Check the endpoint "
             "URL, the region and that the bucket exists."

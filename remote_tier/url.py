@@ -11,10 +11,14 @@ at start-up or from a worker thread, never on the event loop.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from remote_tier.errors import ObjectStoreError
 from remote_tier.filesystem import FileSystemObjectStore
+from remote_tier.start_wait import StartWait
 from remote_tier.store import ObjectStore
 
 __all__ = ["open_object_store"]
@@ -32,12 +36,14 @@ def open_object_store(
     multipart_threshold: int | None = None,
     s3_control_timeout_s: float | None = None,
     check: bool = True,
+    wait: StartWait | None = None,
 ) -> ObjectStore:
     """The store named by ``url``; ``ValueError`` for a URL of no known form.
 
     With ``check`` (the default) an S3 store is verified at once (endpoint reachable,
     bucket exists, credentials accepted) and :class:`ObjectStoreUnavailable` says
-    which of them is wrong.
+    which of them is wrong. With ``wait``, a store that does not answer yet is tried
+    again until it does or the wait gives up (a broker's start).
     """
     parts = urlsplit(url)
     if parts.scheme in ("", "file"):
@@ -70,9 +76,25 @@ def open_object_store(
             control_timeout_s=s3_control_timeout_s,
         )
         if check:
-            store.check()
+            _check(store.check, wait)
         return store
     raise ValueError(
         f"object store URL {url!r}: unknown scheme {parts.scheme!r}; "
         "use file:///PATH or s3://BUCKET/PREFIX"
     )
+
+
+def _check(check: Callable[[], None], wait: StartWait | None) -> None:
+    """``check()``, tried again after the pauses ``wait`` asks for (none without it)."""
+    while True:
+        try:
+            check()
+        except ObjectStoreError as exc:
+            pause = None if wait is None else wait.retry_after(exc)
+            if pause is None:
+                raise
+            time.sleep(pause)
+            continue
+        if wait is not None:
+            wait.answered()
+        return

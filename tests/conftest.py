@@ -187,6 +187,18 @@ class BrokerProcess:
         self._wait_until_listening()
         return self
 
+    def start_that_ends(self, within_s: float = 60.0) -> tuple[int, float]:
+        """Start a broker expected to exit by itself: its exit code and the seconds from the
+        start to its exit."""
+        started = time.monotonic()
+        try:
+            self.start()  # may see its port listening before it exits
+        except RuntimeError:
+            pass
+        assert self.proc is not None
+        code = self.proc.wait(within_s)
+        return code, time.monotonic() - started
+
     def _wait_until_listening(self) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + BROKER_START_TIMEOUT_S

@@ -411,6 +411,11 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             "slots, heads, lists, whole-object GETs), at most half of controller.lease.ms minus "
             "controller.lease.safety.margin.ms; a stalled one is retried on a new connection (Strata).",
             validator=at_least(100)),
+    ConfigDef("object.store.start.wait.ms", "long", "300000",
+            "How long a starting broker waits for an object store that does not answer or answers "
+            "with server errors (a store restarting with the cluster), saying what fails every 10 s, "
+            "before it gives up and exits; a missing bucket or refused credentials end the start at "
+            "once. 0: give up at the first failure (Strata).", validator=at_least(0)),
     ConfigDef("controller.lease.clock.skew.ms", "long", "500",
             "Extra time a candidate waits, beyond controller.lease.ms, before taking over an "
             "unrenewed lease (Strata).", validator=at_least(0)),

@@ -93,19 +93,25 @@ def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
            undo: StartUndo) -> int:
     """Open the object store and run the broker (the data dir locked); the exit code."""
     from remote_tier.errors import ObjectStoreError
+    from remote_tier.start_wait import StartWait
     from remote_tier.url import open_object_store
     from service.app import run_broker
 
     url = args.object_store or (data_dir / "bucket").as_uri()
     try:
         store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
-                                  s3_ca_bundle=args.s3_ca_bundle, s3_control_timeout_s=control_timeout_s(config))
+                                  s3_ca_bundle=args.s3_ca_bundle, s3_control_timeout_s=control_timeout_s(config),
+                                  wait=StartWait(f"the object store at {url}",
+                                                 config.get_int("object.store.start.wait.ms")))
     except ValueError as exc:
         print(f"strata up: --object-store: {exc}", file=sys.stderr)
         return 2
     except ObjectStoreError as exc:
         print(f"strata up: the object store at {url} is not usable: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"strata up: stopped while waiting for the object store at {url}", file=sys.stderr)
+        return 130
     return run_broker(data_dir, config, args.listen, args.advertise, store, http, on_serving=undo.serving)
 
 

@@ -42,6 +42,7 @@ from controller.commit import Snapshot
 from controller.errors import NotControllerError
 from controller.metadata_view import MetadataView
 from controller.registrations import Endpoint
+from remote_tier.start_wait import StartWait
 from remote_tier.store import ObjectStore
 from service.cluster.channel import ChannelConfig, PeerChannels
 from service.cluster.controller_client import ControllerClient
@@ -165,13 +166,7 @@ class ClusterNode:
             self._identity.broker_epoch,
         )
         await asyncio.to_thread(self._identity.write_or_warn, self._data_dir)
-        controller = await asyncio.to_thread(
-            ClusterController,
-            self._store,
-            self._config,
-            incarnation_id=self.incarnation_id,
-            previous_incarnation_id=None if previous is None else previous.incarnation_id,
-        )
+        controller = await self._open_controller(None if previous is None else previous.incarnation_id)
         self._identity.check_cluster(controller.cluster_id, self._data_dir)
         if self._identity.cluster_id is None:
             self._identity = NodeIdentity(
@@ -203,6 +198,27 @@ class ClusterNode:
         controller.start()
         self.poller.start()
         return controller
+
+    async def _open_controller(self, previous_incarnation_id: str | None) -> ClusterController:
+        """The controller role on the cluster metadata in the bucket: read (or, in a new
+        cluster, created) through a bucket that does not answer yet, for as long as
+        ``object.store.start.wait.ms`` allows (:class:`StartWait`)."""
+        wait = StartWait(f"broker {self.node_id}'s cluster metadata in the object store",
+                         self._config.get_int("object.store.start.wait.ms"))
+        while True:
+            try:
+                controller = await asyncio.to_thread(
+                    ClusterController, self._store, self._config, incarnation_id=self.incarnation_id,
+                    previous_incarnation_id=previous_incarnation_id,
+                )
+            except KafkaStorageError as exc:
+                pause = wait.retry_after(exc)
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                continue
+            wait.answered()
+            return controller
 
     def _plan_ahead(self) -> bool:
         """On the poller's ahead thread: one more of this broker's applies of the fencings

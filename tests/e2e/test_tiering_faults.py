@@ -436,10 +436,11 @@ def authenticating_s3() -> Iterator[str]:
         proc.wait()
 
 
-def _strata_up(tmp_path: Path, url: str, endpoint: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _strata_up(tmp_path: Path, url: str, endpoint: str, env: dict[str, str],
+               more: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "service", "up", "--data-dir", str(tmp_path / "data"),
            "--listen", f"127.0.0.1:{free_port()}", "--http", f"127.0.0.1:{free_port()}",
-           "--object-store", url, "--s3-endpoint", endpoint]
+           "--object-store", url, "--s3-endpoint", endpoint, *more]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -448,11 +449,14 @@ def test_bad_object_store_configuration_stops_start_with_a_clear_message(
     fault: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     env = subprocess_env()
+    more: tuple[str, ...] = ()
     if fault == "wrong endpoint":
         endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
         bucket = "strata-bucket"
         env.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-        expected = [endpoint, "endpoint"]
+        # a store that does not answer may be starting: waited for, here 1 s (test_start_before_bucket.py)
+        more = ("--set", "object.store.start.wait.ms=1000")
+        expected = [endpoint, "endpoint", "gave up waiting"]
     elif fault == "missing bucket":
         endpoint = request.getfixturevalue("moto_server").endpoint_url
         bucket = "strata-no-such-bucket"
@@ -467,7 +471,7 @@ def test_bad_object_store_configuration_stops_start_with_a_clear_message(
     for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
         env.pop(name, None)
 
-    result = _strata_up(tmp_path, f"s3://{bucket}/{PREFIX}", endpoint, env)
+    result = _strata_up(tmp_path, f"s3://{bucket}/{PREFIX}", endpoint, env, more)
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "Traceback" not in out

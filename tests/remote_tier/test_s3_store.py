@@ -9,6 +9,7 @@ import botocore.exceptions
 import pytest
 
 from remote_tier import FileSystemObjectStore, ObjectStoreUnavailable, PreconditionFailed
+from remote_tier.errors import ObjectStoreUnreachable
 from remote_tier.s3 import S3ObjectStore
 from remote_tier.url import open_object_store
 from tests.conftest import free_port
@@ -62,10 +63,28 @@ def test_large_files_go_up_as_multipart_and_read_back_by_range(
 
 def test_a_missing_bucket_is_unavailable_with_a_message_saying_so(s3_bucket: S3Bucket) -> None:
     store = S3ObjectStore("no-such-bucket-here", endpoint_url=s3_bucket.endpoint_url)
-    with pytest.raises(ObjectStoreUnavailable, match="bucket 'no-such-bucket-here' does not exist"):
+    with pytest.raises(ObjectStoreUnavailable, match="bucket 'no-such-bucket-here' does not exist") as raised:
         store.check()
+    assert not isinstance(raised.value, ObjectStoreUnreachable)  # no wait mends it: a start ends at once
     with pytest.raises(ObjectStoreUnavailable, match="does not exist at http://127.0.0.1"):
         store.put("k", b"x")
+
+
+def test_server_errors_are_unreachable_what_a_start_waits_out(
+    s3_bucket: S3Bucket, moto_server: MotoServer
+) -> None:
+    server = moto_server
+    store = S3ObjectStore(s3_bucket.bucket, endpoint_url=s3_bucket.endpoint_url, max_attempts=1)
+    store.put("k", b"v")
+    server.fail("GET", "/k")
+    try:
+        with pytest.raises(ObjectStoreUnreachable, match="SlowDown"):
+            store.get("k")
+        with pytest.raises(ObjectStoreUnreachable, match="SlowDown"):
+            store.get_with_etag("k")
+    finally:
+        server.heal()
+    assert store.get("k") == b"v"
 
 
 def test_an_endpoint_that_does_not_answer_is_unavailable_naming_it(
@@ -73,8 +92,10 @@ def test_an_endpoint_that_does_not_answer_is_unavailable_naming_it(
 ) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"
     store = S3ObjectStore("bucket", endpoint_url=endpoint, max_attempts=1)
-    with pytest.raises(ObjectStoreUnavailable, match=f"endpoint URL {endpoint}"):
+    with pytest.raises(ObjectStoreUnreachable, match=f"endpoint URL {endpoint}"):
         store.get("k")
+    with pytest.raises(ObjectStoreUnreachable, match=f"endpoint URL {endpoint}"):
+        store.check()
 
 
 def test_missing_credentials_are_unavailable_saying_what_to_set(

@@ -1,0 +1,92 @@
+"""A broker started before its object store answers waits for it, then serves; it gives up
+after ``object.store.start.wait.ms``; and what no wait mends (a missing bucket) ends the start
+at once. Before, a start whose first bucket requests failed exited with code 1, in the
+check of the bucket or in the first read of the cluster metadata: a cluster restarted
+together with its MinIO came up only as far as a supervisor's restarts carried it."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from tests.conftest import BrokerProcess, free_port
+from tests.s3_fixtures import MotoServer
+
+
+def _broker(tmp_path: Path, endpoint: str, bucket: str, **sets: str) -> BrokerProcess:
+    return BrokerProcess(tmp_path / "data", free_port(), sets=sets, log_path=tmp_path / "broker.log",
+                         args=["--object-store", f"s3://{bucket}/strata", "--s3-endpoint", endpoint])
+
+
+def test_a_broker_started_before_its_bucket_answers_waits_then_serves(
+    tmp_path: Path, s3_credentials_env: dict[str, str]
+) -> None:
+    store = MotoServer().start()
+    bucket = store.create_bucket().bucket
+    store.stop()  # refused connections from here, as a MinIO not started yet
+    broker = _broker(tmp_path, store.endpoint_url, bucket)
+    comes_back = threading.Timer(4.0, store.start)
+    try:
+        comes_back.start()
+        started = time.monotonic()
+        broker.start()  # returns once it listens: after the store answered
+        assert time.monotonic() - started >= 3.5
+        log = broker.log_text()
+        assert f"the object store at s3://{bucket}/strata does not answer yet" in log
+        assert "answers: waited" in log
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        delivered = []
+        for i in range(20):
+            producer.produce("after-the-wait", value=b"%d" % i, on_delivery=lambda e, m: delivered.append(e))
+        assert producer.flush(30) == 0
+        assert delivered == [None] * 20
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
+                             "auto.offset.reset": "earliest"})
+        consumer.subscribe(["after-the-wait"])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 20 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+        consumer.close()
+        assert values == [b"%d" % i for i in range(20)]
+    finally:
+        comes_back.cancel()
+        broker.kill()
+        store.stop()
+
+
+def test_a_start_gives_up_on_a_bucket_that_never_answers_after_its_wait(
+    tmp_path: Path, s3_credentials_env: dict[str, str]
+) -> None:
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens
+    broker = _broker(tmp_path, endpoint, "b", **{"object.store.start.wait.ms": "2000"})
+    try:
+        code, took = broker.start_that_ends()
+        log = broker.log_text()
+        assert code == 1
+        assert re.search(r"gave up waiting for the object store at s3://b/strata after \d+ s", log)
+        assert "is not usable" in log and f"Check that the endpoint URL {endpoint}" in log
+        assert 2 <= took < 30, f"exited after {took:.1f} s"
+    finally:
+        broker.kill()
+
+
+def test_a_missing_bucket_ends_the_start_at_once_however_long_the_wait(
+    tmp_path: Path, s3_credentials_env: dict[str, str], moto_server: MotoServer
+) -> None:
+    broker = _broker(tmp_path, moto_server.endpoint_url, "no-such-bucket-here")  # the default wait: 5 min
+    try:
+        code, took = broker.start_that_ends()
+        log = broker.log_text()
+        assert code == 1
+        assert "bucket 'no-such-bucket-here' does not exist" in log
+        assert "does not answer yet" not in log
+        assert took < 20, f"exited after {took:.1f} s"
+    finally:
+        broker.kill()
