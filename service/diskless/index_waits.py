@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 
 __all__ = ["IndexWaits"]
 
@@ -78,3 +79,11 @@ class IndexWaits:
                     watching.remove(waiting)
                     if not watching:
                         del self._watch[key]
+
+    async def wait_out(self, keys: set[Key], busy: Callable[[Key], bool], timeout_s: float) -> None:
+        """Until none of ``keys`` is ``busy`` (a takeover in progress: it touches its key when
+        it ends), or ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (left := deadline - loop.time()) > 0 and (still := {key for key in keys if busy(key)}):
+            await self.wait_any(still, left, "")

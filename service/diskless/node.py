@@ -74,6 +74,9 @@ _RESEND = (NotLeaderOrFollowerError, UnknownLeaderEpochError, FencedLeaderEpochE
            LeaderNotAvailableError)
 #: how long a manifest read for reads of merged offsets is used before it is read again
 _MANIFEST_TTL_S = 5.0
+#: how long an index read waits for a takeover of its partition in progress here (a new
+#: topic's: its manifest and commits read) before it answers NOT_LEADER_OR_FOLLOWER
+TAKEOVER_READ_WAIT_S = 3.0
 
 
 
@@ -224,6 +227,7 @@ class DisklessNode:
         finally:
             if self._taking.get(key) == epoch:
                 del self._taking[key]
+                self.waits.touch(key)  # reads waiting it out look again
         if not self._sequenced(key, epoch) and self._still_leads(key, epoch):
             await asyncio.sleep(1.0)  # failed: try again
             self.apply(self._metadata())
@@ -335,6 +339,11 @@ class DisklessNode:
         hold ``min_bytes`` of entries or one has something else to act on (merged offsets,
         an offset out of range, an error), or the poll is woken."""
         answers = [self._index_one(r) for r in reads]
+        taking = {(r.topic_id, r.partition) for r, a in zip(reads, answers, strict=True)
+                  if isinstance(a, NotLeaderOrFollowerError)} & self._taking.keys()
+        if taking:  # being taken over here: answered once it is, rather than NOT_LEADER at once
+            await self.waits.wait_out(taking, self._taking.__contains__, TAKEOVER_READ_WAIT_S)
+            answers = [self._index_one(r) for r in reads]
         if poll and self.waits.woken_before(poll):
             return answers  # its reader was answered before this poll even arrived
         if max_wait_ms <= 0 or not reads:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -74,19 +76,33 @@ def _create(cluster: Cluster, name: str, partitions: int = 1, **config: str) -> 
     for future in futures.values():
         future.result(timeout=CLIENT_TIMEOUT_S + 5)
     for node in (1, 2, 3):  # every broker knows it (a raw request goes to one broker, with no retry)
-        helpers.wait_for_topic(cluster.brokers[node].bootstrap, name, partitions)
-    # and each partition's sequencer has read the bucket and taken it: until then it answers
-    # NOT_LEADER_OR_FOLLOWER, which clients retry, but not librdkafka's watermark query
+        helpers.wait_until(lambda node=node: _knows(cluster.brokers[node].admin_url, name),
+                           f"broker {node} knows topic {name}")
+    # and each partition is answered: a broker whose metadata has not caught up answers
+    # UNKNOWN_TOPIC_OR_PARTITION, and one still taking the partition over for longer than a
+    # read waits NOT_LEADER_OR_FOLLOWER; clients retry both, but not librdkafka's watermark query
     for p in range(partitions):
         helpers.wait_until(lambda p=p: _answers_list_offsets(cluster.brokers[1].bootstrap, name, p),
                            f"partition {p} of {name} sequenced")
+
+
+def _knows(admin_url: str, topic: str) -> bool:
+    """Whether the broker's own metadata holds ``topic`` (its admin API answers from it;
+    Metadata through a client may be answered by any broker)."""
+    try:
+        with urllib.request.urlopen(f"{admin_url}/v1/topics/{topic}", timeout=CLIENT_TIMEOUT_S):
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+        return False
 
 
 def _answers_list_offsets(bootstrap: str, topic: str, partition: int) -> bool:
     try:
         helpers.watermarks(bootstrap, topic, partition)
     except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.NOT_LEADER_FOR_PARTITION:
+        if exc.args[0].code() not in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART):
             raise
         return False
     return True
