@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import ssl
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -69,7 +70,7 @@ from remote_tier.errors import (
     PreconditionFailed,
 )
 from remote_tier.s3_control import control_call
-from remote_tier.s3_get import RETRY_CODES, RETRY_STATUS, S3GetError, S3Getter, frozen_credentials
+from remote_tier.s3_get import RETRY_CODES, S3GetError, S3Getter, frozen_credentials
 from remote_tier.store import ObjectInfo, clamp_range
 
 __all__ = ["DEFAULT_MULTIPART_THRESHOLD", "S3ObjectStore"]
@@ -248,7 +249,12 @@ class S3ObjectStore:
             if err.code in ("InvalidRange", "416"):
                 return b""  # start at or past the end of an existing object
             raise self._translate(
-                "get", key, err.code, err.message, bucket_level=False
+                "get", key, err.code, err.message, bucket_level=False, status=err.status
+            ) from err
+        except ssl.SSLError as err:  # a certificate no wait mends
+            raise ObjectStoreUnavailable(
+                f"{self}: cannot get {key!r}: {err}. Check the endpoint's certificate "
+                "and the CA bundle (--s3-ca-bundle)."
             ) from err
         except (OSError, http.client.HTTPException) as err:
             raise ObjectStoreUnreachable(
@@ -355,7 +361,13 @@ class S3ObjectStore:
         try:
             yield
         except botocore.exceptions.ClientError as err:
-            raise self._translate(op, key, _code(err), _message(err), bucket_level) from err
+            status = int(err.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+            raise self._translate(op, key, _code(err), _message(err), bucket_level, status) from err
+        except (botocore.exceptions.SSLError, urllib3.exceptions.SSLError) as err:  # a certificate no wait mends
+            raise ObjectStoreUnavailable(
+                f"{self}: cannot {op} {key!r}: {err}. Check the endpoint's certificate "
+                "and the CA bundle (--s3-ca-bundle)."
+            ) from err
         except (
             botocore.exceptions.NoCredentialsError,
             botocore.exceptions.PartialCredentialsError,
@@ -366,13 +378,17 @@ class S3ObjectStore:
                 "and secret key in the object store configuration."
             ) from err
         except (botocore.exceptions.BotoCoreError, urllib3.exceptions.HTTPError) as err:
-            raise ObjectStoreUnreachable(
+            # no connection, a timeout, a connection closed: what a store starting or restarting
+            # does; the rest (a bad parameter, no region) no wait mends
+            unreachable = isinstance(err, botocore.exceptions.ConnectionError | botocore.exceptions.HTTPClientError
+                                     | urllib3.exceptions.HTTPError)
+            raise (ObjectStoreUnreachable if unreachable else ObjectStoreUnavailable)(
                 f"{self}: cannot {op} {key!r}: {err}. Check that the endpoint URL "
                 f"{self.endpoint} is right and reachable from this host."
             ) from err
 
     def _translate(
-        self, op: str, key: str, code: str, message: str, bucket_level: bool
+        self, op: str, key: str, code: str, message: str, bucket_level: bool, status: int = 0
     ) -> Exception:
         if code == "NoSuchBucket" or (bucket_level and code in _NOT_FOUND):
             return ObjectStoreUnavailable(
@@ -398,8 +414,9 @@ class S3ObjectStore:
                 "(AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or the configured keys) and "
                 f"that they may read and write bucket {self._bucket!r}."
             )
-        if code in RETRY_CODES or (code.isdigit() and int(code) in RETRY_STATUS):
-            return ObjectStoreUnreachable(f"{self}: cannot {op} {key!r}: the store answered {code}: {message}")
+        if status >= 500 or status == 429 or code in RETRY_CODES:  # busy or starting (MinIO: 503 XMinio...)
+            return ObjectStoreUnreachable(f"{self}: cannot {op} {key!r}: the store answered {status or code}"
+                                          f" {code}: {message}")
         return ObjectStoreUnavailable(
             f"{self}: cannot {op} {key!r}: {code}: {message}. Check the endpoint "
             "URL, the region and that the bucket exists."

@@ -8,15 +8,18 @@ no connection, a timeout, a 5xx), for at most ``object.store.start.wait.ms``, an
 what fails at the first try and every ``every_s`` after. A missing bucket or refused
 credentials, which no wait mends, end the start at the first try.
 
-The caller runs its own loop (blocking at the command line, on the event loop in the
-broker's join) and asks after each failure how long to sleep before the next try.
+:meth:`StartWait.run` tries a blocking call until it succeeds (the command line's check of
+the bucket), :meth:`StartWait.run_async` an awaitable one (the broker's join, on the event
+loop); either raises what no wait mends, or the last failure once the wait is over.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from common.spell_log import SpellLog
 from remote_tier.errors import unreachable_store
@@ -24,6 +27,7 @@ from remote_tier.errors import unreachable_store
 __all__ = ["StartWait"]
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: the first pause between two tries; it doubles up to ``MAX_PAUSE_S``
 FIRST_PAUSE_S = 0.25
@@ -70,3 +74,31 @@ class StartWait:
         if failed:
             _log.warning("%s answers: waited %.1f s through %d failed attempt(s)", self.what,
                          self._clock() - self._since, failed)
+
+    def run(self, attempt: Callable[[], T]) -> T:
+        """``attempt()`` until it succeeds, sleeping between tries (blocking)."""
+        while True:
+            try:
+                result = attempt()
+            except Exception as exc:
+                pause = self.retry_after(exc)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+                continue
+            self.answered()
+            return result
+
+    async def run_async(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``await attempt()`` until it succeeds, sleeping on the loop between tries."""
+        while True:
+            try:
+                result = await attempt()
+            except Exception as exc:
+                pause = self.retry_after(exc)
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                continue
+            self.answered()
+            return result

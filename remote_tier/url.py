@@ -11,12 +11,9 @@ at start-up or from a worker thread, never on the event loop.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from remote_tier.errors import ObjectStoreError
 from remote_tier.filesystem import FileSystemObjectStore
 from remote_tier.start_wait import StartWait
 from remote_tier.store import ObjectStore
@@ -75,26 +72,13 @@ def open_object_store(
             ca_bundle=s3_ca_bundle,
             control_timeout_s=s3_control_timeout_s,
         )
-        if check:
-            _check(store.check, wait)
+        if check and wait is not None:
+            wait.run(store.check)
+        elif check:
+            store.check()
         return store
     raise ValueError(
         f"object store URL {url!r}: unknown scheme {parts.scheme!r}; "
         "use file:///PATH or s3://BUCKET/PREFIX"
     )
 
-
-def _check(check: Callable[[], None], wait: StartWait | None) -> None:
-    """``check()``, tried again after the pauses ``wait`` asks for (none without it)."""
-    while True:
-        try:
-            check()
-        except ObjectStoreError as exc:
-            pause = None if wait is None else wait.retry_after(exc)
-            if pause is None:
-                raise
-            time.sleep(pause)
-            continue
-        if wait is not None:
-            wait.answered()
-        return

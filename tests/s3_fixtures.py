@@ -55,8 +55,8 @@ __all__ = [
 TEST_ACCESS_KEY = "testing"
 TEST_SECRET_KEY = "testing"
 TEST_REGION = "us-east-1"
-_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-              b"<Message>Please reduce your request rate.</Message></Error>")
+_ERROR_503 = '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message></Error>'
+_SLOW_DOWN = ("SlowDown", "Please reduce your request rate.")
 
 _CREDENTIAL_ENV = {
     "AWS_ACCESS_KEY_ID": TEST_ACCESS_KEY,
@@ -106,6 +106,7 @@ class MotoServer:
         #: (path, body bytes) of every GET answered, for tests that count bytes read
         self.gets: list[tuple[str, int]] = []
         self._failing: tuple[str, str] | None = None
+        self._answer = _SLOW_DOWN
         self._failed = threading.Event()
 
     @property
@@ -139,7 +140,8 @@ class MotoServer:
                     environ["wsgi.input"].read(length)
                 self._failed.set()
                 start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
-                return [_SLOW_DOWN]
+                code, message = self._answer
+                return [_ERROR_503.format(code=code, message=message).encode()]
             body = moto_app(environ, start_response)
             if method != "GET":
                 return body
@@ -157,14 +159,16 @@ class MotoServer:
         self._thread.start()
         return self
 
-    def fail(self, method: str, path_suffix: str) -> threading.Event:
-        """Answer ``503 SlowDown`` to ``method`` on paths ending in ``path_suffix`` until :meth:`heal`.
+    def fail(self, method: str, path_suffix: str, answer: tuple[str, str] = _SLOW_DOWN) -> threading.Event:
+        """Answer ``503`` with S3's error ``answer`` (code, message; ``SlowDown`` by default) to
+        ``method`` on paths ending in ``path_suffix`` until :meth:`heal`.
 
         Only those requests fail (the rest are served as usual: requests are served
         one at a time, so holding one instead would stall them all). Returns an event
         set once a request has been failed.
         """
         self._failed.clear()
+        self._answer = answer
         self._failing = (method, path_suffix)
         return self._failed
 

@@ -413,9 +413,10 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
             validator=at_least(100)),
     ConfigDef("object.store.start.wait.ms", "long", "300000",
             "How long a starting broker waits for an object store that does not answer or answers "
-            "with server errors (a store restarting with the cluster), saying what fails every 10 s, "
-            "before it gives up and exits; a missing bucket or refused credentials end the start at "
-            "once. 0: give up at the first failure (Strata).", validator=at_least(0)),
+            "5xx or 429 (a store restarting with the cluster), in its check of the bucket and again "
+            "in its first read of the cluster metadata, saying what fails every 10 s, before it exits; "
+            "a missing bucket, refused credentials or an untrusted certificate end the start at once. "
+            "0: no wait (Strata).", validator=at_least(0)),
     ConfigDef("controller.lease.clock.skew.ms", "long", "500",
             "Extra time a candidate waits, beyond controller.lease.ms, before taking over an "
             "unrenewed lease (Strata).", validator=at_least(0)),

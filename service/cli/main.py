@@ -11,7 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +101,7 @@ def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
     from service.app import run_broker
 
     url = args.object_store or (data_dir / "bucket").as_uri()
+    stop_signal = _stop_raises_interrupt()  # a stop (systemd, Kubernetes) while it waits for the store
     try:
         store = open_object_store(url, s3_endpoint=args.s3_endpoint, s3_region=args.s3_region,
                                   s3_ca_bundle=args.s3_ca_bundle, s3_control_timeout_s=control_timeout_s(config),
@@ -112,7 +116,23 @@ def _serve(args: argparse.Namespace, data_dir: Path, config: Any, http: str | No
     except KeyboardInterrupt:
         print(f"strata up: stopped while waiting for the object store at {url}", file=sys.stderr)
         return 130
+    finally:
+        stop_signal()
     return run_broker(data_dir, config, args.listen, args.advertise, store, http, on_serving=undo.serving)
+
+
+def _stop_raises_interrupt() -> Callable[[], None]:
+    """Until the returned function is called, SIGTERM raises KeyboardInterrupt, as Ctrl-C does
+    (the broker's own handlers come later): a stop before the broker runs ends the start
+    saying so, and the start's new directories are removed."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def control_timeout_s(config: Any) -> float:

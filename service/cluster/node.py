@@ -205,20 +205,10 @@ class ClusterNode:
         ``object.store.start.wait.ms`` allows (:class:`StartWait`)."""
         wait = StartWait(f"broker {self.node_id}'s cluster metadata in the object store",
                          self._config.get_int("object.store.start.wait.ms"))
-        while True:
-            try:
-                controller = await asyncio.to_thread(
-                    ClusterController, self._store, self._config, incarnation_id=self.incarnation_id,
-                    previous_incarnation_id=previous_incarnation_id,
-                )
-            except KafkaStorageError as exc:
-                pause = wait.retry_after(exc)
-                if pause is None:
-                    raise
-                await asyncio.sleep(pause)
-                continue
-            wait.answered()
-            return controller
+        return await wait.run_async(lambda: asyncio.to_thread(
+            ClusterController, self._store, self._config, incarnation_id=self.incarnation_id,
+            previous_incarnation_id=previous_incarnation_id,
+        ))
 
     def _plan_ahead(self) -> bool:
         """On the poller's ahead thread: one more of this broker's applies of the fencings

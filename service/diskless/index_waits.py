@@ -1,4 +1,5 @@
-"""The long polls a sequencer holds for DisklessIndex: :class:`IndexWaits` (ADR 0027, "On the wire").
+"""The long polls a sequencer holds for DisklessIndex: :class:`IndexWaits` (ADR 0027, "On the
+wire"), and when a poll's answers are :func:`enough` to send.
 
 A poll waits for a commit to any of its partitions (:meth:`IndexWaits.touch`) or for its
 reader's ``wake`` (another sequencer answered that reader first). A wake can arrive before
@@ -13,9 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-__all__ = ["IndexWaits"]
+from common.errors import KafkaError
+from service.diskless.rpc import IndexAnswer, IndexRead
+
+__all__ = ["IndexWaits", "enough"]
 
 Key = tuple[uuid.UUID, int]
 
@@ -80,10 +84,23 @@ class IndexWaits:
                     if not watching:
                         del self._watch[key]
 
-    async def wait_out(self, keys: set[Key], busy: Callable[[Key], bool], timeout_s: float) -> None:
+    async def wait_out(self, keys: set[Key], busy: Callable[[Key], bool], timeout_s: float, poll: str) -> bool:
         """Until none of ``keys`` is ``busy`` (a takeover in progress: it touches its key when
-        it ends), or ``timeout_s``."""
+        it ends), ``poll``'s wake, or ``timeout_s``; True when woken (the poll must answer now)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while (left := deadline - loop.time()) > 0 and (still := {key for key in keys if busy(key)}):
-            await self.wait_any(still, left, "")
+            if await self.wait_any(still, left, poll):
+                return True
+        return False
+
+
+def enough(reads: Sequence[IndexRead], answers: Sequence[IndexAnswer | KafkaError], min_bytes: int) -> bool:
+    """Whether a poll answers now: its entries hold ``min_bytes`` (at least one entry), or
+    a partition has something else to act on."""
+    size = 0
+    for read, answer in zip(reads, answers, strict=True):
+        if isinstance(answer, KafkaError) or read.offset < answer.start_offset or read.offset > answer.end_offset:
+            return True
+        size += sum(entry.size for entry in answer.entries)
+    return size > 0 and size >= min_bytes

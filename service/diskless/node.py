@@ -56,7 +56,7 @@ from remote_tier.manifest import ManifestStore, PartitionManifest
 from service.diskless import rpc
 from service.diskless.committer import GroupCommitter
 from service.diskless.host import DisklessHost
-from service.diskless.index_waits import IndexWaits
+from service.diskless.index_waits import IndexWaits, enough
 from service.diskless.reader import WalCache
 from service.diskless.sequence import Proposal
 from service.diskless.sequencer import Sequencer
@@ -74,8 +74,8 @@ _RESEND = (NotLeaderOrFollowerError, UnknownLeaderEpochError, FencedLeaderEpochE
            LeaderNotAvailableError)
 #: how long a manifest read for reads of merged offsets is used before it is read again
 _MANIFEST_TTL_S = 5.0
-#: how long an index read waits for a takeover of its partition in progress here (a new
-#: topic's: its manifest and commits read) before it answers NOT_LEADER_OR_FOLLOWER
+#: how long index reads wait for the takeovers here reading their partitions' manifests and
+#: commits (past the handover wait) before they answer NOT_LEADER_OR_FOLLOWER
 TAKEOVER_READ_WAIT_S = 3.0
 
 
@@ -106,6 +106,7 @@ class DisklessNode:
                                 max_inflight=config.get_int("diskless.max.inflight.objects"))
         self.sequencer: Sequencer | None = None
         self._taking: dict[Key, int] = {}  # partitions being taken over: the leader epoch
+        self._loading: set[Key] = set()  # of them, those past the handover wait, reading the bucket
         self.waits = IndexWaits()  # long polls waiting for a commit
         self._index_busy: dict[tuple[int, int], int] = {}  # DisklessIndex in flight per connection
         self._getting: dict[str, asyncio.Future[bytes]] = {}  # GETs of write-ahead objects in flight
@@ -167,6 +168,8 @@ class DisklessNode:
                 if led is not None:
                     sequencer.resign(*key)
                 self._taking[key] = reg.leader_epoch
+                if reg.leader_epoch == 0:  # no handover to wait for: reads wait for the takeover
+                    self._loading.add(key)
                 self._broker.spawn(self._take_over(info, index, reg.leader_epoch))
         for key in sequencer.led():
             if md.topic_by_id(key[0]) is None:  # deleted: its sequencer deletes its bucket data
@@ -200,6 +203,7 @@ class DisklessNode:
         try:
             if epoch > 0:
                 await asyncio.sleep(self.handover_wait_s)
+                self._loading.add(key)  # reads wait for the rest
             if not self._still_leads(key, epoch):
                 return
             sequencer = self.sequencer
@@ -227,6 +231,7 @@ class DisklessNode:
         finally:
             if self._taking.get(key) == epoch:
                 del self._taking[key]
+                self._loading.discard(key)
                 self.waits.touch(key)  # reads waiting it out look again
         if not self._sequenced(key, epoch) and self._still_leads(key, epoch):
             await asyncio.sleep(1.0)  # failed: try again
@@ -339,19 +344,19 @@ class DisklessNode:
         hold ``min_bytes`` of entries or one has something else to act on (merged offsets,
         an offset out of range, an error), or the poll is woken."""
         answers = [self._index_one(r) for r in reads]
-        taking = {(r.topic_id, r.partition) for r, a in zip(reads, answers, strict=True)
-                  if isinstance(a, NotLeaderOrFollowerError)} & self._taking.keys()
-        if taking:  # being taken over here: answered once it is, rather than NOT_LEADER at once
-            await self.waits.wait_out(taking, self._taking.__contains__, TAKEOVER_READ_WAIT_S)
+        keys = {(r.topic_id, r.partition) for r in reads}
+        if reads and keys <= self._loading:  # all of them being taken here: answered once they are
+            woken = await self.waits.wait_out(keys, self._loading.__contains__, TAKEOVER_READ_WAIT_S, poll)
             answers = [self._index_one(r) for r in reads]
-        if poll and self.waits.woken_before(poll):
+            if woken or (poll and self.waits.woken_before(poll)):
+                return answers
+        elif poll and self.waits.woken_before(poll):
             return answers  # its reader was answered before this poll even arrived
         if max_wait_ms <= 0 or not reads:
             return answers
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(max_wait_ms, 30_000) / 1000
-        keys = {(r.topic_id, r.partition) for r in reads}
-        while not _enough(reads, answers, min_bytes):
+        while not enough(reads, answers, min_bytes):
             left = deadline - loop.time()
             if left <= 0:
                 break
@@ -475,17 +480,6 @@ class DisklessNode:
         manifest = loaded[0] if loaded is not None else None
         self._manifest_cache[key] = (loop.time(), manifest)
         return manifest
-
-
-def _enough(reads: Sequence[rpc.IndexRead], answers: Sequence[rpc.IndexAnswer | KafkaError], min_bytes: int) -> bool:
-    """Whether a poll answers now: its entries hold ``min_bytes`` (at least one entry), or
-    a partition has something else to act on."""
-    size = 0
-    for read, answer in zip(reads, answers, strict=True):
-        if isinstance(answer, KafkaError) or read.offset < answer.start_offset or read.offset > answer.end_offset:
-            return True
-        size += sum(entry.size for entry in answer.entries)
-    return size > 0 and size >= min_bytes
 
 
 async def _first_entry(waits: list[Awaitable[CommitEntry]]) -> CommitEntry:

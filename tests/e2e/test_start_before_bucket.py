@@ -7,9 +7,11 @@ together with its MinIO came up only as far as a supervisor's restarts carried i
 from __future__ import annotations
 
 import re
+import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
@@ -59,6 +61,52 @@ def test_a_broker_started_before_its_bucket_answers_waits_then_serves(
         comes_back.cancel()
         broker.kill()
         store.stop()
+
+
+def test_a_broker_waits_through_a_starting_minio_that_answers_503_to_the_cluster_metadata(
+    tmp_path: Path, s3_credentials_env: dict[str, str]
+) -> None:
+    """The bucket's check passes; the first read of the cluster metadata (the controller's
+    start) meets the 503 a MinIO answers until it has its quorum."""
+    store = MotoServer().start()
+    bucket = store.create_bucket().bucket
+    failing = store.fail("GET", "/cluster/metadata.json", ("XMinioServerNotInitialized", "not initialized yet"))
+    broker = _broker(tmp_path, store.endpoint_url, bucket)
+    heals = threading.Timer(3.0, store.heal)
+    try:
+        heals.start()
+        broker.start()
+        assert failing.is_set()
+        log = broker.log_text()
+        assert "broker 1's cluster metadata in the object store does not answer yet" in log
+        assert "XMinioServerNotInitialized" in log and "answers: waited" in log
+        delivered: list[Any] = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce("after-the-503s", b"v", on_delivery=lambda e, m: delivered.append(e))
+        assert producer.flush(30) == 0 and delivered == [None]
+    finally:
+        heals.cancel()
+        broker.kill()
+        store.stop()
+
+
+def test_a_stop_while_it_waits_for_the_bucket_ends_the_start_saying_so(
+    tmp_path: Path, s3_credentials_env: dict[str, str]
+) -> None:
+    broker = _broker(tmp_path, f"http://127.0.0.1:{free_port()}", "b")  # nothing listens; the default wait
+    try:
+        broker.start(wait=False)
+        deadline = time.monotonic() + 60
+        while "does not answer yet" not in broker.log_text():
+            assert time.monotonic() < deadline, broker.log_text()
+            time.sleep(0.1)
+        assert broker.proc is not None
+        broker.proc.send_signal(signal.SIGTERM)  # as systemd or Kubernetes stops it
+        assert broker.proc.wait(10) == 130
+        assert "stopped while waiting for the object store at s3://b/strata" in broker.log_text()
+        assert list(broker.data_dir.iterdir()) == []  # what the start made is gone, its lock file too
+    finally:
+        broker.kill()
 
 
 def test_a_start_gives_up_on_a_bucket_that_never_answers_after_its_wait(

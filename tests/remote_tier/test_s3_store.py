@@ -76,12 +76,21 @@ def test_server_errors_are_unreachable_what_a_start_waits_out(
     server = moto_server
     store = S3ObjectStore(s3_bucket.bucket, endpoint_url=s3_bucket.endpoint_url, max_attempts=1)
     store.put("k", b"v")
-    server.fail("GET", "/k")
+    # S3's own busy answer, and a starting MinIO's (a 503 with a code of its own)
+    for answer in (("SlowDown", "Please reduce your request rate."),
+                   ("XMinioServerNotInitialized", "Server not initialized yet, please try again.")):
+        server.fail("GET", "/k", answer)
+        try:
+            with pytest.raises(ObjectStoreUnreachable, match=answer[0]):
+                store.get("k")
+            with pytest.raises(ObjectStoreUnreachable, match=answer[0]):
+                store.get_with_etag("k")
+        finally:
+            server.heal()
+    server.fail("HEAD", "/k", ("XMinioServerNotInitialized", "Server not initialized yet."))
     try:
-        with pytest.raises(ObjectStoreUnreachable, match="SlowDown"):
-            store.get("k")
-        with pytest.raises(ObjectStoreUnreachable, match="SlowDown"):
-            store.get_with_etag("k")
+        with pytest.raises(ObjectStoreUnreachable, match="503"):
+            store.head("k")
     finally:
         server.heal()
     assert store.get("k") == b"v"

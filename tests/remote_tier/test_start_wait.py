@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 
 from common.errors import KafkaStorageError
+from remote_tier import start_wait
 from remote_tier.errors import ObjectStoreUnavailable, ObjectStoreUnreachable, unreachable_store
 from remote_tier.start_wait import StartWait
 
@@ -75,3 +77,48 @@ def test_an_answer_after_failures_says_how_long_it_waited(caplog: pytest.LogCapt
             clock.now += pause
         wait.answered()
     assert "the object store answers: waited 1.8 s through 3 failed attempt(s)" in caplog.records[-1].getMessage()
+
+
+def test_run_tries_again_until_the_store_answers_and_raises_what_no_wait_mends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    slept: list[float] = []
+    monkeypatch.setattr(start_wait.time, "sleep", slept.append)
+    outcomes: list[Exception | str] = [ObjectStoreUnreachable("refused"), _wrapped(ObjectStoreUnreachable("503")), "ok"]
+
+    def attempt() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert StartWait("the object store", 60_000).run(attempt) == "ok"
+    assert slept == [0.25, 0.5]
+    outcomes[:] = [ObjectStoreUnavailable("bucket 'b' does not exist"), "never reached"]
+    with pytest.raises(ObjectStoreUnavailable, match="does not exist"):
+        StartWait("the object store", 60_000).run(attempt)
+
+
+def test_run_async_waits_on_the_loop_and_a_cancel_ends_it() -> None:
+    async def scenario() -> None:
+        tries = []
+
+        async def attempt() -> str:
+            tries.append(1)
+            if len(tries) < 3:
+                raise ObjectStoreUnreachable("refused")
+            return "ok"
+
+        assert await StartWait("the object store", 60_000).run_async(attempt) == "ok"
+        assert len(tries) == 3
+
+        async def never() -> None:
+            raise ObjectStoreUnreachable("refused")
+
+        waiting = asyncio.ensure_future(StartWait("the object store", 60_000).run_async(never))
+        await asyncio.sleep(0.1)
+        waiting.cancel()  # a stop during the broker's join
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario())

@@ -24,7 +24,7 @@ def test_a_wake_right_after_a_touch_ends_the_min_bytes_poll() -> None:
         fake = types.SimpleNamespace(
             waits=waits,
             _index_one=lambda read: rpc.IndexAnswer(0, 0, ()),
-            _taking={},
+            _loading=set(),
         )
         reads = [rpc.IndexRead(TOPIC, 0, 0, 1 << 20)]
         start = time.monotonic()
