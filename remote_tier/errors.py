@@ -8,7 +8,7 @@ above the :class:`~remote_tier.store.ObjectStore` seam only sees this tree::
     ├── ObjectNotFound           the key does not exist
     ├── PreconditionFailed       a conditional put lost: exists / etag differs / gone
     └── ObjectStoreUnavailable   the store cannot be used; says what to check
-        └── ObjectStoreUnreachable   no answer, or a server error (5xx): may pass by itself
+        └── ObjectStoreUnreachable   no answer, or busy (5xx, 429): may pass by itself
     RemoteStorageError           base of what manifests and the uploader raise
     ├── FencedError              a writer with a higher leader epoch owns the manifest
     ├── ManifestConflictError    the compare-and-set kept losing; retriable
@@ -51,8 +51,9 @@ class ObjectStoreUnavailable(ObjectStoreError):
 
 class ObjectStoreUnreachable(ObjectStoreUnavailable):
     """The store did not answer (no connection, a timeout) or answered with a server error
-    (5xx, SlowDown): what a store restarting or overloaded does, and may pass by itself. A
-    missing bucket or refused credentials are plain :class:`ObjectStoreUnavailable`."""
+    (5xx, 429, SlowDown): what a store restarting or overloaded does, and may pass by itself.
+    A missing bucket, refused credentials or an untrusted certificate are plain
+    :class:`ObjectStoreUnavailable`."""
 
 
 def unreachable_store(exc: BaseException) -> ObjectStoreUnreachable | None:

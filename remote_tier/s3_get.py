@@ -36,10 +36,10 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import quote, urlsplit
 
-__all__ = ["RETRY_CODES", "RETRY_STATUS", "S3GetError", "S3Getter"]
+__all__ = ["RETRY_CODES", "S3GetError", "S3Getter"]
 
-#: what S3 answers when it is busy or failing (retried; a start waits them out)
-RETRY_STATUS = frozenset({500, 502, 503, 504})
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+#: what S3 answers when it is busy or failing, whatever the status (retried; a start waits them out)
 RETRY_CODES = frozenset({"SlowDown", "Throttling", "RequestTimeout", "InternalError", "ServiceUnavailable"})
 _CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
@@ -128,7 +128,7 @@ class S3Getter:
                 if status in (200, 206):
                     return status, body
                 err = _error(status, bytes(body))  # error bodies are never read into a buffer
-                if (status not in RETRY_STATUS and err.code not in RETRY_CODES) or (
+                if (status not in _RETRY_STATUS and err.code not in RETRY_CODES) or (
                     attempt == self._attempts
                 ):
                     raise err

@@ -81,4 +81,3 @@ def open_object_store(
         f"object store URL {url!r}: unknown scheme {parts.scheme!r}; "
         "use file:///PATH or s3://BUCKET/PREFIX"
     )
-

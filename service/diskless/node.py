@@ -170,6 +170,8 @@ class DisklessNode:
                 self._taking[key] = reg.leader_epoch
                 if reg.leader_epoch == 0:  # no handover to wait for: reads wait for the takeover
                     self._loading.add(key)
+                else:  # reads wait only once its handover wait is over
+                    self._loading.discard(key)
                 self._broker.spawn(self._take_over(info, index, reg.leader_epoch))
         for key in sequencer.led():
             if md.topic_by_id(key[0]) is None:  # deleted: its sequencer deletes its bucket data
@@ -203,7 +205,8 @@ class DisklessNode:
         try:
             if epoch > 0:
                 await asyncio.sleep(self.handover_wait_s)
-                self._loading.add(key)  # reads wait for the rest
+                if self._taking.get(key) == epoch:  # reads wait for the rest
+                    self._loading.add(key)
             if not self._still_leads(key, epoch):
                 return
             sequencer = self.sequencer
