@@ -10,6 +10,7 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,22 +25,34 @@ def _broker(tmp_path: Path, endpoint: str, bucket: str, **sets: str) -> BrokerPr
                          args=["--object-store", f"s3://{bucket}/strata", "--s3-endpoint", endpoint])
 
 
+def _once_logged(broker: BrokerProcess, text: str, action: Callable[[], object]) -> threading.Thread:
+    """A thread that runs ``action`` once the broker's log holds ``text`` (not if the broker
+    exits first, or after 60 s)."""
+    def watch() -> None:
+        deadline = time.monotonic() + 60
+        while text not in broker.log_text():
+            if time.monotonic() > deadline or (broker.proc is not None and broker.proc.poll() is not None):
+                return
+            time.sleep(0.1)
+        action()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_broker_started_before_its_bucket_answers_waits_then_serves(
     tmp_path: Path, s3_credentials_env: dict[str, str]
 ) -> None:
     store = MotoServer().start()
     bucket = store.create_bucket().bucket
-    store.stop()  # refused connections from here, as a MinIO not started yet
+    store.stop()  # refused connections, as a MinIO not started yet
     broker = _broker(tmp_path, store.endpoint_url, bucket)
-    comes_back = threading.Timer(4.0, store.start)
     try:
-        comes_back.start()
-        started = time.monotonic()
+        # the store comes back once the broker has said it waits for it
+        _once_logged(broker, f"the object store at s3://{bucket}/strata does not answer yet", store.start)
         broker.start()  # returns once it listens: after the store answered
-        assert time.monotonic() - started >= 3.5
-        log = broker.log_text()
-        assert f"the object store at s3://{bucket}/strata does not answer yet" in log
-        assert "answers: waited" in log
+        assert "answers: waited" in broker.log_text()
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         delivered = []
         for i in range(20):
@@ -58,7 +71,6 @@ def test_a_broker_started_before_its_bucket_answers_waits_then_serves(
         consumer.close()
         assert values == [b"%d" % i for i in range(20)]
     finally:
-        comes_back.cancel()
         broker.kill()
         store.stop()
 
@@ -72,20 +84,18 @@ def test_a_broker_waits_through_a_starting_minio_that_answers_503_to_the_cluster
     bucket = store.create_bucket().bucket
     failing = store.fail("GET", "/cluster/metadata.json", ("XMinioServerNotInitialized", "not initialized yet"))
     broker = _broker(tmp_path, store.endpoint_url, bucket)
-    heals = threading.Timer(3.0, store.heal)
     try:
-        heals.start()
+        waiting = "broker 1's cluster metadata in the object store does not answer yet"
+        _once_logged(broker, waiting, store.heal)  # MinIO has its quorum once the broker waits
         broker.start()
         assert failing.is_set()
         log = broker.log_text()
-        assert "broker 1's cluster metadata in the object store does not answer yet" in log
-        assert "XMinioServerNotInitialized" in log and "answers: waited" in log
+        assert waiting in log and "XMinioServerNotInitialized" in log and "answers: waited" in log
         delivered: list[Any] = []
         producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce("after-the-503s", b"v", on_delivery=lambda e, m: delivered.append(e))
         assert producer.flush(30) == 0 and delivered == [None]
     finally:
-        heals.cancel()
         broker.kill()
         store.stop()
 
