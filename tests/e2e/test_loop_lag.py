@@ -92,13 +92,17 @@ class Starvation:
     then only stalls beyond :data:`STARVED_LIMIT_S` count against the broker (the stalls
     this test is about were 0.7 s and 5.7 s)."""
 
-    def __init__(self) -> None:
+    def __init__(self, broker_pid: int | None = None) -> None:
         self.worst_s = 0.0
         self.load = 0.0
+        #: how long the broker's loop thread (its main thread) waited for a core meanwhile, in all
+        self.loop_waited_s = 0.0
+        self._schedstat = None if broker_pid is None else f"/proc/{broker_pid}/task/{broker_pid}/schedstat"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Starvation:
+        self.loop_waited_s = -self._run_delay_s()
         self._thread.start()
         return self
 
@@ -106,6 +110,14 @@ class Starvation:
         self._stop.set()
         self._thread.join()
         self.load = os.getloadavg()[0]
+        self.loop_waited_s += self._run_delay_s()
+
+    def _run_delay_s(self) -> float:
+        """The thread's time on the run queue, waiting for a core (schedstat's second field)."""
+        if self._schedstat is None:
+            return 0.0
+        with open(self._schedstat) as f:
+            return int(f.read().split()[1]) / 1e9
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -119,7 +131,8 @@ class Starvation:
 
     def __str__(self) -> str:
         return f"load average {self.load:.1f} on {os.cpu_count()} cores, this process waited up to " \
-               f"{self.worst_s * 1000:.0f} ms for a core"
+               f"{self.worst_s * 1000:.0f} ms for a core, the broker's loop thread " \
+               f"{self.loop_waited_s * 1000:.0f} ms in all"
 
 
 def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machine: Starvation,
@@ -131,7 +144,10 @@ def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machi
     (its stall watch logs the loop running one thing for 40 ms): the loop was then waiting
     for a core, not working. Two CI runs failed on a single such probe among ~500, at a load
     average of 2.7 with other tests' brokers on the same two cores; the stalls this test
-    is about were 0.7 s and 5.7 s, and any probe over 100 ms still fails it."""
+    is about were 0.7 s and 5.7 s. So are late probes up to 250 ms, when no stall was logged
+    and the broker's loop thread itself waited on the run queue for at least 50 ms per late
+    probe (``Starvation(broker_pid)``; a loop held by a worker's GIL waits asleep, not
+    there): a CI run at a load average of 2.6 had two, at 50-100 and 100-250 ms."""
     after = _lag(broker)
     delta = {bound: after[bound] - before[bound] for bound in after}
     samples = delta[float("inf")]
@@ -145,6 +161,9 @@ def _assert_no_late_probe(broker: BrokerProcess, before: dict[float, int], machi
     too_late = delta[float("inf")] - delta[limit]
     if too_late == 1 and limit == LAG_LIMIT_S and delta[float("inf")] == delta[0.1] and stalls == NO_STALL:
         return  # one probe in (50, 100] ms, the loop doing nothing that long: a core was busy elsewhere
+    if (stalls == NO_STALL and delta[float("inf")] == delta[STARVED_LIMIT_S]
+            and machine.loop_waited_s >= LAG_LIMIT_S * too_late):
+        return  # none past 250 ms, the loop running nothing long, its thread waiting for a core that long
     assert too_late == 0, f"{too_late} of {samples} probes ran more than {limit * 1000:g} ms late: {late} " \
                           f"({machine}); the broker logged:\n{stalls}"
 
@@ -202,7 +221,7 @@ def _delete_1000_partitions(broker: BrokerProcess) -> None:
     before = _settled(broker)  # creating the partitions has its own stalls (not this test's)
     log_from = _log_size(broker)
 
-    with Starvation() as machine:
+    with Starvation(broker.proc.pid if broker.proc is not None else None) as machine:
         futures = client.delete_topics(["wide"], request_timeout=CLIENT_TIMEOUT_S)
         futures["wide"].result(timeout=CLIENT_TIMEOUT_S)
         wait_until(lambda: not any(p.name.startswith("wide") for p in logs.iterdir()),
@@ -270,7 +289,7 @@ def _failover(cluster: Cluster) -> None:
     before = _settled(survivor)  # every id is on both brokers: InitProducerId waits for the ISR
     log_from = _log_size(survivor)
 
-    with Starvation() as machine:
+    with Starvation(survivor.proc.pid if survivor.proc is not None else None) as machine:
         cluster.kill(leader)
         cluster.wait_for("the survivor leads __transaction_state",
                          lambda: _leader(survivor, "__transaction_state") == 3 - leader, timeout_s=30)
