@@ -12,11 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from confluent_kafka import Consumer, Producer
 
 from tests.conftest import BrokerProcess, free_port
+from tests.e2e import helpers
 from tests.s3_fixtures import MotoServer
 
 
@@ -53,23 +51,9 @@ def test_a_broker_started_before_its_bucket_answers_waits_then_serves(
         _once_logged(broker, f"the object store at s3://{bucket}/strata does not answer yet", store.start)
         broker.start()  # returns once it listens: after the store answered
         assert "answers: waited" in broker.log_text()
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        delivered = []
-        for i in range(20):
-            producer.produce("after-the-wait", value=b"%d" % i, on_delivery=lambda e, m: delivered.append(e))
-        assert producer.flush(30) == 0
-        assert delivered == [None] * 20
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "g",
-                             "auto.offset.reset": "earliest"})
-        consumer.subscribe(["after-the-wait"])
-        values: list[bytes] = []
-        deadline = time.monotonic() + 30
-        while len(values) < 20 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-        consumer.close()
-        assert values == [b"%d" % i for i in range(20)]
+        values = [b"%d" % i for i in range(20)]
+        assert helpers.produce_values(broker.bootstrap, "after-the-wait", values) == list(range(20))
+        assert [m.value() for m in helpers.consume(broker.bootstrap, "after-the-wait", [0], 20)] == values
     finally:
         broker.kill()
         store.stop()
@@ -91,10 +75,7 @@ def test_a_broker_waits_through_a_starting_minio_that_answers_503_to_the_cluster
         assert failing.is_set()
         log = broker.log_text()
         assert waiting in log and "XMinioServerNotInitialized" in log and "answers: waited" in log
-        delivered: list[Any] = []
-        producer = Producer({"bootstrap.servers": broker.bootstrap})
-        producer.produce("after-the-503s", b"v", on_delivery=lambda e, m: delivered.append(e))
-        assert producer.flush(30) == 0 and delivered == [None]
+        assert helpers.produce_values(broker.bootstrap, "after-the-503s", [b"v"]) == [0]
     finally:
         broker.kill()
         store.stop()
