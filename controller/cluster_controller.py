@@ -18,6 +18,9 @@ Every broker runs one. It competes for the controller lease
    every write it checks that its lease still holds on its own monotonic clock;
    once it does not, or a write finds a higher epoch, it stops (``is_active``
    False, ``NotControllerError`` to callers).
+3. When its lease runs out because the bucket answers nobody, it may *hold* the cluster
+   as it is (:mod:`controller.outage_hold`, ADR 0031): it answers heartbeats that change
+   nothing, writes nothing, and every broker goes on leading what it led.
 
 The methods map 1:1 onto Kafka's controller APIs, for the broker side to wire
 in phase 2: BrokerRegistration -> :meth:`register_broker`, BrokerHeartbeat ->
@@ -69,6 +72,7 @@ from controller.membership import (
     register_broker,
 )
 from controller.metadata_store import ObjectStoreMetadataStore
+from controller.outage_hold import OutageHold
 from controller.partition_change import Election
 from controller.placement import PlacementBroker
 from controller.records import TopicInfo
@@ -87,7 +91,7 @@ from controller.replication_control import (
 )
 from controller.topic_changes import Placement, require
 from controller.writer import MetadataWriter
-from remote_tier.store import ObjectStore
+from remote_tier.store import ObjectStore, ObjectStoreError
 
 __all__ = ["ClusterController", "Reassignment"]
 
@@ -155,6 +159,8 @@ class ClusterController(MetadataWriter):
             ),
         )
         self._lease_lock = threading.Lock()
+        self._hold = OutageHold(self._lease.timings, monotonic)
+        self._held = False  # a hold was logged as begun (ADR 0031)
         self._epoch = 0  # the epoch of the last acquisition; stamped on every write
         self._active = False
         self._sessions = BrokerHeartbeatTracker(
@@ -224,7 +230,7 @@ class ClusterController(MetadataWriter):
     @property
     def controller_id(self) -> int:
         """The active controller's node id as far as this node knows (-1: none known)."""
-        if self.is_active:
+        if self.is_active or self.holding:
             return self.node_id
         seen = self._lease.observed
         mine = seen is not None and seen.incarnation_id == str(self._incarnation_id)
@@ -245,8 +251,79 @@ class ClusterController(MetadataWriter):
             ]
 
     def lease_remaining_ms(self) -> float:
-        """How much longer this node may act as controller without a renewal (0: not)."""
-        return self._lease.remaining_ms() if self.is_active else 0.0
+        """How much longer this node may act as controller without a renewal, or hold the
+        cluster as it is through a bucket outage (0: neither)."""
+        return self._lease.remaining_ms() if self.is_active else self.hold_remaining_ms()
+
+    # -- a bucket outage every broker sees (ADR 0031) -----------------------------------------
+
+    def hold_remaining_ms(self) -> float:
+        """How much longer this node holds the cluster as it is (0: it does not): its lease
+        ran out unanswered at the epoch the metadata names, and every other registered,
+        unfenced broker reports that it cannot read the lease either. Any thread."""
+        if self.is_active:
+            return 0.0
+        md = self.metadata
+        if (md.controller_id, md.controller_epoch) != (self.node_id, self._epoch):
+            return 0.0
+        others = (n for n, b in md.brokers.items() if not b.fenced and n != self.node_id)
+        return self._hold.remaining_ms(self._lease.lapsed_at, self._committer.in_doubt, others)
+
+    @property
+    def holding(self) -> bool:
+        return self.hold_remaining_ms() > 0
+
+    @property
+    def hold_grant_ms(self) -> int:
+        """How long a broker answered "hold" may lead without reading the metadata, from
+        before it asked (0: this cluster never holds)."""
+        return self._lease.timings.hold_grant_ms if self._hold.enabled else 0
+
+    def bucket_blind(self) -> bool:
+        """This node cannot read the controller lease, or its lease ran out unanswered."""
+        return (self._lease.read_failing or self._lease.lapsed_at is not None) and not self._lease.holds()
+
+    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int]:
+        """A broker that cannot read the lease says so, echoing the token of this node's
+        last answer to it (0: none); whether this node holds the cluster as it is, and a
+        token for the broker's next report. Counted only from a registered, unfenced
+        broker at its current epoch that has loaded this node's metadata revision. Never
+        blocks."""
+        md = self.metadata
+        registration = md.brokers.get(broker_id)
+        counts = (registration is not None and not registration.fenced
+                  and registration.broker_epoch == broker_epoch and revision == md.revision)
+        if counts and broker_id != self.node_id:
+            self._hold.report(broker_id, token)
+        holds = counts and self.holding
+        if holds:
+            self._hold.grant()
+        return holds, self._hold.token()
+
+    def _may_take_over(self) -> bool:
+        """Whether this node, registered and unfenced in the newest metadata (read now), is
+        one a holding controller asks: else it takes a lease over only after the longest
+        hold too."""
+        try:
+            self.refresh()
+        except (KafkaError, ObjectStoreError) as err:
+            _log.info("cannot read the cluster metadata before taking the lease over: %s", err)
+            return False
+        registration = self.metadata.brokers.get(self.node_id)
+        return registration is not None and not registration.fenced
+
+    def _say_hold(self) -> None:
+        held = self.holding
+        if held and not self._held:
+            _log.warning("node %d holds the cluster as it is: neither it nor any other broker "
+                         "reaches the bucket. Every broker goes on leading what it led; nothing "
+                         "is written to the metadata until the bucket answers (at most %d s)",
+                         self.node_id, self._lease.timings.outage_hold_max_ms // 1000)
+        elif self._held and not held:
+            _log.warning("node %d no longer holds the cluster as it is (%s)", self.node_id,
+                         "the lease is its again" if self._lease.holds() else
+                         "a broker reads the bucket, or stopped reporting, or the hold's bound passed")
+        self._held = held
 
     def peer_unreachable(self, node_id: int) -> None:
         """A connection to or from ``node_id`` dropped: probe it on this role's thread (a
@@ -258,14 +335,18 @@ class ClusterController(MetadataWriter):
         brokers); returns the milliseconds until the next call is useful."""
         event = self._probe_suspects()
         if event is not LeaseEvent.ACQUIRED:
+            eligible = self._may_take_over if self._hold.enabled else None
             with self._lease_lock:
-                event = self._lease.step(min_epoch=self.metadata.controller_epoch)
+                event = self._lease.step(min_epoch=self.metadata.controller_epoch, eligible=eligible)
         if event is LeaseEvent.ACQUIRED:
             self._epoch = self._lease.epoch
             self._active = False
         if event is LeaseEvent.LOST or (self._active and not self._lease.holds()):
             self._deactivate("lost the controller lease")
-        if self._lease.holds() and not self._active:
+        self._say_hold()
+        # after a hold, no leadership moves while a broker may rely on its last answer
+        promised_ms = self._hold.promised_until - self._monotonic()
+        if self._lease.holds() and not self._active and promised_ms <= 0:
             self._activate()
         if self.is_active and self._quorum_lost():
             self._stand_down()
@@ -281,7 +362,8 @@ class ClusterController(MetadataWriter):
                 _log.warning("could not move leaders back to their preferred replicas: %s", err)
             self._maybe_prepare_plans()
         return min(self._lease.next_step_in_ms(), float(self._lease.timings.poll_ms),
-                   self._suspects.next_due_ms(), self._plans_due_ms())
+                   self._suspects.next_due_ms(), self._plans_due_ms(),
+                   promised_ms if promised_ms > 0 else float("inf"))
 
     def _probe_suspects(self) -> LeaseEvent:
         """Probe the peers whose connection dropped: fence the dead ones (active), or take
@@ -706,8 +788,9 @@ class ClusterController(MetadataWriter):
         """A BrokerHeartbeat that leaves the broker's state as it is, answered without a
         write and without the commit lock (a metadata write holds it while the bucket is
         slow): the broker is alive as of now. None when the heartbeat changes something
-        (:meth:`broker_heartbeat` then writes it). Never blocks."""
-        self._require_active()
+        (:meth:`broker_heartbeat` then writes it). Answered during a hold too. Never blocks."""
+        if not self.is_active and not self.holding:
+            self._require_active()
         registration = self.metadata.brokers.get(broker_id)
         if registration is None or registration.broker_epoch != broker_epoch:
             return None

@@ -144,6 +144,9 @@ class MetadataCommitter:
         #: fencings made ahead (:mod:`controller.fence_ahead`): the controller's to write, a
         #: broker's to recognise in what it reads
         self.ahead: FenceAhead | None = None
+        #: a write of this committer's may have landed unseen: it failed without an answer,
+        #: and no read of the log since told what the log holds (ADR 0031)
+        self.in_doubt = False
         self._since_snapshot = 0  # bytes of log written since the last snapshot
         self._last_snapshot = monotonic()
         self._snapshotting = threading.Lock()
@@ -177,6 +180,7 @@ class MetadataCommitter:
         the one its replay would give."""
         texts = self._log.read_texts_after(base.revision, self.ahead.known_lines() if self.ahead is not None else ())
         started = self._monotonic()
+        self.in_doubt = False
         if not texts:
             self._tip = (base.revision, started)
             return base
@@ -243,6 +247,7 @@ class MetadataCommitter:
         md = base.metadata
         if not records and (md.controller_epoch, md.controller_id) == (controller_epoch, writer):
             return base
+        self.in_doubt = True  # until this write's outcome is known
         if base.format_version < 3:
             base = self._switch_to_log(base, controller_epoch, writer)
             records.append({"type": "FeatureLevelRecord", "name": "strata.metadata.format",
@@ -270,6 +275,7 @@ class MetadataCommitter:
         self._tip = (image.revision, started)
         self._since_snapshot += size
         committed = Snapshot(image, _log_version(image.revision))
+        self.in_doubt = False
         self._maybe_snapshot(committed)
         return committed
 

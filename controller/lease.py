@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 
+from common.spell_log import SpellLog
 from controller.lease_record import NO_HOLDER, LeaseRecord, LeaseTimings, monotonic_ms, wall_ms
 from remote_tier.store import (
     ObjectNotFound,
@@ -59,6 +60,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 LEASE_KEY = "cluster/controller-lease"
+#: a candidate that cannot read the lease says so at the first failure, then this often
+READ_FAILURE_LOG_EVERY_S = 10.0
 Clock = Callable[[], float]
 
 
@@ -124,6 +127,19 @@ class ControllerLease:
         self._observed_etag: str | None = None
         self._observed_since = 0.0
         self._next_poll = 0.0
+        # a bucket outage (ADR 0031): this node's last read of the lease failed, or the one
+        # in flight (started at _read_started) has lasted longer than _slow_read_ms
+        self._read_failing = False
+        self._read_started: float | None = None
+        self._slow_read_ms = max(timings.poll_ms, timings.lease_ms // 4)
+        self._read_spell = SpellLog(READ_FAILURE_LOG_EVERY_S)
+        # a renewal's outcome is unknown: someone else may have written the lease
+        self._renew_conflict = False
+        # a renewal failed unanswered since the last one that succeeded, or one is in flight
+        self._renew_failed = False
+        self._renewing = False
+        # the deadline of a holding that ran out with only failed requests since (else None)
+        self._lapsed_at: float | None = None
 
     @property
     def timings(self) -> LeaseTimings:
@@ -143,6 +159,28 @@ class ControllerLease:
         """The lease as last read or written by this node (who holds it, at what epoch)."""
         return self._record if self._record is not None else self._observed
 
+    @property
+    def read_failing(self) -> bool:
+        """This node's last read of the lease failed, or the one in flight has gone
+        unanswered for a while: any takeover by it now needs the lease's whole wait from
+        a later read that succeeds (ADR 0031). Any thread."""
+        started = self._read_started
+        return self._read_failing or (started is not None and self._monotonic() - started > self._slow_read_ms)
+
+    @property
+    def lapsed_at(self) -> float | None:
+        """The monotonic instant this node's holding ran out, when every request it made of
+        the lease since its last renewal failed or went unanswered (the bucket did not
+        answer: nobody it could see took the lease over); None otherwise (ADR 0031). Any
+        thread: a renewal hanging past the deadline counts before it fails."""
+        if self._record is not None:
+            deadline = self._deadline
+            return deadline if self._monotonic() >= deadline and self._lapsed_unanswered() else None
+        return self._lapsed_at
+
+    def _lapsed_unanswered(self) -> bool:
+        return (self._renew_failed or self._renewing) and not self._renew_conflict
+
     def holds(self) -> bool:
         """Whether this node holds the lease and may act now (its deadline is ahead)."""
         return self._record is not None and self._monotonic() < self._deadline
@@ -159,21 +197,25 @@ class ControllerLease:
         due = min(self._next_renew, self._deadline) if self._record else self._next_poll
         return max(0.0, due - now)
 
-    def step(self, min_epoch: int = 0) -> LeaseEvent:
+    def step(self, min_epoch: int = 0, eligible: Callable[[], bool] | None = None) -> LeaseEvent:
         """Renew, give up, observe or take over, whichever is due; at most one request.
 
         ``min_epoch``: a new acquisition takes an epoch above it (the highest
         controller epoch seen in the metadata) as well as above the lease's.
+        ``eligible()``: asked once a held lease has been waited out, whether this node is
+        registered and unfenced in the newest metadata; one that is not waits
+        ``outage_hold_max_ms`` more (a holding controller did not ask it, ADR 0031).
         """
         if self._record is not None:
             now = self._monotonic()
             if now >= self._deadline:
-                self._drop(f"no renewal succeeded within {self._timings.valid_for_ms} ms")
+                self._drop(f"no renewal succeeded within {self._timings.valid_for_ms} ms",
+                           lapsed_at=self._deadline if self._lapsed_unanswered() else None)
                 return LeaseEvent.LOST
             if now < self._next_renew:
                 return LeaseEvent.NONE
             return self._renew(now)
-        return self._observe(min_epoch)
+        return self._observe(min_epoch, eligible)
 
     def abandon(self, why: str) -> None:
         """Stop holding without touching the object (the metadata showed a newer controller)."""
@@ -209,6 +251,7 @@ class ControllerLease:
         renewed = replace(
             self._record, renewals=self._record.renewals + 1, renewed_wall_ms=self._wall_clock()
         )
+        self._renewing = True
         try:
             etag = self._store.put_if_match(self._key, renewed.encode(), self._etag)
         except PreconditionFailed:
@@ -217,9 +260,13 @@ class ControllerLease:
             _log.warning(
                 "controller lease renewal failed (%.0f ms left): %s", self.remaining_ms(), err
             )
+            self._renew_failed = True
             self._next_renew = t0 + self._timings.poll_ms
             return LeaseEvent.NONE
+        finally:
+            self._renewing = False
         self._record, self._etag = renewed, etag
+        self._renew_conflict = self._renew_failed = False
         self._deadline = t0 + self._timings.valid_for_ms
         self._next_renew = t0 + self._timings.renew_ms
         return LeaseEvent.RENEWED
@@ -234,10 +281,12 @@ class ControllerLease:
             current, etag = None, ""
         except (ObjectStoreError, ValueError) as err:
             _log.warning("controller lease changed and cannot be read: %s", err)
+            self._renew_conflict = True
             self._next_renew = t0 + self._timings.poll_ms
             return LeaseEvent.NONE
         if current is not None and self._is_mine(current) and current.epoch == self.epoch:
             self._record, self._etag = current, etag
+            self._renew_conflict = False
             self._next_renew = t0
             return LeaseEvent.NONE
         self._drop(
@@ -249,7 +298,8 @@ class ControllerLease:
             self._start_observing(current, etag, self._monotonic())
         return LeaseEvent.LOST
 
-    def _drop(self, why: str) -> None:
+    def _drop(self, why: str, lapsed_at: float | None = None) -> None:
+        self._lapsed_at = lapsed_at  # (before the record goes: lapsed_at reads both)
         if self._record is not None:
             _log.warning(
                 "node %d is no longer the controller (epoch %d): %s",
@@ -263,21 +313,27 @@ class ControllerLease:
         self._deadline = self._next_renew = 0.0
         self._observed_etag = None
         self._next_poll = 0.0
+        self._renew_conflict = self._renew_failed = False
 
     # -- candidate ------------------------------------------------------------------------
 
-    def _observe(self, min_epoch: int) -> LeaseEvent:
+    def _observe(self, min_epoch: int, eligible: Callable[[], bool] | None) -> LeaseEvent:
         if self._monotonic() < self._next_poll:
             return LeaseEvent.NONE
         self._next_poll = self._monotonic() + self._timings.poll_ms
         current: LeaseRecord | None
         try:
-            data, etag = get_with_etag(self._store, self._key)
+            data, etag = self._read()
         except ObjectNotFound:
             return self._acquire(None, None, min_epoch)
         except ObjectStoreError as err:
-            _log.warning("cannot read the controller lease: %s", err)
+            if self._read_spell.failed():  # a bucket outage: at its start, then every 10 s
+                _log.warning("cannot read the controller lease (%d attempt(s) so far): %s",
+                             self._read_spell.count, err)
             return LeaseEvent.NONE
+        if failures := self._read_spell.ended():
+            _log.info("node %d reads the controller lease again after %d failed attempt(s)",
+                      self._node_id, failures)
         seen_at = self._monotonic()  # after the read: never earlier than the write it saw
         try:
             current = LeaseRecord.decode(data)
@@ -296,9 +352,35 @@ class ControllerLease:
             return LeaseEvent.NONE
         holder_ms = current.lease_ms if current is not None else 0
         wait = max(holder_ms, self._timings.lease_ms) + self._timings.clock_skew_ms
-        if seen_at - self._observed_since < wait:
+        waited = seen_at - self._observed_since
+        if waited < wait:
+            return LeaseEvent.NONE
+        if (eligible is not None and waited < wait + self._timings.outage_hold_max_ms
+                and not eligible()):
             return LeaseEvent.NONE
         return self._acquire(current, etag, min_epoch)
+
+    def _read(self) -> tuple[bytes, str]:
+        """Read the lease object (raises as ``get_with_etag``). A failed read restarts the
+        wait of a takeover and keeps :attr:`read_failing` set until a read succeeds."""
+        started = self._read_started = self._monotonic()
+        try:
+            data, etag = get_with_etag(self._store, self._key)
+        except ObjectNotFound:
+            self._read_failing = False
+            self._lapsed_at = None
+            raise
+        except ObjectStoreError:
+            self._read_failing = True
+            self._observed_etag = None
+            raise
+        finally:
+            self._read_started = None
+        if self._monotonic() - started > self._slow_read_ms:  # it was read_failing meanwhile
+            self._observed_etag = None
+        self._read_failing = False
+        self._lapsed_at = None
+        return data, etag
 
     def take_over_if_gone(self, is_gone: Callable[[int], bool], min_epoch: int = 0) -> LeaseEvent:
         """Take the lease at once, without waiting it out, when its holder's process is
@@ -311,7 +393,7 @@ class ControllerLease:
         if self._record is not None:
             return LeaseEvent.NONE
         try:
-            data, etag = get_with_etag(self._store, self._key)
+            data, etag = self._read()
             current = LeaseRecord.decode(data)
         except (ObjectStoreError, ValueError) as err:
             _log.info("cannot read the controller lease to check its holder: %s", err)

@@ -44,11 +44,14 @@ class LeaseTimings:
     safety_margin_ms: int = 1_500
     clock_skew_ms: int = 500
     poll_ms: int = 500
+    #: how long at most a controller whose lease ran out in a bucket outage every broker
+    #: sees holds the cluster as it is (0: never; ADR 0031)
+    outage_hold_max_ms: int = 0
 
     def __post_init__(self) -> None:
         if min(self.lease_ms, self.renew_ms, self.poll_ms) <= 0:
             raise ValueError("controller lease timings must be positive")
-        if self.safety_margin_ms < 0 or self.clock_skew_ms < 0:
+        if self.safety_margin_ms < 0 or self.clock_skew_ms < 0 or self.outage_hold_max_ms < 0:
             raise ValueError("controller lease safety margin and clock skew must be >= 0")
         if self.renew_ms + self.safety_margin_ms >= self.lease_ms:
             raise ValueError(
@@ -66,12 +69,27 @@ class LeaseTimings:
             safety_margin_ms=config.get_int("controller.lease.safety.margin.ms"),
             clock_skew_ms=config.get_int("controller.lease.clock.skew.ms"),
             poll_ms=config.get_int("controller.lease.poll.ms"),
+            outage_hold_max_ms=config.get_int("controller.bucket.outage.hold.ms"),
         )
 
     @property
     def valid_for_ms(self) -> int:
         """How long after sending a successful renewal the holder may act."""
         return self.lease_ms - self.safety_margin_ms
+
+    @property
+    def hold_report_ms(self) -> int:
+        """How long a broker's report that it cannot read the lease counts for a controller
+        holding through a bucket outage, from the controller's answer the report echoes
+        (ADR 0031): with :attr:`hold_grant_ms`, three quarters of the wait any takeover needs
+        after the broker reads the bucket again."""
+        return self.lease_ms * 3 // 8
+
+    @property
+    def hold_grant_ms(self) -> int:
+        """How long a broker that cannot read the metadata may go on leading after it sent
+        a request the holding controller answered (ADR 0031)."""
+        return self.lease_ms * 3 // 8
 
 
 @dataclass(frozen=True, slots=True)

@@ -423,6 +423,12 @@ BROKER_CONFIGS: Mapping[str, ConfigDef] = _table(
     ConfigDef("controller.lease.poll.ms", "long", "500",
             "How often a broker that is not the controller reads the lease (Strata).",
             validator=at_least(1)),
+    ConfigDef("controller.bucket.outage.hold.ms", "long", "300000",
+            "How long at most the controller holds the cluster as it is (every broker leads "
+            "what it led, no metadata is written) when its lease runs out because the bucket "
+            "does not answer and every other unfenced broker reports the same; 0: never, every "
+            "broker stops leading within a session of the outage (Strata, ADR 0031).",
+            validator=at_least(0)),
     ConfigDef("event.loop.lag.probe.interval.ms", "int", "100",
             "How often the event loop's lag is probed (strata_event_loop_lag_seconds); a stall "
             "shorter than this may fall between two probes (Strata).",

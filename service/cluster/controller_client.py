@@ -6,8 +6,9 @@ CreateTopics for its own internal topics, and Envelope for the admin requests
 it forwards) goes through :meth:`ControllerClient.call`, which finds the active
 controller and retries until a deadline:
 
-* When this very broker holds the controller lease and is active, the call is
-  the :class:`controller.ClusterController` method, on a worker thread (it does
+* When this very broker holds the controller lease and is active, or holds the
+  cluster as it is through a bucket outage (ADR 0031), the call is the
+  :class:`controller.ClusterController` method, on a worker thread (it does
   object store I/O) -- no socket, no encoding.
 * Otherwise it asks the node the lease (or, failing that, the metadata) names,
   over the peer channel. ``NOT_CONTROLLER`` (the node lost the lease since),
@@ -52,6 +53,9 @@ class LocalController(Protocol):
     @property
     def controller_id(self) -> int: ...
 
+    @property
+    def holding(self) -> bool: ...
+
 
 class ControllerClient:
     """Calls to the active controller, local or remote (see the module docstring)."""
@@ -86,13 +90,14 @@ class ControllerClient:
     async def call(
         self,
         api_key: int,
-        fields: Mapping[str, Any] | Callable[[int], Any],
+        fields: Mapping[str, Any] | Callable[[int], Any] | bytes,
         *,
         local: Callable[[], _T] | None = None,
         answer: Callable[[int, Any], _T] | None = None,
         timeout_s: float | None = None,
     ) -> _T:
         """One controller call, retried until ``timeout_s`` (default: the client's).
+        ``fields`` as bytes: the body of an API of Strata's own (answered with bytes).
 
         ``local`` is the blocking call to make on this broker's own controller when it
         is active (run on a worker thread); ``answer(version, response)`` turns a remote
@@ -117,12 +122,12 @@ class ControllerClient:
     async def _attempt(
         self,
         api_key: int,
-        fields: Mapping[str, Any] | Callable[[int], Any],
+        fields: Mapping[str, Any] | Callable[[int], Any] | bytes,
         local: Callable[[], _T] | None,
         answer: Callable[[int, Any], _T] | None,
         deadline: float,
     ) -> _T:
-        if self._local.is_active and local is not None:
+        if local is not None and (self._local.is_active or self._local.holding):
             return await asyncio.to_thread(local)
         target = self._local.controller_id
         if target == NO_LEADER:
@@ -134,10 +139,11 @@ class ControllerClient:
             raise NotControllerError("the lease names this broker's previous incarnation")
         if answer is None:
             raise NotControllerError(f"api {api_key} is served only by the local controller")
-        attempt_s = min(deadline - time.monotonic(), self._timeout_s / 3)
-        version, response = await self._peers.request(
-            target, api_key, fields, timeout_s=max(0.1, attempt_s)
-        )
+        attempt_s = max(0.1, min(deadline - time.monotonic(), self._timeout_s / 3))
+        if isinstance(fields, bytes):
+            raw = await self._peers.channel(target).request_raw(api_key, fields, timeout_s=attempt_s)
+            return answer(0, raw)
+        version, response = await self._peers.request(target, api_key, fields, timeout_s=attempt_s)
         return answer(version, response)
 
     def remote(

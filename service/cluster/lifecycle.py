@@ -30,6 +30,11 @@ Kafka's ``BrokerLifecycleManager``, over :class:`ControllerClient`:
    the bucket) stops leading and heartbeats ``want_fence``, so its partitions move.
    None of this applies to the only broker of a cluster: nobody can be elected in its
    place, so it goes on serving through a bucket outage (its local tail).
+   Nor, for a while, to a broker the controller holds the cluster for (ADR 0031): while
+   this broker cannot read the controller lease it tells the controller so (OutageHold,
+   :mod:`service.cluster.hold_rpc`), and when the controller answers that it holds the
+   cluster as it is, this broker may lead without reading the metadata for
+   ``hold_grant_ms`` after it asked.
 5. **A failed log directory** (a failed fsync or write, :mod:`local_tier.dir_failure`):
    every heartbeat names it in ``offline_log_dirs`` and asks to be fenced, so the
    controller moves this broker's leaderships and ISR places away at once (its one log
@@ -57,6 +62,7 @@ from controller.errors import DuplicateBrokerRegistrationError, StaleBrokerEpoch
 from controller.lease_record import monotonic_ms
 from controller.membership import HeartbeatReply, RegistrationRequest
 from controller.registrations import Endpoint
+from service.cluster import hold_rpc
 from service.cluster.controller_client import ControllerClient
 from service.cluster.identity import NodeIdentity
 from service.cluster.wire import raise_for, request_module
@@ -90,6 +96,10 @@ class ControllerSide(Protocol):
 
     def lease_remaining_ms(self) -> float: ...
 
+    def bucket_blind(self) -> bool: ...
+
+    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int]: ...
+
     def broker_heartbeat(
         self,
         broker_id: int,
@@ -122,6 +132,7 @@ class BrokerLifecycle:
         alone: Callable[[], bool] = lambda: False,
         holder_listening: Callable[[], Awaitable[bool]] | None = None,
         log_dir_offline: Callable[[], bool] = lambda: False,
+        hold_grant_ms: int = 0,
     ) -> None:
         self.node_id = node_id
         self._cluster_id = cluster_id
@@ -141,6 +152,10 @@ class BrokerLifecycle:
         #: broker holds it: a refused registration is final)
         self._holder_listening = holder_listening or _nobody_listening
         self._log_dir_offline = log_dir_offline
+        # a bucket outage the controller holds the cluster through (ADR 0031): 0 never asks
+        self._hold_grant_s = hold_grant_ms / 1000
+        self._hold_token = 0  # the token of the controller's last OutageHold answer
+        self._hold_until = 0.0  # leading while blind is allowed until then (monotonic s)
         # Kafka names log dirs by a directory id; Strata's one log dir by its path
         self._log_dir_id = uuid.uuid5(uuid.NAMESPACE_URL, (data_dir / "logs").resolve().as_uri())
         # leading is allowed until this instant (seconds of monotonic_ms; 0: not)
@@ -229,8 +244,33 @@ class BrokerLifecycle:
         return self._alone()
 
     def blind(self) -> bool:
-        """This broker has not read the cluster metadata for two thirds of a session."""
-        return self._metadata_age_s() > self._session_s * 2 / 3
+        """This broker has not read the cluster metadata for two thirds of a session, and
+        no controller holding the cluster through a bucket outage answered it lately."""
+        return self._metadata_age_s() > self._session_s * 2 / 3 and monotonic_ms() / 1000 >= self._hold_until
+
+    async def _ask_hold(self) -> None:
+        """This broker cannot read the lease: tell the controller, echoing its last token,
+        and learn whether it holds the cluster as it is (then this broker may lead blind
+        for ``hold_grant_ms`` from now, before it asked)."""
+        # a report counts only with the token of an earlier answer: the first asks twice
+        for _ in range(1 if self._hold_token else 2):
+            request = hold_rpc.HoldRequest(self.node_id, self.broker_epoch, self._revision(), self._hold_token)
+            sent = monotonic_ms() / 1000
+
+            def local(request: hold_rpc.HoldRequest = request) -> tuple[bool, int]:
+                return self._local.hold_answer(request.broker, request.broker_epoch, request.revision,
+                                               request.token)
+
+            try:
+                hold, self._hold_token = await self._client.call(
+                    hold_rpc.OUTAGE_HOLD, hold_rpc.encode_request(request), local=local,
+                    answer=lambda _version, raw: hold_rpc.decode_answer(raw),
+                    timeout_s=min(self._hold_grant_s, 3 * self._interval_s))
+            except (KafkaError, hold_rpc.RpcFormatError) as exc:
+                _log.debug("broker %d: no outage hold answer: %s", self.node_id, exc)
+                return
+            if hold:
+                self._hold_until = max(self._hold_until, sent + self._hold_grant_s)
 
     def stop_leading(self) -> None:
         """Stop leading now (any thread): this broker's authority may be gone."""
@@ -248,6 +288,9 @@ class BrokerLifecycle:
     async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
         """One heartbeat; updates :attr:`fenced`, :attr:`caught_up` and how long this
         broker may lead."""
+        if self._hold_grant_s > 0 and self.broker_epoch >= 0 and self._local.bucket_blind() \
+                and not self._alone():
+            await self._ask_hold()
         epoch = self.broker_epoch
         offset = self._revision()
         offline = self._log_dir_offline()

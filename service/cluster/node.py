@@ -242,6 +242,7 @@ class ClusterNode:
             alone=self._alone,
             holder_listening=lambda: self._node_id_holder_listening(listeners),
             log_dir_offline=self._log_dir_offline,
+            hold_grant_ms=self.controller.hold_grant_ms,
         )
         # a controller that stands down (cut off from the brokers) stops leading first
         self.controller.before_stand_down = self.lifecycle.stop_leading

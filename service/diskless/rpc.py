@@ -1,12 +1,9 @@
 """The two inter-broker APIs of diskless topics: DisklessCommit and DisklessIndex (ADR 0027,
 sections 2 and 6, and "On the wire").
 
-Both are Strata's own, on the one listener brokers already talk on: API keys
-:data:`DISKLESS_COMMIT` and :data:`DISKLESS_INDEX`, version 0, never listed in ApiVersions
-(a client never sees them), a Kafka request header v1 and a JSON body; the answer is a
-Kafka response header v0 (the correlation id) and a JSON body. They carry entries (about
-100 bytes a batch), never record bytes. Only a principal allowed CLUSTER_ACTION may send
-them, as follower fetches.
+Both are Strata's own (:mod:`service.cluster.own_apis`: the frame, JSON bodies, only a
+principal allowed CLUSTER_ACTION): API keys :data:`DISKLESS_COMMIT` and
+:data:`DISKLESS_INDEX`. They carry entries (about 100 bytes a batch), never record bytes.
 
 * DisklessCommit: a writer's proposals for the partitions one broker sequences, in the
   write-ahead object's order; the answer holds, in the same order, each proposal's
@@ -23,7 +20,6 @@ Codec functions are pure; :func:`serve` runs on the event loop.
 
 from __future__ import annotations
 
-import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,13 +28,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from common.errors import ErrorCode, KafkaError
-from common.protocol.codec import FrameError
 from remote_tier.diskless.commits import (
     CommitEntry,
     CommitFormatError,
     entries_of_rows,
     entry_rows,
     id_row,
+)
+from service.cluster.own_apis import (
+    RpcFormatError,
+    answer_frame,
+    error_answer,
+    error_of,
+    int_field,
+    load_object,
+    open_request,
 )
 from service.cluster.wire import error_for
 from service.diskless.sequence import Proposal
@@ -86,30 +90,7 @@ class DisklessServer(Protocol):
     def waits(self) -> Any: ...  # IndexWaits
 
 
-_HEAD = struct.Struct(">hhih")  # api key, version, correlation id, client id length
-_I32 = struct.Struct(">i")
 _PROPOSAL_FIELDS = 12
-
-
-class RpcFormatError(ValueError):
-    """A DisklessCommit or DisklessIndex body that is not what this broker writes."""
-
-
-def _load(body: bytes | memoryview, what: str) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as err:
-        raise RpcFormatError(f"{what} is not JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise RpcFormatError(f"{what} is not a JSON object")
-    return doc
-
-
-def _int(doc: dict[str, Any], name: str, what: str) -> int:
-    value = doc.get(name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise RpcFormatError(f"{what}: {name} is not an integer")
-    return value
 
 
 # -- DisklessCommit ----------------------------------------------------------------------
@@ -125,7 +106,7 @@ def encode_commit_request(proposals: Sequence[Proposal]) -> bytes:
 
 
 def decode_commit_request(body: bytes | memoryview) -> list[Proposal]:
-    doc = _load(body, "a DisklessCommit request")
+    doc = load_object(body, "a DisklessCommit request")
     objects, rows = doc.get("objects"), doc.get("proposals")
     if not isinstance(objects, list) or not isinstance(rows, list) or not all(isinstance(k, str) for k in objects):
         raise RpcFormatError("a DisklessCommit request lacks its objects or proposals")
@@ -150,9 +131,9 @@ def encode_commit_answer(answers: Sequence[CommitEntry | KafkaError]) -> bytes:
 
 def decode_commit_answer(body: bytes | memoryview, proposals: Sequence[Proposal]) -> list[CommitEntry | KafkaError]:
     """The answer to ``proposals`` (what was sent): entries or errors, in their order."""
-    doc = _load(body, "a DisklessCommit answer")
+    doc = load_object(body, "a DisklessCommit answer")
     if "error" in doc:
-        raise _error(doc)
+        raise error_of(doc)
     rows = doc.get("answers")
     if not isinstance(rows, list) or len(rows) != len(proposals):
         raise RpcFormatError("a DisklessCommit answer does not answer every proposal")
@@ -211,7 +192,7 @@ def encode_index_request(request: IndexRequest) -> bytes:
 
 def decode_index_request(body: bytes | memoryview) -> IndexRequest:
     what = "a DisklessIndex request"
-    doc = _load(body, what)
+    doc = load_object(body, what)
     if "wake" in doc:
         if not isinstance(doc["wake"], str):
             raise RpcFormatError(f"{what}: wake is not a string")
@@ -225,8 +206,8 @@ def decode_index_request(body: bytes | memoryview) -> IndexRequest:
         if row is None:
             raise RpcFormatError(f"{what}: a malformed partition {raw!r}")
         reads.append(IndexRead(row[0], *row[1]))
-    min_bytes = _int(doc, "min_bytes", what) if "min_bytes" in doc else 1  # absent: a peer from before it
-    return IndexRequest(tuple(reads), _int(doc, "max_wait_ms", what), poll, min_bytes=min_bytes)
+    min_bytes = int_field(doc, "min_bytes", what) if "min_bytes" in doc else 1  # absent: a peer from before it
+    return IndexRequest(tuple(reads), int_field(doc, "max_wait_ms", what), poll, min_bytes=min_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,9 +234,9 @@ def decode_index_answer(body: bytes | memoryview, count: int) -> list[IndexAnswe
     """The answers to a request of ``count`` partitions (an error answering the whole
     request is raised)."""
     what = "a DisklessIndex answer"
-    doc = _load(body, what)
+    doc = load_object(body, what)
     if "error" in doc:
-        raise _error(doc)
+        raise error_of(doc)
     parts = doc.get("partitions")
     if not isinstance(parts, list) or len(parts) != count:
         raise RpcFormatError(f"{what} does not answer every partition")
@@ -264,51 +245,30 @@ def decode_index_answer(body: bytes | memoryview, count: int) -> list[IndexAnswe
         if not isinstance(part, dict):
             raise RpcFormatError(f"{what}: a malformed partition")
         if "error" in part:
-            out.append(_error(part))
+            out.append(error_of(part))
             continue
         try:
             entries = entries_of_rows(part.get("objects"), part.get("entries"), what)  # type: ignore[arg-type]
         except CommitFormatError as err:
             raise RpcFormatError(str(err)) from err
-        out.append(IndexAnswer(_int(part, "start", what), _int(part, "end", what), tuple(entries)))
+        out.append(IndexAnswer(int_field(part, "start", what), int_field(part, "end", what), tuple(entries)))
     return out
-
-
-def _error(doc: dict[str, Any]) -> KafkaError:
-    code = doc.get("error")
-    message = doc.get("message")
-    if not isinstance(code, int) or isinstance(code, bool) or code == 0:
-        raise RpcFormatError(f"a malformed error answer: {doc!r}")
-    return error_for(code, message if isinstance(message, str) else None) or KafkaError(str(code))
 
 
 # -- the server side ---------------------------------------------------------------------
 
 
-def _frame(correlation_id: int, body: bytes) -> bytes:
-    return _I32.pack(4 + len(body)) + _I32.pack(correlation_id) + body
-
-
 async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connection | None,
                 authorizer: Authorizer | None) -> bytes:
     """Answer one DisklessCommit or DisklessIndex request frame (without its size prefix)."""
-    from service.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-
-    if len(frame) < _HEAD.size:
-        raise FrameError("a diskless request shorter than its header")
-    api_key, _, correlation_id, client_len = _HEAD.unpack_from(frame, 0)
-    body = memoryview(frame)[_HEAD.size + max(0, client_len):]
-    if conn is not None and authorizer is not None and not authorizer.authorize(
-            conn.session.principal, conn.session.client_host, AclOperation.CLUSTER_ACTION,
-            ResourceType.CLUSTER, CLUSTER_NAME):
-        return _frame(correlation_id, orjson.dumps({
-            "error": int(ErrorCode.cluster_authorization_failed),
-            "message": "diskless requests are for brokers (CLUSTER_ACTION)"}))
+    api_key, correlation_id, body, refused = open_request(frame, conn, authorizer, "diskless requests")
+    if refused is not None:
+        return refused
     if api_key == DISKLESS_COMMIT:
         try:
             proposals = decode_commit_request(body)
         except RpcFormatError as err:
-            return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
+            return error_answer(correlation_id, ErrorCode.invalid_request, str(err))
         answers = await node.commit_here(proposals)
         node.rpc_bytes_in += len(frame)
         out = encode_commit_answer(answers)
@@ -316,7 +276,7 @@ async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connectio
         try:
             request = decode_index_request(body)
         except RpcFormatError as err:
-            return _frame(correlation_id, orjson.dumps({"error": int(ErrorCode.invalid_request), "message": str(err)}))
+            return error_answer(correlation_id, ErrorCode.invalid_request, str(err))
         if request.wake:
             node.waits.wake(request.wake)
             out = b"{}"
@@ -324,4 +284,4 @@ async def serve(node: DisklessServer, frame: bytes | memoryview, conn: Connectio
             out = encode_index_answer(await node.index_here(request.reads, request.max_wait_ms, request.poll,
                                                             request.min_bytes))
     node.rpc_bytes_out += len(out)
-    return _frame(correlation_id, out)
+    return answer_frame(correlation_id, out)

@@ -32,6 +32,7 @@ from common.protocol.codec import (
     response_module,
 )
 from controller.errors import NotControllerError
+from service.cluster import hold_rpc
 from service.cluster.node import answering_locally
 from service.diskless import rpc
 from service.handlers import coordination
@@ -261,6 +262,8 @@ class Router:
         if spec is None:
             if api_key in rpc.DISKLESS_APIS:  # between brokers, Strata's own (ADR 0027)
                 return rpc.serve(self._broker.diskless, frame, conn, self.authorizer)
+            if api_key == hold_rpc.OUTAGE_HOLD:  # between brokers, Strata's own (ADR 0031)
+                return hold_rpc.serve(self._broker, frame, conn, self.authorizer)
             raise FrameError(f"unknown API key {api_key}")
         if not spec.min_version <= version <= spec.max_version:
             if api_key == 18:

@@ -42,7 +42,11 @@ def make_cluster_controller(
     seed: int | None = 7,
     overrides: Mapping[str, str] | None = None,
 ) -> ClusterController:
-    config = BrokerConfig({"node.id": str(node_id), **(overrides or {})})
+    # the hold through a bucket outage (ADR 0031) is off unless a test turns it on: with it,
+    # a node not registered -- most controllers here have no broker -- takes a lease over
+    # only after the longest hold too (tests/controller/test_outage_hold.py)
+    config = BrokerConfig({"node.id": str(node_id), "controller.bucket.outage.hold.ms": "0",
+                           **(overrides or {})})
     return ClusterController(store, config, monotonic=clock, placement_seed=seed)
 
 

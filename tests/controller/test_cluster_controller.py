@@ -209,6 +209,7 @@ def test_threaded_controllers_fail_over_after_a_crash_within_the_lease_bound(
         "controller.lease.safety.margin.ms": "500",
         "controller.lease.clock.skew.ms": "100",
         "controller.lease.poll.ms": "50",
+        "controller.bucket.outage.hold.ms": "0",  # no broker registers here (cluster_helpers)
     }
     controllers = [
         ClusterController(

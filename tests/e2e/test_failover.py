@@ -51,6 +51,8 @@ class _Writers:
         })
         self._topic, self._partitions = topic, partitions
         self.acked: set[bytes] = set()
+        #: each partition's acknowledgements, as the monotonic instants they arrived
+        self.acked_at: dict[int, list[float]] = {p: [] for p in range(partitions)}
         self.errors: list[Any] = []
         self._mark = float("inf")
         self.first_after: dict[int, float] = {}
@@ -69,6 +71,7 @@ class _Writers:
                         self.errors.append(err)
                         return
                     self.acked.add(msg.value())
+                    self.acked_at[msg.partition()].append(time.monotonic())
                     if sent >= self._mark and msg.partition() not in self.first_after:
                         self.first_after[msg.partition()] = time.monotonic() - self._mark
 
@@ -102,6 +105,15 @@ class _Writers:
             time.sleep(0.05)
         return dict(self.first_after)
 
+    def longest_silence(self, start: float, end: float) -> dict[int, float]:
+        """Each partition's longest time without an acknowledgement between ``start`` and
+        ``end`` (monotonic instants)."""
+        longest = {}
+        for p, times in self.acked_at.items():
+            inside = [start, *(t for t in list(times) if start < t < end), end]
+            longest[p] = max(b - a for a, b in zip(inside, inside[1:]))
+        return longest
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
@@ -126,6 +138,30 @@ def _bucket_behind_a_proxy(moto_server: Any) -> tuple[Any, CuttingProxy]:
                        ("AWS_DEFAULT_REGION", "us-east-1")):
         os.environ.setdefault(key, value)
     return bucket, CuttingProxy(moto_server.port)
+
+
+def acks1_cluster_behind_bucket_links(start_cluster: Any, moto_server: Any, topic: str, nodes: tuple[int, ...],
+                                      sets: dict[str, str]) -> tuple[Cluster, dict[int, CuttingProxy], _Writers]:
+    """Three brokers on moto, broker 1 the controller, each of ``nodes`` reaching the bucket
+    through a proxy of its own; one partition of ``topic`` led by each broker, and acks=1
+    writers to all three that every partition has acknowledged (the caller stops them)."""
+    bucket, first = _bucket_behind_a_proxy(moto_server)
+    links = {n: first if i == 0 else CuttingProxy(moto_server.port) for i, n in enumerate(nodes)}
+    cluster = start_cluster(3, start=False, s3=bucket, sets=sets,
+                            s3_endpoints={n: f"http://127.0.0.1:{link.port}" for n, link in links.items()})
+    try:
+        cluster.start(1)  # broker 1 takes the controller lease
+        cluster.start(2, 3)
+        assert cluster.controller_id() == 1
+        _one_led_by_each(cluster, topic)
+        writers = _Writers(cluster.bootstrap, topic, 3, acks="1")
+        writers.mark()
+        assert len(writers.wait_all_written(TIMEOUT_S)) == 3
+    except BaseException:
+        for link in links.values():
+            link.close()
+        raise
+    return cluster, links, writers
 
 
 def _check_nothing_lost(cluster: Cluster, topic: str, writers: _Writers) -> None:
@@ -178,18 +214,10 @@ def test_a_controller_cut_off_from_its_peers_stands_down_and_the_others_keep_wri
 def test_a_controller_cut_off_from_the_bucket_stops_leading_and_loses_no_acks1_write(
     start_cluster: Any, moto_server: Any
 ) -> None:
-    bucket, bucket_link = _bucket_behind_a_proxy(moto_server)  # broker 1's way to the bucket
-    cluster = start_cluster(3, start=False, s3=bucket, sets=LONG_LEASE,
-                            s3_endpoints={1: f"http://127.0.0.1:{bucket_link.port}"})
+    cluster, links, writers = acks1_cluster_behind_bucket_links(start_cluster, moto_server, "blind", (1,), LONG_LEASE)
+    bucket_link = links[1]  # broker 1's way to the bucket
     try:
-        cluster.start(1)  # broker 1 takes the controller lease
-        cluster.start(2, 3)
-        assert cluster.controller_id() == 1
-        _one_led_by_each(cluster, "blind")
-        writers = _Writers(cluster.bootstrap, "blind", 3, acks="1")
         try:
-            writers.mark()
-            assert len(writers.wait_all_written(TIMEOUT_S)) == 3
             bucket_link.partition()
             cut_at = writers.mark()
             _wait(cluster, "a new controller", lambda: cluster.controller_id() not in (1, -1), 30)
