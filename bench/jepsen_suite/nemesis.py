@@ -10,6 +10,7 @@
 | ``isolate-controller`` | the controller cut from its peers | reconnect |
 | ``bucket`` | a random non-controller cut from the bucket | reconnect |
 | ``bucket-controller`` | the controller cut from the bucket | reconnect |
+| ``bucket-all`` | every broker cut from the bucket (an outage of the bucket, ADR 0031) | reconnect |
 | ``kill-all`` | kill -9 of every broker | start them all |
 | ``rolling-restart`` | SIGTERM each broker in turn, start it, wait until it serves | nothing |
 
@@ -78,6 +79,10 @@ class Nemesis:
             self.target = self._controller() if name == "bucket-controller" else self._non_controller()
             c.net.cut_bucket(self.target)
             return f"cut broker {self.target} from the bucket"
+        if name == "bucket-all":
+            for n in sorted(c.brokers):
+                c.net.cut_bucket(n)
+            return "cut every broker from the bucket"
         if name == "kill-all":
             for b in c.brokers.values():
                 b.kill()
@@ -103,6 +108,8 @@ class Nemesis:
             c.brokers[target].paused = False
         elif name in ("isolate", "isolate-controller", "bucket", "bucket-controller"):
             c.net.heal(target)
+        elif name == "bucket-all":
+            c.net.heal(None)
         elif name == "kill-all":
             self._restart(sorted(c.brokers))
         self.target = None
@@ -120,7 +127,7 @@ class Nemesis:
 
 
 NEMESES: tuple[str, ...] = ("kill", "kill-controller", "kill-other", "pause", "isolate", "isolate-controller",
-                            "bucket", "bucket-controller", "kill-all", "rolling-restart")
+                            "bucket", "bucket-controller", "bucket-all", "kill-all", "rolling-restart")
 
 
 def fault_record(name: str, what: str, t0: float, t1: float, t_heal: float) -> dict[str, Any]:

@@ -132,7 +132,7 @@ def run_round(cfg: RoundConfig) -> dict[str, Any]:
         wl = Workload(cluster.bootstrap, topic, txn_topic, cfg.partitions, f"s{cfg.seed}",
                       producers=cfg.producers, rate=cfg.rate, txn_producers=cfg.txn_producers,
                       request_timeout_ms=cfg.request_timeout_ms, seed=cfg.seed,
-                      client_log=work / "clients.log")
+                      client_log=work / "clients.log", txn_partitions=TXN_PARTITIONS)
         wl.start()
         ticker = _Ticker(wl, log)
         nem = Nemesis(cluster, random.Random(cfg.seed), log)

@@ -49,9 +49,10 @@ class Workload:
     def __init__(self, bootstrap: str, topic: str, txn_topic: str, partitions: int, round_id: str,
                  producers: int = 2, rate: float = 100.0, txn_producers: int = 1,
                  txn_interval_s: float = 0.2, request_timeout_ms: int = 10000, seed: int = 0,
-                 client_log: Path | None = None) -> None:
+                 client_log: Path | None = None, txn_partitions: int = 4) -> None:
         self.bootstrap, self.topic, self.txn_topic = bootstrap, topic, txn_topic
         self.partitions, self.round_id = partitions, round_id
+        self.txn_partitions = txn_partitions  # of txn_topic
         self.producers, self.rate, self.txn_producers = producers, rate, txn_producers
         self.txn_interval_s, self.request_timeout_ms = txn_interval_s, request_timeout_ms
         self.group = f"jepsen-{round_id}-{uuid.uuid4().hex[:6]}"
@@ -234,7 +235,7 @@ class Workload:
                     p = None
                     self._stop.wait(1)
                     continue
-            pa, pb = rng.sample(range(self.partitions), 2)
+            pa, pb = rng.sample(range(self.txn_partitions), 2)
             name = f"{self.round_id}-t{index}-{n}"
             n += 1
             rec: dict[str, Any] = {"id": name, "values": [(pa, f"{name}-a"), (pb, f"{name}-b")],
