@@ -91,7 +91,7 @@ from controller.replication_control import (
 )
 from controller.topic_changes import Placement, require
 from controller.writer import MetadataWriter
-from remote_tier.store import ObjectStore, ObjectStoreError
+from remote_tier.store import ObjectStore
 
 __all__ = ["ClusterController", "Reassignment"]
 
@@ -161,6 +161,7 @@ class ClusterController(MetadataWriter):
         self._lease_lock = threading.Lock()
         self._hold = OutageHold(self._lease.timings, monotonic)
         self._held = False  # a hold was logged as begun (ADR 0031)
+        self._reported_at: float | None = None  # this node's broker last reported an outage
         self._epoch = 0  # the epoch of the last acquisition; stamped on every write
         self._active = False
         self._sessions = BrokerHeartbeatTracker(
@@ -214,8 +215,9 @@ class ClusterController(MetadataWriter):
 
     @property
     def is_active(self) -> bool:
-        """Whether this node is the active controller right now."""
-        return self._active and self._lease.holds()
+        """Whether this node is the active controller right now (not while a broker may
+        still rely on a hold's grant, ADR 0031)."""
+        return self._active and self._lease.holds() and self._monotonic() >= self._hold.promised_until
 
     @property
     def fence_ahead(self) -> FenceAhead:
@@ -279,38 +281,65 @@ class ClusterController(MetadataWriter):
         before it asked (0: this cluster never holds)."""
         return self._lease.timings.hold_grant_ms if self._hold.enabled else 0
 
-    def bucket_blind(self) -> bool:
-        """This node cannot read the controller lease, or its lease ran out unanswered."""
-        return (self._lease.read_failing or self._lease.lapsed_at is not None) and not self._lease.holds()
+    def lease_lapsed(self) -> bool:
+        """This node's own lease ran out unanswered: it answers its broker's reports itself."""
+        return self._lease.lapsed_at is not None
 
-    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int]:
+    def outage_report(self) -> bool:
+        """Whether this node's broker is to report now that it cannot read the lease (it
+        cannot, or its own lease ran out unanswered); the instant is kept: a lease this node
+        takes within ``3T/4`` of a report waits that long before acting (the controller it
+        reported to may have told others to lead on, and may be gone since)."""
+        lapsed = self._lease.lapsed_at is not None  # (then it reports to itself, tracked apart)
+        blind = (self._lease.read_failing or lapsed) and not self._lease.holds()
+        if blind and not lapsed:
+            self._reported_at = self._monotonic()
+        return blind
+
+    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int, int]:
         """A broker that cannot read the lease says so, echoing the token of this node's
-        last answer to it (0: none); whether this node holds the cluster as it is, and a
-        token for the broker's next report. Counted only from a registered, unfenced
-        broker at its current epoch that has loaded this node's metadata revision. Never
-        blocks."""
+        last answer to it (0: none): whether this node holds the cluster as it is, a token
+        for the broker's next report, and for how long (ms) from its request the broker may
+        lead on this answer. Counted only from a registered, unfenced broker at its current
+        epoch that has loaded this node's metadata revision. Never blocks."""
         md = self.metadata
         registration = md.brokers.get(broker_id)
         counts = (registration is not None and not registration.fenced
                   and registration.broker_epoch == broker_epoch and revision == md.revision)
         if counts and broker_id != self.node_id:
             self._hold.report(broker_id, token)
-        holds = counts and self.holding
-        if holds:
-            self._hold.grant()
-        return holds, self._hold.token()
+        holds = False
+        if counts and self.holding:
+            self._hold.grant()  # first: a lease retaken meanwhile then waits for it ...
+            holds = self.holding  # ... and this answer says "hold" only if it still holds
+        return holds, self._hold.token(), self._lease.timings.hold_grant_ms
 
     def _may_take_over(self) -> bool:
         """Whether this node, registered and unfenced in the newest metadata (read now), is
         one a holding controller asks: else it takes a lease over only after the longest
-        hold too."""
+        hold too. Called outside the lease lock (it reads the metadata under the commit lock)."""
         try:
             self.refresh()
-        except (KafkaError, ObjectStoreError) as err:
+        except Exception as err:  # noqa: BLE001 - any failure: not now, ask again next poll
             _log.info("cannot read the cluster metadata before taking the lease over: %s", err)
             return False
         registration = self.metadata.brokers.get(self.node_id)
         return registration is not None and not registration.fenced
+
+    def _acquired(self) -> None:
+        """This node took the lease at a new epoch: it acts once its first write is in, and
+        not before any hold's grant it may have let a broker rely on has run out: one its
+        previous incarnation answered (a restart), or one a controller this node reported
+        to within ``3T/4`` did (that controller may be gone; ADR 0031)."""
+        self._epoch = self._lease.epoch
+        self._active = False
+        if not self._hold.enabled:
+            return
+        timings = self._lease.timings
+        if self._lease.retook_previous_incarnation:
+            self._hold.promise_until(self._monotonic() + timings.hold_grant_ms)
+        if self._reported_at is not None:
+            self._hold.promise_until(self._reported_at + timings.hold_report_ms + timings.hold_grant_ms)
 
     def _say_hold(self) -> None:
         held = self.holding
@@ -335,12 +364,11 @@ class ClusterController(MetadataWriter):
         brokers); returns the milliseconds until the next call is useful."""
         event = self._probe_suspects()
         if event is not LeaseEvent.ACQUIRED:
-            eligible = self._may_take_over if self._hold.enabled else None
+            eligible = (self._lease.waited_out_soon() and self._may_take_over()) if self._hold.enabled else None
             with self._lease_lock:
                 event = self._lease.step(min_epoch=self.metadata.controller_epoch, eligible=eligible)
         if event is LeaseEvent.ACQUIRED:
-            self._epoch = self._lease.epoch
-            self._active = False
+            self._acquired()
         if event is LeaseEvent.LOST or (self._active and not self._lease.holds()):
             self._deactivate("lost the controller lease")
         self._say_hold()
@@ -380,8 +408,7 @@ class ClusterController(MetadataWriter):
             with self._lease_lock:
                 event = self._lease.take_over_if_gone(probe, self.metadata.controller_epoch)
             if event is LeaseEvent.ACQUIRED:
-                self._epoch = self._lease.epoch
-                self._active = False
+                self._acquired()
                 self._suspects.settled(holder)
             elif holder is not None and not self._suspects.still_listening(holder):
                 _log.info("the controller's connection dropped but node %d still listens: its "
@@ -698,6 +725,9 @@ class ClusterController(MetadataWriter):
             raise NotControllerError(
                 f"node {self.node_id} is no longer the controller: its lease ran out"
             )
+        if self._monotonic() < self._hold.promised_until:  # a renewal that hung, then landed
+            raise NotControllerError(f"node {self.node_id} does not act while a broker may still "
+                                     "lead on its answer during a bucket outage")
 
     def _on_fenced(self, error: ControllerFencedError) -> None:
         with self._lease_lock:

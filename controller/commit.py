@@ -107,6 +107,19 @@ class StaleSnapshot(MetadataConflict):
         self.current = current
 
 
+#: the fields of a PartitionChangeRecord that leave who leads, and on what, as they were: an
+#: ISR change (the leader that asked for it counts its proposal already)
+_ISR_CHANGE = frozenset({"type", "topic_id", "partition", "isr", "partition_epoch"})
+
+
+def _leaves_leadership(record: dict[str, Any]) -> bool:
+    """A record a broker that has not read it may lead on without (ADR 0031): an ISR change,
+    a block of producer ids, nothing."""
+    kind = record.get("type")
+    return kind in ("ProducerIdsRecord", "NoOpRecord") or (
+        kind == "PartitionChangeRecord" and record.keys() <= _ISR_CHANGE)
+
+
 def check_controller_epoch(stored: ClusterMetadata, controller_epoch: int, node_id: int) -> None:
     """``ControllerFencedError`` if ``stored`` was written by a higher controller epoch."""
     if stored.controller_epoch <= controller_epoch:
@@ -144,8 +157,9 @@ class MetadataCommitter:
         #: fencings made ahead (:mod:`controller.fence_ahead`): the controller's to write, a
         #: broker's to recognise in what it reads
         self.ahead: FenceAhead | None = None
-        #: a write of this committer's may have landed unseen: it failed without an answer,
-        #: and no read of the log since told what the log holds (ADR 0031)
+        #: a write of this committer's that changes more than ISRs and producer ids may have
+        #: landed unseen: it failed without an answer, and no read of the log since told what
+        #: the log holds (ADR 0031)
         self.in_doubt = False
         self._since_snapshot = 0  # bytes of log written since the last snapshot
         self._last_snapshot = monotonic()
@@ -247,7 +261,8 @@ class MetadataCommitter:
         md = base.metadata
         if not records and (md.controller_epoch, md.controller_id) == (controller_epoch, writer):
             return base
-        self.in_doubt = True  # until this write's outcome is known
+        # until this write's outcome is known, unless no broker could lead otherwise for it
+        self.in_doubt = base.format_version < 3 or not all(map(_leaves_leadership, records))
         if base.format_version < 3:
             base = self._switch_to_log(base, controller_epoch, writer)
             records.append({"type": "FeatureLevelRecord", "name": "strata.metadata.format",

@@ -110,6 +110,8 @@ class ControllerLease:
         #: the last acquisition took back a lease this node itself had released to stand
         #: down, and nobody else took it meanwhile
         self.retook_own_release = False
+        #: the last acquisition took the lease from this node's previous incarnation
+        self.retook_previous_incarnation = False
         # no acquisition before this monotonic instant (a controller that stood down)
         self._stand_down_until = 0.0
         self._stood_down = False
@@ -130,6 +132,7 @@ class ControllerLease:
         # a bucket outage (ADR 0031): this node's last read of the lease failed, or the one
         # in flight (started at _read_started) has lasted longer than _slow_read_ms
         self._read_failing = False
+        self._read_failures = 0  # in a row
         self._read_started: float | None = None
         self._slow_read_ms = max(timings.poll_ms, timings.lease_ms // 4)
         self._read_spell = SpellLog(READ_FAILURE_LOG_EVERY_S)
@@ -197,14 +200,15 @@ class ControllerLease:
         due = min(self._next_renew, self._deadline) if self._record else self._next_poll
         return max(0.0, due - now)
 
-    def step(self, min_epoch: int = 0, eligible: Callable[[], bool] | None = None) -> LeaseEvent:
+    def step(self, min_epoch: int = 0, eligible: bool | None = None) -> LeaseEvent:
         """Renew, give up, observe or take over, whichever is due; at most one request.
 
         ``min_epoch``: a new acquisition takes an epoch above it (the highest
         controller epoch seen in the metadata) as well as above the lease's.
-        ``eligible()``: asked once a held lease has been waited out, whether this node is
-        registered and unfenced in the newest metadata; one that is not waits
-        ``outage_hold_max_ms`` more (a holding controller did not ask it, ADR 0031).
+        ``eligible``: whether this node is registered and unfenced in the newest metadata
+        (the caller reads it when :meth:`waited_out_soon`; None: it does not matter). A held
+        lease waited out is taken only by such a node; another waits ``outage_hold_max_ms``
+        and a hold's grant more (a holding controller did not ask it, ADR 0031).
         """
         if self._record is not None:
             now = self._monotonic()
@@ -317,7 +321,7 @@ class ControllerLease:
 
     # -- candidate ------------------------------------------------------------------------
 
-    def _observe(self, min_epoch: int, eligible: Callable[[], bool] | None) -> LeaseEvent:
+    def _observe(self, min_epoch: int, eligible: bool | None) -> LeaseEvent:
         if self._monotonic() < self._next_poll:
             return LeaseEvent.NONE
         self._next_poll = self._monotonic() + self._timings.poll_ms
@@ -355,32 +359,48 @@ class ControllerLease:
         waited = seen_at - self._observed_since
         if waited < wait:
             return LeaseEvent.NONE
-        if (eligible is not None and waited < wait + self._timings.outage_hold_max_ms
-                and not eligible()):
+        if eligible is False and waited < wait + self._timings.outage_hold_max_ms + self._timings.hold_grant_ms:
             return LeaseEvent.NONE
         return self._acquire(current, etag, min_epoch)
 
     def _read(self) -> tuple[bytes, str]:
-        """Read the lease object (raises as ``get_with_etag``). A failed read restarts the
-        wait of a takeover and keeps :attr:`read_failing` set until a read succeeds."""
+        """Read the lease object (raises as ``get_with_etag``). A second failed read in a row
+        restarts the wait of a takeover and keeps :attr:`read_failing` set until a read
+        succeeds."""
         started = self._read_started = self._monotonic()
         try:
             data, etag = get_with_etag(self._store, self._key)
         except ObjectNotFound:
             self._read_failing = False
+            self._read_failures = 0
             self._lapsed_at = None
             raise
         except ObjectStoreError:
-            self._read_failing = True
-            self._observed_etag = None
+            # one quick failure alone (a store answering 500 now and then) changes nothing:
+            # failing is a second in a row, or one that was in flight long (and may have
+            # been reported meanwhile)
+            self._read_failures += 1
+            if self._read_failures >= 2 or self._monotonic() - started > self._slow_read_ms:
+                self._read_failing = True
+                self._observed_etag = None
             raise
         finally:
             self._read_started = None
         if self._monotonic() - started > self._slow_read_ms:  # it was read_failing meanwhile
             self._observed_etag = None
         self._read_failing = False
+        self._read_failures = 0
         self._lapsed_at = None
         return data, etag
+
+    def waited_out_soon(self) -> bool:
+        """A held lease this node observes will have gone unrenewed long enough for a
+        takeover by the next poll (the caller then says whether this node may take it)."""
+        observed = self._observed
+        if self._record is not None or self._observed_etag is None or observed is None or self._read_failures:
+            return False
+        wait = max(observed.lease_ms, self._timings.lease_ms) + self._timings.clock_skew_ms
+        return self._monotonic() + self._timings.poll_ms >= self._observed_since + wait
 
     def take_over_if_gone(self, is_gone: Callable[[int], bool], min_epoch: int = 0) -> LeaseEvent:
         """Take the lease at once, without waiting it out, when its holder's process is
@@ -450,6 +470,7 @@ class ControllerLease:
         released_by = previous.released_by if previous is not None and not expired else NO_HOLDER
         self.stepped_down = released_by if released_by != self._node_id else NO_HOLDER
         self.retook_own_release = released_by == self._node_id and self._stood_down
+        self.retook_previous_incarnation = previous is not None and self._was_mine(previous)
         self._stand_down_until, self._stood_down = 0.0, False
         self._deadline = t0 + self._timings.valid_for_ms
         self._next_renew = t0 + self._timings.renew_ms

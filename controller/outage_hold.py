@@ -93,4 +93,8 @@ class OutageHold:
     def grant(self) -> None:
         """An answer "hold" is being sent: its broker may rely on it for ``3T / 8`` from
         before it asked, so no leadership moves for that long from now."""
-        self.promised_until = max(self.promised_until, self._monotonic() + self._timings.hold_grant_ms)
+        self.promise_until(self._monotonic() + self._timings.hold_grant_ms)
+
+    def promise_until(self, instant: float) -> None:
+        """No leadership moves before ``instant`` (monotonic ms)."""
+        self.promised_until = max(self.promised_until, instant)

@@ -95,9 +95,11 @@ class ControllerClient:
         local: Callable[[], _T] | None = None,
         answer: Callable[[int, Any], _T] | None = None,
         timeout_s: float | None = None,
+        once: bool = False,
     ) -> _T:
-        """One controller call, retried until ``timeout_s`` (default: the client's).
-        ``fields`` as bytes: the body of an API of Strata's own (answered with bytes).
+        """One controller call, retried until ``timeout_s`` (default: the client's; with
+        ``once``, a single attempt). ``fields`` as bytes: the body of an API of Strata's
+        own (answered with bytes).
 
         ``local`` is the blocking call to make on this broker's own controller when it
         is active (run on a worker thread); ``answer(version, response)`` turns a remote
@@ -112,6 +114,8 @@ class ControllerClient:
             except (NotControllerError, BrokerNotAvailableError, RequestTimedOutError) as exc:
                 last = exc
             left = deadline - time.monotonic()
+            if once:
+                raise last
             if left <= 0:
                 _log.warning("no controller answered api %d in time: %s", api_key, last)
                 raise last

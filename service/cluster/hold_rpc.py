@@ -6,7 +6,8 @@ API key :data:`OUTAGE_HOLD` (:mod:`service.cluster.own_apis`: the frame, JSON bo
 a principal allowed CLUSTER_ACTION). The request is ``{"broker", "broker_epoch",
 "revision", "token"}``: the sender, its registration's epoch, the metadata revision it has
 loaded and the token of the controller's last answer to it (0: none). The answer is
-``{"hold": bool, "token": int}``, or an error (NOT_CONTROLLER on a broker with no
+``{"hold": bool, "token": int, "grant_ms": int}`` (how long from its request the broker
+may lead on a "hold"), or an error (NOT_CONTROLLER on a broker with no
 controller role). Codec functions are pure; :func:`serve` answers on the event loop and
 never blocks.
 """
@@ -58,13 +59,13 @@ def decode_request(body: bytes | memoryview) -> HoldRequest:
     return HoldRequest(*(int_field(doc, name, what) for name in ("broker", "broker_epoch", "revision", "token")))
 
 
-def encode_answer(hold: bool, token: int) -> bytes:
-    return orjson.dumps({"hold": hold, "token": token})
+def encode_answer(hold: bool, token: int, grant_ms: int) -> bytes:
+    return orjson.dumps({"hold": hold, "token": token, "grant_ms": grant_ms})
 
 
-def decode_answer(raw: bytes | memoryview) -> tuple[bool, int]:
-    """``(hold, token)``; raises the error an error answer names, ``RpcFormatError`` for
-    anything else this broker does not write."""
+def decode_answer(raw: bytes | memoryview) -> tuple[bool, int, int]:
+    """``(hold, token, grant_ms)``; raises the error an error answer names,
+    ``RpcFormatError`` for anything else this broker does not write."""
     what = "an OutageHold answer"
     doc = load_object(raw, what)
     if "error" in doc:
@@ -72,7 +73,7 @@ def decode_answer(raw: bytes | memoryview) -> tuple[bool, int]:
     hold = doc.get("hold")
     if not isinstance(hold, bool):
         raise RpcFormatError(f"{what}: hold is not a boolean")
-    return hold, int_field(doc, "token", what)
+    return hold, int_field(doc, "token", what), int_field(doc, "grant_ms", what)
 
 
 async def serve(broker: Any, frame: bytes | memoryview, conn: Connection | None,
@@ -90,6 +91,5 @@ async def serve(broker: Any, frame: bytes | memoryview, conn: Connection | None,
     if controller is None:
         return error_answer(correlation_id, ErrorCode.not_controller,
                             f"broker {broker.node_id} has no controller role")
-    hold, token = controller.hold_answer(request.broker, request.broker_epoch, request.revision,
-                                         request.token)
-    return answer_frame(correlation_id, encode_answer(hold, token))
+    return answer_frame(correlation_id, encode_answer(*controller.hold_answer(
+        request.broker, request.broker_epoch, request.revision, request.token)))

@@ -96,9 +96,11 @@ class ControllerSide(Protocol):
 
     def lease_remaining_ms(self) -> float: ...
 
-    def bucket_blind(self) -> bool: ...
+    def outage_report(self) -> bool: ...
 
-    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int]: ...
+    def lease_lapsed(self) -> bool: ...
+
+    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int, int]: ...
 
     def broker_heartbeat(
         self,
@@ -153,6 +155,7 @@ class BrokerLifecycle:
         self._holder_listening = holder_listening or _nobody_listening
         self._log_dir_offline = log_dir_offline
         # a bucket outage the controller holds the cluster through (ADR 0031): 0 never asks
+        # (the grant itself is the controller's, in its answer)
         self._hold_grant_s = hold_grant_ms / 1000
         self._hold_token = 0  # the token of the controller's last OutageHold answer
         self._hold_until = 0.0  # leading while blind is allowed until then (monotonic s)
@@ -249,28 +252,30 @@ class BrokerLifecycle:
         return self._metadata_age_s() > self._session_s * 2 / 3 and monotonic_ms() / 1000 >= self._hold_until
 
     async def _ask_hold(self) -> None:
-        """This broker cannot read the lease: tell the controller, echoing its last token,
-        and learn whether it holds the cluster as it is (then this broker may lead blind
-        for ``hold_grant_ms`` from now, before it asked)."""
-        # a report counts only with the token of an earlier answer: the first asks twice
+        """While this broker cannot read the lease: tell the controller, echoing its last
+        token, and learn whether it holds the cluster as it is (then this broker may lead
+        blind for the answer's grant, counted from before it asked). A report counts only
+        with the token of an earlier answer, so the first one asks twice; each is sent only
+        if the lease still cannot be read just before (``outage_report``)."""
         for _ in range(1 if self._hold_token else 2):
+            if not self._local.outage_report():
+                return
             request = hold_rpc.HoldRequest(self.node_id, self.broker_epoch, self._revision(), self._hold_token)
             sent = monotonic_ms() / 1000
-
-            def local(request: hold_rpc.HoldRequest = request) -> tuple[bool, int]:
-                return self._local.hold_answer(request.broker, request.broker_epoch, request.revision,
-                                               request.token)
-
             try:
-                hold, self._hold_token = await self._client.call(
-                    hold_rpc.OUTAGE_HOLD, hold_rpc.encode_request(request), local=local,
-                    answer=lambda _version, raw: hold_rpc.decode_answer(raw),
-                    timeout_s=min(self._hold_grant_s, 3 * self._interval_s))
+                if self._local.lease_lapsed():  # the controller whose lease lapsed: itself
+                    hold, self._hold_token, grant_ms = self._local.hold_answer(
+                        request.broker, request.broker_epoch, request.revision, request.token)
+                else:
+                    hold, self._hold_token, grant_ms = await self._client.call(
+                        hold_rpc.OUTAGE_HOLD, hold_rpc.encode_request(request),
+                        answer=lambda _version, raw: hold_rpc.decode_answer(raw),
+                        timeout_s=min(self._hold_grant_s, 3 * self._interval_s), once=True)
             except (KafkaError, hold_rpc.RpcFormatError) as exc:
                 _log.debug("broker %d: no outage hold answer: %s", self.node_id, exc)
                 return
             if hold:
-                self._hold_until = max(self._hold_until, sent + self._hold_grant_s)
+                self._hold_until = max(self._hold_until, sent + grant_ms / 1000)
 
     def stop_leading(self) -> None:
         """Stop leading now (any thread): this broker's authority may be gone."""
@@ -288,8 +293,7 @@ class BrokerLifecycle:
     async def heartbeat(self, *, want_shut_down: bool = False, timeout_s: float | None = None) -> HeartbeatReply:
         """One heartbeat; updates :attr:`fenced`, :attr:`caught_up` and how long this
         broker may lead."""
-        if self._hold_grant_s > 0 and self.broker_epoch >= 0 and self._local.bucket_blind() \
-                and not self._alone():
+        if self._hold_grant_s > 0 and self.broker_epoch >= 0 and not self._alone():
             await self._ask_hold()
         epoch = self.broker_epoch
         offset = self._revision()

@@ -31,9 +31,9 @@ class _Controller:
     def __init__(self) -> None:
         self.asked: list[tuple[int, int, int, int]] = []
 
-    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int]:
+    def hold_answer(self, broker_id: int, broker_epoch: int, revision: int, token: int) -> tuple[bool, int, int]:
         self.asked.append((broker_id, broker_epoch, revision, token))
-        return True, token + 1
+        return True, token + 1, 1875
 
 
 def test_a_request_reaches_the_controller_and_its_answer_comes_back() -> None:
@@ -42,7 +42,7 @@ def test_a_request_reaches_the_controller_and_its_answer_comes_back() -> None:
     request = hold_rpc.HoldRequest(broker=2, broker_epoch=40, revision=57, token=123456789012)
     assert hold_rpc.decode_request(hold_rpc.encode_request(request)) == request
     answer = _answer(broker, hold_rpc.encode_request(request))
-    assert hold_rpc.decode_answer(orjson.dumps(answer)) == (True, 123456789013)
+    assert hold_rpc.decode_answer(orjson.dumps(answer)) == (True, 123456789013, 1875)
     assert controller.asked == [(2, 40, 57, 123456789012)]
 
 
@@ -63,7 +63,8 @@ def test_a_broker_without_a_controller_role_answers_not_controller() -> None:
     assert raised.value.code == ErrorCode.not_controller
 
 
-@pytest.mark.parametrize("raw", [b"{}", b'{"hold": 1, "token": 2}', b'{"hold": true}', b"nope"])
+@pytest.mark.parametrize("raw", [b"{}", b'{"hold": 1, "token": 2, "grant_ms": 3}', b'{"hold": true, "token": 2}',
+                                 b"nope"])
 def test_an_answer_this_broker_does_not_write_is_a_format_error(raw: bytes) -> None:
     with pytest.raises(hold_rpc.RpcFormatError):
         hold_rpc.decode_answer(raw)
