@@ -251,14 +251,20 @@ def test_one_failed_read_alone_does_not_delay_a_takeover(make_store: MakeStore, 
     assert clock.now - first < TAKEOVER_MS + 2 * TIMINGS.poll_ms
 
 
+def _sighted(make_store: MakeStore, clock: FakeClock) -> tuple[FlakyObjectStore, ControllerLease]:
+    """Node 1 takes the lease and falls silent; node 2, over a store a test makes slow or
+    failing, has just seen it."""
+    _lease(make_store, clock, 1).step()
+    store = FlakyObjectStore(make_store())
+    b = ControllerLease(store, 2, "incarnation-2", LeaseTimings(), monotonic=clock)
+    b.step()
+    return store, b
+
+
 def test_a_read_in_flight_too_long_counts_as_failing_and_its_answer_starts_a_new_wait(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
-    a = _lease(make_store, clock, 1)
-    store = FlakyObjectStore(make_store())
-    b = ControllerLease(store, 2, "incarnation-2", LeaseTimings(), monotonic=clock)
-    a.step()
-    b.step()  # first sighting
+    store, b = _sighted(make_store, clock)
     clock.advance(TAKEOVER_MS)
     seen: list[bool] = []
 
@@ -329,11 +335,7 @@ def test_a_controller_restarted_during_a_hold_acts_only_once_its_predecessors_gr
 def test_a_read_in_flight_too_long_that_fails_counts_at_once_and_restarts_the_wait(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
-    a = _lease(make_store, clock, 1)
-    store = FlakyObjectStore(make_store())
-    b = ControllerLease(store, 2, "incarnation-2", LeaseTimings(), monotonic=clock)
-    a.step()
-    b.step()  # first sighting
+    store, b = _sighted(make_store, clock)
     clock.advance(TAKEOVER_MS - TIMINGS.poll_ms)
 
     def hangs_then_fails(_op: str, _key: str) -> bool:
