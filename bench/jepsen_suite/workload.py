@@ -268,15 +268,17 @@ class Workload:
                 self.history.txns.append(rec)
             self._stop.wait(self.txn_interval_s)
 
-    @staticmethod
-    def _retrying(call: Any, total_s: float = 40.0) -> None:
+    def _retrying(self, call: Any, total_s: float = 40.0) -> None:
+        """``call(10)`` again while it fails retriably, for up to ``total_s`` and not once
+        the workload stops: a thread left retrying outlived its round and, on the next
+        round's brokers (the same addresses), auto-created that round's topics."""
         deadline = time.monotonic() + total_s
         while True:
             try:
                 call(10)
                 return
             except KafkaException as exc:
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                if not exc.args[0].retriable() or time.monotonic() > deadline or self._stop.is_set():
                     raise
 
 
