@@ -7,7 +7,8 @@ the cluster as it is instead, for as long as it can prove nobody else acts:
 
 * Every broker whose reads of the lease fail reports so to the controller, echoing a
   token from the controller's previous answer. That answer was sent before the report,
-  and the broker's failed read restarted its takeover wait (:attr:`ControllerLease.read_failing`):
+  and the broker's failing reads (two in a row, or one long in flight) restarted its
+  takeover wait (:attr:`ControllerLease.read_failing`):
   it cannot take the lease over until a whole lease (``T + skew``) after a later read
   succeeds. So the report counts for ``3T / 8`` from the token's issue
   (:attr:`LeaseTimings.hold_report_ms`).
@@ -15,10 +16,11 @@ the cluster as it is instead, for as long as it can prove nobody else acts:
   that still counts, its lease ran out with nothing but unanswered requests
   (:attr:`ControllerLease.lapsed_at`), no metadata write of its is in doubt, and for at
   most ``controller.bucket.outage.hold.ms`` after the lapse. A broker that is not
-  registered and unfenced waits that much more before it takes a lease over.
+  registered and unfenced waits that much, and a grant, more before it takes a lease over.
 * A broker told "hold" may go on leading while it cannot read the metadata for
   ``3T / 8`` after it sent that request (:attr:`LeaseTimings.hold_grant_ms`); the
-  controller moves no leadership before the last such grant has run out (:attr:`promised_until`).
+  controller moves no leadership before the last such grant has run out (:attr:`promised_until`),
+  and neither does a node that took the lease soon after reporting to it, or a restarted one.
 
 Safe because ``3T / 8 + 3T / 8 < T + skew``: once a broker reads the bucket again, the
 controller answers "hold" no more than ``3T / 8`` after the token that broker last echoed,
