@@ -371,9 +371,7 @@ class ControllerLease:
         try:
             data, etag = get_with_etag(self._store, self._key)
         except ObjectNotFound:
-            self._read_failing = False
-            self._read_failures = 0
-            self._lapsed_at = None
+            self._answered(started)
             raise
         except ObjectStoreError:
             # one quick failure alone (a store answering 500 now and then) changes nothing:
@@ -386,12 +384,13 @@ class ControllerLease:
             raise
         finally:
             self._read_started = None
+        self._answered(started)
+        return data, etag
+
+    def _answered(self, started: float) -> None:
         if self._monotonic() - started > self._slow_read_ms:  # it was read_failing meanwhile
             self._observed_etag = None
-        self._read_failing = False
-        self._read_failures = 0
-        self._lapsed_at = None
-        return data, etag
+        self._read_failing, self._read_failures, self._lapsed_at = False, 0, None
 
     def waited_out_soon(self) -> bool:
         """A held lease this node observes will have gone unrenewed long enough for a
