@@ -232,7 +232,7 @@ class ClusterController(MetadataWriter):
     @property
     def controller_id(self) -> int:
         """The active controller's node id as far as this node knows (-1: none known)."""
-        if self.is_active or self.holding:
+        if self.answers_heartbeats:
             return self.node_id
         seen = self._lease.observed
         mine = seen is not None and seen.incarnation_id == str(self._incarnation_id)
@@ -253,9 +253,23 @@ class ClusterController(MetadataWriter):
             ]
 
     def lease_remaining_ms(self) -> float:
-        """How much longer this node may act as controller without a renewal, or hold the
-        cluster as it is through a bucket outage (0: neither)."""
-        return self._lease.remaining_ms() if self.is_active else self.hold_remaining_ms()
+        """How much longer this node may act as controller without a renewal (or waits, its
+        lease held, for the grants of a hold to run out), or hold the cluster as it is
+        through a bucket outage (0: none of these)."""
+        if self.is_active or self._awaiting_grants():
+            return self._lease.remaining_ms()
+        return self.hold_remaining_ms()
+
+    @property
+    def answers_heartbeats(self) -> bool:
+        """Active, holding the cluster through a bucket outage, or holding the lease while
+        the grants of a hold run out: heartbeats that change nothing are answered here."""
+        return self.is_active or self.holding or self._awaiting_grants()
+
+    def _awaiting_grants(self) -> bool:
+        """The lease is this node's, but a broker may still lead on a hold's grant: nothing
+        is written until it runs out, and nobody else can act either."""
+        return self._lease.holds() and self._monotonic() < self._hold.promised_until
 
     # -- a bucket outage every broker sees (ADR 0031) -----------------------------------------
 
@@ -819,7 +833,7 @@ class ClusterController(MetadataWriter):
         write and without the commit lock (a metadata write holds it while the bucket is
         slow): the broker is alive as of now. None when the heartbeat changes something
         (:meth:`broker_heartbeat` then writes it). Answered during a hold too. Never blocks."""
-        if not self.is_active and not self.holding:
+        if not self.answers_heartbeats:
             self._require_active()
         registration = self.metadata.brokers.get(broker_id)
         if registration is None or registration.broker_epoch != broker_epoch:

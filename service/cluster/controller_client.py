@@ -7,7 +7,8 @@ it forwards) goes through :meth:`ControllerClient.call`, which finds the active
 controller and retries until a deadline:
 
 * When this very broker holds the controller lease and is active, or holds the
-  cluster as it is through a bucket outage (ADR 0031), the call is the
+  cluster as it is through a bucket outage (or waits for that hold's grants to run out,
+  ADR 0031), the call is the
   :class:`controller.ClusterController` method, on a worker thread (it does
   object store I/O) -- no socket, no encoding.
 * Otherwise it asks the node the lease (or, failing that, the metadata) names,
@@ -54,7 +55,7 @@ class LocalController(Protocol):
     def controller_id(self) -> int: ...
 
     @property
-    def holding(self) -> bool: ...
+    def answers_heartbeats(self) -> bool: ...
 
 
 class ControllerClient:
@@ -131,7 +132,7 @@ class ControllerClient:
         answer: Callable[[int, Any], _T] | None,
         deadline: float,
     ) -> _T:
-        if local is not None and (self._local.is_active or self._local.holding):
+        if local is not None and (self._local.is_active or self._local.answers_heartbeats):
             return await asyncio.to_thread(local)
         target = self._local.controller_id
         if target == NO_LEADER:
