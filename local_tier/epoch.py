@@ -63,6 +63,13 @@ class LeaderEpochCache:
         only moves the log start), which the owner must not count durable before the write."""
         self._write_later = writer
 
+    def release(self, end_offset: int) -> None:
+        """Its log closed: drop the log's callables (they form a reference cycle with it,
+        and a frozen cycle is never collected; see :mod:`service.gc_policy`) and answer
+        ``end_offset`` for the latest epoch from now on; writes are dropped."""
+        self._log_end_offset = lambda: end_offset
+        self._write_later = _drop
+
     @property
     def needs_persist(self) -> bool:
         """Whether memory holds entries the file does not (an epoch assigned without
@@ -158,3 +165,7 @@ def _first_difference(entries: list[tuple[int, int]], on_disk: list[tuple[int, i
         if index >= len(on_disk) or on_disk[index] != entry:
             return entry[1]
     return None
+
+
+def _drop(_entries: list[tuple[int, int]], _adds_from: int | None) -> None:
+    """A closed log's epoch writes: none (its files are closed or gone)."""

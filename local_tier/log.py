@@ -1351,6 +1351,7 @@ class Log(Owned):
         if self._closed:
             return None
         self._closed = True
+        self._leader_epoch_cache.release(self.log_end_offset)
         live = list(self._segments)
         doomed = [segment for _, segment in self._pending_deletes]
         self._pending_deletes.clear()

@@ -43,6 +43,7 @@ import logging
 import resource
 import socket
 import struct
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -241,13 +242,16 @@ class Connection(RequestBodies):
         self.address = peer.rpartition(":")[0]  # the client's IP (its connection limits)
         self.session: Session = server.security.new_session(peer)
         loop = asyncio.get_running_loop()
+        #: the last history send started on a sender thread: the socket is closed only after it
+        #: ends (no write to a reused descriptor); its append, not a method: no reference cycle
+        self._history_sends: deque[Future[tuple[int, int] | None]] = deque(maxlen=1)
         self.transport: Transport
         tls = server.security.tls_context()
         if tls is not None:
             self.transport = TlsTransport(loop, sock, tls,
                                           timeout_s=server.security.tls_handshake_timeout_s)
         else:
-            self.transport = PlainTransport(loop, sock, server._history, self._track_history_send)
+            self.transport = PlainTransport(loop, sock, server._history, self._history_sends.append)
         self._queue: asyncio.Queue[asyncio.Future[Response] | None] = asyncio.Queue(
             server._max_inflight
         )
@@ -263,9 +267,6 @@ class Connection(RequestBodies):
         #: turns of the loop the reader gives before sending the answer at hand, set by a
         #: handler whose request woke others (a Produce's parked fetches answer first)
         self.turns_before_answer = 0
-        #: the history send in progress on a sender thread: the socket is closed
-        #: only after it ends, so the thread never writes to a reused descriptor
-        self._history_send: Future[tuple[int, int] | None] | None = None
         #: brokers that heartbeat the controller on this connection
         self.heartbeat_brokers: set[int] = set()
         self._close_callbacks: list[Callable[[], None]] = []
@@ -290,23 +291,25 @@ class Connection(RequestBodies):
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        sending = self._history_send
+        sending = self._history_sends[0] if self._history_sends else None
         if sending is not None and not sending.done():
             # wake the sender thread (its send fails at once), close when it is out
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
-            loop = asyncio.get_running_loop()
-            sending.add_done_callback(lambda _: _call_soon(loop, self._close_socket))
+            loop, sock = asyncio.get_running_loop(), self.sock  # the socket, not self: no cycle
+            sending.add_done_callback(lambda _: _call_soon(loop, lambda: _close_quietly(sock)))
         else:
-            self._close_socket()
+            _close_quietly(self.sock)
         self.server._connections.discard(self)
         if self.server._limits is not None:
             self.server._limits.release(self.server.listener, self.address)
-        for callback in self._close_callbacks:
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
             try:
                 callback()
             except Exception:  # noqa: BLE001 - one callback must not stop the others
                 log.exception("a close callback of connection %s failed", self.peer)
+        self._tasks = []  # their frames hold this connection: no cycle (service/gc_policy.py)
 
     @property
     def idle(self) -> bool:
@@ -316,13 +319,6 @@ class Connection(RequestBodies):
     def mute(self, ms: int) -> None:
         """Read no request for ``ms`` (the client was throttled; its answer goes out now)."""
         self.muted_until = max(self.muted_until, asyncio.get_running_loop().time() + ms / 1000)
-
-    def _track_history_send(self, fut: Future[tuple[int, int] | None]) -> None:
-        self._history_send = fut
-
-    def _close_socket(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -467,6 +463,11 @@ class Connection(RequestBodies):
             log.debug("connection %s: %s", self.peer, exc)
         finally:
             await self.close()
+
+
+def _close_quietly(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any) -> None:

@@ -406,12 +406,13 @@ class ReplicaManager:
         except RuntimeError:
             self._logs.finish_deletes()
             return
+        self._retire_some(loop)
 
-        def step() -> None:
-            if self._logs.retire(RETIRE_SLICE):
-                loop.call_later(NEXT_TURN_S, step)
-
-        step()
+    def _retire_some(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One slice of :meth:`_retire_deleted_logs` (a method, not a closure calling itself:
+        that would be a reference cycle per delete)."""
+        if self._logs.retire(RETIRE_SLICE):
+            loop.call_later(NEXT_TURN_S, self._retire_some, loop)
 
     def _open(self, key: TopicPartition, topic_id: uuid.UUID) -> Partition | None:
         """The partition, its log opened (created); None when the disk refuses: offline here

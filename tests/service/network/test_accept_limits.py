@@ -5,7 +5,9 @@ broker's connection on the inter-broker listener closes a client's when the brok
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import weakref
 from typing import Any
 
 import pytest
@@ -76,3 +78,37 @@ def test_a_brokers_connection_closes_the_least_recent_client_when_full() -> None
             await listener.close()
 
     run(main)
+
+
+def test_a_closed_connection_is_freed_without_the_cyclic_collector() -> None:
+    """A broker freezes what a slow full collection finds alive (service/gc_policy.py): a
+    connection in a reference cycle (its tasks, its close callbacks, its transport's hook)
+    then stayed in memory for good once closed (stop 72). Closed by the broker while its
+    reader waits (the reader's task is cancelled), with a close callback that names it."""
+    async def main() -> None:
+        listener = KafkaServer(None, "127.0.0.1", 0)
+        await listener.start()
+        client = socket.create_connection(("127.0.0.1", listener.port))
+        await eventually(lambda: listener.connection_count == 1, "the connection was not served")
+        gone = _watched(listener)
+        gc.collect()
+        gc.freeze()
+        try:
+            await gone().close()  # type: ignore[union-attr]
+            # the accept loop's frame holds the connection it made last until the next one
+            other = socket.create_connection(("127.0.0.1", listener.port))
+            await eventually(lambda: gone() is None, "the closed connection is still alive")
+            other.close()
+        finally:
+            client.close()
+            gc.unfreeze()
+            await listener.close()
+
+    run(main)
+
+
+def _watched(listener: KafkaServer) -> weakref.ref[Any]:
+    """A weak reference to the listener's connection, given a close callback that names it."""
+    conn = next(iter(listener._connections))
+    conn.add_close_callback(lambda conn=conn: conn.peer)
+    return weakref.ref(conn)
