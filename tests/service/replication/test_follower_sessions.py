@@ -18,10 +18,12 @@ from common.errors import ErrorCode
 from controller.document import ClusterMetadata
 from controller.records import TopicInfo
 from controller.registrations import BrokerRegistration, Endpoint, PartitionRegistration
+from fetch.planner import PARTITIONS_PER_TURN
 from fetch.sessions import FetchSessionCache
 from fetch.waiter import AppendWaiters
 from local_tier.manager import LogManager
 from service.handlers.fetch_topics import by_name
+from service.replication import leader as leader_module
 from service.replication.fetch_session import FetchPlan, FollowerSession, fetch_request
 from service.replication.leader import FollowerAnswer, read_for_follower
 from service.replication.partition import Partition, monotonic_ms
@@ -59,15 +61,16 @@ def _same(position: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
 class _Follower:
     """The follower's side: where it stands in each partition, and its session."""
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int, limits: SimpleNamespace = LIMITS) -> None:
         self.session = FollowerSession()
+        self.limits = limits
         #: fetch offset, leader epoch, last fetched epoch, log start
         self.positions = {("t", i): (0, 0, -1, 0) for i in range(partitions)}
         self.named: list[int] = []  # partitions each request named
 
     async def fetch(self, host: SimpleNamespace, *, max_wait_ms: int = 50) -> tuple[FetchPlan, FollowerAnswer]:
         plan = self.session.plan(dict(self.positions), _same)
-        request = fetch_request(12, plan, True, LIMITS, {})
+        request = fetch_request(12, plan, True, self.limits, {})
         self.named.append(sum(len(t.partitions) for t in request.topics))
         answer = await read_for_follower(host, request, FOLLOWER, max_wait_ms)
         assert self.session.answered(plan, answer.error_code, answer.session_id)
@@ -137,6 +140,73 @@ def test_an_append_wakes_the_session_and_only_that_partition_is_sent(leader: Sim
     assert follower.named[-1] == 1
     assert [(d.partition, d.high_watermark, d.size) for d in answer.partitions] == [(17, 3, 0)]
     assert leader.replicas.partitions[("t", 17)].log.high_watermark == 3
+
+
+def test_what_did_not_fit_in_the_fetch_that_opened_the_session_is_read_in_the_next_ones(
+    leader: SimpleNamespace,
+) -> None:
+    """A follower names a partition only when its position moved: a partition left out of
+    the session's first (full) answer for lack of room was never read again until something
+    was appended to it, so a restarted follower never caught up on idle partitions (stop 72)."""
+    for index in range(PARTITIONS):
+        _append(leader, index, count=20)  # about 400 bytes each: ten fit in 4,000
+    follower = _Follower(PARTITIONS, SimpleNamespace(**{**vars(LIMITS), "max_bytes": 4_000}))
+    got: set[int] = set()
+
+    async def run() -> None:
+        for _ in range(PARTITIONS // 5):
+            _, answer = await follower.fetch(leader, max_wait_ms=5)
+            for d in answer.partitions:
+                if d.size:
+                    got.add(d.partition)
+                    end = leader.replicas.partitions[("t", d.partition)].log.log_end_offset
+                    follower.positions[("t", d.partition)] = (end, 0, 0, 0)
+            if len(got) == PARTITIONS:
+                return
+
+    asyncio.run(run())
+    assert len(got) == PARTITIONS, f"{PARTITIONS - len(got)} partitions never read"
+    assert follower.session.full_fetches == 1
+
+
+def test_a_full_fetch_reads_its_partitions_in_turns_of_the_loop_and_misses_no_append_meanwhile(
+    leader: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower's first fetch of 3,000 partitions held its leader's loop 75-150 ms in one
+    go (stop 72): it is read 64 partitions a turn. t-0, read in the first turn, gets an
+    append in a later one: the session opened by that fetch sends it next time."""
+    follower = _Follower(PARTITIONS)
+    turns = 0
+    real = leader_module._read
+
+    def read_then_append(replicas, wanted, *args, **kwargs):  # type: ignore[no-untyped-def]
+        answer = real(replicas, wanted, *args, **kwargs)
+        if wanted[0][0].partition == 0:  # the slice holding t-0 was read: append to it now
+            _append(leader, 0)
+        return answer
+
+    async def ticking() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    async def run() -> FollowerAnswer:
+        ticker = asyncio.ensure_future(ticking())
+        await asyncio.sleep(0)
+        before = turns
+        plan, answer = await follower.fetch(leader, max_wait_ms=0)
+        assert plan.full and len(answer.partitions) == PARTITIONS
+        assert not any(d.size for d in answer.partitions)
+        assert turns - before >= 2 * (PARTITIONS // PARTITIONS_PER_TURN)  # its checks and its reads
+        monkeypatch.setattr(leader_module, "_read", real)
+        _, answer = await follower.fetch(leader, max_wait_ms=2_000)
+        ticker.cancel()
+        return answer
+
+    monkeypatch.setattr(leader_module, "_read", read_then_append)
+    answer = asyncio.run(run())
+    assert [(d.partition, d.size > 0) for d in answer.partitions] == [(0, True)]
 
 
 def test_a_forgotten_partition_is_no_longer_answered(leader: SimpleNamespace) -> None:
