@@ -43,16 +43,17 @@ async def delete_records(
     the log start offsets are checkpointed before this returns, so an answered DeleteRecords
     survives a crash. Local segments wholly below the new start go at the next retention pass.
     """
-    room = asyncio.Semaphore(AT_ONCE)
+    done: list[tuple[int, bool] | KafkaError] = [(-1, False)] * len(wanted)
+    todo = iter(enumerate(wanted))
 
-    async def one(topic: str, partition: int, offset: int) -> tuple[int, bool] | KafkaError:
-        async with room:
+    async def mover() -> None:  # AT_ONCE of them, not a task per partition in one turn
+        for position, (topic, partition, offset) in todo:
             try:
-                return await _move_start(broker, topic, partition, offset)
+                done[position] = await _move_start(broker, topic, partition, offset)
             except KafkaError as exc:
-                return exc
+                done[position] = exc
 
-    done = await asyncio.gather(*(one(*w) for w in wanted))
+    await asyncio.gather(*(mover() for _ in range(min(AT_ONCE, len(wanted)))))
     results: list[int | KafkaError] = [d if isinstance(d, KafkaError) else d[0] for d in done]
     moved = [i for i, d in enumerate(done) if not isinstance(d, KafkaError) and d[1]]
     if moved and not await asyncio.wrap_future(broker.logs.checkpoint()):
