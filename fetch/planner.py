@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from common.errors import ErrorCode, KafkaError
-from common.turns import in_turns
 from local_tier.segment import FileRegion
 
 if TYPE_CHECKING:
@@ -194,8 +194,10 @@ async def read_partitions_in_turns(
     the slices before it were read."""
     out: list[PartitionData] = []
     total = already
-    async for some in in_turns(requests, PARTITIONS_PER_TURN):
-        data, total = read_partitions(source, some, max_bytes=max_bytes, isolation_level=isolation_level,
-                                      remote=remote, already=total)
+    for start in range(0, len(requests), PARTITIONS_PER_TURN):
+        if start:
+            await asyncio.sleep(0)
+        data, total = read_partitions(source, requests[start:start + PARTITIONS_PER_TURN], max_bytes=max_bytes,
+                                      isolation_level=isolation_level, remote=remote, already=total)
         out += data
     return out, total

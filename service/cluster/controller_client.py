@@ -132,7 +132,7 @@ class ControllerClient:
         answer: Callable[[int, Any], _T] | None,
         deadline: float,
     ) -> _T:
-        if local is not None and (self._local.is_active or self._local.answers_heartbeats):
+        if local is not None and self._local.answers_heartbeats:  # active, or holding (ADR 0031)
             return await asyncio.to_thread(local)
         target = self._local.controller_id
         if target == NO_LEADER:

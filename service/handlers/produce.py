@@ -41,7 +41,6 @@ from common.errors import (
 )
 from common.record.batch import ValidatedRecords, validate_batches
 from common.record.compression import InflateLimitExceeded
-from common.turns import in_turns
 from controller.metadata import TopicInfo
 from remote_tier.diskless.commits import CommitEntry
 from service.handlers.context import RequestContext
@@ -150,8 +149,10 @@ async def _produce_later(
         if earlier is not None:
             await asyncio.shield(earlier)
         appends = _Appends()
-        async for some in in_turns(parts, PARTITIONS_PER_TURN):
-            for p in some:
+        for start in range(0, len(parts), PARTITIONS_PER_TURN):
+            if start:
+                await asyncio.sleep(0)
+            for p in parts[start:start + PARTITIONS_PER_TURN]:
                 appends.append(ctx, acks, p)
         answer = appends.answer(ctx, acks, timeout_ms)
     finally:

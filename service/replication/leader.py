@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from common.errors import ErrorCode, KafkaError
-from common.turns import in_turns
 from fetch.planner import PARTITIONS_PER_TURN, PartitionData, PartitionFetch
 from fetch.sessions import FINAL_EPOCH, INVALID_SESSION_ID, FetchSessionCache, Kind
 from fetch.waiter import AppendWaiters, Watch
@@ -285,8 +284,10 @@ async def _record_in_turns(
 ) -> dict[TopicPartition, KafkaError | tuple[int, int]]:
     """:func:`_record`, :data:`PARTITIONS_PER_TURN` a turn of the loop."""
     answered: dict[TopicPartition, KafkaError | tuple[int, int]] = {}
-    async for some in in_turns(fetches, PARTITIONS_PER_TURN):
-        answered.update(_record(replicas, some))
+    for start in range(0, len(fetches), PARTITIONS_PER_TURN):
+        if start:
+            await asyncio.sleep(0)
+        answered.update(_record(replicas, fetches[start:start + PARTITIONS_PER_TURN]))
     return answered
 
 
@@ -299,8 +300,10 @@ async def _read_in_turns(
     out: list[PartitionData] = []
     skipped: list[TopicPartition] = []
     total = already
-    async for some in in_turns(wanted, PARTITIONS_PER_TURN):
-        data, total, left = _read(replicas, some, answered, max_bytes, total)
+    for start in range(0, len(wanted), PARTITIONS_PER_TURN):
+        if start:
+            await asyncio.sleep(0)
+        data, total, left = _read(replicas, wanted[start:start + PARTITIONS_PER_TURN], answered, max_bytes, total)
         out += data
         skipped += left
     return out, total, skipped
