@@ -36,6 +36,8 @@ from typing import IO, Any
 
 import pytest
 
+from tests import scheduling
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The suite starts hundreds of Python processes (brokers, CLI runs, Spark's Python workers,
 # client scripts). Where PYTHONDONTWRITEBYTECODE is set, each compiled the whole tree again:
@@ -46,6 +48,19 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 BROKER_START_TIMEOUT_S = 30.0
 READY_WAIT_S = 5.0  # at most this long for /v1/ready once the Kafka port is bound
 BROKER_STOP_TIMEOUT_S = 20.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The heaviest kinds of test file first (tests/scheduling.py); a file's tests keep their
+    order."""
+    items.sort(key=lambda item: scheduling.rank_of(item.nodeid))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None  # a --dist the caller chose is left as xdist makes it
+    return scheduling.heavy_first_scheduler(config, log)
 
 
 # Ports for test servers come from below Linux's ephemeral range (32768-60999 by default):

@@ -7,7 +7,7 @@ everything back without a consumer group, and check every key, value, header,
 timestamp and offset. Offsets must be dense from 0 and in order per partition,
 and each record must sit at the offset its producer was acknowledged with.
 
-N is ``STRATA_E2E_RECORDS`` (default 100 000) for the ``slow`` tests; the fast
+N is ``STRATA_E2E_RECORDS`` (default 25 000; 100 000 for a longer run) for the ``slow`` tests; the fast
 variants move a few hundred records so every run exercises every codec.
 
 Codec libraries: kafka-python needs ``python-snappy`` (it imports ``snappy``),
@@ -31,7 +31,7 @@ from . import helpers
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 CLIENTS = ["confluent", "kafka-python", "aiokafka"]
 PARTITIONS = 3
-SLOW_RECORDS = int(os.environ.get("STRATA_E2E_RECORDS", "100000"))
+SLOW_RECORDS = int(os.environ.get("STRATA_E2E_RECORDS", "25000"))
 FAST_RECORDS = 300
 WORDS = [b"alpha", b"bravo", b"charlie", b"delta", b"echo", b"foxtrot", b"golf", b"hotel"]
 
