@@ -354,7 +354,8 @@ def tls(system: System, rep: int, ctx: dict) -> dict:
 
 def history(system: System, rep: int, ctx: dict) -> dict:
     """Catch-up read of a topic's history from offset 0: Strata's sealed segments only in its bucket
-    (local copies deleted after upload), Kafka's in its local log; both in 16 MiB segments."""
+    (local copies deleted after upload), Kafka's in its local log; both in 16 MiB segments. Read
+    ``consume_passes`` times as one run (a pass is under a second)."""
     size, count = 1024, ctx["cfg"]["history"]
     topic = f"peer-history-r{rep}"
     config = {"segment.bytes": str(HISTORY_SEGMENT)}
@@ -369,7 +370,8 @@ def history(system: System, rep: int, ctx: dict) -> dict:
     cons = [KCAT, "-b", system.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e", "-f", "",
             *xargs(foundation.CONSUME_X)]
     where = "Strata from its bucket, Kafka from its local log"
-    res = measured(system, lambda: {**kcat(cons, count), "records": count, "bytes": count * size,
+    passes = ctx["cfg"]["consume_passes"]
+    res = measured(system, lambda: {**read_passes(lambda: kcat(cons, count), count, size, passes),
                                     "share_read_locally": local})
     delete_topic(system, topic)
     return {f"catch-up read of {count * size / 1e6:,.0f} MB history, 1 KiB, kcat ({where})": res}
