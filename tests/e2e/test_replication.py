@@ -188,7 +188,7 @@ def test_acks_all_records_survive_the_leader_killed_at_random_points(start_clust
                   lambda l=leader: l in _partition(cluster, "durable").isrs)
         producing.acked_since(100)
     assert not producing.failed, producing.failed[:3]
-    assert len(set(leaders_killed)) > 1  # the leadership really moved around
+    assert LEADER_KILLS < 2 or len(set(leaders_killed)) > 1  # the leadership really moved around
     records = _read_all(cluster.bootstrap, "durable")
     values = [v for _, _, v in records]
     assert [o for _, o, _ in records] == list(range(len(records)))  # dense offsets
