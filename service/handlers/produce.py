@@ -253,6 +253,11 @@ class _Appends:
         if acks == 0:
             for *_, entry, _ in self.written:
                 asyncio.ensure_future(entry).add_done_callback(_retrieved)
+            if ctx.connection is not None and any(r.error_code for _, results in self.topics.values()
+                                                  for r in results):
+                # as Kafka: closing the connection is the only word an acks=0 producer gets that
+                # its metadata is stale (a leader moved); it reconnects and refreshes it
+                ctx.connection.session.close_after_s = 0.0
             return None
         if self.waiting or self.written:
             return _after_replication(ctx, list(self.topics.values()), self.waiting, timeout_ms, self.written)

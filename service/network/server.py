@@ -453,7 +453,7 @@ class Connection(RequestBodies):
                         await self.transport.send_parts(response)
                     self.last_active = loop.time()
                 self.inflight -= 1
-                if self.session.close_after_s is not None:  # a failed authentication
+                if self.session.close_after_s is not None:  # failed auth; a failed acks=0 write
                     await asyncio.sleep(self.session.close_after_s)
                     break
                 # release the response now, not when the next one (maybe a long

@@ -78,7 +78,8 @@ class Session:
     exchange: Any = None
     #: monotonic time the SASL session expires (connections.max.reauth.ms), or None
     expires_at: float | None = None
-    #: set when the connection must close after its pending responses (failed auth)
+    #: set when the connection must close after its pending responses (failed auth; an acks=0
+    #: produce with a partition error, as Kafka, so the client refreshes its metadata)
     close_after_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

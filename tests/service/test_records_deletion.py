@@ -17,6 +17,7 @@ from service.broker import Broker
 from service.cli.main import UP_DEFAULTS
 from service.handlers.router import api_table
 from service.records_deletion import delete_records
+from tests.service.inprocess import created
 
 PARTITIONS = 40
 
@@ -29,6 +30,7 @@ def test_one_request_moves_every_start_and_checkpoints_once(tmp_path: Path) -> N
         await broker.start(versions, 10.0)
         try:
             await broker.create_topic("t", num_partitions=PARTITIONS)
+            await created(broker, "t", PARTITIONS)
             batch = build_batch([(None, b"v", (), 1_700_000_000_000)] * 5)
             for p in range(PARTITIONS):
                 broker.append("t", p, batch)

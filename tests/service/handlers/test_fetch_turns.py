@@ -22,6 +22,7 @@ from service.cli.main import UP_DEFAULTS
 from service.handlers.context import RequestContext
 from service.handlers.fetch import handle_fetch
 from service.handlers.router import api_table
+from tests.service.inprocess import created
 
 WIDE = 3 * PARTITIONS_PER_TURN + 8
 MAX_WAIT_S = 5.0
@@ -34,6 +35,7 @@ def test_an_append_between_the_slices_of_a_wide_fetch_wakes_it(tmp_path: Path) -
         await broker.start({spec.key: spec.max_version for spec in api_table().values()}, 10.0)
         try:
             await broker.create_topic("wide", num_partitions=WIDE)
+            await created(broker, "wide", WIDE)
             request = FetchRequest(
                 replica_id=-1, max_wait=datetime.timedelta(seconds=MAX_WAIT_S), min_bytes=1,
                 max_bytes=1 << 20, isolation_level=0,

@@ -27,6 +27,7 @@ from service.handlers.context import RequestContext
 from service.handlers.produce import PARTITIONS_PER_TURN, handle_produce
 from service.handlers.produce_codec import ProducePartition, ProduceRequestData, ProduceTopic
 from service.handlers.router import api_table
+from tests.service.inprocess import created
 
 WIDE = 4 * PARTITIONS_PER_TURN + 5
 
@@ -61,6 +62,7 @@ def test_a_wide_produce_gives_the_loop_a_turn_every_few_partitions_and_appends_t
 
         try:
             await broker.create_topic("wide", num_partitions=WIDE)
+            await created(broker, "wide", WIDE)
             conn = _Connection()
             header = RequestHeader(0, 9, 1, "test", True)
             ctx = RequestContext(header, broker, conn)
